@@ -1,0 +1,93 @@
+/* The vocabulary every room shares: dtypes, devices, status codes, the
+ * thread-local error message, and the strided view a kernel receives.
+ *
+ * Errors work like errno with words. A function that fails returns NULL (or a
+ * status other than MX_OK) and leaves a message naming the op and the values:
+ *
+ *     mx_tensor *y = mx_reshape(x, MX_SHAPE(4, 5));
+ *     if (!y) fprintf(stderr, "%s\n", mx_last_error());
+ *     // mx_reshape: shape [4,5] is invalid for input of size 6
+ *
+ * The message stays until mx_clear_error(); an op handed a NULL input keeps
+ * the first message, so a whole forward pass can be checked once at the end.
+ */
+#ifndef MX_KERNELS_BASE_H
+#define MX_KERNELS_BASE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MX_MAX_DIMS 8
+
+/* dtypes: X(NAME, C storage type, bytes, name as printed) */
+#define MX_DTYPE_MAP(X)                 \
+  X(F32, float, 4, "float32")           \
+  X(F64, double, 8, "float64")          \
+  X(F16, uint16_t, 2, "float16")        \
+  X(BF16, uint16_t, 2, "bfloat16")      \
+  X(I64, int64_t, 8, "int64")           \
+  X(I32, int32_t, 4, "int32")           \
+  X(U8, uint8_t, 1, "uint8")            \
+  X(BOOL, bool, 1, "bool")
+
+typedef enum {
+#define MX__DTYPE_ENUM(name, ctype, size, str) MX_##name,
+  MX_DTYPE_MAP(MX__DTYPE_ENUM)
+#undef MX__DTYPE_ENUM
+  MX_DTYPE_COUNT
+} mx_dtype;
+
+size_t mx_dtype_size(mx_dtype dtype);
+const char *mx_dtype_name(mx_dtype dtype); /* "float32", "bfloat16", ... */
+bool mx_dtype_is_floating(mx_dtype dtype);
+bool mx_dtype_valid(mx_dtype dtype);
+
+/* Devices. CUDA tensors live on the process's current CUDA device. */
+typedef enum { MX_CPU, MX_CUDA, MX_DEVICE_COUNT } mx_device;
+const char *mx_device_name(mx_device device); /* "cpu", "cuda" */
+/* Whether this build of mixgrad includes the CUDA backend. */
+bool mx_cuda_built(void);
+/* CUDA devices usable now: 0 without a GPU, or in a build without CUDA. */
+int mx_cuda_device_count(void);
+
+/* Status codes: X(NAME, description) */
+#define MX_STATUS_MAP(X)                                   \
+  X(OK, "success")                                         \
+  X(INVALID_ARGUMENT, "invalid argument")                  \
+  X(NULL_INPUT, "NULL input")                              \
+  X(SHAPE_ERROR, "invalid or mismatched shape")            \
+  X(DTYPE_ERROR, "unsupported or mismatched dtype")        \
+  X(DEVICE_ERROR, "device mismatch or unavailable device") \
+  X(INDEX_ERROR, "index out of range")                     \
+  X(OUT_OF_MEMORY, "out of memory")                        \
+  X(NO_CUDA_DEVICE, "no CUDA device")                      \
+  X(NOT_BUILT, "feature not built in")                     \
+  X(BACKEND_ERROR, "backend library call failed")          \
+  X(IO_ERROR, "file input/output failed")                  \
+  X(CORRUPT_DATA, "corrupt or truncated data")             \
+  X(STATE_ERROR, "operation not allowed in this state")
+
+typedef enum {
+#define MX__STATUS_ENUM(name, desc) MX_##name,
+  MX_STATUS_MAP(MX__STATUS_ENUM)
+#undef MX__STATUS_ENUM
+  MX_STATUS_COUNT
+} mx_status;
+
+const char *mx_status_str(mx_status status);
+
+/* The calling thread's last error: message ("" if none) and status. */
+const char *mx_last_error(void);
+mx_status mx_last_status(void);
+void mx_clear_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

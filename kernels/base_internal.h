@@ -1,0 +1,45 @@
+/* Internal helpers for setting errors and describing shapes in messages. */
+#ifndef MX_KERNELS_BASE_INTERNAL_H
+#define MX_KERNELS_BASE_INTERNAL_H
+
+#include "kernels/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define MX__PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define MX__PRINTF(a, b)
+#endif
+
+/* Sets the thread's error (always overwriting) and returns the status. */
+mx_status mx__error(mx_status status, const char *fmt, ...) MX__PRINTF(2, 3);
+
+/* For a NULL input: sets "<op>: argument '<arg>' is NULL" only when no error
+ * is pending, so the first failure of a chain is the one reported. */
+mx_status mx__null_input(const char *op, const char *arg);
+
+/* Writes "[2,3,4]" into buf (at least MX__DIMS_STR bytes). */
+#define MX__DIMS_STR 200
+const char *mx__dims_str(char *buf, int ndim, const int64_t *dims);
+
+/* The strided view a kernel works on: data already points at element 0,
+ * strides are in elements. Kernels see nothing but this. */
+typedef struct {
+  void *data;
+  mx_dtype dtype;
+  int ndim;
+  int64_t shape[MX_MAX_DIMS];
+  int64_t strides[MX_MAX_DIMS];
+} mx_kview;
+
+int64_t mx__kview_numel(const mx_kview *v);
+bool mx__kview_is_contiguous(const mx_kview *v);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

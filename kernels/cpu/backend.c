@@ -1,0 +1,153 @@
+/* The CPU backend: host memory and the creation kernels. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/convert.h"
+#include "kernels/cpu/strided.h"
+#include "kernels/math.h"
+
+/* 64-byte alignment: a cache line, and what AVX-512 loads like best. */
+#define CPU_ALIGNMENT 64
+
+static mx_status cpu_alloc(size_t bytes, void **out) {
+  size_t rounded = (bytes + CPU_ALIGNMENT - 1) / CPU_ALIGNMENT * CPU_ALIGNMENT;
+  *out = aligned_alloc(CPU_ALIGNMENT, rounded ? rounded : CPU_ALIGNMENT);
+  if (!*out) return mx__error(MX_OUT_OF_MEMORY, "cpu: out of memory allocating %zu bytes", bytes);
+  return MX_OK;
+}
+
+static void cpu_free(void *ptr, size_t bytes) { free(ptr); }
+
+static mx_status cpu_copy(void *dst, const void *src, size_t bytes) {
+  if (bytes) memcpy(dst, src, bytes);
+  return MX_OK;
+}
+
+static mx_status cpu_synchronize(void) { return MX_OK; }
+
+/* --- fill -------------------------------------------------------------------- */
+
+typedef struct {
+  size_t size;
+  char value[8]; /* one element of the out dtype */
+} fill_ctx;
+
+static void fill_row(const mx__row *row, void *ctx) {
+  const fill_ctx *f = ctx;
+  char *p = row->out;
+  for (int64_t i = 0; i < row->n; i++, p += row->out_step) memcpy(p, f->value, f->size);
+}
+
+static mx_status cpu_fill(const mx_kview *out, double value) {
+  fill_ctx ctx = {.size = mx_dtype_size(out->dtype)};
+  mx__store_f64(ctx.value, out->dtype, value);
+  mx__cpu_foreach_row(out, NULL, fill_row, &ctx);
+  return MX_OK;
+}
+
+/* --- convert: strided copy with dtype conversion ----------------------------- */
+
+typedef struct {
+  mx_dtype out, in;
+} convert_ctx;
+
+static void convert_row(const mx__row *row, void *ctx) {
+  const convert_ctx *c = ctx;
+  size_t out_size = mx_dtype_size(c->out);
+  bool out_dense = row->out_step == (int64_t)out_size;
+  bool in_dense = row->in_step == (int64_t)mx_dtype_size(c->in);
+  if (out_dense && in_dense) {
+    if (c->out == c->in) {
+      memcpy(row->out, row->in, (size_t)row->n * out_size);
+      return;
+    }
+    if (c->in == MX_F32 && c->out == MX_F16) {
+      mx__f32_to_f16_n((const float *)row->in, (uint16_t *)row->out, row->n);
+      return;
+    }
+    if (c->in == MX_F16 && c->out == MX_F32) {
+      mx__f16_to_f32_n((const uint16_t *)row->in, (float *)row->out, row->n);
+      return;
+    }
+    if (c->in == MX_F32 && c->out == MX_BF16) {
+      mx__f32_to_bf16_n((const float *)row->in, (uint16_t *)row->out, row->n);
+      return;
+    }
+    if (c->in == MX_BF16 && c->out == MX_F32) {
+      mx__bf16_to_f32_n((const uint16_t *)row->in, (float *)row->out, row->n);
+      return;
+    }
+  }
+  char *o = row->out;
+  const char *in = row->in;
+  if (c->out == c->in) { /* any dtype, same type: copy the bytes (int64 stays exact) */
+    for (int64_t i = 0; i < row->n; i++, o += row->out_step, in += row->in_step)
+      memcpy(o, in, out_size);
+    return;
+  }
+  for (int64_t i = 0; i < row->n; i++, o += row->out_step, in += row->in_step)
+    mx__store_f64(o, c->out, mx__load_f64(in, c->in));
+}
+
+static mx_status cpu_convert(const mx_kview *out, const mx_kview *src) {
+  convert_ctx ctx = {out->dtype, src->dtype};
+  mx__cpu_foreach_row(out, src, convert_row, &ctx);
+  return MX_OK;
+}
+
+/* --- random ------------------------------------------------------------------ */
+
+typedef struct {
+  const mx_rand_params *params;
+  mx_dtype dtype, p_dtype;
+} random_ctx;
+
+static void random_row(const mx__row *row, void *ctx) {
+  const random_ctx *c = ctx;
+  char *o = row->out;
+  for (int64_t i = 0; i < row->n; i++, o += row->out_step) {
+    uint64_t index = (uint64_t)(row->first + i);
+    if (c->params->kind == MX_RAND_INT && c->dtype == MX_I64) /* exact beyond 2^53 */
+      *(int64_t *)o = mx_rand_int(c->params, index);
+    else
+      mx__store_f64(o, c->dtype, mx_rand_sample(c->params, index, mx_mantissa_bits(c->dtype)));
+  }
+}
+
+static mx_status cpu_random(const mx_kview *out, const mx_rand_params *params) {
+  random_ctx ctx = {params, out->dtype, out->dtype};
+  mx__cpu_foreach_row(out, NULL, random_row, &ctx);
+  return MX_OK;
+}
+
+static void bernoulli_row(const mx__row *row, void *ctx) {
+  const random_ctx *c = ctx;
+  char *o = row->out;
+  const char *p = row->in;
+  for (int64_t i = 0; i < row->n; i++, o += row->out_step, p += row->in_step) {
+    mx_philox_block r = mx_philox_draw(c->params->seed, c->params->offset, (uint64_t)(row->first + i));
+    double prob = mx__load_f64(p, c->p_dtype);
+    mx__store_f64(o, c->dtype, mx_uniform53(r.v[0], r.v[1]) < prob);
+  }
+}
+
+static mx_status cpu_bernoulli(const mx_kview *out, const mx_kview *p, const mx_rand_params *params) {
+  random_ctx ctx = {params, out->dtype, p->dtype};
+  mx__cpu_foreach_row(out, p, bernoulli_row, &ctx);
+  return MX_OK;
+}
+
+const mx_backend mx__cpu_backend = {
+    .name = "cpu",
+    .device = MX_CPU,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .copy_from_host = cpu_copy,
+    .copy_to_host = cpu_copy,
+    .synchronize = cpu_synchronize,
+    .fill = cpu_fill,
+    .convert = cpu_convert,
+    .random = cpu_random,
+    .bernoulli = cpu_bernoulli,
+};

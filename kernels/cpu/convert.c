@@ -1,0 +1,104 @@
+/* Element conversions on the CPU. */
+#include "kernels/cpu/convert.h"
+
+#include <math.h>
+
+#include "kernels/math.h"
+
+double mx__load_f64(const void *p, mx_dtype dtype) {
+  switch (dtype) {
+  case MX_F32: return *(const float *)p;
+  case MX_F64: return *(const double *)p;
+  case MX_F16: return mx_f16_to_f32(*(const uint16_t *)p);
+  case MX_BF16: return mx_bf16_to_f32(*(const uint16_t *)p);
+  case MX_I64: return (double)*(const int64_t *)p;
+  case MX_I32: return *(const int32_t *)p;
+  case MX_U8: return *(const uint8_t *)p;
+  case MX_BOOL: return *(const bool *)p;
+  default: return 0;
+  }
+}
+
+static double saturate(double v, double lo, double hi) {
+  if (isnan(v)) return 0;
+  return v < lo ? lo : v > hi ? hi : v;
+}
+
+void mx__store_f64(void *p, mx_dtype dtype, double v) {
+  switch (dtype) {
+  case MX_F32: *(float *)p = (float)v; break;
+  case MX_F64: *(double *)p = v; break;
+  case MX_F16: *(uint16_t *)p = mx_f32_to_f16((float)v); break;
+  case MX_BF16: *(uint16_t *)p = mx_f32_to_bf16((float)v); break;
+  /* 2^63 itself is out of range: the largest double below it is 2^63-1024 */
+  case MX_I64: *(int64_t *)p = (int64_t)saturate(v, -0x1p63, 0x1.fffffffffffffp62); break;
+  case MX_I32: *(int32_t *)p = (int32_t)saturate(v, INT32_MIN, INT32_MAX); break;
+  case MX_U8: *(uint8_t *)p = (uint8_t)saturate(v, 0, 255); break;
+  case MX_BOOL: *(bool *)p = v != 0; break;
+  default: break;
+  }
+}
+
+/* --- bulk float16 / bfloat16 ------------------------------------------------ */
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define MX__X86 1
+
+__attribute__((target("f16c,avx"))) static void f32_to_f16_f16c(const float *src, uint16_t *dst,
+                                                                 int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128((__m128i *)(dst + i), h);
+  }
+  for (; i < n; i++) dst[i] = mx_f32_to_f16(src[i]);
+}
+
+__attribute__((target("f16c,avx"))) static void f16_to_f32_f16c(const uint16_t *src, float *dst,
+                                                                 int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+  for (; i < n; i++) dst[i] = mx_f16_to_f32(src[i]);
+}
+#endif
+
+bool mx__cpu_has_f16c(void) {
+#ifdef MX__X86
+  return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+#else
+  return false;
+#endif
+}
+
+void mx__f32_to_f16_n(const float *src, uint16_t *dst, int64_t n) {
+#ifdef MX__X86
+  if (mx__cpu_has_f16c()) {
+    f32_to_f16_f16c(src, dst, n);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; i++) dst[i] = mx_f32_to_f16(src[i]);
+}
+
+void mx__f16_to_f32_n(const uint16_t *src, float *dst, int64_t n) {
+#ifdef MX__X86
+  if (mx__cpu_has_f16c()) {
+    f16_to_f32_f16c(src, dst, n);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; i++) dst[i] = mx_f16_to_f32(src[i]);
+}
+
+/* bfloat16 has no fast instruction that keeps subnormals (AVX512-BF16's
+ * vcvtneps2bf16 flushes them to zero), so these are the scalar functions,
+ * which the compiler vectorises. */
+void mx__f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n) {
+  for (int64_t i = 0; i < n; i++) dst[i] = mx_f32_to_bf16(src[i]);
+}
+
+void mx__bf16_to_f32_n(const uint16_t *src, float *dst, int64_t n) {
+  for (int64_t i = 0; i < n; i++) dst[i] = mx_bf16_to_f32(src[i]);
+}

@@ -1,0 +1,198 @@
+/* Scalar math shared by the CPU and CUDA kernels.
+ *
+ * Everything here is a static inline function marked MX_HD (__host__
+ * __device__ under nvcc), so the CPU test suite exercises the very arithmetic
+ * the GPU runs: fp16/bf16 conversions, Philox random numbers, and the
+ * strided index computation.
+ *
+ *     uint16_t h = mx_f32_to_f16(65519.0f);   // 0x7bff, 65504: rounds down
+ *     uint16_t i = mx_f32_to_f16(65520.0f);   // 0x7c00, +inf: the tie goes up
+ */
+#ifndef MX_KERNELS_MATH_H
+#define MX_KERNELS_MATH_H
+
+#include <stdint.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/base.h"
+
+#ifdef __CUDACC__
+#define MX_HD __host__ __device__
+#else
+#define MX_HD
+#endif
+
+MX_HD static inline uint32_t mx_f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+MX_HD static inline float mx_bits_f32(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* --- float16 (IEEE 754 binary16), round to nearest even ------------------ */
+
+MX_HD static inline uint16_t mx_f32_to_f16(float f) {
+  uint32_t x = mx_f32_bits(f);
+  uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+  uint32_t a = x & 0x7fffffffu;
+  if (a > 0x7f800000u) /* NaN: keep it quiet, keep the top payload bits */
+    return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+  if (a >= 0x477ff000u) /* >= 65520, the midpoint above 65504: inf */
+    return (uint16_t)(sign | 0x7c00u);
+  if (a >= 0x38800000u) { /* normal binary16: >= 2^-14 */
+    a += 0xfffu + ((a >> 13) & 1u); /* round the 13 dropped bits to even */
+    return (uint16_t)(sign | ((a - 0x38000000u) >> 13));
+  }
+  if (a <= 0x33000000u) /* <= 2^-25, half the smallest subnormal: zero */
+    return sign;
+  /* subnormal binary16: the value in units of 2^-24, rounded to even */
+  uint32_t exponent = a >> 23;
+  uint32_t mantissa = (a & 0x7fffffu) | 0x800000u;
+  uint32_t shift = 126u - exponent; /* 14..23 */
+  uint32_t result = mantissa >> shift;
+  uint32_t rest = mantissa & ((1u << shift) - 1u);
+  uint32_t half = 1u << (shift - 1u);
+  if (rest > half || (rest == half && (result & 1u))) result++;
+  return (uint16_t)(sign | result);
+}
+
+MX_HD static inline float mx_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exponent = (h >> 10) & 0x1fu;
+  uint32_t mantissa = h & 0x3ffu;
+  if (exponent == 0x1fu) return mx_bits_f32(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent != 0) return mx_bits_f32(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+  if (mantissa == 0) return mx_bits_f32(sign);
+  /* subnormal: mantissa * 2^-24 is exact in float32 */
+  float magnitude = (float)mantissa * 5.9604644775390625e-8f;
+  return mx_bits_f32(sign | mx_f32_bits(magnitude));
+}
+
+/* --- bfloat16: the top half of a float32, round to nearest even --------- */
+
+MX_HD static inline uint16_t mx_f32_to_bf16(float f) {
+  uint32_t x = mx_f32_bits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it quiet */
+    return (uint16_t)((x >> 16) | 0x40u);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return (uint16_t)(x >> 16);
+}
+
+MX_HD static inline float mx_bf16_to_f32(uint16_t b) { return mx_bits_f32((uint32_t)b << 16); }
+
+/* --- Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as
+ * 1, 2, 3", SC'11): a counter-based generator, so element i of a fill draws
+ * block (offset + i) independently on any device, in any order. --------- */
+
+typedef struct {
+  uint32_t v[4];
+} mx_philox_block;
+
+MX_HD static inline mx_philox_block mx_philox4x32_10(mx_philox_block ctr, uint64_t key64) {
+  uint32_t k0 = (uint32_t)key64, k1 = (uint32_t)(key64 >> 32);
+  for (int round = 0; round < 10; round++) {
+    if (round) {
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    uint64_t p0 = (uint64_t)0xD2511F53u * ctr.v[0];
+    uint64_t p1 = (uint64_t)0xCD9E8D57u * ctr.v[2];
+    mx_philox_block next = {{(uint32_t)(p1 >> 32) ^ ctr.v[1] ^ k0, (uint32_t)p1,
+                             (uint32_t)(p0 >> 32) ^ ctr.v[3] ^ k1, (uint32_t)p0}};
+    ctr = next;
+  }
+  return ctr;
+}
+
+/* The block element `index` of a fill draws: counter = offset + index. */
+MX_HD static inline mx_philox_block mx_philox_draw(uint64_t seed, uint64_t offset, uint64_t index) {
+  uint64_t c = offset + index;
+  mx_philox_block ctr = {{(uint32_t)c, (uint32_t)(c >> 32), 0u, 0u}};
+  return mx_philox4x32_10(ctr, seed);
+}
+
+/* 53 random bits as a double in [0, 1). */
+MX_HD static inline double mx_uniform53(uint32_t hi, uint32_t lo) {
+  uint64_t bits = (((uint64_t)hi << 32) | lo) >> 11;
+  return (double)bits * 0x1p-53;
+}
+
+/* A uniform in [0, 1) with as many bits as the target format holds
+ * (24 for float32, 11 for float16, 8 for bfloat16, 53 for float64), so the
+ * value never rounds up to 1 in that format. */
+MX_HD static inline double mx_uniform_bits(mx_philox_block r, int mantissa_bits) {
+  if (mantissa_bits > 32) return mx_uniform53(r.v[0], r.v[1]);
+  return (double)(r.v[0] >> (32 - mantissa_bits)) * (1.0 / (double)(1ull << mantissa_bits));
+}
+
+/* A standard normal by Box-Muller from the block's four words. */
+MX_HD static inline double mx_normal_from_block(mx_philox_block r) {
+  double u1 = 1.0 - mx_uniform53(r.v[0], r.v[1]); /* (0, 1]: log is finite */
+  double u2 = mx_uniform53(r.v[2], r.v[3]);
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* --- random fills: what element `index` of a fill takes ------------------ */
+
+typedef enum { MX_RAND_UNIFORM, MX_RAND_NORMAL, MX_RAND_INT, MX_RAND_BERNOULLI } mx_rand_kind;
+
+typedef struct {
+  mx_rand_kind kind;
+  double a, b;       /* uniform [a, b); normal mean a, std b; bernoulli p = a */
+  int64_t low, high; /* randint [low, high) */
+  uint64_t seed, offset;
+} mx_rand_params;
+
+/* Random bits a uniform draw keeps for each float format, so a value in
+ * [0, 1) never rounds up to 1 when stored. */
+MX_HD static inline int mx_mantissa_bits(mx_dtype dtype) {
+  switch (dtype) {
+  case MX_F64: return 53;
+  case MX_F16: return 11;
+  case MX_BF16: return 8;
+  default: return 24;
+  }
+}
+
+/* An integer in [low, high) (bias below 2^-32 for any range that fits). */
+MX_HD static inline int64_t mx_rand_int(const mx_rand_params *p, uint64_t index) {
+  mx_philox_block r = mx_philox_draw(p->seed, p->offset, index);
+  uint64_t range = (uint64_t)(p->high - p->low);
+  uint64_t bits = ((uint64_t)r.v[0] << 32) | r.v[1];
+  return p->low + (int64_t)(bits % range);
+}
+
+/* The value of element `index`; mantissa_bits is the target float format's
+ * (see mx_uniform_bits). */
+MX_HD static inline double mx_rand_sample(const mx_rand_params *p, uint64_t index, int mantissa_bits) {
+  mx_philox_block r = mx_philox_draw(p->seed, p->offset, index);
+  switch (p->kind) {
+  case MX_RAND_UNIFORM: return p->a + (p->b - p->a) * mx_uniform_bits(r, mantissa_bits);
+  case MX_RAND_NORMAL: return p->a + p->b * mx_normal_from_block(r);
+  case MX_RAND_INT: return (double)mx_rand_int(p, index);
+  case MX_RAND_BERNOULLI: return mx_uniform53(r.v[0], r.v[1]) < p->a ? 1.0 : 0.0;
+  }
+  return 0;
+}
+
+/* --- strided indexing ------------------------------------------------------ */
+
+/* The element offset of the linear (row-major) index in a strided view. */
+MX_HD static inline int64_t mx_strided_offset(int64_t linear, int ndim, const int64_t *shape,
+                                              const int64_t *strides) {
+  int64_t offset = 0;
+  for (int d = ndim - 1; d >= 0; d--) {
+    int64_t i = linear % shape[d];
+    linear /= shape[d];
+    offset += i * strides[d];
+  }
+  return offset;
+}
+
+#endif

@@ -1,0 +1,23 @@
+/* mixgrad: a small deep-learning framework in C with automatic mixed
+ * precision built into its core. Include this one header.
+ *
+ *     #include <mixgrad.h>
+ *
+ *     mx_scope *s = mx_scope_begin();
+ *     mx_tensor *x = mx_randn(MX_SHAPE(2, 3), MX_F32, MX_CPU, NULL);
+ *     mx_tensor *h = mx_to_dtype(x, MX_BF16);    // rounded to nearest even
+ *     mx_print(h);
+ *     mx_scope_end(s);
+ *
+ * The rooms, bottom up: kernels/ (dtypes, devices, errors, scalar math),
+ * tensor/ (the tensor object, views, scopes, memory statistics).
+ */
+#ifndef MIXGRAD_H
+#define MIXGRAD_H
+
+#include "kernels/base.h"
+#include "kernels/math.h"
+#include "tensor/scope.h"
+#include "tensor/tensor.h"
+
+#endif

@@ -1,0 +1,199 @@
+/* The tensor object: allocation, reference counts, geometry, properties. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensor/tensor_impl.h"
+
+mx_shape mx_shape_of(int ndim, const int64_t *dims) {
+  mx_shape s = {.ndim = ndim};
+  for (int i = 0; i < ndim && i < MX_MAX_DIMS; i++) s.d[i] = dims[i];
+  return s;
+}
+
+int64_t mx__numel(int ndim, const int64_t *shape) {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) n *= shape[i];
+  return n;
+}
+
+void mx__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides) {
+  int64_t s = 1;
+  for (int i = ndim - 1; i >= 0; i--) {
+    strides[i] = s;
+    s *= shape[i] > 1 ? shape[i] : 1;
+  }
+}
+
+mx_status mx__check_shape(const char *op, mx_shape shape) {
+  if (shape.ndim < 0 || shape.ndim > MX_MAX_DIMS)
+    return mx__error(MX_SHAPE_ERROR, "%s: %d dims given, a tensor has 0 to %d", op, shape.ndim,
+                     MX_MAX_DIMS);
+  char buf[MX__DIMS_STR];
+  int64_t numel = 1;
+  for (int i = 0; i < shape.ndim; i++) {
+    if (shape.d[i] < 0)
+      return mx__error(MX_SHAPE_ERROR, "%s: negative size %lld in dim %d of shape %s", op,
+                       (long long)shape.d[i], i, mx__dims_str(buf, shape.ndim, shape.d));
+    if (shape.d[i] > 0 && numel > INT64_MAX / 16 / shape.d[i])
+      return mx__error(MX_SHAPE_ERROR, "%s: shape %s has too many elements", op,
+                       mx__dims_str(buf, shape.ndim, shape.d));
+    numel *= shape.d[i];
+  }
+  return MX_OK;
+}
+
+mx_status mx__check_dtype(const char *op, mx_dtype dtype) {
+  if (!mx_dtype_valid(dtype))
+    return mx__error(MX_DTYPE_ERROR, "%s: invalid dtype %d", op, (int)dtype);
+  return MX_OK;
+}
+
+int mx__wrap_dim(const char *op, int dim, int ndim) {
+  int range = ndim > 0 ? ndim : 1; /* a 0-d tensor accepts dim 0 and -1 */
+  if (dim < -range || dim >= range) {
+    mx__error(MX_INDEX_ERROR, "%s: dim %d out of range for a %d-d tensor (expected %d to %d)", op, dim,
+              ndim, -range, range - 1);
+    return -1;
+  }
+  return dim < 0 ? dim + range : dim;
+}
+
+/* --- storage ------------------------------------------------------------------ */
+
+static mx__storage *storage_new(const char *op, size_t bytes, mx_device device) {
+  const mx_backend *backend = mx__backend(device);
+  if (!backend) {
+    /* keep the backend's words, add the op that asked */
+    char why[512];
+    snprintf(why, sizeof why, "%s", mx_last_error());
+    mx__error(mx_last_status(), "%s: %s", op, why);
+    return NULL;
+  }
+  mx__storage *s = calloc(1, sizeof *s);
+  if (!s) {
+    mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", op);
+    return NULL;
+  }
+  if (backend->alloc(bytes, &s->data) != MX_OK) {
+    free(s);
+    return NULL;
+  }
+  atomic_init(&s->refs, 1);
+  atomic_init(&s->version, 0);
+  s->bytes = bytes;
+  s->device = device;
+  s->backend = backend;
+  mx__stats_storage(device, (int64_t)bytes, 1);
+  return s;
+}
+
+static void storage_decref(mx__storage *s) {
+  if (atomic_fetch_sub(&s->refs, 1) != 1) return;
+  s->backend->free(s->data, s->bytes);
+  mx__stats_storage(s->device, -(int64_t)s->bytes, -1);
+  free(s);
+}
+
+/* --- tensors ------------------------------------------------------------------ */
+
+static mx_tensor *tensor_new(mx__storage *storage, mx_dtype dtype, int ndim, const int64_t *shape,
+                             const int64_t *strides, int64_t offset) {
+  mx_tensor *t = calloc(1, sizeof *t);
+  if (!t) {
+    mx__error(MX_OUT_OF_MEMORY, "out of memory for a tensor handle");
+    return NULL;
+  }
+  atomic_init(&t->refs, 1);
+  t->dtype = dtype;
+  t->device = storage->device;
+  t->ndim = ndim;
+  memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+  memcpy(t->strides, strides, sizeof(int64_t) * (size_t)ndim);
+  t->offset = offset;
+  t->storage = storage;
+  atomic_fetch_add(&storage->refs, 1);
+  mx__stats_tensor(t->device, 1);
+  if (mx__scope_adopt(t) != MX_OK) {
+    mx__decref(t);
+    return NULL;
+  }
+  return t;
+}
+
+mx_tensor *mx__tensor_alloc(const char *op, mx_shape shape, mx_dtype dtype, mx_device device) {
+  if (mx__check_shape(op, shape) != MX_OK || mx__check_dtype(op, dtype) != MX_OK) return NULL;
+  int64_t strides[MX_MAX_DIMS];
+  mx__contiguous_strides(shape.ndim, shape.d, strides);
+  size_t bytes = (size_t)mx__numel(shape.ndim, shape.d) * mx_dtype_size(dtype);
+  mx__storage *storage = storage_new(op, bytes, device);
+  if (!storage) return NULL;
+  mx_tensor *t = tensor_new(storage, dtype, shape.ndim, shape.d, strides, 0);
+  storage_decref(storage); /* the tensor holds it now (or nobody, on failure) */
+  return t;
+}
+
+mx_tensor *mx__tensor_view(const mx_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
+                           int64_t offset) {
+  return tensor_new(t->storage, t->dtype, ndim, shape, strides, offset);
+}
+
+mx_tensor *mx__retain(mx_tensor *t) {
+  atomic_fetch_add(&t->refs, 1);
+  return t;
+}
+
+void mx__decref(mx_tensor *t) {
+  if (atomic_fetch_sub(&t->refs, 1) != 1) return;
+  mx__stats_tensor(t->device, -1);
+  storage_decref(t->storage);
+  free(t);
+}
+
+mx_kview mx__kview_of(const mx_tensor *t) {
+  mx_kview v = {.dtype = t->dtype, .ndim = t->ndim};
+  v.data = (char *)t->storage->data + t->offset * (int64_t)mx_dtype_size(t->dtype);
+  memcpy(v.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+  memcpy(v.strides, t->strides, sizeof(int64_t) * (size_t)t->ndim);
+  return v;
+}
+
+void mx__bump_version(mx_tensor *t) { atomic_fetch_add(&t->storage->version, 1); }
+
+/* --- properties ------------------------------------------------------------------ */
+
+mx_dtype mx_dtype_of(const mx_tensor *t) { return t ? t->dtype : MX_DTYPE_COUNT; }
+mx_device mx_device_of(const mx_tensor *t) { return t ? t->device : MX_DEVICE_COUNT; }
+int mx_ndim(const mx_tensor *t) { return t ? t->ndim : -1; }
+int64_t mx_numel(const mx_tensor *t) { return t ? mx__numel(t->ndim, t->shape) : 0; }
+int64_t mx_offset(const mx_tensor *t) { return t ? t->offset : 0; }
+uint64_t mx_version(const mx_tensor *t) { return t ? atomic_load(&t->storage->version) : 0; }
+
+mx_shape mx_shape_get(const mx_tensor *t) {
+  return t ? mx_shape_of(t->ndim, t->shape) : (mx_shape){0, {0}};
+}
+
+mx_shape mx_strides_get(const mx_tensor *t) {
+  return t ? mx_shape_of(t->ndim, t->strides) : (mx_shape){0, {0}};
+}
+
+int64_t mx_size(const mx_tensor *t, int dim) {
+  if (!t) {
+    mx__null_input("mx_size", "t");
+    return -1;
+  }
+  int d = mx__wrap_dim("mx_size", dim, t->ndim);
+  if (d < 0) return -1;
+  return t->ndim ? t->shape[d] : 1;
+}
+
+bool mx_is_contiguous(const mx_tensor *t) {
+  if (!t) return false;
+  mx_kview v = mx__kview_of(t);
+  return mx__kview_is_contiguous(&v);
+}
+
+bool mx_shares_storage(const mx_tensor *a, const mx_tensor *b) {
+  return a && b && a->storage == b->storage;
+}
+
+void *mx_data_ptr(const mx_tensor *t) { return t ? mx__kview_of(t).data : NULL; }

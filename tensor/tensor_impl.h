@@ -1,0 +1,68 @@
+/* The tensor's insides, for the rooms built on it (not installed). */
+#ifndef MX_TENSOR_TENSOR_IMPL_H
+#define MX_TENSOR_TENSOR_IMPL_H
+
+#include <stdatomic.h>
+
+#include "kernels/backend.h"
+#include "tensor/scope.h"
+#include "tensor/tensor.h"
+
+/* Memory shared by a tensor and all its views. */
+typedef struct {
+  atomic_long refs;
+  void *data;
+  size_t bytes;
+  mx_device device;
+  const mx_backend *backend;
+  atomic_ullong version; /* in-place writes, seen by every view */
+} mx__storage;
+
+struct mx_tensor {
+  atomic_long refs; /* the handle's reference plus internal ones */
+  mx_dtype dtype;
+  mx_device device;
+  int ndim;
+  int64_t shape[MX_MAX_DIMS];
+  int64_t strides[MX_MAX_DIMS]; /* in elements */
+  int64_t offset;               /* into the storage, in elements */
+  mx__storage *storage;
+  mx_scope *owner;   /* the scope owning the handle; NULL: the caller */
+  size_t owner_slot; /* its place in owner's list */
+};
+
+/* A contiguous tensor on fresh storage; validates shape, dtype and device,
+ * naming `op` in any error. The data is uninitialised. */
+mx_tensor *mx__tensor_alloc(const char *op, mx_shape shape, mx_dtype dtype, mx_device device);
+
+/* A new handle on t's storage with the given geometry (no checks). */
+mx_tensor *mx__tensor_view(const mx_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
+                           int64_t offset);
+
+/* Internal references: keep a tensor alive without owning its handle. */
+mx_tensor *mx__retain(mx_tensor *t);
+void mx__decref(mx_tensor *t);
+
+/* Checks a shape: 0..MX_MAX_DIMS dims, no negative size, no overflow. */
+mx_status mx__check_shape(const char *op, mx_shape shape);
+mx_status mx__check_dtype(const char *op, mx_dtype dtype);
+/* Checks a dim against ndim (negative counts from the end) and returns it
+ * in [0, ndim), or -1 with the error set. */
+int mx__wrap_dim(const char *op, int dim, int ndim);
+
+int64_t mx__numel(int ndim, const int64_t *shape);
+void mx__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
+
+/* The view a kernel sees. */
+mx_kview mx__kview_of(const mx_tensor *t);
+/* Marks an in-place write. */
+void mx__bump_version(mx_tensor *t);
+
+/* Scope bookkeeping (scope.c), called when a handle is made or dies. */
+mx_status mx__scope_adopt(mx_tensor *t);
+
+/* Allocation statistics (memory.c). */
+void mx__stats_storage(mx_device device, int64_t bytes_delta, int storages_delta);
+void mx__stats_tensor(mx_device device, int delta);
+
+#endif
