@@ -1,1 +1,2 @@
-/* placeholder */
+/* placeholder: filled by the suite */
+#include <criterion/criterion.h>

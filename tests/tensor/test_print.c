@@ -1,1 +1,2 @@
-/* placeholder: filled by the tensor suite */
+/* placeholder: filled by the suite */
+#include <criterion/criterion.h>
