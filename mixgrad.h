@@ -9,14 +9,18 @@
  *     mx_print(h);
  *     mx_scope_end(s);
  *
- * The rooms, bottom up: kernels/ (dtypes, devices, errors, scalar math),
- * tensor/ (the tensor object, views, scopes, memory statistics).
+ * The rooms, bottom up: kernels/ (dtypes, devices, errors, scalar math,
+ * CPU and CUDA kernels), tensor/ (the tensor object, scopes, memory
+ * statistics), ops/ and autograd/ (the op table and its dispatcher, the
+ * differentiable ops, backward).
  */
 #ifndef MIXGRAD_H
 #define MIXGRAD_H
 
+#include "autograd/autograd.h"
 #include "kernels/base.h"
 #include "kernels/math.h"
+#include "ops/ops.h"
 #include "tensor/scope.h"
 #include "tensor/tensor.h"
 

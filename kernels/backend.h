@@ -15,6 +15,11 @@
 extern "C" {
 #endif
 
+/* Reductions: out has in's ndim with size 1 along the reduced dims (mask
+ * bit d set); index (int64, may be NULL) receives the position of the max
+ * or min within the reduced sub-space, in row-major order. */
+typedef enum { MX_RED_SUM, MX_RED_PROD, MX_RED_MAX, MX_RED_MIN, MX_RED_ALL, MX_RED_ANY } mx_reduce_code;
+
 typedef struct mx_backend {
   const char *name;
   mx_device device;
@@ -34,6 +39,21 @@ typedef struct mx_backend {
   mx_status (*random)(const mx_kview *out, const mx_rand_params *params);
   /* out[i] = (u_i < p[i]), p a view with out's shape, u from the params */
   mx_status (*bernoulli)(const mx_kview *out, const mx_kview *p, const mx_rand_params *params);
+
+  /* elementwise (kernels/elementwise.def): inputs share one dtype and are
+   * broadcast to out's shape (stride 0) */
+  mx_status (*unary)(int code, const mx_kview *out, const mx_kview *in, double a, double b);
+  mx_status (*binary)(int code, const mx_kview *out, const mx_kview *x, const mx_kview *y, double alpha);
+  mx_status (*where)(const mx_kview *out, const mx_kview *cond, const mx_kview *x, const mx_kview *y);
+
+  /* reductions (out may be NULL when only indices are wanted) and scans
+   * (cumulative SUM or PROD along dim, from the end when reverse) */
+  mx_status (*reduce)(int code, const mx_kview *out, const mx_kview *index, const mx_kview *in, uint32_t mask);
+  mx_status (*scan)(int code, const mx_kview *out, const mx_kview *in, int dim, bool reverse);
+
+  /* out (B, M, N) = a (B, M, K) @ b (B, K, N); any strides (0 broadcasts a
+   * batch), out contiguous; one dtype, f16/bf16 accumulate in float32 */
+  mx_status (*matmul)(const mx_kview *out, const mx_kview *a, const mx_kview *b);
 } mx_backend;
 
 /* The backend for a device, or NULL with the error set. */

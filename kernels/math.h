@@ -181,6 +181,75 @@ MX_HD static inline double mx_rand_sample(const mx_rand_params *p, uint64_t inde
   return 0;
 }
 
+/* --- special functions ------------------------------------------------------ */
+
+/* The inverse error function: Giles' single-precision approximation
+ * ("Approximating the erfinv function", GPU Computing Gems, 2011) polished
+ * by two Newton steps on erf, which brings it to double precision. */
+MX_HD static inline double mx_scalar_erfinv(double y) {
+  if (!(y > -1.0 && y < 1.0)) {
+    if (y == 1.0) return INFINITY;
+    if (y == -1.0) return -INFINITY;
+    return NAN;
+  }
+  double w = -log((1.0 - y) * (1.0 + y)), p;
+  if (w < 5.0) {
+    w -= 2.5;
+    p = 2.81022636e-08;
+    p = 3.43273939e-07 + p * w;
+    p = -3.5233877e-06 + p * w;
+    p = -4.39150654e-06 + p * w;
+    p = 0.00021858087 + p * w;
+    p = -0.00125372503 + p * w;
+    p = -0.00417768164 + p * w;
+    p = 0.246640727 + p * w;
+    p = 1.50140941 + p * w;
+  } else {
+    w = sqrt(w) - 3.0;
+    p = -0.000200214257;
+    p = 0.000100950558 + p * w;
+    p = 0.00134934322 + p * w;
+    p = -0.00367342844 + p * w;
+    p = 0.00573950773 + p * w;
+    p = -0.0076224613 + p * w;
+    p = 0.00943887047 + p * w;
+    p = 1.00167406 + p * w;
+    p = 2.83297682 + p * w;
+  }
+  double x = p * y;
+  for (int i = 0; i < 2; i++) /* d/dx erf(x) = 2/sqrt(pi) exp(-x^2) */
+    x -= (erf(x) - y) / (1.1283791670955126 * exp(-x * x));
+  return x;
+}
+
+/* Python's modulo: the result takes the sign of the divisor. */
+MX_HD static inline double mx__fmod_floor_d(double x, double y) {
+  double m = fmod(x, y);
+  return m != 0 && ((m < 0) != (y < 0)) ? m + y : m;
+}
+MX_HD static inline float mx__fmod_floor_f(float x, float y) {
+  float m = fmodf(x, y);
+  return m != 0 && ((m < 0) != (y < 0)) ? m + y : m;
+}
+#ifdef __cplusplus
+MX_HD static inline double mx_fmod_floor(double x, double y) { return mx__fmod_floor_d(x, y); }
+MX_HD static inline float mx_fmod_floor(float x, float y) { return mx__fmod_floor_f(x, y); }
+#else
+#define mx_fmod_floor(x, y) _Generic((x), float: mx__fmod_floor_f, default: mx__fmod_floor_d)(x, y)
+#endif
+
+/* Integer power by squaring; negative exponents give 0 except for 1 and -1. */
+MX_HD static inline int64_t mx_ipow(int64_t base, int64_t e) {
+  if (e < 0) return base == 1 ? 1 : base == -1 ? (e % 2 ? -1 : 1) : 0;
+  uint64_t result = 1, b = (uint64_t)base; /* unsigned: wraps like the GPU */
+  while (e) {
+    if (e & 1) result *= b;
+    b *= b;
+    e >>= 1;
+  }
+  return (int64_t)result;
+}
+
 /* --- strided indexing ------------------------------------------------------ */
 
 /* The element offset of the linear (row-major) index in a strided view. */

@@ -27,7 +27,7 @@ mismatch:;
 /* A contiguous tensor on `device` with `src`'s shape and dtype whose
  * bytes are src's, moved across devices. */
 static mx_tensor *transfer(const mx_tensor *src, mx_device device) {
-  mx_tensor *dense = mx_contiguous(src);
+  mx_tensor *dense = mx__tensor_contiguous(src);
   if (!dense) return NULL;
   mx_tensor *out = mx__tensor_alloc("mx_copy_", mx_shape_of(src->ndim, src->shape), src->dtype, device);
   mx_status status = out ? MX_OK : mx_last_status();
@@ -55,14 +55,14 @@ mx_status mx_copy_(mx_tensor *dst, const mx_tensor *src) {
   if (src->device != dst->device) {
     /* convert on the source device, move the bytes, then scatter */
     mx_tensor *wide = mx__tensor_view(src, sv.ndim, sv.shape, sv.strides, src->offset);
-    mx_tensor *converted = wide ? mx_to_dtype(wide, dst->dtype) : NULL;
+    mx_tensor *converted = wide ? mx__tensor_to_dtype(wide, dst->dtype) : NULL;
     staged = converted ? transfer(converted, dst->device) : NULL;
     mx_release(wide);
     mx_release(converted);
     if (!staged) return mx_last_status();
     sv = mx__kview_of(staged);
   } else if (src->storage == dst->storage) {
-    staged = mx_clone(src); /* overlapping views: read everything first */
+    staged = mx__tensor_clone(src); /* overlapping views: read everything first */
     if (!staged) return mx_last_status();
     broadcast_view("mx_copy_", staged, dst->ndim, dst->shape, &sv);
   }
@@ -89,7 +89,7 @@ static mx_tensor *copy_as(const char *op, const mx_tensor *t, mx_dtype dtype, mx
   return out;
 }
 
-mx_tensor *mx_contiguous(const mx_tensor *t) {
+mx_tensor *mx__tensor_contiguous(const mx_tensor *t) {
   if (!t) {
     mx__null_input("mx_contiguous", "t");
     return NULL;
@@ -98,7 +98,7 @@ mx_tensor *mx_contiguous(const mx_tensor *t) {
   return copy_as("mx_contiguous", t, t->dtype, t->device);
 }
 
-mx_tensor *mx_clone(const mx_tensor *t) {
+mx_tensor *mx__tensor_clone(const mx_tensor *t) {
   if (!t) {
     mx__null_input("mx_clone", "t");
     return NULL;
@@ -106,7 +106,7 @@ mx_tensor *mx_clone(const mx_tensor *t) {
   return copy_as("mx_clone", t, t->dtype, t->device);
 }
 
-mx_tensor *mx_to_dtype(const mx_tensor *t, mx_dtype dtype) {
+mx_tensor *mx__tensor_to_dtype(const mx_tensor *t, mx_dtype dtype) {
   if (!t) {
     mx__null_input("mx_to_dtype", "t");
     return NULL;
@@ -114,7 +114,7 @@ mx_tensor *mx_to_dtype(const mx_tensor *t, mx_dtype dtype) {
   return copy_as("mx_to_dtype", t, dtype, t->device);
 }
 
-mx_tensor *mx_to_device(const mx_tensor *t, mx_device device) {
+mx_tensor *mx__tensor_to_device(const mx_tensor *t, mx_device device) {
   if (!t) {
     mx__null_input("mx_to_device", "t");
     return NULL;
@@ -200,7 +200,7 @@ mx_status mx_to_host(const mx_tensor *t, void *dst, size_t bytes) {
   if (bytes != need)
     return mx__error(MX_INVALID_ARGUMENT, "mx_to_host: buffer of %zu bytes given, %lld %s elements need %zu",
                      bytes, (long long)mx_numel(t), mx_dtype_name(t->dtype), need);
-  mx_tensor *host = t->device == MX_CPU ? mx_contiguous(t) : mx_to_device(t, MX_CPU);
+  mx_tensor *host = t->device == MX_CPU ? mx__tensor_contiguous(t) : mx__tensor_to_device(t, MX_CPU);
   if (!host) return mx_last_status();
   memcpy(dst, mx__kview_of(host).data, need);
   mx_release(host);

@@ -142,8 +142,11 @@ mx_tensor *mx__retain(mx_tensor *t) {
   return t;
 }
 
+void (*mx__autograd_meta_free)(mx__autograd_meta *meta);
+
 void mx__decref(mx_tensor *t) {
   if (atomic_fetch_sub(&t->refs, 1) != 1) return;
+  if (t->autograd) mx__autograd_meta_free(t->autograd);
   mx__stats_tensor(t->device, -1);
   storage_decref(t->storage);
   free(t);

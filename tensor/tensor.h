@@ -103,30 +103,8 @@ uint64_t mx_version(const mx_tensor *t);
 /* The address of element 0 (device memory for CUDA tensors). */
 void *mx_data_ptr(const mx_tensor *t);
 
-/* --- views: share the storage, no copy ------------------------------------------ */
-/* One dim may be -1 (inferred). reshape copies when a view is impossible;
- * view fails instead. */
-mx_tensor *mx_reshape(const mx_tensor *t, mx_shape shape);
-mx_tensor *mx_view(const mx_tensor *t, mx_shape shape);
-mx_tensor *mx_transpose(const mx_tensor *t, int dim0, int dim1);
-mx_tensor *mx_permute(const mx_tensor *t, mx_shape dims);
-mx_tensor *mx_squeeze(const mx_tensor *t, int dim); /* no-op if size(dim) != 1 */
-mx_tensor *mx_squeeze_all(const mx_tensor *t);
-mx_tensor *mx_unsqueeze(const mx_tensor *t, int dim);
-/* Elements start, start+step, ... below end (ends clamp like Python's). */
-mx_tensor *mx_slice(const mx_tensor *t, int dim, int64_t start, int64_t end, int64_t step);
-mx_tensor *mx_narrow(const mx_tensor *t, int dim, int64_t start, int64_t length);
-mx_tensor *mx_select(const mx_tensor *t, int dim, int64_t index); /* drops dim */
-/* Size-1 dims broadcast to any size (stride 0); -1 keeps a size. */
-mx_tensor *mx_expand(const mx_tensor *t, mx_shape shape);
-mx_tensor *mx_broadcast_to(const mx_tensor *t, mx_shape shape);
-mx_tensor *mx_flatten(const mx_tensor *t, int start_dim, int end_dim);
-
-/* --- copies ----------------------------------------------------------------------- */
-mx_tensor *mx_contiguous(const mx_tensor *t); /* a new handle; copies only if needed */
-mx_tensor *mx_clone(const mx_tensor *t);      /* always a fresh contiguous copy */
-mx_tensor *mx_to_dtype(const mx_tensor *t, mx_dtype dtype);
-mx_tensor *mx_to_device(const mx_tensor *t, mx_device device);
+/* --- in-place writes (not recorded by autograd: they set data, like
+ * PyTorch's .data; both bump the version counter) ---------------------------- */
 /* Writes src (broadcast to dst's shape, converted to dst's dtype, from any
  * device) into dst in place. */
 mx_status mx_copy_(mx_tensor *dst, const mx_tensor *src);

@@ -18,6 +18,12 @@ typedef struct {
   atomic_ullong version; /* in-place writes, seen by every view */
 } mx__storage;
 
+/* The autograd room's per-tensor state (requires_grad, grad, grad_fn, hooks);
+ * NULL for tensors autograd never touched. The tensor room only frees it,
+ * through the function autograd/ installs. */
+typedef struct mx__autograd_meta mx__autograd_meta;
+extern void (*mx__autograd_meta_free)(mx__autograd_meta *meta);
+
 struct mx_tensor {
   atomic_long refs; /* the handle's reference plus internal ones */
   mx_dtype dtype;
@@ -27,7 +33,10 @@ struct mx_tensor {
   int64_t strides[MX_MAX_DIMS]; /* in elements */
   int64_t offset;               /* into the storage, in elements */
   mx__storage *storage;
-  mx_scope *owner;   /* the scope owning the handle; NULL: the caller */
+  mx__autograd_meta *autograd;
+  bool wrapped_number; /* a C scalar turned into a 0-d tensor: it does not
+                          widen the dtype of a result (PyTorch's rule) */
+  mx_scope *owner;     /* the scope owning the handle; NULL: the caller */
   size_t owner_slot; /* its place in owner's list */
 };
 
@@ -57,6 +66,26 @@ void mx__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
 mx_kview mx__kview_of(const mx_tensor *t);
 /* Marks an in-place write. */
 void mx__bump_version(mx_tensor *t);
+
+/* The raw (unrecorded) views and copies behind the differentiable ops of
+ * ops/shape.c; errors name the public op. */
+mx_tensor *mx__tensor_reshape(const mx_tensor *t, mx_shape shape);
+mx_tensor *mx__tensor_view_shape(const mx_tensor *t, mx_shape shape);
+mx_tensor *mx__tensor_transpose(const mx_tensor *t, int dim0, int dim1);
+mx_tensor *mx__tensor_permute(const mx_tensor *t, mx_shape dims);
+mx_tensor *mx__tensor_squeeze(const mx_tensor *t, int dim);
+mx_tensor *mx__tensor_squeeze_all(const mx_tensor *t);
+mx_tensor *mx__tensor_unsqueeze(const mx_tensor *t, int dim);
+mx_tensor *mx__tensor_slice(const mx_tensor *t, int dim, int64_t start, int64_t end, int64_t step);
+mx_tensor *mx__tensor_narrow(const mx_tensor *t, int dim, int64_t start, int64_t length);
+mx_tensor *mx__tensor_select(const mx_tensor *t, int dim, int64_t index);
+mx_tensor *mx__tensor_expand(const mx_tensor *t, mx_shape shape);
+mx_tensor *mx__tensor_broadcast_to(const mx_tensor *t, mx_shape shape);
+mx_tensor *mx__tensor_flatten(const mx_tensor *t, int start_dim, int end_dim);
+mx_tensor *mx__tensor_contiguous(const mx_tensor *t);
+mx_tensor *mx__tensor_clone(const mx_tensor *t);
+mx_tensor *mx__tensor_to_dtype(const mx_tensor *t, mx_dtype dtype);
+mx_tensor *mx__tensor_to_device(const mx_tensor *t, mx_device device);
 
 /* Scope bookkeeping (scope.c), called when a handle is made or dies. */
 mx_status mx__scope_adopt(mx_tensor *t);

@@ -67,7 +67,7 @@ static bool view_strides(const mx_tensor *t, const mx_shape *shape, int64_t *str
   return view_d == -1;
 }
 
-mx_tensor *mx_view(const mx_tensor *t, mx_shape shape) {
+mx_tensor *mx__tensor_view_shape(const mx_tensor *t, mx_shape shape) {
   CHECK_INPUT("mx_view", t);
   if (infer_shape("mx_view", t, &shape) != MX_OK) return NULL;
   int64_t strides[MX_MAX_DIMS];
@@ -82,12 +82,12 @@ mx_tensor *mx_view(const mx_tensor *t, mx_shape shape) {
   return mx__tensor_view(t, shape.ndim, shape.d, strides, t->offset);
 }
 
-mx_tensor *mx_reshape(const mx_tensor *t, mx_shape shape) {
+mx_tensor *mx__tensor_reshape(const mx_tensor *t, mx_shape shape) {
   CHECK_INPUT("mx_reshape", t);
   if (infer_shape("mx_reshape", t, &shape) != MX_OK) return NULL;
   int64_t strides[MX_MAX_DIMS];
   if (view_strides(t, &shape, strides)) return mx__tensor_view(t, shape.ndim, shape.d, strides, t->offset);
-  mx_tensor *dense = mx_contiguous(t);
+  mx_tensor *dense = mx__tensor_contiguous(t);
   if (!dense) return NULL;
   mx__contiguous_strides(shape.ndim, shape.d, strides);
   mx_tensor *out = mx__tensor_view(dense, shape.ndim, shape.d, strides, dense->offset);
@@ -95,7 +95,7 @@ mx_tensor *mx_reshape(const mx_tensor *t, mx_shape shape) {
   return out;
 }
 
-mx_tensor *mx_transpose(const mx_tensor *t, int dim0, int dim1) {
+mx_tensor *mx__tensor_transpose(const mx_tensor *t, int dim0, int dim1) {
   CHECK_INPUT("mx_transpose", t);
   int a = mx__wrap_dim("mx_transpose", dim0, t->ndim);
   int b = a < 0 ? -1 : mx__wrap_dim("mx_transpose", dim1, t->ndim);
@@ -109,7 +109,7 @@ mx_tensor *mx_transpose(const mx_tensor *t, int dim0, int dim1) {
   return mx__tensor_view(t, t->ndim, shape, strides, t->offset);
 }
 
-mx_tensor *mx_permute(const mx_tensor *t, mx_shape dims) {
+mx_tensor *mx__tensor_permute(const mx_tensor *t, mx_shape dims) {
   CHECK_INPUT("mx_permute", t);
   char a[MX__DIMS_STR];
   if (dims.ndim != t->ndim) {
@@ -143,7 +143,7 @@ static mx_tensor *drop_dim(const mx_tensor *t, int d, int64_t offset) {
   return mx__tensor_view(t, t->ndim - 1, shape, strides, offset);
 }
 
-mx_tensor *mx_squeeze(const mx_tensor *t, int dim) {
+mx_tensor *mx__tensor_squeeze(const mx_tensor *t, int dim) {
   CHECK_INPUT("mx_squeeze", t);
   int d = mx__wrap_dim("mx_squeeze", dim, t->ndim);
   if (d < 0) return NULL;
@@ -151,7 +151,7 @@ mx_tensor *mx_squeeze(const mx_tensor *t, int dim) {
   return drop_dim(t, d, t->offset);
 }
 
-mx_tensor *mx_squeeze_all(const mx_tensor *t) {
+mx_tensor *mx__tensor_squeeze_all(const mx_tensor *t) {
   CHECK_INPUT("mx_squeeze_all", t);
   int64_t shape[MX_MAX_DIMS], strides[MX_MAX_DIMS];
   int n = 0;
@@ -163,7 +163,7 @@ mx_tensor *mx_squeeze_all(const mx_tensor *t) {
   return mx__tensor_view(t, n, shape, strides, t->offset);
 }
 
-mx_tensor *mx_unsqueeze(const mx_tensor *t, int dim) {
+mx_tensor *mx__tensor_unsqueeze(const mx_tensor *t, int dim) {
   CHECK_INPUT("mx_unsqueeze", t);
   if (t->ndim == MX_MAX_DIMS) {
     mx__error(MX_SHAPE_ERROR, "mx_unsqueeze: a tensor has at most %d dims", MX_MAX_DIMS);
@@ -186,7 +186,7 @@ mx_tensor *mx_unsqueeze(const mx_tensor *t, int dim) {
 
 static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
 
-mx_tensor *mx_slice(const mx_tensor *t, int dim, int64_t start, int64_t end, int64_t step) {
+mx_tensor *mx__tensor_slice(const mx_tensor *t, int dim, int64_t start, int64_t end, int64_t step) {
   CHECK_INPUT("mx_slice", t);
   if (t->ndim == 0) {
     mx__error(MX_INDEX_ERROR, "mx_slice: cannot slice a 0-d tensor");
@@ -211,7 +211,7 @@ mx_tensor *mx_slice(const mx_tensor *t, int dim, int64_t start, int64_t end, int
   return mx__tensor_view(t, t->ndim, shape, strides, t->offset + start * t->strides[d]);
 }
 
-mx_tensor *mx_narrow(const mx_tensor *t, int dim, int64_t start, int64_t length) {
+mx_tensor *mx__tensor_narrow(const mx_tensor *t, int dim, int64_t start, int64_t length) {
   CHECK_INPUT("mx_narrow", t);
   if (t->ndim == 0) {
     mx__error(MX_INDEX_ERROR, "mx_narrow: cannot narrow a 0-d tensor");
@@ -226,10 +226,10 @@ mx_tensor *mx_narrow(const mx_tensor *t, int dim, int64_t start, int64_t length)
               (long long)start, (long long)length, d, (long long)size);
     return NULL;
   }
-  return mx_slice(t, d, start, start + length, 1);
+  return mx__tensor_slice(t, d, start, start + length, 1);
 }
 
-mx_tensor *mx_select(const mx_tensor *t, int dim, int64_t index) {
+mx_tensor *mx__tensor_select(const mx_tensor *t, int dim, int64_t index) {
   CHECK_INPUT("mx_select", t);
   if (t->ndim == 0) {
     mx__error(MX_INDEX_ERROR, "mx_select: cannot select from a 0-d tensor");
@@ -270,19 +270,19 @@ static mx_tensor *expand(const char *op, const mx_tensor *t, mx_shape shape, boo
   return mx__tensor_view(t, shape.ndim, sizes, strides, t->offset);
 }
 
-mx_tensor *mx_expand(const mx_tensor *t, mx_shape shape) {
+mx_tensor *mx__tensor_expand(const mx_tensor *t, mx_shape shape) {
   CHECK_INPUT("mx_expand", t);
   return expand("mx_expand", t, shape, true);
 }
 
-mx_tensor *mx_broadcast_to(const mx_tensor *t, mx_shape shape) {
+mx_tensor *mx__tensor_broadcast_to(const mx_tensor *t, mx_shape shape) {
   CHECK_INPUT("mx_broadcast_to", t);
   return expand("mx_broadcast_to", t, shape, true);
 }
 
-mx_tensor *mx_flatten(const mx_tensor *t, int start_dim, int end_dim) {
+mx_tensor *mx__tensor_flatten(const mx_tensor *t, int start_dim, int end_dim) {
   CHECK_INPUT("mx_flatten", t);
-  if (t->ndim == 0) return mx_reshape(t, MX_SHAPE(1));
+  if (t->ndim == 0) return mx__tensor_reshape(t, MX_SHAPE(1));
   int s = mx__wrap_dim("mx_flatten", start_dim, t->ndim);
   int e = s < 0 ? -1 : mx__wrap_dim("mx_flatten", end_dim, t->ndim);
   if (e < 0) return NULL;
@@ -298,5 +298,5 @@ mx_tensor *mx_flatten(const mx_tensor *t, int start_dim, int end_dim) {
       shape.d[j++] = t->shape[i];
     }
   }
-  return mx_reshape(t, shape);
+  return mx__tensor_reshape(t, shape);
 }

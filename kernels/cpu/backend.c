@@ -4,6 +4,9 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/reduce.h"
 #include "kernels/cpu/strided.h"
 #include "kernels/math.h"
 
@@ -35,8 +38,8 @@ typedef struct {
 
 static void fill_row(const mx__row *row, void *ctx) {
   const fill_ctx *f = ctx;
-  char *p = row->out;
-  for (int64_t i = 0; i < row->n; i++, p += row->out_step) memcpy(p, f->value, f->size);
+  char *p = row->ptr[0];
+  for (int64_t i = 0; i < row->n; i++, p += row->step[0]) memcpy(p, f->value, f->size);
 }
 
 static mx_status cpu_fill(const mx_kview *out, double value) {
@@ -55,38 +58,38 @@ typedef struct {
 static void convert_row(const mx__row *row, void *ctx) {
   const convert_ctx *c = ctx;
   size_t out_size = mx_dtype_size(c->out);
-  bool out_dense = row->out_step == (int64_t)out_size;
-  bool in_dense = row->in_step == (int64_t)mx_dtype_size(c->in);
+  bool out_dense = row->step[0] == (int64_t)out_size;
+  bool in_dense = row->step[1] == (int64_t)mx_dtype_size(c->in);
   if (out_dense && in_dense) {
     if (c->out == c->in) {
-      memcpy(row->out, row->in, (size_t)row->n * out_size);
+      memcpy(row->ptr[0], row->ptr[1], (size_t)row->n * out_size);
       return;
     }
     if (c->in == MX_F32 && c->out == MX_F16) {
-      mx__f32_to_f16_n((const float *)row->in, (uint16_t *)row->out, row->n);
+      mx__f32_to_f16_n((const float *)row->ptr[1], (uint16_t *)row->ptr[0], row->n);
       return;
     }
     if (c->in == MX_F16 && c->out == MX_F32) {
-      mx__f16_to_f32_n((const uint16_t *)row->in, (float *)row->out, row->n);
+      mx__f16_to_f32_n((const uint16_t *)row->ptr[1], (float *)row->ptr[0], row->n);
       return;
     }
     if (c->in == MX_F32 && c->out == MX_BF16) {
-      mx__f32_to_bf16_n((const float *)row->in, (uint16_t *)row->out, row->n);
+      mx__f32_to_bf16_n((const float *)row->ptr[1], (uint16_t *)row->ptr[0], row->n);
       return;
     }
     if (c->in == MX_BF16 && c->out == MX_F32) {
-      mx__bf16_to_f32_n((const uint16_t *)row->in, (float *)row->out, row->n);
+      mx__bf16_to_f32_n((const uint16_t *)row->ptr[1], (float *)row->ptr[0], row->n);
       return;
     }
   }
-  char *o = row->out;
-  const char *in = row->in;
+  char *o = row->ptr[0];
+  const char *in = row->ptr[1];
   if (c->out == c->in) { /* any dtype, same type: copy the bytes (int64 stays exact) */
-    for (int64_t i = 0; i < row->n; i++, o += row->out_step, in += row->in_step)
+    for (int64_t i = 0; i < row->n; i++, o += row->step[0], in += row->step[1])
       memcpy(o, in, out_size);
     return;
   }
-  for (int64_t i = 0; i < row->n; i++, o += row->out_step, in += row->in_step)
+  for (int64_t i = 0; i < row->n; i++, o += row->step[0], in += row->step[1])
     mx__store_f64(o, c->out, mx__load_f64(in, c->in));
 }
 
@@ -105,8 +108,8 @@ typedef struct {
 
 static void random_row(const mx__row *row, void *ctx) {
   const random_ctx *c = ctx;
-  char *o = row->out;
-  for (int64_t i = 0; i < row->n; i++, o += row->out_step) {
+  char *o = row->ptr[0];
+  for (int64_t i = 0; i < row->n; i++, o += row->step[0]) {
     uint64_t index = (uint64_t)(row->first + i);
     if (c->params->kind == MX_RAND_INT && c->dtype == MX_I64) /* exact beyond 2^53 */
       *(int64_t *)o = mx_rand_int(c->params, index);
@@ -123,9 +126,9 @@ static mx_status cpu_random(const mx_kview *out, const mx_rand_params *params) {
 
 static void bernoulli_row(const mx__row *row, void *ctx) {
   const random_ctx *c = ctx;
-  char *o = row->out;
-  const char *p = row->in;
-  for (int64_t i = 0; i < row->n; i++, o += row->out_step, p += row->in_step) {
+  char *o = row->ptr[0];
+  const char *p = row->ptr[1];
+  for (int64_t i = 0; i < row->n; i++, o += row->step[0], p += row->step[1]) {
     mx_philox_block r = mx_philox_draw(c->params->seed, c->params->offset, (uint64_t)(row->first + i));
     double prob = mx__load_f64(p, c->p_dtype);
     mx__store_f64(o, c->dtype, mx_uniform53(r.v[0], r.v[1]) < prob);
@@ -150,4 +153,10 @@ const mx_backend mx__cpu_backend = {
     .convert = cpu_convert,
     .random = cpu_random,
     .bernoulli = cpu_bernoulli,
+    .unary = mx__cpu_unary,
+    .binary = mx__cpu_binary,
+    .where = mx__cpu_where,
+    .reduce = mx__cpu_reduce,
+    .scan = mx__cpu_scan,
+    .matmul = mx__cpu_matmul,
 };

@@ -6,29 +6,28 @@
 typedef struct {
   int ndim;
   int64_t shape[MX_MAX_DIMS];
-  int64_t stride[2][MX_MAX_DIMS]; /* in bytes */
+  int64_t stride[MX__MAX_OPERANDS][MX_MAX_DIMS]; /* in bytes */
 } merged_dims;
 
-/* Drops size-1 dims and merges neighbours that are contiguous in both views. */
-static merged_dims merge_dims(const mx_kview *out, const mx_kview *in) {
+/* Drops size-1 dims and merges neighbours that are contiguous in every view. */
+static merged_dims merge_dims(int n, const mx_kview *const *views) {
   merged_dims m = {0};
-  size_t osize = mx_dtype_size(out->dtype), isize = in ? mx_dtype_size(in->dtype) : 0;
+  const mx_kview *out = views[0];
   for (int d = 0; d < out->ndim; d++) {
     if (out->shape[d] == 1) continue;
-    int64_t os = out->strides[d] * (int64_t)osize, is = in ? in->strides[d] * (int64_t)isize : 0;
-    if (m.ndim > 0) {
-      int last = m.ndim - 1;
-      if (m.stride[0][last] == os * out->shape[d] && m.stride[1][last] == is * out->shape[d]) {
-        m.shape[last] *= out->shape[d];
-        m.stride[0][last] = os;
-        m.stride[1][last] = is;
-        continue;
-      }
+    int64_t s[MX__MAX_OPERANDS];
+    bool mergeable = m.ndim > 0;
+    for (int k = 0; k < n; k++) {
+      s[k] = views[k]->strides[d] * (int64_t)mx_dtype_size(views[k]->dtype);
+      if (mergeable && m.stride[k][m.ndim - 1] != s[k] * out->shape[d]) mergeable = false;
     }
-    m.shape[m.ndim] = out->shape[d];
-    m.stride[0][m.ndim] = os;
-    m.stride[1][m.ndim] = is;
-    m.ndim++;
+    if (mergeable) {
+      m.shape[m.ndim - 1] *= out->shape[d];
+    } else {
+      m.shape[m.ndim] = out->shape[d];
+      m.ndim++;
+    }
+    for (int k = 0; k < n; k++) m.stride[k][m.ndim - 1] = s[k];
   }
   if (m.ndim == 0) { /* a single element */
     m.ndim = 1;
@@ -37,10 +36,10 @@ static merged_dims merge_dims(const mx_kview *out, const mx_kview *in) {
   return m;
 }
 
-void mx__cpu_foreach_row(const mx_kview *out, const mx_kview *in, mx__row_fn fn, void *ctx) {
-  int64_t numel = mx__kview_numel(out);
+void mx__cpu_foreach(int n, const mx_kview *const *views, mx__row_fn fn, void *ctx) {
+  int64_t numel = mx__kview_numel(views[0]);
   if (numel == 0) return;
-  merged_dims m = merge_dims(out, in);
+  merged_dims m = merge_dims(n, views);
   int inner = m.ndim - 1;
   int64_t row_len = m.shape[inner];
   int64_t rows = numel / row_len;
@@ -52,24 +51,23 @@ void mx__cpu_foreach_row(const mx_kview *out, const mx_kview *in, mx__row_fn fn,
   int64_t tasks = rows * chunks_per_row;
   MX_PARALLEL_FOR(numel)
   for (int64_t t = 0; t < tasks; t++) {
-    int64_t r = t / chunks_per_row, c = t % chunks_per_row;
-    int64_t out_off = 0, in_off = 0, rest = r;
+    int64_t r = t / chunks_per_row, start = (t % chunks_per_row) * chunk;
+    mx__row row = {.n = row_len - start < chunk ? row_len - start : chunk, .first = r * row_len + start};
+    for (int k = 0; k < n; k++) {
+      row.ptr[k] = (char *)views[k]->data + start * m.stride[k][inner];
+      row.step[k] = m.stride[k][inner];
+    }
+    int64_t rest = r;
     for (int d = inner - 1; d >= 0; d--) {
       int64_t i = rest % m.shape[d];
       rest /= m.shape[d];
-      out_off += i * m.stride[0][d];
-      in_off += i * m.stride[1][d];
+      for (int k = 0; k < n; k++) row.ptr[k] += i * m.stride[k][d];
     }
-    int64_t start = c * chunk;
-    int64_t n = row_len - start < chunk ? row_len - start : chunk;
-    mx__row row = {
-        .out = (char *)out->data + out_off + start * m.stride[0][inner],
-        .in = in ? (const char *)in->data + in_off + start * m.stride[1][inner] : NULL,
-        .out_step = m.stride[0][inner],
-        .in_step = m.stride[1][inner],
-        .n = n,
-        .first = r * row_len + start,
-    };
     fn(&row, ctx);
   }
+}
+
+void mx__cpu_foreach_row(const mx_kview *out, const mx_kview *in, mx__row_fn fn, void *ctx) {
+  const mx_kview *views[2] = {out, in};
+  mx__cpu_foreach(in ? 2 : 1, views, fn, ctx);
 }

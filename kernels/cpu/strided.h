@@ -1,24 +1,30 @@
-/* Walking one or two strided views of the same shape, row by row.
+/* Walking up to four strided views of one shape, row by row.
  *
- * Dimensions that are contiguous in every view are merged first, so a
- * contiguous tensor is one long row; the rows are shared among threads. */
+ * Dimensions that are contiguous in every view are merged first, so
+ * contiguous tensors are one long row; the rows are shared among threads.
+ * View 0 is the output; broadcast inputs carry stride 0. */
 #ifndef MX_KERNELS_CPU_STRIDED_H
 #define MX_KERNELS_CPU_STRIDED_H
 
 #include "kernels/base_internal.h"
 
-/* One run of n elements: out advances by out_step bytes, in by in_step;
- * `first` is the linear (row-major) index of the run's first element. */
+#define MX__MAX_OPERANDS 4
+
+/* One run of n elements: operand k starts at ptr[k] and advances step[k]
+ * bytes; `first` is the linear (row-major) index of the run's first element. */
 typedef struct {
-  char *out;
-  const char *in;
-  int64_t out_step, in_step;
+  char *ptr[MX__MAX_OPERANDS];
+  int64_t step[MX__MAX_OPERANDS];
   int64_t n, first;
 } mx__row;
 
 typedef void (*mx__row_fn)(const mx__row *row, void *ctx);
 
-/* Calls fn on every row of out (and of in, which has out's shape, or NULL). */
+/* Calls fn on every row of the n views (views[0]'s shape; the others have it
+ * too). */
+void mx__cpu_foreach(int n, const mx_kview *const *views, mx__row_fn fn, void *ctx);
+
+/* The common cases: out alone, and out with one input of its shape. */
 void mx__cpu_foreach_row(const mx_kview *out, const mx_kview *in, mx__row_fn fn, void *ctx);
 
 #endif

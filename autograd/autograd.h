@@ -1,0 +1,118 @@
+/* Reverse-mode automatic differentiation.
+ *
+ *     mx_tensor *w = mx_randn(MX_SHAPE(3), MX_F32, MX_CPU, NULL);
+ *     mx_set_requires_grad(w, true);
+ *     mx_tensor *loss = mx_sum(mx_mul(w, w));      // records a graph
+ *     mx_backward(loss, NULL, false);              // d loss / d w = 2 w
+ *     mx_print(mx_grad_of(w));
+ *
+ * Every op whose inputs require grad records a node holding its backward
+ * formula (written with mx ops, so gradients of gradients work) and the
+ * tensors it saved. mx_backward runs the graph backwards and accumulates
+ * into the leaves' grad; mx_grad returns gradients instead, optionally with
+ * a graph of their own (create_graph) for higher derivatives. Grad mode is
+ * per thread; MX_NO_GRAD { ... } turns recording off for a block.
+ */
+#ifndef MX_AUTOGRAD_AUTOGRAD_H
+#define MX_AUTOGRAD_AUTOGRAD_H
+
+#include "tensor/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Leaf tensors only (those no recorded op made); floating dtypes only. */
+mx_status mx_set_requires_grad(mx_tensor *t, bool requires_grad);
+bool mx_requires_grad(const mx_tensor *t);
+bool mx_is_leaf(const mx_tensor *t);
+/* The accumulated gradient of a leaf, or NULL (borrowed: do not release). */
+mx_tensor *mx_grad_of(const mx_tensor *t);
+/* Drops the gradient (PyTorch's zero_grad(set_to_none=True)). */
+void mx_zero_grad(mx_tensor *t);
+/* A view of t's data outside the graph. */
+mx_tensor *mx_detach(const mx_tensor *t);
+/* The name of the node that made t ("MulBackward"), or NULL for a leaf. */
+const char *mx_grad_fn_name(const mx_tensor *t);
+
+/* Backpropagates from t: grad is d(something)/dt, NULL meaning 1 for a
+ * one-element t. Gradients add into the leaves' grad. The graph's saved
+ * tensors are freed unless retain_graph; a second backward through a freed
+ * graph is an error. */
+mx_status mx_backward(mx_tensor *t, const mx_tensor *grad, bool retain_graph);
+
+/* Gradients of outputs with respect to inputs, written to grads[i] (new
+ * handles; NULL for an unused input when allow_unused). grad_outputs may be
+ * NULL (ones for one-element outputs). With create_graph the results carry
+ * a graph of their own, so they can be differentiated again. Leaves' grad
+ * is untouched. */
+mx_status mx_grad(int n_outputs, mx_tensor *const *outputs, int n_inputs, mx_tensor *const *inputs,
+                  mx_tensor *const *grad_outputs, bool retain_graph, bool create_graph, bool allow_unused,
+                  mx_tensor **grads);
+
+/* Hooks run on the gradient of t when it is computed; a hook may return a
+ * replacement (a new tensor) or NULL to keep the gradient as it is. */
+typedef mx_tensor *(*mx_grad_hook)(mx_tensor *grad, void *ctx);
+mx_status mx_register_hook(mx_tensor *t, mx_grad_hook hook, void *ctx);
+
+/* Grad mode, per thread. mx_set_grad_enabled returns the previous mode. */
+bool mx_is_grad_enabled(void);
+bool mx_set_grad_enabled(bool enabled);
+
+/* MX_NO_GRAD { ... }: a block without recording; the previous mode comes
+ * back however the block is left (break and return included). */
+typedef struct {
+  bool previous, once;
+} mx_grad_guard;
+mx_grad_guard mx__grad_guard_begin(bool enabled);
+void mx__grad_guard_end(mx_grad_guard *guard);
+#define MX__GRAD_MODE(enabled)                                                          \
+  for (mx_grad_guard mx__guard __attribute__((cleanup(mx__grad_guard_end))) =         \
+           mx__grad_guard_begin(enabled);                                               \
+       mx__guard.once; mx__guard.once = false)
+#define MX_NO_GRAD MX__GRAD_MODE(false)
+#define MX_ENABLE_GRAD MX__GRAD_MODE(true)
+
+/* --- custom functions (torch.autograd.Function) ------------------------------- */
+typedef struct mx_function_ctx mx_function_ctx;
+/* forward: computes outputs from inputs (with ops: no graph is recorded
+ * inside) and may save tensors for backward. */
+typedef mx_status (*mx_function_forward)(mx_function_ctx *ctx, int n_inputs, mx_tensor *const *inputs,
+                                         int n_outputs, mx_tensor **outputs);
+/* backward: writes one gradient per input (NULL when it has none) from the
+ * gradients of the outputs. Runs with grad mode on when the caller asked
+ * for create_graph. */
+typedef mx_status (*mx_function_backward)(mx_function_ctx *ctx, int n_outputs, mx_tensor *const *grad_outputs,
+                                          int n_inputs, mx_tensor **grad_inputs);
+typedef struct {
+  const char *name;
+  mx_function_forward forward;
+  mx_function_backward backward;
+} mx_function;
+
+mx_status mx_function_apply(const mx_function *fn, void *user, int n_inputs, mx_tensor *const *inputs,
+                            int n_outputs, mx_tensor **outputs);
+mx_status mx_ctx_save(mx_function_ctx *ctx, int n, mx_tensor *const *tensors);
+/* The i-th saved tensor (borrowed), checked against in-place changes. */
+mx_tensor *mx_ctx_saved(mx_function_ctx *ctx, int i);
+void *mx_ctx_user(mx_function_ctx *ctx);
+bool mx_ctx_needs_input_grad(mx_function_ctx *ctx, int i);
+
+/* --- gradient checking ---------------------------------------------------------- */
+/* A function of n float64 inputs with one output, for gradcheck. */
+typedef mx_tensor *(*mx_gradcheck_fn)(int n_inputs, mx_tensor *const *inputs, void *ctx);
+/* Compares analytic gradients (mx_grad) with central finite differences for
+ * every input that requires grad. Inputs must be float64. Returns MX_OK or
+ * MX_STATE_ERROR with a message naming the input, element, both values. */
+mx_status mx_gradcheck(mx_gradcheck_fn fn, int n_inputs, mx_tensor *const *inputs, void *ctx, double eps,
+                       double atol, double rtol);
+/* The same for the gradients of fn (with a random grad_output), checked by
+ * differentiating through them again. */
+mx_status mx_gradgradcheck(mx_gradcheck_fn fn, int n_inputs, mx_tensor *const *inputs, void *ctx,
+                           double eps, double atol, double rtol);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

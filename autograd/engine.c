@@ -1,0 +1,336 @@
+/* The backward engine: runs a recorded graph in reverse topological order.
+ *
+ * Each node's incoming gradients collect in a buffer (one slot per output,
+ * summed when several paths meet); a node runs once every node that feeds
+ * it has run (Kahn's algorithm on dependency counts). Accumulators add into
+ * their leaf's grad; captured inputs (mx_grad) keep their gradient instead. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/node.h"
+#include "ops/ops.h"
+#include "ops/op_table.h"
+
+typedef struct {
+  mx__node **items;
+  size_t count, capacity;
+} node_list;
+
+static bool list_push(node_list *l, mx__node *n) {
+  if (l->count == l->capacity) {
+    size_t capacity = l->capacity ? 2 * l->capacity : 64;
+    mx__node **grown = realloc(l->items, capacity * sizeof *grown);
+    if (!grown) return false;
+    l->items = grown;
+    l->capacity = capacity;
+  }
+  l->items[l->count++] = n;
+  return true;
+}
+
+/* What mx_grad asked for: the gradient arriving at (node, slot). */
+typedef struct {
+  mx__node *node;
+  int slot;
+  mx_tensor *grad;
+} capture;
+
+typedef struct {
+  node_list all;   /* every reachable node, each once */
+  node_list ready; /* nodes whose inputs are all in */
+  capture *captures;
+  int n_captures;
+  bool create_graph, accumulate;
+} run_state;
+
+/* Finds every node reachable from the roots and counts, for each, the edges
+ * pointing at it. deps == -1 marks "not seen yet". */
+static mx_status collect(run_state *st, int n_roots, mx__node *const *roots) {
+  node_list stack = {0};
+  for (int r = 0; r < n_roots; r++) {
+    if (roots[r]->deps != -1) continue;
+    roots[r]->deps = 0;
+    if (!list_push(&st->all, roots[r]) || !list_push(&stack, roots[r])) goto oom;
+  }
+  while (stack.count) {
+    mx__node *n = stack.items[--stack.count];
+    for (int i = 0; i < n->n_inputs; i++) {
+      mx__node *next = n->next[i].node;
+      if (!next) continue;
+      if (next->deps == -1) {
+        next->deps = 0;
+        if (!list_push(&st->all, next) || !list_push(&stack, next)) goto oom;
+      }
+      next->deps++;
+    }
+  }
+  free(stack.items);
+  for (size_t k = 0; k < st->all.count; k++) {
+    mx__node *n = st->all.items[k];
+    n->buffer = calloc((size_t)n->n_outputs + 1, sizeof *n->buffer);
+    if (!n->buffer) return mx__error(MX_OUT_OF_MEMORY, "mx_backward: out of memory");
+  }
+  return MX_OK;
+oom:
+  free(stack.items);
+  return mx__error(MX_OUT_OF_MEMORY, "mx_backward: out of memory walking the graph");
+}
+
+/* Adds grad into node's buffer slot (taking a reference). */
+static mx_status buffer_add(mx__node *node, int slot, mx_tensor *grad) {
+  mx_tensor *old = node->buffer[slot];
+  if (!old) {
+    node->buffer[slot] = mx__retain(grad);
+    return MX_OK;
+  }
+  mx_tensor *sum = mx_add(old, grad);
+  if (!sum) return mx_last_status();
+  node->buffer[slot] = mx__retain(sum);
+  mx__decref(old);
+  return MX_OK;
+}
+
+/* Brings a gradient to the dtype and shape of what it differentiates:
+ * casts inside an op and broadcasting make them differ. */
+static mx_tensor *conform(mx_tensor *grad, const mx__meta *meta) {
+  if (grad->dtype != meta->dtype && mx_dtype_is_floating(meta->dtype)) {
+    grad = mx_to_dtype(grad, meta->dtype);
+    if (!grad) return NULL;
+  }
+  bool same = grad->ndim == meta->ndim && !memcmp(grad->shape, meta->shape, sizeof(int64_t) * (size_t)meta->ndim);
+  if (!same) grad = mx__sum_to(grad, mx_shape_of(meta->ndim, meta->shape));
+  return grad;
+}
+
+static mx_tensor *run_hooks(mx__hook *hooks, int slot, mx_tensor *grad) {
+  for (mx__hook *h = hooks; h && grad; h = h->next) {
+    if (h->output_nr != slot) continue;
+    mx_tensor *replaced = h->fn(grad, h->ctx);
+    if (replaced) grad = replaced;
+  }
+  return grad;
+}
+
+static mx_status accumulate_leaf(run_state *st, mx__node *acc, mx_tensor *grad) {
+  mx_tensor *leaf = acc->leaf;
+  grad = run_hooks(leaf->autograd ? leaf->autograd->hooks : NULL, 0, grad);
+  if (!grad) return mx_last_status();
+  for (int c = 0; c < st->n_captures; c++)
+    if (st->captures[c].node == acc) st->captures[c].grad = mx__retain(grad);
+  if (!st->accumulate) return MX_OK;
+  mx__autograd_meta *meta = leaf->autograd;
+  mx_tensor *total = meta->grad ? mx_add(meta->grad, grad) : st->create_graph ? grad : mx_detach(grad);
+  if (!total) return mx_last_status();
+  mx__retain(total);
+  if (meta->grad) mx__decref(meta->grad);
+  meta->grad = total;
+  return MX_OK;
+}
+
+static mx_status run_node(run_state *st, mx__node *n) {
+  bool any = false;
+  for (int k = 0; k < n->n_outputs; k++) any |= n->buffer[k] != NULL;
+  if (!any) return MX_OK; /* nothing flowed here: nothing flows on */
+  mx_tensor *grads[n->n_outputs + 1];
+  for (int k = 0; k < n->n_outputs; k++) {
+    mx_tensor *g = n->buffer[k];
+    if (!g) g = mx_zeros(mx_shape_of(n->out_meta[k].ndim, n->out_meta[k].shape), n->out_meta[k].dtype,
+                         n->out_meta[k].device);
+    g = g ? run_hooks(n->hooks, k, g) : NULL;
+    if (!g) return mx_last_status();
+    grads[k] = g;
+    for (int c = 0; c < st->n_captures; c++)
+      if (st->captures[c].node == n && st->captures[c].slot == k) st->captures[c].grad = mx__retain(g);
+  }
+  if (n->leaf) return accumulate_leaf(st, n, grads[0]);
+
+  mx_tensor *grad_inputs[n->n_inputs + 1];
+  memset(grad_inputs, 0, sizeof grad_inputs);
+  mx_status status = n->apply(n, grads, grad_inputs);
+  if (status != MX_OK) return status;
+  for (int i = 0; i < n->n_inputs; i++) {
+    mx__edge e = n->next[i];
+    if (!e.node || !grad_inputs[i]) continue;
+    mx_tensor *g = conform(grad_inputs[i], &n->in_meta[i]);
+    if (!g) return mx_last_status();
+    if ((status = buffer_add(e.node, e.input_nr, g)) != MX_OK) return status;
+  }
+  return MX_OK;
+}
+
+static mx_status run(run_state *st, bool keep_graph) {
+  for (size_t k = 0; k < st->all.count; k++)
+    if (st->all.items[k]->deps == 0 && !list_push(&st->ready, st->all.items[k]))
+      return mx__error(MX_OUT_OF_MEMORY, "mx_backward: out of memory");
+  bool previous = mx_set_grad_enabled(st->create_graph);
+  mx_status status = MX_OK;
+  while (st->ready.count && status == MX_OK) {
+    mx__node *n = st->ready.items[--st->ready.count];
+    mx_scope *scope = mx_scope_begin(); /* the node's temporaries */
+    status = run_node(st, n);
+    mx_scope_end(scope);
+    for (int k = 0; k < n->n_outputs; k++) {
+      if (n->buffer[k]) mx__decref(n->buffer[k]);
+      n->buffer[k] = NULL;
+    }
+    if (!keep_graph && !n->leaf) mx__node_release(n);
+    for (int i = 0; i < n->n_inputs && status == MX_OK; i++) {
+      mx__node *next = n->next[i].node;
+      if (next && --next->deps == 0 && !list_push(&st->ready, next))
+        status = mx__error(MX_OUT_OF_MEMORY, "mx_backward: out of memory");
+    }
+  }
+  mx_set_grad_enabled(previous);
+  return status;
+}
+
+static void finish(run_state *st) {
+  for (size_t k = 0; k < st->all.count; k++) {
+    mx__node *n = st->all.items[k];
+    for (int s = 0; n->buffer && s < n->n_outputs; s++)
+      if (n->buffer[s]) mx__decref(n->buffer[s]);
+    free(n->buffer);
+    n->buffer = NULL;
+    n->deps = -1;
+  }
+  free(st->all.items);
+  free(st->ready.items);
+}
+
+/* Where a tensor's gradient arrives: its producer's slot, or its leaf
+ * accumulator (created on demand, so that mx_grad of a root leaf works). */
+static mx__node *grad_target(mx_tensor *t, int *slot) {
+  mx__autograd_meta *meta = t->autograd;
+  *slot = meta->grad_fn ? meta->output_nr : 0;
+  return meta->grad_fn ? meta->grad_fn : meta->accumulator;
+}
+
+static mx_status run_graph(const char *op, int n_roots, mx_tensor *const *roots, mx_tensor *const *root_grads,
+                           bool keep_graph, bool create_graph, capture *captures, int n_captures, bool accumulate) {
+  mx__node *nodes[n_roots + 1];
+  mx__node *made[n_roots + 1]; /* accumulators made for leaf roots */
+  memset(made, 0, sizeof made);
+  mx_status status = MX_OK;
+  for (int r = 0; r < n_roots && status == MX_OK; r++) {
+    mx_tensor *t = roots[r];
+    if (!mx_requires_grad(t)) {
+      status = mx__error(MX_STATE_ERROR,
+                         "%s: output %d does not require grad and has no grad_fn (nothing to differentiate)", op, r);
+      break;
+    }
+    int slot;
+    nodes[r] = grad_target(t, &slot);
+    if (!nodes[r]) { /* a leaf root: give it an accumulator for this run */
+      made[r] = mx__node_new("LeafRoot", NULL, 1, 0, 0);
+      if (!made[r] || mx__node_connect(made[r], 0, t) != MX_OK) {
+        status = mx_last_status();
+        break;
+      }
+      nodes[r] = made[r]->next[0].node;
+    }
+  }
+  run_state st = {.captures = captures, .n_captures = n_captures, .create_graph = create_graph,
+                  .accumulate = accumulate};
+  if (status == MX_OK) status = collect(&st, n_roots, nodes);
+  for (int r = 0; r < n_roots && status == MX_OK; r++) {
+    int slot;
+    mx__node *target = grad_target(roots[r], &slot);
+    status = buffer_add(target, slot, root_grads[r]);
+  }
+  if (status == MX_OK) status = run(&st, keep_graph);
+  finish(&st);
+  for (int r = 0; r < n_roots; r++)
+    if (made[r]) mx__node_decref(made[r]);
+  return status;
+}
+
+/* The gradient each root starts with: the given one, or ones. */
+static mx_tensor *root_grad(const char *op, mx_tensor *t, const mx_tensor *given) {
+  if (given) {
+    if (given->ndim != t->ndim || memcmp(given->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim)) {
+      char a[MX__DIMS_STR], b[MX__DIMS_STR];
+      mx__error(MX_SHAPE_ERROR, "%s: gradient of shape %s given for a tensor of shape %s", op,
+                mx__dims_str(a, given->ndim, given->shape), mx__dims_str(b, t->ndim, t->shape));
+      return NULL;
+    }
+    return (mx_tensor *)given;
+  }
+  if (mx_numel(t) != 1) {
+    char a[MX__DIMS_STR];
+    mx__error(MX_SHAPE_ERROR, "%s: a gradient can be implied only for a one-element output, not shape %s; "
+              "pass one", op, mx__dims_str(a, t->ndim, t->shape));
+    return NULL;
+  }
+  return mx_ones_like(t);
+}
+
+mx_status mx_backward(mx_tensor *t, const mx_tensor *grad, bool retain_graph) {
+  if (!t) return mx__null_input("mx_backward", "t");
+  mx_scope *scope = mx_scope_begin();
+  mx_tensor *g = root_grad("mx_backward", t, grad);
+  mx_status status = g ? run_graph("mx_backward", 1, &t, &g, retain_graph, false, NULL, 0, true)
+                       : mx_last_status();
+  mx_scope_end(scope);
+  return status;
+}
+
+mx_status mx_grad(int n_outputs, mx_tensor *const *outputs, int n_inputs, mx_tensor *const *inputs,
+                  mx_tensor *const *grad_outputs, bool retain_graph, bool create_graph, bool allow_unused,
+                  mx_tensor **grads) {
+  if (!outputs || !inputs || !grads) return mx__null_input("mx_grad", !outputs ? "outputs" : !inputs ? "inputs" : "grads");
+  for (int i = 0; i < n_outputs; i++)
+    if (!outputs[i]) return mx__null_input("mx_grad", "outputs[i]");
+  for (int i = 0; i < n_inputs; i++) {
+    grads[i] = NULL;
+    if (!inputs[i]) return mx__null_input("mx_grad", "inputs[i]");
+    if (!mx_requires_grad(inputs[i]))
+      return mx__error(MX_STATE_ERROR, "mx_grad: input %d does not require grad", i);
+  }
+  capture caps[n_inputs + 1];
+  mx_scope *scope = mx_scope_begin();
+  mx_tensor *starts[n_outputs + 1];
+  mx_status status = MX_OK;
+  for (int r = 0; r < n_outputs && status == MX_OK; r++) {
+    starts[r] = root_grad("mx_grad", outputs[r], grad_outputs ? grad_outputs[r] : NULL);
+    if (!starts[r]) status = mx_last_status();
+  }
+  /* leaves get an accumulator for the run so their gradient can be caught */
+  mx__node *holders[n_inputs + 1];
+  memset(holders, 0, sizeof holders);
+  for (int i = 0; i < n_inputs && status == MX_OK; i++) {
+    mx__node *target = grad_target(inputs[i], &caps[i].slot);
+    if (!target) {
+      holders[i] = mx__node_new("LeafInput", NULL, 1, 0, 0);
+      if (!holders[i] || mx__node_connect(holders[i], 0, inputs[i]) != MX_OK) {
+        status = mx_last_status();
+        break;
+      }
+      target = holders[i]->next[0].node;
+    }
+    caps[i].node = target;
+    caps[i].grad = NULL;
+  }
+  if (status == MX_OK)
+    status = run_graph("mx_grad", n_outputs, outputs, starts, retain_graph, create_graph, caps, n_inputs, false);
+  for (int i = 0; i < n_inputs; i++) {
+    if (holders[i]) mx__node_decref(holders[i]);
+    if (status != MX_OK) continue;
+    if (!caps[i].grad && !allow_unused) {
+      status = mx__error(MX_STATE_ERROR, "mx_grad: input %d was not used in the graph of the outputs; "
+                         "pass allow_unused=true to get NULL for it", i);
+      continue;
+    }
+    grads[i] = caps[i].grad;
+  }
+  mx_scope_end(scope);
+  for (int i = 0; i < n_inputs; i++) {
+    if (status != MX_OK) { /* drop what was caught */
+      if (caps[i].grad) mx__decref(caps[i].grad);
+      grads[i] = NULL;
+    } else if (grads[i]) {
+      /* the engine's reference becomes the caller's handle */
+      mx__scope_adopt(grads[i]);
+    }
+  }
+  return status;
+}

@@ -1,0 +1,250 @@
+/* Graph nodes, saved tensors, and the autograd state of each tensor. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/node.h"
+
+static void free_hooks(mx__hook *h) {
+  while (h) {
+    mx__hook *next = h->next;
+    free(h);
+    h = next;
+  }
+}
+
+static void meta_free(mx__autograd_meta *meta) {
+  if (meta->grad) mx__decref(meta->grad);
+  if (meta->grad_fn) mx__node_decref(meta->grad_fn);
+  free_hooks(meta->hooks);
+  free(meta);
+}
+
+mx__autograd_meta *mx__meta_of(mx_tensor *t) {
+  if (!t->autograd) {
+    mx__autograd_meta_free = meta_free;
+    t->autograd = calloc(1, sizeof *t->autograd);
+    if (!t->autograd) mx__error(MX_OUT_OF_MEMORY, "autograd: out of memory");
+  }
+  return t->autograd;
+}
+
+bool mx_requires_grad(const mx_tensor *t) {
+  return t && t->autograd && (t->autograd->requires_grad || t->autograd->grad_fn);
+}
+
+bool mx__any_requires_grad(int n, mx_tensor *const *inputs) {
+  if (!mx_is_grad_enabled()) return false;
+  for (int i = 0; i < n; i++)
+    if (mx_requires_grad(inputs[i])) return true;
+  return false;
+}
+
+bool mx_is_leaf(const mx_tensor *t) { return t && !(t->autograd && t->autograd->grad_fn); }
+
+mx_status mx_set_requires_grad(mx_tensor *t, bool requires_grad) {
+  if (!t) return mx__null_input("mx_set_requires_grad", "t");
+  if (!mx_is_leaf(t))
+    return mx__error(MX_STATE_ERROR,
+                     "mx_set_requires_grad: only leaf tensors can change requires_grad; this one was "
+                     "made by %s (use mx_detach first)", t->autograd->grad_fn->name);
+  if (requires_grad && !mx_dtype_is_floating(t->dtype))
+    return mx__error(MX_DTYPE_ERROR, "mx_set_requires_grad: only floating tensors can require grad, not %s",
+                     mx_dtype_name(t->dtype));
+  if (!requires_grad && !t->autograd) return MX_OK;
+  mx__autograd_meta *meta = mx__meta_of(t);
+  if (!meta) return MX_OUT_OF_MEMORY;
+  meta->requires_grad = requires_grad;
+  return MX_OK;
+}
+
+mx_tensor *mx_grad_of(const mx_tensor *t) { return t && t->autograd ? t->autograd->grad : NULL; }
+
+void mx_zero_grad(mx_tensor *t) {
+  if (!t || !t->autograd || !t->autograd->grad) return;
+  mx__decref(t->autograd->grad);
+  t->autograd->grad = NULL;
+}
+
+mx_tensor *mx_detach(const mx_tensor *t) {
+  if (!t) {
+    mx__null_input("mx_detach", "t");
+    return NULL;
+  }
+  return mx__tensor_view(t, t->ndim, t->shape, t->strides, t->offset);
+}
+
+const char *mx_grad_fn_name(const mx_tensor *t) {
+  return t && t->autograd && t->autograd->grad_fn ? t->autograd->grad_fn->name : NULL;
+}
+
+mx_status mx_register_hook(mx_tensor *t, mx_grad_hook hook, void *ctx) {
+  if (!t) return mx__null_input("mx_register_hook", "t");
+  if (!hook) return mx__null_input("mx_register_hook", "hook");
+  if (!mx_requires_grad(t))
+    return mx__error(MX_STATE_ERROR, "mx_register_hook: the tensor does not require grad");
+  mx__hook *h = calloc(1, sizeof *h);
+  if (!h) return mx__error(MX_OUT_OF_MEMORY, "mx_register_hook: out of memory");
+  h->fn = hook;
+  h->ctx = ctx;
+  mx__autograd_meta *meta = t->autograd;
+  if (meta->grad_fn) { /* on the producing node, for this output */
+    h->output_nr = meta->output_nr;
+    h->next = meta->grad_fn->hooks;
+    meta->grad_fn->hooks = h;
+  } else {
+    h->next = meta->hooks;
+    meta->hooks = h;
+  }
+  return MX_OK;
+}
+
+/* --- nodes ------------------------------------------------------------------------ */
+
+mx__node *mx__node_new(const char *name, mx__node_apply apply, int n_inputs, int n_outputs, int n_saved) {
+  mx__node *n = calloc(1, sizeof *n);
+  if (n) {
+    n->next = calloc((size_t)n_inputs + 1, sizeof *n->next);
+    n->in_meta = calloc((size_t)n_inputs + 1, sizeof *n->in_meta);
+    n->out_meta = calloc((size_t)n_outputs + 1, sizeof *n->out_meta);
+    n->saved = calloc((size_t)n_saved + 1, sizeof *n->saved);
+  }
+  if (!n || !n->next || !n->in_meta || !n->out_meta || !n->saved) {
+    if (n) {
+      free(n->next), free(n->in_meta), free(n->out_meta), free(n->saved);
+      free(n);
+    }
+    mx__error(MX_OUT_OF_MEMORY, "autograd: out of memory for a %s node", name);
+    return NULL;
+  }
+  atomic_init(&n->refs, 1);
+  n->deps = -1; /* the engine's "not seen yet" */
+  n->name = name;
+  n->apply = apply;
+  n->n_inputs = n_inputs;
+  n->n_outputs = n_outputs;
+  n->n_saved = n_saved;
+  return n;
+}
+
+mx__node *mx__node_retain(mx__node *node) {
+  atomic_fetch_add(&node->refs, 1);
+  return node;
+}
+
+void mx__node_release(mx__node *node) {
+  for (int i = 0; i < node->n_saved; i++) {
+    if (node->saved[i].tensor) mx__decref(node->saved[i].tensor);
+    node->saved[i].tensor = NULL;
+  }
+  node->released = true;
+}
+
+void mx__node_decref(mx__node *node) {
+  /* Long chains (an RNN unrolled over thousands of steps) would recurse
+   * deeply; free iteratively along first edges and recurse on the rest. */
+  while (node && atomic_fetch_sub(&node->refs, 1) == 1) {
+    mx__node *first = NULL;
+    for (int i = 0; i < node->n_inputs; i++) {
+      if (!node->next[i].node) continue;
+      if (!first) first = node->next[i].node;
+      else mx__node_decref(node->next[i].node);
+    }
+    mx__node_release(node);
+    if (node->leaf) {
+      if (node->leaf->autograd) node->leaf->autograd->accumulator = NULL;
+      mx__decref(node->leaf);
+    }
+    free_hooks(node->hooks);
+    if (node->free_payload) node->free_payload(node->payload);
+    free(node->next), free(node->in_meta), free(node->out_meta), free(node->saved);
+    free(node);
+    node = first;
+  }
+}
+
+void mx__meta_from(mx__meta *meta, const mx_tensor *t) {
+  meta->ndim = t->ndim;
+  memcpy(meta->shape, t->shape, sizeof meta->shape);
+  meta->dtype = t->dtype;
+  meta->device = t->device;
+}
+
+static mx_status accumulate_apply(mx__node *node, mx_tensor *const *grad_outputs, mx_tensor **grad_inputs) {
+  return MX_OK; /* the engine handles accumulators itself */
+}
+
+/* The leaf's accumulator: one per leaf while any graph uses it. */
+static mx__node *accumulator_of(mx_tensor *leaf) {
+  mx__autograd_meta *meta = leaf->autograd;
+  if (meta->accumulator) return mx__node_retain(meta->accumulator);
+  mx__node *acc = mx__node_new("AccumulateGrad", accumulate_apply, 0, 1, 0);
+  if (!acc) return NULL;
+  acc->leaf = mx__retain(leaf);
+  mx__meta_from(&acc->out_meta[0], leaf);
+  meta->accumulator = acc;
+  return acc;
+}
+
+mx_status mx__node_connect(mx__node *node, int i, mx_tensor *input) {
+  mx__meta_from(&node->in_meta[i], input);
+  if (!mx_requires_grad(input)) return MX_OK;
+  mx__autograd_meta *meta = input->autograd;
+  if (meta->grad_fn) {
+    node->next[i] = (mx__edge){mx__node_retain(meta->grad_fn), meta->output_nr};
+    return MX_OK;
+  }
+  mx__node *acc = accumulator_of(input);
+  if (!acc) return MX_OUT_OF_MEMORY;
+  node->next[i] = (mx__edge){acc, 0};
+  return MX_OK;
+}
+
+void mx__node_set_output(mx__node *node, int k, mx_tensor *out) {
+  mx__autograd_meta *meta = mx__meta_of(out);
+  if (!meta) return;
+  if (meta->grad_fn) mx__node_decref(meta->grad_fn);
+  meta->grad_fn = mx__node_retain(node);
+  meta->output_nr = k;
+  mx__meta_from(&node->out_meta[k], out);
+}
+
+mx_status mx__node_save(mx__node *node, int slot, mx_tensor *t, bool is_output) {
+  /* an output is kept as a detached view: the node must not own its owner */
+  mx_tensor *kept = is_output ? mx__tensor_view(t, t->ndim, t->shape, t->strides, t->offset) : t;
+  if (!kept) return mx_last_status();
+  mx__retain(kept); /* the node's reference */
+  if (is_output) mx_release(kept); /* the view's handle was only ours */
+  int output_nr = is_output && t->autograd ? t->autograd->output_nr : 0;
+  node->saved[slot] = (mx__saved){kept, mx_version(t), is_output, output_nr};
+  return MX_OK;
+}
+
+mx_tensor *mx__node_saved(mx__node *node, int slot) {
+  if (node->released) {
+    mx__error(MX_STATE_ERROR,
+              "mx_backward: trying to backward through the graph a second time (the saved tensors of %s "
+              "were freed by the first backward); pass retain_graph=true the first time",
+              node->name);
+    return NULL;
+  }
+  mx__saved *s = &node->saved[slot];
+  if (!s->tensor) return NULL;
+  uint64_t now = mx_version(s->tensor);
+  if (now != s->version) {
+    char dims[MX__DIMS_STR];
+    mx__error(MX_STATE_ERROR,
+              "mx_backward: a tensor needed for gradient computation has been modified by an in-place "
+              "operation: the %s %s saved by %s is at version %llu; expected version %llu",
+              mx_dtype_name(s->tensor->dtype), mx__dims_str(dims, s->tensor->ndim, s->tensor->shape), node->name,
+              (unsigned long long)now, (unsigned long long)s->version);
+    return NULL;
+  }
+  if (!s->is_output || !mx_is_grad_enabled()) return s->tensor;
+  /* Differentiating through a saved output (create_graph): hand out a view
+   * whose producer is this node again, as PyTorch's SavedVariable does. It
+   * belongs to the current scope. */
+  mx_tensor *view = mx__tensor_view(s->tensor, s->tensor->ndim, s->tensor->shape, s->tensor->strides,
+                                    s->tensor->offset);
+  if (view && mx__meta_of(view)) mx__node_set_output(node, s->output_nr, view);
+  return view;
+}

@@ -1,0 +1,105 @@
+/* Batched matrix products on the CPU. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/convert.h"
+#include "kernels/cpu/dnnl.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/math.h"
+
+/* out[b,i,:] += a[b,i,k] * b[b,k,:], accumulated in double for f64 and in
+ * float otherwise. Views are (B, M, K), (B, K, N), (B, M, N). */
+mx_status mx__cpu_matmul_reference(const mx_kview *out, const mx_kview *a, const mx_kview *b) {
+  int64_t B = out->shape[0], M = out->shape[1], N = out->shape[2], K = a->shape[2];
+  bool dbl = out->dtype == MX_F64;
+  size_t as = mx_dtype_size(a->dtype), bs = mx_dtype_size(b->dtype), os = mx_dtype_size(out->dtype);
+  MX_PARALLEL_FOR(B * M * N * K)
+  for (int64_t bm = 0; bm < B * M; bm++) {
+    int64_t bi = bm / M, i = bm % M;
+    double acc_d[256];
+    float acc_f[256];
+    for (int64_t j0 = 0; j0 < N; j0 += 256) {
+      int64_t jn = N - j0 < 256 ? N - j0 : 256;
+      for (int64_t j = 0; j < jn; j++) acc_d[j] = 0, acc_f[j] = 0;
+      for (int64_t k = 0; k < K; k++) {
+        const char *pa = (const char *)a->data + (bi * a->strides[0] + i * a->strides[1] + k * a->strides[2]) * (int64_t)as;
+        double av = mx__load_f64(pa, a->dtype);
+        const char *pb = (const char *)b->data + (bi * b->strides[0] + k * b->strides[1] + j0 * b->strides[2]) * (int64_t)bs;
+        for (int64_t j = 0; j < jn; j++, pb += b->strides[2] * (int64_t)bs) {
+          if (dbl) acc_d[j] += av * mx__load_f64(pb, b->dtype);
+          else acc_f[j] += (float)av * (float)mx__load_f64(pb, b->dtype);
+        }
+      }
+      char *po = (char *)out->data + (bi * out->strides[0] + i * out->strides[1] + j0 * out->strides[2]) * (int64_t)os;
+      for (int64_t j = 0; j < jn; j++, po += out->strides[2] * (int64_t)os)
+        mx__store_f64(po, out->dtype, dbl ? acc_d[j] : acc_f[j]);
+    }
+  }
+  return MX_OK;
+}
+
+/* A dense float32 copy of a (B, R, C) view. */
+static float *to_f32(const mx_kview *v) {
+  int64_t n = mx__kview_numel(v);
+  float *dst = malloc(sizeof(float) * (size_t)(n ? n : 1));
+  if (!dst) return NULL;
+  size_t size = mx_dtype_size(v->dtype);
+  int64_t k = 0;
+  for (int64_t b = 0; b < v->shape[0]; b++)
+    for (int64_t r = 0; r < v->shape[1]; r++)
+      for (int64_t c = 0; c < v->shape[2]; c++)
+        dst[k++] = (float)mx__load_f64((const char *)v->data +
+                                           (b * v->strides[0] + r * v->strides[1] + c * v->strides[2]) * (int64_t)size,
+                                       v->dtype);
+  return dst;
+}
+
+static mx_kview dense_f32_view(float *data, const mx_kview *like) {
+  mx_kview v = *like;
+  v.data = data;
+  v.dtype = MX_F32;
+  v.strides[2] = 1;
+  v.strides[1] = like->shape[2];
+  v.strides[0] = like->shape[1] * like->shape[2];
+  return v;
+}
+
+/* float16 as the GPU does it: f32 products and sums, one rounding at the end. */
+static mx_status matmul_via_f32(const mx_kview *out, const mx_kview *a, const mx_kview *b) {
+  float *fa = to_f32(a), *fb = to_f32(b);
+  float *fo = malloc(sizeof(float) * (size_t)(mx__kview_numel(out) ? mx__kview_numel(out) : 1));
+  mx_status status = MX_OK;
+  if (!fa || !fb || !fo) {
+    status = mx__error(MX_OUT_OF_MEMORY, "mx_matmul: out of memory converting %s operands", mx_dtype_name(a->dtype));
+  } else {
+    mx_kview va = dense_f32_view(fa, a), vb = dense_f32_view(fb, b), vo = dense_f32_view(fo, out);
+    status = mx__dnnl_matmul(&vo, &va, &vb);
+    if (status == MX_NOT_BUILT) status = mx__cpu_matmul_reference(&vo, &va, &vb);
+    if (status == MX_OK) {
+      int64_t n = mx__kview_numel(out);
+      if (out->dtype == MX_F16) mx__f32_to_f16_n(fo, out->data, n);
+      else mx__f32_to_bf16_n(fo, out->data, n);
+    }
+  }
+  free(fa), free(fb), free(fo);
+  return status;
+}
+
+mx_status mx__cpu_matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b) {
+  if (mx__kview_numel(out) == 0) return MX_OK;
+  if (a->shape[2] == 0) { /* an empty sum: zeros */
+    memset(out->data, 0, (size_t)mx__kview_numel(out) * mx_dtype_size(out->dtype));
+    return MX_OK;
+  }
+  switch (out->dtype) {
+  case MX_F32:
+  case MX_BF16: {
+    mx_status status = mx__dnnl_matmul(out, a, b);
+    if (status != MX_NOT_BUILT) return status;
+    return out->dtype == MX_F32 ? mx__cpu_matmul_reference(out, a, b) : matmul_via_f32(out, a, b);
+  }
+  case MX_F16: return matmul_via_f32(out, a, b);
+  default: return mx__cpu_matmul_reference(out, a, b);
+  }
+}

@@ -1,0 +1,348 @@
+/* The CUDA backend: device memory from CUDA's stream-ordered pool and the creation kernels (fill, convert, random, bernoulli). */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/math.h"
+
+/* --- state, set up once ------------------------------------------------------ */
+
+static struct {
+  mx_status status;   /* of the initialisation: MX_OK once the backend is usable */
+  char error[768];    /* why it is not (the message is thread-local; this is kept) */
+  int device;         /* the CUDA device current when the backend was set up */
+  cudaStream_t stream; /* every allocation, copy and kernel goes on this stream */
+  int max_blocks;     /* grid size cap for the grid-stride loops */
+  mx_backend vtable;
+} cuda;
+
+static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
+
+int mx__cuda_device_count(void) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError(); /* no driver or no device: not an error to keep */
+    return 0;
+  }
+  return count;
+}
+
+/* --- element access on the device ---------------------------------------------- */
+
+/* Bytes per element (the same table as mx_dtype_size, usable on the device). */
+MX_HD static inline int64_t dtype_bytes(mx_dtype dtype) {
+  switch (dtype) {
+#define MX__DTYPE_BYTES(name, ctype, size, str) \
+  case MX_##name: return size;
+    MX_DTYPE_MAP(MX__DTYPE_BYTES)
+#undef MX__DTYPE_BYTES
+  default: return 0;
+  }
+}
+
+/* One element as a double: the CPU's mx__load_f64 (kernels/cpu/convert.c). */
+MX_HD static inline double load_f64(const void *p, mx_dtype dtype) {
+  switch (dtype) {
+  case MX_F32: return *(const float *)p;
+  case MX_F64: return *(const double *)p;
+  case MX_F16: return mx_f16_to_f32(*(const uint16_t *)p);
+  case MX_BF16: return mx_bf16_to_f32(*(const uint16_t *)p);
+  case MX_I64: return (double)*(const int64_t *)p;
+  case MX_I32: return *(const int32_t *)p;
+  case MX_U8: return *(const uint8_t *)p;
+  case MX_BOOL: return *(const bool *)p;
+  default: return 0;
+  }
+}
+
+/* NaN becomes 0, everything else is clamped to [lo, hi]. */
+MX_HD static inline double saturate(double v, double lo, double hi) {
+  if (isnan(v)) return 0;
+  return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* A double stored as one element: the CPU's mx__store_f64, with its rules
+ * (floats round to nearest even; integers truncate toward zero and saturate,
+ * NaN becomes 0; bool is v != 0). */
+MX_HD static inline void store_f64(void *p, mx_dtype dtype, double v) {
+  switch (dtype) {
+  case MX_F32: *(float *)p = (float)v; break;
+  case MX_F64: *(double *)p = v; break;
+  case MX_F16: *(uint16_t *)p = mx_f32_to_f16((float)v); break;
+  case MX_BF16: *(uint16_t *)p = mx_f32_to_bf16((float)v); break;
+  /* 2^63 itself is out of range: the largest double below it is 2^63-1024 */
+  case MX_I64: *(int64_t *)p = (int64_t)saturate(v, -0x1p63, 0x1.fffffffffffffp62); break;
+  case MX_I32: *(int32_t *)p = (int32_t)saturate(v, INT32_MIN, INT32_MAX); break;
+  case MX_U8: *(uint8_t *)p = (uint8_t)saturate(v, 0, 255); break;
+  case MX_BOOL: *(bool *)p = v != 0; break;
+  default: break;
+  }
+}
+
+/* The raw bits of one element of `bytes` bytes (1, 2, 4 or 8; views are
+ * aligned to their element size), held in the low bytes of a uint64_t. */
+__device__ static inline uint64_t load_bits(const void *src, int64_t bytes) {
+  switch (bytes) {
+  case 1: return *(const uint8_t *)src;
+  case 2: return *(const uint16_t *)src;
+  case 4: return *(const uint32_t *)src;
+  default: return *(const uint64_t *)src;
+  }
+}
+
+__device__ static inline void store_bits(void *dst, int64_t bytes, uint64_t bits) {
+  switch (bytes) {
+  case 1: *(uint8_t *)dst = (uint8_t)bits; break;
+  case 2: *(uint16_t *)dst = (uint16_t)bits; break;
+  case 4: *(uint32_t *)dst = (uint32_t)bits; break;
+  default: *(uint64_t *)dst = bits; break;
+  }
+}
+
+/* The address of the element with row-major linear index i of a view. */
+__device__ static inline char *element(const mx_kview &v, int64_t i) {
+  return (char *)v.data + mx_strided_offset(i, v.ndim, v.shape, v.strides) * dtype_bytes(v.dtype);
+}
+
+/* A contiguous view as 1-d [numel] with stride 1: the same elements in the
+ * same row-major order, one division per element instead of one per dim. */
+static mx_kview flatten_if_contiguous(const mx_kview *v) {
+  mx_kview f = *v;
+  if (v->ndim > 1 && mx__kview_is_contiguous(v)) {
+    f.ndim = 1;
+    f.shape[0] = mx__kview_numel(v);
+    f.strides[0] = 1;
+  }
+  return f;
+}
+
+/* --- the one elementwise launcher ---------------------------------------------- */
+
+#define THREADS_PER_BLOCK 256
+
+/* op(i) for every linear index i in [0, n), grid-stride. op carries its
+ * views (mx_kview) by value in the kernel's argument. */
+template <class Op>
+__global__ void elementwise_kernel(int64_t n, Op op) {
+  int64_t step = (int64_t)blockDim.x * gridDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) op(i);
+}
+
+template <class Op>
+static mx_status launch_elementwise(const char *what, int64_t n, Op op) {
+  if (n <= 0) return MX_OK; /* an empty grid is an invalid configuration */
+  int64_t blocks = (n + THREADS_PER_BLOCK - 1) / THREADS_PER_BLOCK;
+  if (blocks > cuda.max_blocks) blocks = cuda.max_blocks;
+  elementwise_kernel<<<(unsigned)blocks, THREADS_PER_BLOCK, 0, cuda.stream>>>(n, op);
+  MX_CUDA_CHECK_LAUNCH(what);
+  return MX_OK;
+}
+
+/* --- kernels ---------------------------------------------------------------------- */
+
+/* out[i] = one fixed element pattern (value already stored in out's dtype).
+ * out: any shape, any strides. */
+struct fill_op {
+  mx_kview out;
+  uint64_t bits; /* the element's bits, in the low dtype_bytes(out.dtype) bytes */
+  __device__ void operator()(int64_t i) const { store_bits(element(out, i), dtype_bytes(out.dtype), bits); }
+};
+
+static mx_status cuda_fill(const mx_kview *out, double value) {
+  fill_op op;
+  op.out = flatten_if_contiguous(out);
+  /* the element stored once on the host, by the very function the device
+   * uses; host and GPU are both little-endian, so its first bytes are the
+   * low bytes of `bits` */
+  alignas(8) unsigned char element_bytes[8] = {0};
+  store_f64(element_bytes, out->dtype, value);
+  memcpy(&op.bits, element_bytes, sizeof op.bits);
+  return launch_elementwise("launch of kernel fill", mx__kview_numel(out), op);
+}
+
+/* out[i] = src[i] converted to out's dtype; same dtype copies the bytes
+ * (int64 stays exact). out, src: the same shape, any strides (src may
+ * broadcast with stride 0). */
+struct convert_op {
+  mx_kview out, src;
+  __device__ void operator()(int64_t i) const {
+    char *o = element(out, i);
+    const char *s = element(src, i);
+    if (out.dtype == src.dtype)
+      store_bits(o, dtype_bytes(out.dtype), load_bits(s, dtype_bytes(out.dtype)));
+    else
+      store_f64(o, out.dtype, load_f64(s, src.dtype));
+  }
+};
+
+static mx_status cuda_convert(const mx_kview *out, const mx_kview *src) {
+  convert_op op;
+  op.out = flatten_if_contiguous(out);
+  op.src = flatten_if_contiguous(src);
+  return launch_elementwise("launch of kernel convert", mx__kview_numel(out), op);
+}
+
+/* out[i] = draw number i (i the row-major linear index) of the params'
+ * stream, as the CPU's random_row. out: any shape, any strides. */
+struct random_op {
+  mx_kview out;
+  mx_rand_params params;
+  __device__ void operator()(int64_t i) const {
+    char *o = element(out, i);
+    if (params.kind == MX_RAND_INT && out.dtype == MX_I64) /* exact beyond 2^53 */
+      *(int64_t *)o = mx_rand_int(&params, (uint64_t)i);
+    else
+      store_f64(o, out.dtype, mx_rand_sample(&params, (uint64_t)i, mx_mantissa_bits(out.dtype)));
+  }
+};
+
+static mx_status cuda_random(const mx_kview *out, const mx_rand_params *params) {
+  random_op op;
+  op.out = flatten_if_contiguous(out);
+  op.params = *params;
+  return launch_elementwise("launch of kernel random", mx__kview_numel(out), op);
+}
+
+/* out[i] = (u_i < p[i]), u_i the 53-bit uniform of draw i, as the CPU's
+ * bernoulli_row. out, p: the same shape, any strides, any dtypes. */
+struct bernoulli_op {
+  mx_kview out, p;
+  mx_rand_params params;
+  __device__ void operator()(int64_t i) const {
+    mx_philox_block r = mx_philox_draw(params.seed, params.offset, (uint64_t)i);
+    double prob = load_f64(element(p, i), p.dtype);
+    store_f64(element(out, i), out.dtype, mx_uniform53(r.v[0], r.v[1]) < prob);
+  }
+};
+
+static mx_status cuda_bernoulli(const mx_kview *out, const mx_kview *p, const mx_rand_params *params) {
+  bernoulli_op op;
+  op.out = flatten_if_contiguous(out);
+  op.p = flatten_if_contiguous(p);
+  op.params = *params;
+  return launch_elementwise("launch of kernel bernoulli", mx__kview_numel(out), op);
+}
+
+/* --- memory: the device's default pool, stream-ordered -------------------------- */
+
+static mx_status cuda_alloc(size_t bytes, void **out) {
+  *out = NULL;
+  /* an empty tensor still gets a real, distinct pointer */
+  mx_status status = MX_CUDA_STATUS(cudaMallocAsync(out, bytes ? bytes : 1, cuda.stream));
+  if (status != MX_OK) {
+    char why[640];
+    snprintf(why, sizeof why, "%s", mx_last_error());
+    *out = NULL;
+    return mx__error(status, "cuda: allocating %zu bytes: %s", bytes, why);
+  }
+  return MX_OK;
+}
+
+static void cuda_free(void *ptr, size_t bytes) {
+  (void)bytes;
+  if (!ptr) return;
+  cudaError_t err = cudaFreeAsync(ptr, cuda.stream);
+  if (err == cudaSuccess) return;
+  /* free cannot fail upward: record it unless an earlier error is pending,
+   * which stays the one reported */
+  if (mx_last_status() == MX_OK)
+    (void)mx__cuda_status(err, "cudaFreeAsync(ptr, cuda.stream)", __FILE__, __LINE__);
+  else
+    (void)cudaGetLastError();
+}
+
+/* Host buffers are pageable user memory: wait for the copy before
+ * returning, so the caller may reuse or free them at once. */
+static mx_status cuda_copy_from_host(void *dst, const void *src, size_t bytes) {
+  if (!bytes) return MX_OK;
+  MX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda.stream));
+  MX_CUDA_CHECK(cudaStreamSynchronize(cuda.stream));
+  return MX_OK;
+}
+
+static mx_status cuda_copy_to_host(void *dst, const void *src, size_t bytes) {
+  if (!bytes) return MX_OK;
+  MX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda.stream));
+  MX_CUDA_CHECK(cudaStreamSynchronize(cuda.stream));
+  return MX_OK;
+}
+
+static mx_status cuda_synchronize(void) {
+  MX_CUDA_CHECK(cudaStreamSynchronize(cuda.stream));
+  return MX_OK;
+}
+
+/* --- initialisation ------------------------------------------------------------------ */
+
+static mx_status cuda_init(void) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) { /* cudaErrorNoDevice, cudaErrorInsufficientDriver, ... */
+    (void)cudaGetLastError();
+    return mx__error(MX_NO_CUDA_DEVICE, "no CUDA device: %s (%s from cudaGetDeviceCount)",
+                     cudaGetErrorString(err), cudaGetErrorName(err));
+  }
+  if (count == 0)
+    return mx__error(MX_NO_CUDA_DEVICE, "no CUDA device: the CUDA runtime reports 0 devices");
+
+  MX_CUDA_CHECK(cudaGetDevice(&cuda.device));
+  int pools = 0, sms = 0;
+  MX_CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, cuda.device));
+  if (!pools)
+    return mx__error(MX_BACKEND_ERROR,
+                     "cuda: device %d does not support stream-ordered memory pools (cudaMallocAsync)",
+                     cuda.device);
+  MX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, cuda.device));
+  cuda.max_blocks = (sms > 0 ? sms : 1) * 32;
+
+  /* Freed memory stays in the pool for the next allocation instead of going
+   * back to the driver at each synchronisation. */
+  cudaMemPool_t pool;
+  MX_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, cuda.device));
+  uint64_t threshold = UINT64_MAX; /* the attribute's value type is cuuint64_t */
+  MX_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+
+  MX_CUDA_CHECK(cudaStreamCreateWithFlags(&cuda.stream, cudaStreamNonBlocking));
+
+  /* cuBLAS and cuDNN answer (the GEMM and convolution kernels will use them) */
+  int blas_major = 0, dnn_major = 0;
+  MX_CUBLAS_CHECK(cublasGetProperty(MAJOR_VERSION, &blas_major));
+  MX_CUDNN_CHECK(cudnnGetProperty(MAJOR_VERSION, &dnn_major));
+
+  mx_backend *b = &cuda.vtable;
+  b->name = "cuda";
+  b->device = MX_CUDA;
+  b->alloc = cuda_alloc;
+  b->free = cuda_free;
+  b->copy_from_host = cuda_copy_from_host;
+  b->copy_to_host = cuda_copy_to_host;
+  b->synchronize = cuda_synchronize;
+  b->fill = cuda_fill;
+  b->convert = cuda_convert;
+  b->random = cuda_random;
+  b->bernoulli = cuda_bernoulli;
+  return MX_OK;
+}
+
+static void cuda_init_once(void) {
+  cuda.status = cuda_init();
+  if (cuda.status != MX_OK) snprintf(cuda.error, sizeof cuda.error, "%s", mx_last_error());
+}
+
+const mx_backend *mx__cuda_backend_get(void) {
+  int rc = pthread_once(&cuda_once, cuda_init_once);
+  if (rc != 0) {
+    mx__error(MX_BACKEND_ERROR, "cuda: pthread_once failed (error %d)", rc);
+    return NULL;
+  }
+  if (cuda.status != MX_OK) {
+    mx__error(cuda.status, "%s", cuda.error);
+    return NULL;
+  }
+  return &cuda.vtable;
+}

@@ -1,0 +1,228 @@
+/* Elementwise ops: the unary and binary forwards (broadcasting and dtype
+ * promotion, then one kernel), where, the composites built on them, and
+ * the public functions. Backward formulas: ops/elementwise_grad.c. */
+#include <math.h>
+
+#include "kernels/elementwise.h"
+#include "ops/op_table.h"
+
+static mx_tensor *alloc_out(mx_op op, mx_shape shape, mx_dtype dtype, mx_device device) {
+  char name[64];
+  snprintf(name, sizeof name, "mx_%s", mx__ops[op].name);
+  return mx__tensor_alloc(name, shape, dtype, device);
+}
+
+/* The device of the call: that of its first input that is not a CPU
+ * scalar (they may join tensors on any device). */
+static mx_device call_device(mx__call *c) {
+  for (int i = 0; i < c->n_in; i++)
+    if (!(c->in[i]->ndim == 0 && c->in[i]->device == MX_CPU)) return c->in[i]->device;
+  return MX_CPU;
+}
+
+mx_status mx__unary_forward(mx__call *c) {
+  int code = mx__ops[c->op].code;
+  mx_tensor *x = c->in[0];
+  /* integer inputs to float functions compute in float32, like PyTorch */
+  mx_dtype dtype = mx_dtype_is_floating(x->dtype) || mx__unary_has_int(code) ? x->dtype : MX_F32;
+  const mx_backend *be = mx__backend_of(c->op, x->device);
+  if (!be) return mx_last_status();
+  if (!be->unary) return mx__no_kernel(c->op, x->device, "unary");
+  x = mx__prepare(x, dtype, x->device);
+  mx_tensor *out = x ? alloc_out(c->op, mx_shape_get(x), dtype, x->device) : NULL;
+  if (!out) return mx_last_status();
+  mx_kview ov = mx__kview_of(out), xv = mx__kview_of(x);
+  double a = c->args ? c->args->f[0] : 0, b = c->args ? c->args->f[1] : 0;
+  mx_status status = be->unary(code, &ov, &xv, a, b);
+  c->out[0] = out;
+  return status;
+}
+
+mx_status mx__binary_forward(mx__call *c) {
+  int code = mx__ops[c->op].code;
+  char name[64];
+  snprintf(name, sizeof name, "mx_%s", mx__ops[c->op].name);
+  mx_shape shape;
+  mx_status status = mx__broadcast_shape(name, 2, c->in, &shape);
+  if (status != MX_OK) return status;
+  mx_dtype dtype = mx__result_type(2, c->in);
+  /* true division and atan2 of integers are floats */
+  if ((code == MX_BIN_DIV || code == MX_BIN_ATAN2 || !mx__binary_has_int(code)) && !mx_dtype_is_floating(dtype))
+    dtype = MX_F32;
+  mx_device device = call_device(c);
+  const mx_backend *be = mx__backend_of(c->op, device);
+  if (!be) return mx_last_status();
+  if (!be->binary) return mx__no_kernel(c->op, device, "binary");
+  mx_tensor *a = mx__prepare(c->in[0], dtype, device);
+  mx_tensor *b = a ? mx__prepare(c->in[1], dtype, device) : NULL;
+  mx_tensor *out = b ? alloc_out(c->op, shape, code >= MX_BIN_EQ ? MX_BOOL : dtype, device) : NULL;
+  if (!out) return mx_last_status();
+  mx_kview ov = mx__kview_of(out), av = mx__kview_broadcast(a, shape), bv = mx__kview_broadcast(b, shape);
+  status = be->binary(code, &ov, &av, &bv, c->args ? c->args->f[0] : 1.0);
+  c->out[0] = out;
+  return status;
+}
+
+mx_status mx__fwd_where(mx__call *c) {
+  mx_shape shape;
+  mx_status status = mx__broadcast_shape("mx_where", 3, c->in, &shape);
+  if (status != MX_OK) return status;
+  mx_dtype dtype = mx__result_type(2, c->in + 1);
+  mx_device device = call_device(c);
+  const mx_backend *be = mx__backend_of(c->op, device);
+  if (!be) return mx_last_status();
+  if (!be->where) return mx__no_kernel(c->op, device, "where");
+  mx_tensor *cond = mx__prepare(c->in[0], MX_BOOL, device);
+  mx_tensor *a = cond ? mx__prepare(c->in[1], dtype, device) : NULL;
+  mx_tensor *b = a ? mx__prepare(c->in[2], dtype, device) : NULL;
+  mx_tensor *out = b ? alloc_out(c->op, shape, dtype, device) : NULL;
+  if (!out) return mx_last_status();
+  mx_kview ov = mx__kview_of(out), cv = mx__kview_broadcast(cond, shape);
+  mx_kview av = mx__kview_broadcast(a, shape), bv = mx__kview_broadcast(b, shape);
+  status = be->where(&ov, &cv, &av, &bv);
+  c->out[0] = out;
+  return status;
+}
+
+/* --- composites ------------------------------------------------------------------------ */
+
+#define BODY_RESULT(c, expr) ((c)->out[0] = (expr)) ? MX_OK : mx_last_status()
+
+mx_status mx__fwd_logical_not(mx__call *c) { return BODY_RESULT(c, mx_eq_scalar(c->in[0], 0)); }
+
+mx_status mx__fwd_addcmul(mx__call *c) {
+  return BODY_RESULT(c, mx_add(c->in[0], mx_mul_scalar(mx_mul(c->in[1], c->in[2]), c->args->f[0])));
+}
+
+mx_status mx__fwd_addcdiv(mx__call *c) {
+  return BODY_RESULT(c, mx_add(c->in[0], mx_mul_scalar(mx_div(c->in[1], c->in[2]), c->args->f[0])));
+}
+
+mx_status mx__fwd_lerp(mx__call *c) {
+  return BODY_RESULT(c, mx_add(c->in[0], mx_mul(c->in[2], mx_sub(c->in[1], c->in[0]))));
+}
+
+mx_status mx__fwd_masked_fill(mx__call *c) {
+  /* a 0-d tensor of the input's dtype: the result keeps that dtype */
+  mx_tensor *value = mx_scalar(c->args->f[0], c->in[0]->dtype, MX_CPU);
+  return BODY_RESULT(c, mx_where(c->in[1], value, c->in[0]));
+}
+
+/* --- public functions ----------------------------------------------------------------- */
+
+#define UNARY_API(E, name) \
+  mx_tensor *mx_##name(const mx_tensor *x) { return mx__call1(MX_OP_##E, x, NULL); }
+UNARY_API(NEG, neg)
+UNARY_API(ABS, abs)
+UNARY_API(SIGN, sign)
+UNARY_API(EXP, exp)
+UNARY_API(EXPM1, expm1)
+UNARY_API(LOG, log)
+UNARY_API(LOG1P, log1p)
+UNARY_API(LOG2, log2)
+UNARY_API(LOG10, log10)
+UNARY_API(SQRT, sqrt)
+UNARY_API(RSQRT, rsqrt)
+UNARY_API(RECIPROCAL, reciprocal)
+UNARY_API(SIN, sin)
+UNARY_API(COS, cos)
+UNARY_API(TAN, tan)
+UNARY_API(ASIN, asin)
+UNARY_API(ACOS, acos)
+UNARY_API(ATAN, atan)
+UNARY_API(SINH, sinh)
+UNARY_API(COSH, cosh)
+UNARY_API(TANH, tanh)
+UNARY_API(SIGMOID, sigmoid)
+UNARY_API(RELU, relu)
+UNARY_API(GELU, gelu)
+UNARY_API(GELU_TANH, gelu_tanh)
+UNARY_API(SILU, silu)
+UNARY_API(ERF, erf)
+UNARY_API(ERFINV, erfinv)
+UNARY_API(FLOOR, floor)
+UNARY_API(CEIL, ceil)
+UNARY_API(ROUND, round)
+UNARY_API(TRUNC, trunc)
+#undef UNARY_API
+
+mx_tensor *mx_leaky_relu(const mx_tensor *x, double negative_slope) {
+  return mx__call1(MX_OP_LEAKY_RELU, x, &(mx__args){.f = {negative_slope}});
+}
+
+mx_tensor *mx_elu(const mx_tensor *x, double alpha) { return mx__call1(MX_OP_ELU, x, &(mx__args){.f = {alpha}}); }
+
+mx_tensor *mx_softplus(const mx_tensor *x, double beta, double threshold) {
+  return mx__call1(MX_OP_SOFTPLUS, x, &(mx__args){.f = {beta, threshold}});
+}
+
+mx_tensor *mx_clamp(const mx_tensor *x, double min, double max) {
+  return mx__call1(MX_OP_CLAMP, x, &(mx__args){.f = {min, max}});
+}
+
+#define BINARY_API(E, name) \
+  mx_tensor *mx_##name(const mx_tensor *a, const mx_tensor *b) { return mx__call2(MX_OP_##E, a, b, NULL); }
+BINARY_API(MUL, mul)
+BINARY_API(DIV, div)
+BINARY_API(POW, pow)
+BINARY_API(REMAINDER, remainder)
+BINARY_API(MAXIMUM, maximum)
+BINARY_API(MINIMUM, minimum)
+BINARY_API(ATAN2, atan2)
+BINARY_API(EQ, eq)
+BINARY_API(NE, ne)
+BINARY_API(LT, lt)
+BINARY_API(LE, le)
+BINARY_API(GT, gt)
+BINARY_API(GE, ge)
+BINARY_API(LOGICAL_AND, logical_and)
+BINARY_API(LOGICAL_OR, logical_or)
+BINARY_API(LOGICAL_XOR, logical_xor)
+#undef BINARY_API
+
+mx_tensor *mx_add_scaled(const mx_tensor *a, const mx_tensor *b, double alpha) {
+  return mx__call2(MX_OP_ADD, a, b, &(mx__args){.f = {alpha}});
+}
+mx_tensor *mx_add(const mx_tensor *a, const mx_tensor *b) { return mx_add_scaled(a, b, 1.0); }
+mx_tensor *mx_sub(const mx_tensor *a, const mx_tensor *b) {
+  return mx__call2(MX_OP_SUB, a, b, &(mx__args){.f = {1.0}});
+}
+mx_tensor *mx_logical_not(const mx_tensor *a) { return mx__call1(MX_OP_LOGICAL_NOT, a, NULL); }
+
+/* A C scalar joins as a wrapped 0-d tensor: it never widens the dtype. */
+static mx_tensor *with_scalar(mx_op op, const mx_tensor *t, double s, bool scalar_first, double alpha) {
+  mx_tensor *w = mx__wrap_scalar(s);
+  mx_tensor *out = scalar_first ? mx__call2(op, w, t, &(mx__args){.f = {alpha}})
+                                : mx__call2(op, t, w, &(mx__args){.f = {alpha}});
+  mx_release(w);
+  return out;
+}
+mx_tensor *mx_add_scalar(const mx_tensor *a, double b) { return with_scalar(MX_OP_ADD, a, b, false, 1); }
+mx_tensor *mx_sub_scalar(const mx_tensor *a, double b) { return with_scalar(MX_OP_SUB, a, b, false, 1); }
+mx_tensor *mx_rsub_scalar(double a, const mx_tensor *b) { return with_scalar(MX_OP_SUB, b, a, true, 1); }
+mx_tensor *mx_mul_scalar(const mx_tensor *a, double b) { return with_scalar(MX_OP_MUL, a, b, false, 1); }
+mx_tensor *mx_div_scalar(const mx_tensor *a, double b) { return with_scalar(MX_OP_DIV, a, b, false, 1); }
+mx_tensor *mx_rdiv_scalar(double a, const mx_tensor *b) { return with_scalar(MX_OP_DIV, b, a, true, 1); }
+mx_tensor *mx_pow_scalar(const mx_tensor *a, double b) { return with_scalar(MX_OP_POW, a, b, false, 1); }
+mx_tensor *mx_rpow_scalar(double a, const mx_tensor *b) { return with_scalar(MX_OP_POW, b, a, true, 1); }
+mx_tensor *mx_eq_scalar(const mx_tensor *a, double b) { return with_scalar(MX_OP_EQ, a, b, false, 1); }
+mx_tensor *mx_gt_scalar(const mx_tensor *a, double b) { return with_scalar(MX_OP_GT, a, b, false, 1); }
+mx_tensor *mx_ge_scalar(const mx_tensor *a, double b) { return with_scalar(MX_OP_GE, a, b, false, 1); }
+mx_tensor *mx_lt_scalar(const mx_tensor *a, double b) { return with_scalar(MX_OP_LT, a, b, false, 1); }
+mx_tensor *mx_le_scalar(const mx_tensor *a, double b) { return with_scalar(MX_OP_LE, a, b, false, 1); }
+
+mx_tensor *mx_where(const mx_tensor *cond, const mx_tensor *a, const mx_tensor *b) {
+  return mx__call3(MX_OP_WHERE, cond, a, b, NULL);
+}
+mx_tensor *mx_addcmul(const mx_tensor *a, const mx_tensor *t1, const mx_tensor *t2, double value) {
+  return mx__call3(MX_OP_ADDCMUL, a, t1, t2, &(mx__args){.f = {value}});
+}
+mx_tensor *mx_addcdiv(const mx_tensor *a, const mx_tensor *t1, const mx_tensor *t2, double value) {
+  return mx__call3(MX_OP_ADDCDIV, a, t1, t2, &(mx__args){.f = {value}});
+}
+mx_tensor *mx_lerp(const mx_tensor *start, const mx_tensor *end, const mx_tensor *weight) {
+  return mx__call3(MX_OP_LERP, start, end, weight, NULL);
+}
+mx_tensor *mx_masked_fill(const mx_tensor *a, const mx_tensor *mask, double value) {
+  return mx__call2(MX_OP_MASKED_FILL, a, mask, &(mx__args){.f = {value}});
+}

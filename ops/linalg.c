@@ -1,0 +1,169 @@
+/* Linear algebra: bmm is the one primitive (oneDNN on the CPU); mm,
+ * matmul with torch.matmul's broadcasting, the add*-fused forms, mv, dot
+ * and outer are composites of it. */
+#include "ops/op_table.h"
+
+#define G (bw->grad_out[0])
+#define GRAD(i, expr)                                                    \
+  do {                                                                   \
+    if (mx__needs_grad(bw, i) && !(bw->grad_in[i] = (expr))) return mx_last_status(); \
+  } while (0)
+#define OUT0(c, expr) (((c)->out[0] = (expr)) ? MX_OK : mx_last_status())
+
+static mx_status cannot_multiply(const char *op, const mx_tensor *a, const mx_tensor *b, int64_t ka, int64_t kb) {
+  char x[MX__DIMS_STR], y[MX__DIMS_STR];
+  return mx__error(MX_SHAPE_ERROR, "%s: shapes %s and %s cannot be multiplied (%lld != %lld)", op,
+                   mx__dims_str(x, a->ndim, a->shape), mx__dims_str(y, b->ndim, b->shape), (long long)ka,
+                   (long long)kb);
+}
+
+static mx_status need_dims(const char *op, const mx_tensor *t, int ndim, const char *what) {
+  if (t->ndim == ndim) return MX_OK;
+  char x[MX__DIMS_STR];
+  return mx__error(MX_SHAPE_ERROR, "%s: %s must be %d-d, got shape %s", op, what, ndim,
+                   mx__dims_str(x, t->ndim, t->shape));
+}
+
+static mx_status same_dtype(const char *op, const mx_tensor *a, const mx_tensor *b) {
+  if (a->dtype == b->dtype) return MX_OK;
+  return mx__error(MX_DTYPE_ERROR, "%s: expected both operands to have one dtype, got %s and %s", op,
+                   mx_dtype_name(a->dtype), mx_dtype_name(b->dtype));
+}
+
+mx_status mx__fwd_bmm(mx__call *c) {
+  mx_tensor *a = c->in[0], *b = c->in[1];
+  if (need_dims("mx_bmm", a, 3, "the first operand") || need_dims("mx_bmm", b, 3, "the second operand") ||
+      same_dtype("mx_bmm", a, b))
+    return mx_last_status();
+  if (a->shape[0] != b->shape[0]) {
+    char x[MX__DIMS_STR], y[MX__DIMS_STR];
+    return mx__error(MX_SHAPE_ERROR, "mx_bmm: batch sizes differ: shapes %s and %s", mx__dims_str(x, 3, a->shape),
+                     mx__dims_str(y, 3, b->shape));
+  }
+  if (a->shape[2] != b->shape[1]) return cannot_multiply("mx_bmm", a, b, a->shape[2], b->shape[1]);
+  const mx_backend *be = mx__backend_of(c->op, a->device);
+  if (!be) return mx_last_status();
+  if (!be->matmul) return mx__no_kernel(c->op, a->device, "matmul");
+  mx_tensor *out = mx__tensor_alloc("mx_bmm", MX_SHAPE(a->shape[0], a->shape[1], b->shape[2]), a->dtype, a->device);
+  if (!out) return mx_last_status();
+  c->out[0] = out;
+  mx_kview ov = mx__kview_of(out), av = mx__kview_of(a), bv = mx__kview_of(b);
+  return be->matmul(&ov, &av, &bv);
+}
+
+mx_status mx__bwd_bmm(mx__bw *bw) {
+  GRAD(0, mx_bmm(G, mx_transpose(mx__saved_in(bw, 1), 1, 2)));
+  GRAD(1, mx_bmm(mx_transpose(mx__saved_in(bw, 0), 1, 2), G));
+  return MX_OK;
+}
+
+mx_status mx__fwd_mm(mx__call *c) {
+  mx_tensor *a = c->in[0], *b = c->in[1];
+  if (need_dims("mx_mm", a, 2, "the first operand") || need_dims("mx_mm", b, 2, "the second operand"))
+    return mx_last_status();
+  if (a->shape[1] != b->shape[0]) return cannot_multiply("mx_mm", a, b, a->shape[1], b->shape[0]);
+  return OUT0(c, mx_select(mx_bmm(mx_unsqueeze(a, 0), mx_unsqueeze(b, 0)), 0, 0));
+}
+
+mx_status mx__fwd_mv(mx__call *c) {
+  mx_tensor *m = c->in[0], *v = c->in[1];
+  if (need_dims("mx_mv", m, 2, "the matrix") || need_dims("mx_mv", v, 1, "the vector")) return mx_last_status();
+  if (m->shape[1] != v->shape[0]) return cannot_multiply("mx_mv", m, v, m->shape[1], v->shape[0]);
+  return OUT0(c, mx_squeeze(mx_mm(m, mx_unsqueeze(v, 1)), 1));
+}
+
+mx_status mx__fwd_dot(mx__call *c) {
+  mx_tensor *a = c->in[0], *b = c->in[1];
+  if (need_dims("mx_dot", a, 1, "the first operand") || need_dims("mx_dot", b, 1, "the second operand"))
+    return mx_last_status();
+  if (a->shape[0] != b->shape[0]) return cannot_multiply("mx_dot", a, b, a->shape[0], b->shape[0]);
+  return OUT0(c, mx_sum(mx_mul(a, b), MX_ALL_DIMS, false));
+}
+
+mx_status mx__fwd_outer(mx__call *c) {
+  if (need_dims("mx_outer", c->in[0], 1, "the first operand") || need_dims("mx_outer", c->in[1], 1, "the second operand"))
+    return mx_last_status();
+  return OUT0(c, mx_mul(mx_unsqueeze(c->in[0], 1), mx_unsqueeze(c->in[1], 0)));
+}
+
+/* torch.matmul: vectors are promoted to matrices and back; batch dims
+ * broadcast; a matrix on the right folds the batch into the rows. */
+mx_status mx__fwd_matmul(mx__call *c) {
+  mx_tensor *a = c->in[0], *b = c->in[1];
+  if (a->ndim == 0 || b->ndim == 0)
+    return mx__error(MX_SHAPE_ERROR, "mx_matmul: both operands need at least 1 dim, got %d-d and %d-d", a->ndim,
+                     b->ndim);
+  if (a->ndim == 1 && b->ndim == 1) return OUT0(c, mx_dot(a, b));
+  if (a->ndim == 2 && b->ndim == 2) return OUT0(c, mx_mm(a, b));
+  if (a->ndim == 1) return OUT0(c, mx_squeeze(mx_matmul(mx_unsqueeze(a, 0), b), -2));
+  if (b->ndim == 1) return OUT0(c, mx_squeeze(mx_matmul(a, mx_unsqueeze(b, 1)), -1));
+  int64_t m = a->shape[a->ndim - 2], k = a->shape[a->ndim - 1], kb = b->shape[b->ndim - 2], n = b->shape[b->ndim - 1];
+  if (k != kb) return cannot_multiply("mx_matmul", a, b, k, kb);
+  if (b->ndim == 2) { /* (..., m, k) @ (k, n): one mm over all rows */
+    mx_shape out = mx_shape_get(a);
+    out.d[out.ndim - 1] = n;
+    return OUT0(c, mx_reshape(mx_mm(mx_reshape(a, MX_SHAPE(-1, k)), b), out));
+  }
+  /* broadcast the batch dims, then one bmm */
+  mx_tensor *batch_a = mx__tensor_view(a, a->ndim - 2, a->shape, a->strides, a->offset);
+  mx_tensor *batch_b = mx__tensor_view(b, b->ndim - 2, b->shape, b->strides, b->offset);
+  mx_tensor *pair[2] = {batch_a, batch_b};
+  mx_shape batch;
+  mx_status status = batch_a && batch_b ? mx__broadcast_shape("mx_matmul", 2, pair, &batch) : mx_last_status();
+  mx_release(batch_a);
+  mx_release(batch_b);
+  if (status != MX_OK) return status;
+  int64_t count = 1;
+  for (int d = 0; d < batch.ndim; d++) count *= batch.d[d];
+  mx_shape sa = batch, sb = batch, so = batch;
+  sa.d[sa.ndim++] = m, sa.d[sa.ndim++] = k;
+  sb.d[sb.ndim++] = k, sb.d[sb.ndim++] = n;
+  so.d[so.ndim++] = m, so.d[so.ndim++] = n;
+  mx_tensor *a3 = mx_reshape(mx_expand(a, sa), MX_SHAPE(count, m, k));
+  mx_tensor *b3 = mx_reshape(mx_expand(b, sb), MX_SHAPE(count, k, n));
+  return OUT0(c, mx_reshape(mx_bmm(a3, b3), so));
+}
+
+/* beta * c + alpha * product; c is ignored when beta is 0 (NaNs too). */
+static mx_tensor *scaled_sum(const mx_tensor *c, mx_tensor *product, double beta, double alpha) {
+  mx_tensor *p = alpha == 1 ? product : mx_mul_scalar(product, alpha);
+  if (beta == 0) return mx_add(mx_zeros_like(c), p); /* c's shape, not its NaNs */
+  return mx_add(beta == 1 ? (mx_tensor *)c : mx_mul_scalar(c, beta), p);
+}
+
+mx_status mx__fwd_addmm(mx__call *c) {
+  return OUT0(c, scaled_sum(c->in[0], mx_mm(c->in[1], c->in[2]), c->args->f[0], c->args->f[1]));
+}
+mx_status mx__fwd_addbmm(mx__call *c) {
+  mx_tensor *product = mx_sum(mx_bmm(c->in[1], c->in[2]), MX_DIMS(0), false);
+  return OUT0(c, scaled_sum(c->in[0], product, c->args->f[0], c->args->f[1]));
+}
+mx_status mx__fwd_baddbmm(mx__call *c) {
+  return OUT0(c, scaled_sum(c->in[0], mx_bmm(c->in[1], c->in[2]), c->args->f[0], c->args->f[1]));
+}
+mx_status mx__fwd_addmv(mx__call *c) {
+  return OUT0(c, scaled_sum(c->in[0], mx_mv(c->in[1], c->in[2]), c->args->f[0], c->args->f[1]));
+}
+mx_status mx__fwd_addr(mx__call *c) {
+  return OUT0(c, scaled_sum(c->in[0], mx_outer(c->in[1], c->in[2]), c->args->f[0], c->args->f[1]));
+}
+
+/* --- public functions ---------------------------------------------------------------------- */
+
+mx_tensor *mx_mm(const mx_tensor *a, const mx_tensor *b) { return mx__call2(MX_OP_MM, a, b, NULL); }
+mx_tensor *mx_bmm(const mx_tensor *a, const mx_tensor *b) { return mx__call2(MX_OP_BMM, a, b, NULL); }
+mx_tensor *mx_matmul(const mx_tensor *a, const mx_tensor *b) { return mx__call2(MX_OP_MATMUL, a, b, NULL); }
+mx_tensor *mx_mv(const mx_tensor *m, const mx_tensor *v) { return mx__call2(MX_OP_MV, m, v, NULL); }
+mx_tensor *mx_dot(const mx_tensor *a, const mx_tensor *b) { return mx__call2(MX_OP_DOT, a, b, NULL); }
+mx_tensor *mx_outer(const mx_tensor *a, const mx_tensor *b) { return mx__call2(MX_OP_OUTER, a, b, NULL); }
+
+#define ADD_API(E, name)                                                                                \
+  mx_tensor *mx_##name(const mx_tensor *c, const mx_tensor *a, const mx_tensor *b, double beta, double alpha) { \
+    return mx__call3(MX_OP_##E, c, a, b, &(mx__args){.f = {beta, alpha}});                              \
+  }
+ADD_API(ADDMM, addmm)
+ADD_API(ADDBMM, addbmm)
+ADD_API(BADDBMM, baddbmm)
+ADD_API(ADDMV, addmv)
+ADD_API(ADDR, addr)
+#undef ADD_API

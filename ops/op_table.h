@@ -1,0 +1,125 @@
+/* The op table as C: the enum, the row struct, the dispatcher's entry
+ * points, and the helpers op implementations share (internal). */
+#ifndef MX_OPS_OP_TABLE_H
+#define MX_OPS_OP_TABLE_H
+
+#include "autograd/node.h"
+#include "ops/ops.h"
+#include "tensor/tensor_impl.h"
+
+typedef enum {
+#define MX_UNARY(E, name, policy, save, grad) MX_OP_##E,
+#define MX_BINARY(E, name, policy, grad) MX_OP_##E,
+#define MX_OP(E, name, n_in, n_out, policy, save, grad) MX_OP_##E,
+#include "ops/ops.def"
+#undef MX_UNARY
+#undef MX_BINARY
+#undef MX_OP
+  MX_OP_COUNT
+} mx_op;
+
+#define MX__MAX_OUTPUTS 4
+
+/* The non-tensor arguments of a call; each op documents its use of them. */
+typedef struct {
+  double f[4];
+  int64_t i[4];
+  mx_shape shape;
+  mx_dtype dtype;
+  bool keepdim;
+} mx__args;
+
+/* One call going through the dispatcher. */
+typedef struct {
+  mx_op op;
+  int n_in;
+  mx_tensor **in; /* after autocast */
+  const mx__args *args;
+  mx_tensor *out[MX__MAX_OUTPUTS];
+} mx__call;
+
+/* What a backward formula sees. */
+typedef struct {
+  mx_op op;
+  const mx__args *args;
+  mx__node *node;
+  mx_tensor *const *grad_out; /* one per output, never NULL */
+  mx_tensor **grad_in;        /* to fill, one per input (NULL: none) */
+} mx__bw;
+
+typedef mx_status (*mx__forward_fn)(mx__call *call);
+typedef mx_status (*mx__backward_fn)(mx__bw *bw);
+
+enum { MX__SAVE_NOTHING = 0, MX__SAVE_IN = 1, MX__SAVE_OUT = 2, MX__SAVE_IO = 3 };
+typedef enum { MX__GRAD_FORMULA, MX__GRAD_NONE, MX__GRAD_BODY } mx__grad_kind;
+
+typedef struct {
+  const char *name;        /* "add" */
+  const char *node_name;   /* "AddBackward" */
+  int n_in, n_out;         /* n_in -1: a list */
+  mx_cast_policy policy;
+  int save;
+  mx__grad_kind grad;
+  int code;                /* the kernel code of elementwise ops */
+  mx__forward_fn forward;
+  mx__backward_fn backward;
+} mx__op_def;
+
+extern const mx__op_def mx__ops[MX_OP_COUNT];
+
+/* Declarations of every forward and backward named by the table. */
+#define MX__DECL_FORMULA(name) mx_status mx__bwd_##name(mx__bw *bw);
+#define MX__DECL_NONE(name)
+#define MX__DECL_BODY(name)
+#define MX_UNARY(E, name, policy, save, grad) MX__DECL_##grad(name)
+#define MX_BINARY(E, name, policy, grad) MX__DECL_##grad(name)
+#define MX_OP(E, name, n_in, n_out, policy, save, grad) mx_status mx__fwd_##name(mx__call *call); MX__DECL_##grad(name)
+#include "ops/ops.def"
+#undef MX_UNARY
+#undef MX_BINARY
+#undef MX_OP
+mx_status mx__unary_forward(mx__call *call);
+mx_status mx__binary_forward(mx__call *call);
+
+/* --- the dispatcher ------------------------------------------------------------------ */
+/* Runs op on n_in inputs: check, autocast, autograd, kernel. out receives
+ * the op's n_out outputs (new handles). */
+mx_status mx__dispatch(mx_op op, int n_in, const mx_tensor *const *in, const mx__args *args, mx_tensor **out);
+/* The common single-output cases; NULL on error. */
+mx_tensor *mx__call1(mx_op op, const mx_tensor *a, const mx__args *args);
+mx_tensor *mx__call2(mx_op op, const mx_tensor *a, const mx_tensor *b, const mx__args *args);
+mx_tensor *mx__call3(mx_op op, const mx_tensor *a, const mx_tensor *b, const mx_tensor *c, const mx__args *args);
+
+/* The autocast layer: installed by amp/ (NULL: autocast never enabled).
+ * It may replace in[i] with cast tensors, which it owns in the scope. */
+extern mx_status (*mx__autocast_layer)(mx_op op, int n_in, mx_tensor **in, const mx__args *args);
+
+/* --- helpers for op implementations ------------------------------------------------- */
+/* A C scalar as a 0-d float64 CPU tensor that does not widen dtypes. */
+mx_tensor *mx__wrap_scalar(double value);
+/* PyTorch's result type of the inputs (wrapped scalars and 0-d tensors
+ * count less than dimensioned tensors). */
+mx_dtype mx__result_type(int n, mx_tensor *const *in);
+/* The broadcast shape of the inputs, or an error naming op. */
+mx_status mx__broadcast_shape(const char *op, int n, mx_tensor *const *in, mx_shape *out);
+/* t's kernel view broadcast to shape (stride 0 along broadcast dims). */
+mx_kview mx__kview_broadcast(const mx_tensor *t, mx_shape shape);
+/* t converted to dtype and on device (t itself when already so; else a
+ * new tensor in the scope). For 0-d CPU tensors moving to a GPU too. */
+mx_tensor *mx__prepare(mx_tensor *t, mx_dtype dtype, mx_device device);
+/* The backend for the call's device, or NULL with the error set. */
+const mx_backend *mx__backend_of(mx_op op, mx_device device);
+/* "mx_<op>: no <what> kernel on <device> yet" */
+mx_status mx__no_kernel(mx_op op, mx_device device, const char *what);
+
+/* Saved tensors inside a backward formula (NULL + error if unusable). */
+mx_tensor *mx__saved_in(mx__bw *bw, int i);
+mx_tensor *mx__saved_out(mx__bw *bw, int k);
+bool mx__needs_grad(mx__bw *bw, int i);
+/* The shape of input i as recorded. */
+mx_shape mx__in_shape(mx__bw *bw, int i);
+
+/* Sums t down to shape (the inverse of broadcasting). */
+mx_tensor *mx__sum_to(const mx_tensor *t, mx_shape shape);
+
+#endif

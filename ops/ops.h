@@ -1,0 +1,197 @@
+/* The ops: every function here goes through one dispatcher (check,
+ * autocast, autograd, kernel), is differentiable where math allows, and
+ * returns a new tensor handle or NULL with mx_last_error() set.
+ *
+ *     mx_tensor *y = mx_relu(mx_add(mx_matmul(x, w), b));
+ *     mx_tensor *loss = mx_mean(mx_mul(y, y), MX_ALL_DIMS, false);
+ *
+ * Binary ops broadcast like NumPy and promote dtypes like PyTorch
+ * (f16 + f32 -> f32, int + float -> float, a C scalar never widens a
+ * tensor's dtype). The table of every op, with its autocast policy, is
+ * ops/ops.def.
+ */
+#ifndef MX_OPS_OPS_H
+#define MX_OPS_OPS_H
+
+#include "autograd/autograd.h"
+#include "tensor/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What autocast does to an op's floating inputs (see ops/ops.def). */
+typedef enum { MX_CAST_NONE, MX_CAST_LOWER, MX_CAST_FP32, MX_CAST_PROMOTE, MX_CAST_BANNED } mx_cast_policy;
+
+/* Reduce over every dim. */
+#define MX_ALL_DIMS ((mx_shape){-1, {0}})
+
+/* --- views: share the storage, no copy; differentiable ------------------------- */
+/* One dim may be -1 (inferred). reshape copies when a view is impossible;
+ * view fails instead. */
+mx_tensor *mx_reshape(const mx_tensor *t, mx_shape shape);
+mx_tensor *mx_view(const mx_tensor *t, mx_shape shape);
+mx_tensor *mx_transpose(const mx_tensor *t, int dim0, int dim1);
+mx_tensor *mx_permute(const mx_tensor *t, mx_shape dims);
+mx_tensor *mx_squeeze(const mx_tensor *t, int dim); /* no-op if size(dim) != 1 */
+mx_tensor *mx_squeeze_all(const mx_tensor *t);
+mx_tensor *mx_unsqueeze(const mx_tensor *t, int dim);
+/* Elements start, start+step, ... below end (ends clamp like Python's). */
+mx_tensor *mx_slice(const mx_tensor *t, int dim, int64_t start, int64_t end, int64_t step);
+mx_tensor *mx_narrow(const mx_tensor *t, int dim, int64_t start, int64_t length);
+mx_tensor *mx_select(const mx_tensor *t, int dim, int64_t index); /* drops dim */
+/* Size-1 dims broadcast to any size (stride 0); -1 keeps a size. */
+mx_tensor *mx_expand(const mx_tensor *t, mx_shape shape);
+mx_tensor *mx_broadcast_to(const mx_tensor *t, mx_shape shape);
+mx_tensor *mx_flatten(const mx_tensor *t, int start_dim, int end_dim);
+
+/* --- copies, casts and moves (differentiable) ---------------------------------------- */
+mx_tensor *mx_contiguous(const mx_tensor *t); /* a new handle; copies only if needed */
+mx_tensor *mx_clone(const mx_tensor *t);      /* always a fresh contiguous copy */
+mx_tensor *mx_to_dtype(const mx_tensor *t, mx_dtype dtype);
+mx_tensor *mx_to_device(const mx_tensor *t, mx_device device);
+/* --- elementwise unary ------------------------------------------------------------- */
+mx_tensor *mx_neg(const mx_tensor *x);
+mx_tensor *mx_abs(const mx_tensor *x);
+mx_tensor *mx_sign(const mx_tensor *x);
+mx_tensor *mx_exp(const mx_tensor *x);
+mx_tensor *mx_expm1(const mx_tensor *x);
+mx_tensor *mx_log(const mx_tensor *x);
+mx_tensor *mx_log1p(const mx_tensor *x);
+mx_tensor *mx_log2(const mx_tensor *x);
+mx_tensor *mx_log10(const mx_tensor *x);
+mx_tensor *mx_sqrt(const mx_tensor *x);
+mx_tensor *mx_rsqrt(const mx_tensor *x);
+mx_tensor *mx_reciprocal(const mx_tensor *x);
+mx_tensor *mx_sin(const mx_tensor *x);
+mx_tensor *mx_cos(const mx_tensor *x);
+mx_tensor *mx_tan(const mx_tensor *x);
+mx_tensor *mx_asin(const mx_tensor *x);
+mx_tensor *mx_acos(const mx_tensor *x);
+mx_tensor *mx_atan(const mx_tensor *x);
+mx_tensor *mx_sinh(const mx_tensor *x);
+mx_tensor *mx_cosh(const mx_tensor *x);
+mx_tensor *mx_tanh(const mx_tensor *x);
+mx_tensor *mx_sigmoid(const mx_tensor *x);
+mx_tensor *mx_relu(const mx_tensor *x);
+mx_tensor *mx_leaky_relu(const mx_tensor *x, double negative_slope); /* PyTorch: 0.01 */
+mx_tensor *mx_elu(const mx_tensor *x, double alpha);                  /* PyTorch: 1.0 */
+mx_tensor *mx_gelu(const mx_tensor *x);      /* exact: x * Phi(x) */
+mx_tensor *mx_gelu_tanh(const mx_tensor *x); /* approximate='tanh' */
+mx_tensor *mx_silu(const mx_tensor *x);
+mx_tensor *mx_softplus(const mx_tensor *x, double beta, double threshold); /* 1, 20 */
+mx_tensor *mx_erf(const mx_tensor *x);
+mx_tensor *mx_erfinv(const mx_tensor *x);
+mx_tensor *mx_floor(const mx_tensor *x);
+mx_tensor *mx_ceil(const mx_tensor *x);
+mx_tensor *mx_round(const mx_tensor *x); /* halves to even */
+mx_tensor *mx_trunc(const mx_tensor *x);
+/* min or max may be -INFINITY / INFINITY for "none" */
+mx_tensor *mx_clamp(const mx_tensor *x, double min, double max);
+
+/* --- elementwise binary (broadcasting) --------------------------------------------- */
+mx_tensor *mx_add(const mx_tensor *a, const mx_tensor *b);
+mx_tensor *mx_sub(const mx_tensor *a, const mx_tensor *b);
+mx_tensor *mx_add_scaled(const mx_tensor *a, const mx_tensor *b, double alpha); /* a + alpha b */
+mx_tensor *mx_mul(const mx_tensor *a, const mx_tensor *b);
+mx_tensor *mx_div(const mx_tensor *a, const mx_tensor *b); /* true division */
+mx_tensor *mx_pow(const mx_tensor *a, const mx_tensor *b);
+mx_tensor *mx_remainder(const mx_tensor *a, const mx_tensor *b); /* Python's % */
+mx_tensor *mx_maximum(const mx_tensor *a, const mx_tensor *b);
+mx_tensor *mx_minimum(const mx_tensor *a, const mx_tensor *b);
+mx_tensor *mx_atan2(const mx_tensor *a, const mx_tensor *b);
+mx_tensor *mx_eq(const mx_tensor *a, const mx_tensor *b);
+mx_tensor *mx_ne(const mx_tensor *a, const mx_tensor *b);
+mx_tensor *mx_lt(const mx_tensor *a, const mx_tensor *b);
+mx_tensor *mx_le(const mx_tensor *a, const mx_tensor *b);
+mx_tensor *mx_gt(const mx_tensor *a, const mx_tensor *b);
+mx_tensor *mx_ge(const mx_tensor *a, const mx_tensor *b);
+mx_tensor *mx_logical_and(const mx_tensor *a, const mx_tensor *b);
+mx_tensor *mx_logical_or(const mx_tensor *a, const mx_tensor *b);
+mx_tensor *mx_logical_xor(const mx_tensor *a, const mx_tensor *b);
+mx_tensor *mx_logical_not(const mx_tensor *a);
+/* With a C scalar on the right (or left, for rsub/rdiv/rpow). */
+mx_tensor *mx_add_scalar(const mx_tensor *a, double b);
+mx_tensor *mx_sub_scalar(const mx_tensor *a, double b);
+mx_tensor *mx_rsub_scalar(double a, const mx_tensor *b); /* a - b */
+mx_tensor *mx_mul_scalar(const mx_tensor *a, double b);
+mx_tensor *mx_div_scalar(const mx_tensor *a, double b);
+mx_tensor *mx_rdiv_scalar(double a, const mx_tensor *b); /* a / b */
+mx_tensor *mx_pow_scalar(const mx_tensor *a, double b);
+mx_tensor *mx_rpow_scalar(double a, const mx_tensor *b); /* a ** b */
+mx_tensor *mx_eq_scalar(const mx_tensor *a, double b);
+mx_tensor *mx_gt_scalar(const mx_tensor *a, double b);
+mx_tensor *mx_ge_scalar(const mx_tensor *a, double b);
+mx_tensor *mx_lt_scalar(const mx_tensor *a, double b);
+mx_tensor *mx_le_scalar(const mx_tensor *a, double b);
+
+/* --- ternary ------------------------------------------------------------------------- */
+mx_tensor *mx_where(const mx_tensor *cond, const mx_tensor *a, const mx_tensor *b);
+mx_tensor *mx_addcmul(const mx_tensor *a, const mx_tensor *t1, const mx_tensor *t2, double value);
+mx_tensor *mx_addcdiv(const mx_tensor *a, const mx_tensor *t1, const mx_tensor *t2, double value);
+mx_tensor *mx_lerp(const mx_tensor *start, const mx_tensor *end, const mx_tensor *weight);
+mx_tensor *mx_masked_fill(const mx_tensor *a, const mx_tensor *mask, double value);
+
+/* --- reductions: dims is a list (MX_DIMS(0, 2)) or MX_ALL_DIMS ---------------------- */
+mx_tensor *mx_sum(const mx_tensor *x, mx_shape dims, bool keepdim);
+/* The sum accumulated and returned in dtype (PyTorch's dtype= argument). */
+mx_tensor *mx_sum_dtype(const mx_tensor *x, mx_shape dims, bool keepdim, mx_dtype dtype);
+mx_tensor *mx_mean(const mx_tensor *x, mx_shape dims, bool keepdim);
+mx_tensor *mx_prod(const mx_tensor *x, mx_shape dims, bool keepdim);
+mx_tensor *mx_amax(const mx_tensor *x, mx_shape dims, bool keepdim);
+mx_tensor *mx_amin(const mx_tensor *x, mx_shape dims, bool keepdim);
+/* Values and int64 indices along one dim. */
+mx_status mx_max_dim(const mx_tensor *x, int dim, bool keepdim, mx_tensor **values, mx_tensor **indices);
+mx_status mx_min_dim(const mx_tensor *x, int dim, bool keepdim, mx_tensor **values, mx_tensor **indices);
+mx_tensor *mx_max(const mx_tensor *x); /* over everything */
+mx_tensor *mx_min(const mx_tensor *x);
+/* dim MX_FLAT: the index into the flattened tensor */
+#define MX_FLAT INT32_MIN
+mx_tensor *mx_argmax(const mx_tensor *x, int dim, bool keepdim);
+mx_tensor *mx_argmin(const mx_tensor *x, int dim, bool keepdim);
+mx_tensor *mx_all(const mx_tensor *x, mx_shape dims, bool keepdim);
+mx_tensor *mx_any(const mx_tensor *x, mx_shape dims, bool keepdim);
+/* correction 1: Bessel's (unbiased), 0: population */
+mx_tensor *mx_var(const mx_tensor *x, mx_shape dims, int64_t correction, bool keepdim);
+mx_tensor *mx_std(const mx_tensor *x, mx_shape dims, int64_t correction, bool keepdim);
+mx_tensor *mx_logsumexp(const mx_tensor *x, mx_shape dims, bool keepdim);
+/* p = 1, 2, INFINITY; MX_NORM_FRO for the Frobenius norm (= 2) */
+#define MX_NORM_FRO 2.0
+mx_tensor *mx_norm(const mx_tensor *x, double p, mx_shape dims, bool keepdim);
+mx_tensor *mx_cumsum(const mx_tensor *x, int dim);
+mx_tensor *mx_cumprod(const mx_tensor *x, int dim);
+
+/* --- linear algebra (f32/bf16 on oneDNN, f16 as f32 with rounded results) ----------- */
+mx_tensor *mx_mm(const mx_tensor *a, const mx_tensor *b);   /* (n,k) @ (k,m) */
+mx_tensor *mx_bmm(const mx_tensor *a, const mx_tensor *b);  /* (B,n,k) @ (B,k,m) */
+mx_tensor *mx_matmul(const mx_tensor *a, const mx_tensor *b); /* torch.matmul rules */
+/* beta * c + alpha * (a @ b) */
+mx_tensor *mx_addmm(const mx_tensor *c, const mx_tensor *a, const mx_tensor *b, double beta, double alpha);
+mx_tensor *mx_addbmm(const mx_tensor *c, const mx_tensor *a, const mx_tensor *b, double beta, double alpha);
+mx_tensor *mx_baddbmm(const mx_tensor *c, const mx_tensor *a, const mx_tensor *b, double beta, double alpha);
+mx_tensor *mx_addmv(const mx_tensor *c, const mx_tensor *m, const mx_tensor *v, double beta, double alpha);
+mx_tensor *mx_addr(const mx_tensor *c, const mx_tensor *u, const mx_tensor *v, double beta, double alpha);
+mx_tensor *mx_mv(const mx_tensor *m, const mx_tensor *v);
+mx_tensor *mx_dot(const mx_tensor *a, const mx_tensor *b);
+mx_tensor *mx_outer(const mx_tensor *a, const mx_tensor *b);
+
+/* --- in-place (bump the version counter; recorded when the target is not a
+ * leaf that requires grad) ---------------------------------------------------------- */
+mx_status mx_add_(mx_tensor *self, const mx_tensor *other);
+mx_status mx_mul_(mx_tensor *self, const mx_tensor *other);
+mx_status mx_mul_scalar_(mx_tensor *self, double value);
+mx_status mx_add_scalar_(mx_tensor *self, double value);
+mx_status mx_exp_(mx_tensor *self);
+mx_status mx_relu_(mx_tensor *self);
+
+/* --- policy table --------------------------------------------------------------------- */
+int mx_op_count(void);
+const char *mx_op_name(int op);
+mx_cast_policy mx_op_policy(int op);
+const char *mx_cast_policy_name(mx_cast_policy policy);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
