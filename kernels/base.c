@@ -69,6 +69,12 @@ mx_status mx__error(mx_status status, const char *fmt, ...) {
   return status;
 }
 
+mx_status mx__error_prefix(const char *op) {
+  char why[sizeof error_message];
+  snprintf(why, sizeof why, "%s", error_message);
+  return mx__error(error_status, "%s: %s", op, why);
+}
+
 mx_status mx__null_input(const char *op, const char *arg) {
   if (error_status == MX_OK)
     mx__error(MX_NULL_INPUT, "%s: argument '%s' is NULL", op, arg);

@@ -17,6 +17,10 @@ extern "C" {
 /* Sets the thread's error (always overwriting) and returns the status. */
 mx_status mx__error(mx_status status, const char *fmt, ...) MX__PRINTF(2, 3);
 
+/* Puts "<op>: " in front of the pending message (a lower layer's words, the
+ * op that called it). Returns the status. */
+mx_status mx__error_prefix(const char *op);
+
 /* For a NULL input: sets "<op>: argument '<arg>' is NULL" only when no error
  * is pending, so the first failure of a chain is the one reported. */
 mx_status mx__null_input(const char *op, const char *arg);

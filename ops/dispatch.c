@@ -23,9 +23,9 @@ static mx_status check_inputs(mx_op op, int n_in, mx_tensor *const *in) {
   const mx__op_def *def = &mx__ops[op];
   for (int i = 0; i < n_in; i++) {
     if (in[i]) continue;
-    if (mx_last_status() == MX_OK)
-      mx__error(MX_NULL_INPUT, "mx_%s: input %d is NULL", def->name, i);
-    return MX_NULL_INPUT;
+    char op_name[64], arg[32];
+    snprintf(op_name, sizeof op_name, "mx_%s", def->name);
+    return mx__null_input(op_name, mx__input_name(op, i, arg, sizeof arg));
   }
   /* one device; 0-d CPU tensors (scalars) may join any device */
   mx_device device = MX_CPU;
@@ -139,9 +139,9 @@ mx_tensor *mx__call3(mx_op op, const mx_tensor *a, const mx_tensor *b, const mx_
 const mx_backend *mx__backend_of(mx_op op, mx_device device) {
   const mx_backend *be = mx__backend(device);
   if (!be) {
-    char why[512];
-    snprintf(why, sizeof why, "%s", mx_last_error());
-    mx__error(mx_last_status(), "mx_%s: %s", mx__ops[op].name, why);
+    char name[64];
+    snprintf(name, sizeof name, "mx_%s", mx__ops[op].name);
+    mx__error_prefix(name);
   }
   return be;
 }

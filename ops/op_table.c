@@ -1,6 +1,9 @@
 /* The op table, generated from ops/ops.def, and the policy lookup. */
 #include "ops/op_table.h"
 
+#include <stdio.h>
+#include <string.h>
+
 #include "kernels/elementwise.h"
 
 #define MX__FWD_FORMULA(name) mx__fwd_##name
@@ -11,13 +14,13 @@
 
 const mx__op_def mx__ops[MX_OP_COUNT] = {
 #define MX_UNARY(E, name, policy, save, grad)                                                           \
-  [MX_OP_##E] = {#name, #E "Backward", 1, 1, MX_CAST_##policy, MX__SAVE(save), MX__GRAD_##grad, MX_UN_##E, \
+  [MX_OP_##E] = {#name, #E "Backward", "x", 1, MX_CAST_##policy, MX__SAVE(save), MX__GRAD_##grad, MX_UN_##E, \
                  mx__unary_forward, MX__BWD_##grad(name)},
 #define MX_BINARY(E, name, policy, grad)                                                                \
-  [MX_OP_##E] = {#name, #E "Backward", 2, 1, MX_CAST_##policy, MX__SAVE_IN, MX__GRAD_##grad, MX_BIN_##E,  \
+  [MX_OP_##E] = {#name, #E "Backward", "a, b", 1, MX_CAST_##policy, MX__SAVE_IN, MX__GRAD_##grad, MX_BIN_##E,  \
                  mx__binary_forward, MX__BWD_##grad(name)},
-#define MX_OP(E, name, n_in, n_out, policy, save, grad)                                                 \
-  [MX_OP_##E] = {#name, #E "Backward", n_in, n_out, MX_CAST_##policy, MX__SAVE(save), MX__GRAD_##grad, 0, \
+#define MX_OP(E, name, inputs, n_out, policy, save, grad)                                               \
+  [MX_OP_##E] = {#name, #E "Backward", inputs, n_out, MX_CAST_##policy, MX__SAVE(save), MX__GRAD_##grad, 0, \
                  mx__fwd_##name, MX__BWD_##grad(name)},
 #include "ops/ops.def"
 #undef MX_UNARY
@@ -30,13 +33,28 @@ const mx__op_def mx__ops[MX_OP_COUNT] = {
 static const char *const op_names[] = {
 #define MX_UNARY(E, name, policy, save, grad) #name,
 #define MX_BINARY(E, name, policy, grad) #name,
-#define MX_OP(E, name, n_in, n_out, policy, save, grad) #name,
+#define MX_OP(E, name, inputs, n_out, policy, save, grad) #name,
 #include "ops/ops.def"
 #undef MX_UNARY
 #undef MX_BINARY
 #undef MX_OP
 };
 _Static_assert(sizeof op_names / sizeof *op_names == MX_OP_COUNT, "one name per op");
+
+const char *mx__input_name(mx_op op, int i, char *buf, size_t size) {
+  const char *p = mx__ops[op].inputs;
+  for (int k = 0; k < i && p; k++) {
+    p = strchr(p, ',');
+    if (p) p += 2; /* ", " */
+  }
+  if (!p) {
+    snprintf(buf, size, "input %d", i);
+    return buf;
+  }
+  size_t n = strcspn(p, ",");
+  snprintf(buf, size, "%.*s", (int)n, p);
+  return buf;
+}
 
 int mx_op_count(void) { return MX_OP_COUNT; }
 

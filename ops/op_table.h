@@ -10,7 +10,7 @@
 typedef enum {
 #define MX_UNARY(E, name, policy, save, grad) MX_OP_##E,
 #define MX_BINARY(E, name, policy, grad) MX_OP_##E,
-#define MX_OP(E, name, n_in, n_out, policy, save, grad) MX_OP_##E,
+#define MX_OP(E, name, inputs, n_out, policy, save, grad) MX_OP_##E,
 #include "ops/ops.def"
 #undef MX_UNARY
 #undef MX_BINARY
@@ -56,7 +56,8 @@ typedef enum { MX__GRAD_FORMULA, MX__GRAD_NONE, MX__GRAD_BODY } mx__grad_kind;
 typedef struct {
   const char *name;        /* "add" */
   const char *node_name;   /* "AddBackward" */
-  int n_in, n_out;         /* n_in -1: a list */
+  const char *inputs;      /* "cond, a, b": the names of the tensor inputs */
+  int n_out;
   mx_cast_policy policy;
   int save;
   mx__grad_kind grad;
@@ -73,13 +74,16 @@ extern const mx__op_def mx__ops[MX_OP_COUNT];
 #define MX__DECL_BODY(name)
 #define MX_UNARY(E, name, policy, save, grad) MX__DECL_##grad(name)
 #define MX_BINARY(E, name, policy, grad) MX__DECL_##grad(name)
-#define MX_OP(E, name, n_in, n_out, policy, save, grad) mx_status mx__fwd_##name(mx__call *call); MX__DECL_##grad(name)
+#define MX_OP(E, name, inputs, n_out, policy, save, grad) mx_status mx__fwd_##name(mx__call *call); MX__DECL_##grad(name)
 #include "ops/ops.def"
 #undef MX_UNARY
 #undef MX_BINARY
 #undef MX_OP
 mx_status mx__unary_forward(mx__call *call);
 mx_status mx__binary_forward(mx__call *call);
+
+/* The name of input i of op ("b" for mx_add's second). */
+const char *mx__input_name(mx_op op, int i, char *buf, size_t size);
 
 /* --- the dispatcher ------------------------------------------------------------------ */
 /* Runs op on n_in inputs: check, autocast, autograd, kernel. out receives

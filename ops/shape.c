@@ -43,6 +43,13 @@ mx_status mx__fwd_flatten(mx__call *c) {
   return OUT0(c, mx_reshape(c->in[0], shape));
 }
 
+mx_status mx__fwd_broadcast_to(mx__call *c) {
+  mx_tensor *probe = mx__tensor_broadcast_to(c->in[0], c->args->shape); /* its errors name broadcast_to */
+  if (!probe) return mx_last_status();
+  mx_release(probe);
+  return OUT0(c, mx_expand(c->in[0], c->args->shape));
+}
+
 mx_status mx__fwd_narrow(mx__call *c) {
   mx_tensor *probe = mx__tensor_narrow(c->in[0], (int)c->args->i[0], c->args->i[1], c->args->i[2]);
   if (!probe) return mx_last_status();
@@ -172,7 +179,9 @@ mx_tensor *mx_select(const mx_tensor *t, int dim, int64_t index) {
 mx_tensor *mx_expand(const mx_tensor *t, mx_shape shape) {
   return mx__call1(MX_OP_EXPAND, t, &(mx__args){.shape = shape});
 }
-mx_tensor *mx_broadcast_to(const mx_tensor *t, mx_shape shape) { return mx_expand(t, shape); }
+mx_tensor *mx_broadcast_to(const mx_tensor *t, mx_shape shape) {
+  return mx__call1(MX_OP_BROADCAST_TO, t, &(mx__args){.shape = shape});
+}
 mx_tensor *mx_flatten(const mx_tensor *t, int start_dim, int end_dim) {
   return mx__call1(MX_OP_FLATTEN, t, &(mx__args){.i = {start_dim, end_dim}});
 }

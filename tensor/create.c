@@ -36,21 +36,20 @@ mx_tensor *mx_scalar(double value, mx_dtype dtype, mx_device device) {
   return filled("mx_scalar", MX_SCALAR, value, dtype, device);
 }
 
-#define LIKE(name, body)                                      \
-  mx_tensor *name {                                           \
-    if (!t) {                                                 \
-      mx__null_input(#name, "t");                             \
-      return NULL;                                            \
-    }                                                         \
-    mx_shape shape = mx_shape_of(t->ndim, t->shape);          \
-    return body;                                              \
+/* A tensor shaped like t, filled with value (uninitialised when value is NULL). */
+static mx_tensor *like(const char *op, const mx_tensor *t, const double *value) {
+  if (!t) {
+    mx__null_input(op, "t");
+    return NULL;
   }
-LIKE(mx_empty_like(const mx_tensor *t), mx__tensor_alloc("mx_empty_like", shape, t->dtype, t->device))
-LIKE(mx_zeros_like(const mx_tensor *t), filled("mx_zeros_like", shape, 0.0, t->dtype, t->device))
-LIKE(mx_ones_like(const mx_tensor *t), filled("mx_ones_like", shape, 1.0, t->dtype, t->device))
-LIKE(mx_full_like(const mx_tensor *t, double value),
-     filled("mx_full_like", shape, value, t->dtype, t->device))
-#undef LIKE
+  mx_shape shape = mx_shape_of(t->ndim, t->shape);
+  return value ? filled(op, shape, *value, t->dtype, t->device) : mx__tensor_alloc(op, shape, t->dtype, t->device);
+}
+
+mx_tensor *mx_empty_like(const mx_tensor *t) { return like("mx_empty_like", t, NULL); }
+mx_tensor *mx_zeros_like(const mx_tensor *t) { return like("mx_zeros_like", t, &(double){0.0}); }
+mx_tensor *mx_ones_like(const mx_tensor *t) { return like("mx_ones_like", t, &(double){1.0}); }
+mx_tensor *mx_full_like(const mx_tensor *t, double value) { return like("mx_full_like", t, &value); }
 
 mx_tensor *mx_from_data(const void *data, mx_shape shape, mx_dtype dtype, mx_device device) {
   if (!data) {
@@ -66,6 +65,10 @@ mx_tensor *mx_from_data(const void *data, mx_shape shape, mx_dtype dtype, mx_dev
   }
   return t;
 }
+
+/* arange and linspace build their values on the host first: a bound well
+ * below where the host buffer's size could overflow. */
+#define MAX_RANGE_ELEMENTS 1e12
 
 /* Values computed on the host as doubles, then converted to the dtype and
  * moved to the device. */
@@ -93,7 +96,7 @@ static mx_tensor *range_values(const char *op, int64_t n, double start, double s
   /* linspace fills its second half from the end, as PyTorch does, so the
    * last value is exactly `end` */
   for (int64_t i = 0; i < n; i++)
-    values[i] = symmetric && i >= n / 2 ? end - step * (double)(n - 1 - i) : start + step * (double)i;
+    values[i] = symmetric && n > 1 && i >= n / 2 ? end - step * (double)(n - 1 - i) : start + step * (double)i;
   mx_tensor *t = from_doubles(op, values, n, dtype, device);
   free(values);
   return t;
@@ -111,7 +114,7 @@ mx_tensor *mx_arange(double start, double end, double step, mx_dtype dtype, mx_d
     return NULL;
   }
   double count = ceil((end - start) / step);
-  if (count > 1e12) {
+  if (count > MAX_RANGE_ELEMENTS) {
     mx__error(MX_SHAPE_ERROR, "mx_arange: %g elements is too many", count);
     return NULL;
   }
@@ -122,6 +125,10 @@ mx_tensor *mx_linspace(double start, double end, int64_t steps, mx_dtype dtype, 
   if (steps < 0) {
     mx__error(MX_INVALID_ARGUMENT, "mx_linspace: number of steps must be non-negative, got %lld",
               (long long)steps);
+    return NULL;
+  }
+  if (steps > MAX_RANGE_ELEMENTS) {
+    mx__error(MX_SHAPE_ERROR, "mx_linspace: %lld elements is too many", (long long)steps);
     return NULL;
   }
   double step = steps > 1 ? (end - start) / (double)(steps - 1) : 0;

@@ -63,10 +63,7 @@ int mx__wrap_dim(const char *op, int dim, int ndim) {
 static mx__storage *storage_new(const char *op, size_t bytes, mx_device device) {
   const mx_backend *backend = mx__backend(device);
   if (!backend) {
-    /* keep the backend's words, add the op that asked */
-    char why[512];
-    snprintf(why, sizeof why, "%s", mx_last_error());
-    mx__error(mx_last_status(), "%s: %s", op, why);
+    mx__error_prefix(op); /* the backend's words, and the op that asked */
     return NULL;
   }
   mx__storage *s = calloc(1, sizeof *s);
@@ -75,6 +72,7 @@ static mx__storage *storage_new(const char *op, size_t bytes, mx_device device) 
     return NULL;
   }
   if (backend->alloc(bytes, &s->data) != MX_OK) {
+    mx__error_prefix(op);
     free(s);
     return NULL;
   }
@@ -107,8 +105,10 @@ static mx_tensor *tensor_new(mx__storage *storage, mx_dtype dtype, int ndim, con
   t->dtype = dtype;
   t->device = storage->device;
   t->ndim = ndim;
-  memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
-  memcpy(t->strides, strides, sizeof(int64_t) * (size_t)ndim);
+  if (ndim > 0) { /* a 0-d view passes NULL arrays */
+    memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    memcpy(t->strides, strides, sizeof(int64_t) * (size_t)ndim);
+  }
   t->offset = offset;
   t->storage = storage;
   atomic_fetch_add(&storage->refs, 1);

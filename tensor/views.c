@@ -169,8 +169,12 @@ mx_tensor *mx__tensor_unsqueeze(const mx_tensor *t, int dim) {
     mx__error(MX_SHAPE_ERROR, "mx_unsqueeze: a tensor has at most %d dims", MX_MAX_DIMS);
     return NULL;
   }
-  int d = mx__wrap_dim("mx_unsqueeze", dim, t->ndim + 1);
-  if (d < 0) return NULL;
+  if (dim < -(t->ndim + 1) || dim > t->ndim) { /* a new dim may go anywhere in 0..ndim */
+    mx__error(MX_INDEX_ERROR, "mx_unsqueeze: dim %d out of range for a %d-d tensor (expected %d to %d)", dim,
+              t->ndim, -(t->ndim + 1), t->ndim);
+    return NULL;
+  }
+  int d = dim < 0 ? dim + t->ndim + 1 : dim;
   int64_t shape[MX_MAX_DIMS], strides[MX_MAX_DIMS];
   for (int i = 0, j = 0; i <= t->ndim; i++) {
     if (i == d) {
@@ -206,8 +210,8 @@ mx_tensor *mx__tensor_slice(const mx_tensor *t, int dim, int64_t start, int64_t 
   int64_t shape[MX_MAX_DIMS], strides[MX_MAX_DIMS];
   memcpy(shape, t->shape, sizeof shape);
   memcpy(strides, t->strides, sizeof strides);
-  shape[d] = (end - start + step - 1) / step;
-  strides[d] = t->strides[d] * step;
+  shape[d] = end == start ? 0 : (end - start - 1) / step + 1; /* no overflow for huge steps */
+  if (shape[d] > 1) strides[d] = t->strides[d] * step;
   return mx__tensor_view(t, t->ndim, shape, strides, t->offset + start * t->strides[d]);
 }
 
@@ -219,11 +223,11 @@ mx_tensor *mx__tensor_narrow(const mx_tensor *t, int dim, int64_t start, int64_t
   }
   int d = mx__wrap_dim("mx_narrow", dim, t->ndim);
   if (d < 0) return NULL;
-  int64_t size = t->shape[d];
+  int64_t size = t->shape[d], given = start;
   if (start < 0) start += size;
-  if (start < 0 || length < 0 || start > size || start + length > size) {
+  if (start < 0 || length < 0 || start > size || length > size - start) {
     mx__error(MX_INDEX_ERROR, "mx_narrow: start %lld and length %lld out of range for dim %d of size %lld",
-              (long long)start, (long long)length, d, (long long)size);
+              (long long)given, (long long)length, d, (long long)size);
     return NULL;
   }
   return mx__tensor_slice(t, d, start, start + length, 1);

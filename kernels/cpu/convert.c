@@ -30,8 +30,9 @@ void mx__store_f64(void *p, mx_dtype dtype, double v) {
   case MX_F64: *(double *)p = v; break;
   case MX_F16: *(uint16_t *)p = mx_f32_to_f16((float)v); break;
   case MX_BF16: *(uint16_t *)p = mx_f32_to_bf16((float)v); break;
-  /* 2^63 itself is out of range: the largest double below it is 2^63-1024 */
-  case MX_I64: *(int64_t *)p = (int64_t)saturate(v, -0x1p63, 0x1.fffffffffffffp62); break;
+  case MX_I64: /* 2^63 itself is out of range for the cast */
+    *(int64_t *)p = isnan(v) ? 0 : v >= 0x1p63 ? INT64_MAX : v <= -0x1p63 ? INT64_MIN : (int64_t)v;
+    break;
   case MX_I32: *(int32_t *)p = (int32_t)saturate(v, INT32_MIN, INT32_MAX); break;
   case MX_U8: *(uint8_t *)p = (uint8_t)saturate(v, 0, 255); break;
   case MX_BOOL: *(bool *)p = v != 0; break;
