@@ -66,10 +66,13 @@ typedef struct {
 } mx_grad_guard;
 mx_grad_guard mx__grad_guard_begin(bool enabled);
 void mx__grad_guard_end(mx_grad_guard *guard);
+#define MX__GLUE_(a, b) a##b
+#define MX__GLUE(a, b) MX__GLUE_(a, b)
+#define MX__GUARD MX__GLUE(mx__guard_, __LINE__) /* nested blocks get their own */
 #define MX__GRAD_MODE(enabled)                                                          \
-  for (mx_grad_guard mx__guard __attribute__((cleanup(mx__grad_guard_end))) =         \
+  for (mx_grad_guard MX__GUARD __attribute__((cleanup(mx__grad_guard_end))) =         \
            mx__grad_guard_begin(enabled);                                               \
-       mx__guard.once; mx__guard.once = false)
+       MX__GUARD.once; MX__GUARD.once = false)
 #define MX_NO_GRAD MX__GRAD_MODE(false)
 #define MX_ENABLE_GRAD MX__GRAD_MODE(true)
 
