@@ -139,7 +139,7 @@ static mx_status run_node(run_state *st, mx__node *n) {
     g = g ? run_hooks(n->hooks, k, g) : NULL;
     if (!g) return mx_last_status();
     grads[k] = g;
-    for (int c = 0; c < st->n_captures; c++)
+    for (int c = 0; c < st->n_captures && !n->leaf; c++) /* leaves: after their hooks, below */
       if (st->captures[c].node == n && st->captures[c].slot == k) st->captures[c].grad = mx__retain(g);
   }
   if (n->leaf) return accumulate_leaf(st, n, grads[0]);

@@ -106,12 +106,16 @@ mx_status mx_gradcheck(mx_gradcheck_fn fn, int n_inputs, mx_tensor *const *input
       return mx__error(MX_DTYPE_ERROR, "mx_gradcheck: input %d is %s; finite differences need float64", i,
                        mx_dtype_name(mx_dtype_of(inputs[i])));
   }
-  mx_scope *s = mx_scope_begin();
-  mx_tensor *out = fn(n_inputs, inputs, ctx);
-  mx_status status = out ? MX_OK : mx_last_status();
-  for (int i = 0; i < n_inputs && status == MX_OK; i++)
-    if (mx_requires_grad(inputs[i])) status = check_input(fn, n_inputs, inputs, ctx, i, out, eps, atol, rtol);
-  mx_scope_end(s);
+  mx_status status = MX_OK;
+  for (int i = 0; i < n_inputs && status == MX_OK; i++) {
+    if (!mx_requires_grad(inputs[i])) continue;
+    /* a fresh graph per input: the perturbations of the last one changed
+     * the versions of the tensors the old graph saved */
+    mx_scope *s = mx_scope_begin();
+    mx_tensor *out = fn(n_inputs, inputs, ctx);
+    status = out ? check_input(fn, n_inputs, inputs, ctx, i, out, eps, atol, rtol) : mx_last_status();
+    mx_scope_end(s);
+  }
   return status;
 }
 
@@ -131,7 +135,8 @@ static mx_tensor *first_gradient(int n, mx_tensor *const *inputs, void *vctx) {
   mx_tensor *out = g->fn(n, inputs, g->ctx);
   mx_tensor *grad = NULL;
   mx_tensor *target = inputs[g->which];
-  if (out && mx_grad(1, &out, 1, &target, &g->v, false, create_graph, true, &grad) == MX_OK && !grad)
+  /* the graph is kept while the gradient has one (PyTorch's default) */
+  if (out && mx_grad(1, &out, 1, &target, &g->v, create_graph, create_graph, true, &grad) == MX_OK && !grad)
     grad = mx_zeros_like(target); /* unused: a zero gradient */
   mx_set_grad_enabled(previous);
   return grad;

@@ -20,6 +20,22 @@ extern "C" {
  * or min within the reduced sub-space, in row-major order. */
 typedef enum { MX_RED_SUM, MX_RED_PROD, MX_RED_MAX, MX_RED_MIN, MX_RED_ALL, MX_RED_ANY } mx_reduce_code;
 
+/* Convolution over the last `spatial` dims: x (N, C_in, *S), w (C_out,
+ * C_in / groups, *K), y (N, C_out, *S_out). */
+#define MX_CONV_PARAMS_DEFINED
+typedef struct {
+  int spatial;
+  int64_t stride[3], padding[3], dilation[3];
+  int64_t groups;
+} mx_conv_params;
+
+/* Pooling over the last `spatial` dims of (N, C, *S). */
+typedef struct {
+  int spatial;
+  int64_t kernel[3], stride[3], padding[3], dilation[3];
+  bool count_include_pad; /* average pooling: the padding counts in the mean */
+} mx_pool_params;
+
 typedef struct mx_backend {
   const char *name;
   mx_device device;
@@ -54,6 +70,23 @@ typedef struct mx_backend {
   /* out (B, M, N) = a (B, M, K) @ b (B, K, N); any strides (0 broadcasts a
    * batch), out contiguous; one dtype, f16/bf16 accumulate in float32 */
   mx_status (*matmul)(const mx_kview *out, const mx_kview *a, const mx_kview *b);
+
+  /* softmax (or log_softmax) along dim; out and x share shape and dtype */
+  mx_status (*softmax)(const mx_kview *out, const mx_kview *x, int dim, bool log_softmax);
+
+  /* indexing with int64 indices along dim, checked against the size */
+  mx_status (*gather)(const mx_kview *out, const mx_kview *x, const mx_kview *index, int dim);
+  mx_status (*scatter)(const mx_kview *out, const mx_kview *index, const mx_kview *src, int dim, bool accumulate);
+  mx_status (*index_select)(const mx_kview *out, const mx_kview *x, const mx_kview *index, int dim);
+  mx_status (*index_add)(const mx_kview *out, const mx_kview *index, const mx_kview *src, int dim, double alpha,
+                         bool accumulate);
+
+  /* pooling (contiguous tensors) */
+  mx_status (*max_pool)(const mx_kview *out, const mx_kview *indices, const mx_kview *x, const mx_pool_params *p);
+  mx_status (*max_pool_backward)(const mx_kview *dx, const mx_kview *dy, const mx_kview *indices,
+                                 const mx_pool_params *p);
+  mx_status (*avg_pool)(const mx_kview *out, const mx_kview *x, const mx_pool_params *p);
+  mx_status (*avg_pool_backward)(const mx_kview *dx, const mx_kview *dy, const mx_pool_params *p);
 } mx_backend;
 
 /* The backend for a device, or NULL with the error set. */

@@ -150,6 +150,15 @@ mx_status mx__no_kernel(mx_op op, mx_device device, const char *what) {
   return mx__error(MX_NOT_BUILT, "mx_%s: no %s kernel on %s yet", mx__ops[op].name, what, mx_device_name(device));
 }
 
+const mx_backend *mx__backend_with(mx_op op, mx_device device, bool has_kernel, const char *what) {
+  const mx_backend *be = mx__backend_of(op, device);
+  if (be && !has_kernel) {
+    mx__no_kernel(op, device, what);
+    return NULL;
+  }
+  return be;
+}
+
 mx_tensor *mx__wrap_scalar(double value) {
   mx_tensor *t = mx_scalar(value, MX_F64, MX_CPU);
   if (t) t->wrapped_number = true;

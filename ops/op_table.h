@@ -27,6 +27,9 @@ typedef struct {
   mx_shape shape;
   mx_dtype dtype;
   bool keepdim;
+  mx_pool_params pool;
+  mx_conv_params conv;
+  void *ptr; /* dropout: the generator */
 } mx__args;
 
 /* One call going through the dispatcher. */
@@ -115,6 +118,10 @@ mx_tensor *mx__prepare(mx_tensor *t, mx_dtype dtype, mx_device device);
 const mx_backend *mx__backend_of(mx_op op, mx_device device);
 /* "mx_<op>: no <what> kernel on <device> yet" */
 mx_status mx__no_kernel(mx_op op, mx_device device, const char *what);
+/* The backend when it has the kernel slot, else NULL with either error. */
+const mx_backend *mx__backend_with(mx_op op, mx_device device, bool has_kernel, const char *what);
+#define MX__BACKEND_WITH(op, device, slot) \
+  mx__backend_with(op, device, mx__backend(device) && mx__backend(device)->slot, #slot)
 
 /* Saved tensors inside a backward formula (NULL + error if unusable). */
 mx_tensor *mx__saved_in(mx__bw *bw, int i);

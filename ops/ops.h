@@ -175,6 +175,63 @@ mx_tensor *mx_mv(const mx_tensor *m, const mx_tensor *v);
 mx_tensor *mx_dot(const mx_tensor *a, const mx_tensor *b);
 mx_tensor *mx_outer(const mx_tensor *a, const mx_tensor *b);
 
+/* --- softmax (numerically stable; dtype variants compute in dtype) ---------------------- */
+mx_tensor *mx_softmax(const mx_tensor *x, int dim);
+mx_tensor *mx_log_softmax(const mx_tensor *x, int dim);
+mx_tensor *mx_softmax_dtype(const mx_tensor *x, int dim, mx_dtype dtype);
+mx_tensor *mx_log_softmax_dtype(const mx_tensor *x, int dim, mx_dtype dtype);
+mx_tensor *mx_softmin(const mx_tensor *x, int dim);
+
+/* --- indexing and joining (indices are int64) ---------------------------------------------- */
+mx_tensor *mx_gather(const mx_tensor *x, int dim, const mx_tensor *index);
+mx_tensor *mx_scatter(const mx_tensor *x, int dim, const mx_tensor *index, const mx_tensor *src);
+mx_tensor *mx_scatter_add(const mx_tensor *x, int dim, const mx_tensor *index, const mx_tensor *src);
+mx_tensor *mx_index_select(const mx_tensor *x, int dim, const mx_tensor *index);
+mx_tensor *mx_index_add(const mx_tensor *x, int dim, const mx_tensor *index, const mx_tensor *src, double alpha);
+mx_tensor *mx_index_copy(const mx_tensor *x, int dim, const mx_tensor *index, const mx_tensor *src);
+/* x[indices[0], ..., indices[n-1]] = values (+= when accumulate); the index
+ * tensors broadcast together and address the leading dims */
+mx_tensor *mx_index_put(const mx_tensor *x, int n_indices, mx_tensor *const *indices, const mx_tensor *values,
+                        bool accumulate);
+mx_tensor *mx_embedding(const mx_tensor *weight, const mx_tensor *indices);
+mx_tensor *mx_cat(int n, mx_tensor *const *tensors, int dim);
+mx_tensor *mx_stack(int n, mx_tensor *const *tensors, int dim);
+/* Pieces of split_size (the last may be smaller) or `chunks` nearly equal
+ * pieces, as views in out[]; returns how many, or -1 with the error set. */
+int mx_split(const mx_tensor *x, int64_t split_size, int dim, mx_tensor **out, int max_out);
+int mx_chunk(const mx_tensor *x, int chunks, int dim, mx_tensor **out, int max_out);
+typedef enum { MX_PAD_CONSTANT, MX_PAD_REFLECT, MX_PAD_REPLICATE } mx_pad_mode;
+/* pads: (left, right) pairs starting from the last dim, like F.pad */
+mx_tensor *mx_pad(const mx_tensor *x, mx_shape pads, mx_pad_mode mode, double value);
+mx_tensor *mx_flip(const mx_tensor *x, mx_shape dims);
+mx_tensor *mx_roll(const mx_tensor *x, int64_t shift, int dim);
+mx_tensor *mx_repeat(const mx_tensor *x, mx_shape repeats);
+mx_tensor *mx_tril(const mx_tensor *x, int64_t diagonal);
+mx_tensor *mx_triu(const mx_tensor *x, int64_t diagonal);
+/* num_classes -1: one more than the largest index */
+mx_tensor *mx_one_hot(const mx_tensor *indices, int64_t num_classes);
+/* zeroes elements with probability p and scales the rest by 1/(1-p) when
+ * training; the identity otherwise. gen may be NULL (default generator). */
+mx_tensor *mx_dropout(const mx_tensor *x, double p, bool training, mx_generator *gen);
+
+/* --- pooling over `spatial` (1-3) dims of (N, C, *S); one-element lists
+ * apply to every dim, an empty stride means stride = kernel ------------------------------ */
+mx_tensor *mx_max_pool(const mx_tensor *x, int spatial, mx_shape kernel, mx_shape stride, mx_shape padding);
+mx_status mx_max_pool_with_indices(const mx_tensor *x, int spatial, mx_shape kernel, mx_shape stride, mx_shape padding,
+                                   mx_shape dilation, mx_tensor **values, mx_tensor **indices);
+mx_tensor *mx_avg_pool(const mx_tensor *x, int spatial, mx_shape kernel, mx_shape stride, mx_shape padding,
+                       bool count_include_pad);
+mx_tensor *mx_adaptive_avg_pool2d(const mx_tensor *x, int64_t out_h, int64_t out_w);
+
+/* --- normalisation (weight, bias and the running statistics may be NULL) ------------------ */
+/* Training normalises with the batch statistics and updates the running
+ * ones in place (unbiased variance, like PyTorch); eval uses them. */
+mx_tensor *mx_batch_norm(const mx_tensor *x, mx_tensor *running_mean, mx_tensor *running_var, const mx_tensor *weight,
+                         const mx_tensor *bias, bool training, double momentum, double eps);
+mx_tensor *mx_layer_norm(const mx_tensor *x, mx_shape normalized_shape, const mx_tensor *weight, const mx_tensor *bias,
+                         double eps);
+mx_tensor *mx_group_norm(const mx_tensor *x, int64_t groups, const mx_tensor *weight, const mx_tensor *bias, double eps);
+
 /* --- in-place (bump the version counter; recorded when the target is not a
  * leaf that requires grad) ---------------------------------------------------------- */
 mx_status mx_add_(mx_tensor *self, const mx_tensor *other);

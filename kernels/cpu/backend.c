@@ -5,7 +5,9 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/indexing.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/pool.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/strided.h"
 #include "kernels/math.h"
@@ -159,4 +161,13 @@ const mx_backend mx__cpu_backend = {
     .reduce = mx__cpu_reduce,
     .scan = mx__cpu_scan,
     .matmul = mx__cpu_matmul,
+    .softmax = mx__cpu_softmax,
+    .gather = mx__cpu_gather,
+    .scatter = mx__cpu_scatter,
+    .index_select = mx__cpu_index_select,
+    .index_add = mx__cpu_index_add,
+    .max_pool = mx__cpu_max_pool,
+    .max_pool_backward = mx__cpu_max_pool_backward,
+    .avg_pool = mx__cpu_avg_pool,
+    .avg_pool_backward = mx__cpu_avg_pool_backward,
 };

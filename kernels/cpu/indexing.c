@@ -1,0 +1,137 @@
+/* Indexed reads and writes on the CPU: gather, scatter(-add), index_select,
+ * index_add/index_copy, and softmax along a dim. Indices are int64 and
+ * checked: an index out of range is an error naming it. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu/convert.h"
+#include "kernels/cpu/indexing.h"
+#include "kernels/cpu/parallel.h"
+
+/* The coordinates of the linear (row-major) index in shape. */
+static void unravel(int64_t linear, int ndim, const int64_t *shape, int64_t *coord) {
+  for (int d = ndim - 1; d >= 0; d--) {
+    coord[d] = linear % shape[d];
+    linear /= shape[d];
+  }
+}
+
+static int64_t offset_of(int ndim, const int64_t *coord, const int64_t *strides) {
+  int64_t off = 0;
+  for (int d = 0; d < ndim; d++) off += coord[d] * strides[d];
+  return off;
+}
+
+static char *at(const mx_kview *v, int64_t offset) {
+  return (char *)v->data + offset * (int64_t)mx_dtype_size(v->dtype);
+}
+
+static mx_status bad_index(const char *op, int64_t index, int dim, int64_t size) {
+  return mx__error(MX_INDEX_ERROR, "%s: index %lld out of range for dim %d of size %lld", op, (long long)index, dim,
+                   (long long)size);
+}
+
+mx_status mx__cpu_gather(const mx_kview *out, const mx_kview *x, const mx_kview *index, int dim) {
+  int64_t n = mx__kview_numel(out), bad = -1;
+  size_t size = mx_dtype_size(out->dtype);
+  MX_PARALLEL_FOR(n)
+  for (int64_t i = 0; i < n; i++) {
+    int64_t c[MX_MAX_DIMS];
+    unravel(i, out->ndim, out->shape, c);
+    int64_t k = *(const int64_t *)at(index, offset_of(index->ndim, c, index->strides));
+    if (k < 0 || k >= x->shape[dim]) {
+      bad = k;
+      continue;
+    }
+    int64_t oc = offset_of(out->ndim, c, out->strides);
+    c[dim] = k;
+    memcpy(at(out, oc), at(x, offset_of(x->ndim, c, x->strides)), size);
+  }
+  return bad == -1 ? MX_OK : bad_index("mx_gather", bad, dim, x->shape[dim]);
+}
+
+mx_status mx__cpu_scatter(const mx_kview *out, const mx_kview *index, const mx_kview *src, int dim, bool accumulate) {
+  int64_t n = mx__kview_numel(index);
+  size_t size = mx_dtype_size(out->dtype);
+  for (int64_t i = 0; i < n; i++) { /* serial: two writes may meet */
+    int64_t c[MX_MAX_DIMS];
+    unravel(i, index->ndim, index->shape, c);
+    int64_t k = *(const int64_t *)at(index, offset_of(index->ndim, c, index->strides));
+    if (k < 0 || k >= out->shape[dim]) return bad_index(accumulate ? "mx_scatter_add" : "mx_scatter", k, dim, out->shape[dim]);
+    const char *s = at(src, offset_of(src->ndim, c, src->strides));
+    c[dim] = k;
+    char *o = at(out, offset_of(out->ndim, c, out->strides));
+    if (accumulate) mx__store_f64(o, out->dtype, mx__load_f64(o, out->dtype) + mx__load_f64(s, src->dtype));
+    else memcpy(o, s, size);
+  }
+  return MX_OK;
+}
+
+/* Views over the other dims: (outer, dim, inner) as one loop each. */
+mx_status mx__cpu_index_select(const mx_kview *out, const mx_kview *x, const mx_kview *index, int dim) {
+  int64_t n = mx__kview_numel(out), bad = -1;
+  size_t size = mx_dtype_size(out->dtype);
+  MX_PARALLEL_FOR(n)
+  for (int64_t i = 0; i < n; i++) {
+    int64_t c[MX_MAX_DIMS];
+    unravel(i, out->ndim, out->shape, c);
+    int64_t k = *(const int64_t *)at(index, c[dim] * index->strides[0]);
+    if (k < 0 || k >= x->shape[dim]) {
+      bad = k;
+      continue;
+    }
+    int64_t oc = offset_of(out->ndim, c, out->strides);
+    c[dim] = k;
+    memcpy(at(out, oc), at(x, offset_of(x->ndim, c, x->strides)), size);
+  }
+  return bad == -1 ? MX_OK : bad_index("mx_index_select", bad, dim, x->shape[dim]);
+}
+
+mx_status mx__cpu_index_add(const mx_kview *out, const mx_kview *index, const mx_kview *src, int dim, double alpha,
+                            bool accumulate) {
+  int64_t n = mx__kview_numel(src);
+  size_t size = mx_dtype_size(out->dtype);
+  for (int64_t i = 0; i < n; i++) { /* serial: repeated indices meet */
+    int64_t c[MX_MAX_DIMS];
+    unravel(i, src->ndim, src->shape, c);
+    int64_t k = *(const int64_t *)at(index, c[dim] * index->strides[0]);
+    if (k < 0 || k >= out->shape[dim])
+      return bad_index(accumulate ? "mx_index_add" : "mx_index_copy", k, dim, out->shape[dim]);
+    const char *s = at(src, offset_of(src->ndim, c, src->strides));
+    c[dim] = k;
+    char *o = at(out, offset_of(out->ndim, c, out->strides));
+    if (accumulate) mx__store_f64(o, out->dtype, mx__load_f64(o, out->dtype) + alpha * mx__load_f64(s, src->dtype));
+    else memcpy(o, s, size);
+  }
+  return MX_OK;
+}
+
+/* Each line along dim: shift by the max, exponentiate, normalise (or take
+ * logs), in double. */
+mx_status mx__cpu_softmax(const mx_kview *out, const mx_kview *x, int dim, bool log_softmax) {
+  int64_t len = x->shape[dim];
+  int64_t lines = len ? mx__kview_numel(x) / len : 0;
+  int64_t line_shape[MX_MAX_DIMS];
+  memcpy(line_shape, x->shape, sizeof line_shape);
+  line_shape[dim] = 1;
+  MX_PARALLEL_FOR(lines * len)
+  for (int64_t l = 0; l < lines; l++) {
+    int64_t c[MX_MAX_DIMS];
+    unravel(l, x->ndim, line_shape, c);
+    int64_t xo = offset_of(x->ndim, c, x->strides), oo = offset_of(out->ndim, c, out->strides);
+    int64_t xs = x->strides[dim], os = out->strides[dim];
+    double m = -INFINITY, sum = 0;
+    for (int64_t k = 0; k < len; k++) {
+      double v = mx__load_f64(at(x, xo + k * xs), x->dtype);
+      m = v > m || isnan(v) ? v : m;
+    }
+    if (isinf(m) && m < 0) m = 0; /* a line of -inf: no shift */
+    for (int64_t k = 0; k < len; k++) sum += exp(mx__load_f64(at(x, xo + k * xs), x->dtype) - m);
+    double log_sum = log(sum);
+    for (int64_t k = 0; k < len; k++) {
+      double shifted = mx__load_f64(at(x, xo + k * xs), x->dtype) - m;
+      mx__store_f64(at(out, oo + k * os), out->dtype, log_softmax ? shifted - log_sum : exp(shifted) / sum);
+    }
+  }
+  return MX_OK;
+}

@@ -1,0 +1,142 @@
+/* Max and average pooling over 1, 2 or 3 spatial dims on the CPU, with
+ * their backward kernels. Tensors are contiguous (N, C, *S); missing
+ * spatial dims count as size 1, so one loop nest serves every rank. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu/convert.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/pool.h"
+
+typedef struct {
+  int64_t planes;              /* N * C */
+  int64_t in[3], out[3];       /* D, H, W of input and output */
+  int64_t k[3], s[3], p[3], d[3];
+} geometry;
+
+/* Shapes padded on the left to 3 spatial dims. */
+static geometry geometry_of(const mx_kview *in, const mx_kview *out, const mx_pool_params *params) {
+  geometry g = {.planes = in->shape[0] * in->shape[1]};
+  int lead = 3 - params->spatial;
+  for (int i = 0; i < 3; i++) {
+    int j = i - lead;
+    bool real = j >= 0;
+    g.in[i] = real ? in->shape[2 + j] : 1;
+    g.out[i] = real ? out->shape[2 + j] : 1;
+    g.k[i] = real ? params->kernel[j] : 1;
+    g.s[i] = real ? params->stride[j] : 1;
+    g.p[i] = real ? params->padding[j] : 0;
+    g.d[i] = real && params->dilation[j] ? params->dilation[j] : 1;
+  }
+  return g;
+}
+
+static int64_t volume(const int64_t *v) { return v[0] * v[1] * v[2]; }
+
+#define FOR_WINDOW(g, o0, o1, o2, BODY)                                                      \
+  for (int64_t k0 = 0; k0 < (g).k[0]; k0++) {                                                \
+    int64_t i0 = (o0) * (g).s[0] - (g).p[0] + k0 * (g).d[0];                                  \
+    if (i0 < 0 || i0 >= (g).in[0]) continue;                                                  \
+    for (int64_t k1 = 0; k1 < (g).k[1]; k1++) {                                              \
+      int64_t i1 = (o1) * (g).s[1] - (g).p[1] + k1 * (g).d[1];                                \
+      if (i1 < 0 || i1 >= (g).in[1]) continue;                                                \
+      for (int64_t k2 = 0; k2 < (g).k[2]; k2++) {                                            \
+        int64_t i2 = (o2) * (g).s[2] - (g).p[2] + k2 * (g).d[2];                              \
+        if (i2 < 0 || i2 >= (g).in[2]) continue;                                              \
+        int64_t flat = (i0 * (g).in[1] + i1) * (g).in[2] + i2;                                \
+        BODY                                                                                  \
+      }                                                                                       \
+    }                                                                                         \
+  }
+
+mx_status mx__cpu_max_pool(const mx_kview *out, const mx_kview *indices, const mx_kview *x, const mx_pool_params *params) {
+  geometry g = geometry_of(x, out, params);
+  int64_t in_plane = volume(g.in), out_plane = volume(g.out);
+  size_t xs = mx_dtype_size(x->dtype), os = mx_dtype_size(out->dtype);
+  MX_PARALLEL_FOR(g.planes * out_plane * volume(g.k))
+  for (int64_t pl = 0; pl < g.planes; pl++) {
+    const char *xp = (const char *)x->data + pl * in_plane * (int64_t)xs;
+    for (int64_t o = 0; o < out_plane; o++) {
+      int64_t o2 = o % g.out[2], o1 = (o / g.out[2]) % g.out[1], o0 = o / (g.out[2] * g.out[1]);
+      double best = -INFINITY;
+      int64_t where = -1;
+      FOR_WINDOW(g, o0, o1, o2, {
+        double v = mx__load_f64(xp + flat * (int64_t)xs, x->dtype);
+        if (where < 0 || v > best || (isnan(v) && !isnan(best))) {
+          best = v;
+          where = flat;
+        }
+      })
+      mx__store_f64((char *)out->data + (pl * out_plane + o) * (int64_t)os, out->dtype, best);
+      ((int64_t *)indices->data)[pl * out_plane + o] = where < 0 ? 0 : where;
+    }
+  }
+  return MX_OK;
+}
+
+mx_status mx__cpu_max_pool_backward(const mx_kview *dx, const mx_kview *dy, const mx_kview *indices,
+                                    const mx_pool_params *params) {
+  geometry g = geometry_of(dx, dy, params);
+  int64_t in_plane = volume(g.in), out_plane = volume(g.out);
+  size_t size = mx_dtype_size(dx->dtype);
+  memset(dx->data, 0, (size_t)(g.planes * in_plane) * size);
+  MX_PARALLEL_FOR(g.planes * out_plane)
+  for (int64_t pl = 0; pl < g.planes; pl++) { /* planes never share elements */
+    char *dp = (char *)dx->data + pl * in_plane * (int64_t)size;
+    for (int64_t o = 0; o < out_plane; o++) {
+      int64_t flat = ((const int64_t *)indices->data)[pl * out_plane + o];
+      char *target = dp + flat * (int64_t)size;
+      double grad = mx__load_f64((const char *)dy->data + (pl * out_plane + o) * (int64_t)size, dy->dtype);
+      mx__store_f64(target, dx->dtype, mx__load_f64(target, dx->dtype) + grad);
+    }
+  }
+  return MX_OK;
+}
+
+/* count_include_pad: the whole window (the padding counts); otherwise only
+ * the elements inside the input. */
+static double divisor(const geometry *g, const mx_pool_params *params, int64_t o0, int64_t o1, int64_t o2) {
+  if (params->count_include_pad) return (double)volume(g->k);
+  double n = 0;
+  FOR_WINDOW(*g, o0, o1, o2, { (void)flat; n += 1; })
+  return n > 0 ? n : 1;
+}
+
+mx_status mx__cpu_avg_pool(const mx_kview *out, const mx_kview *x, const mx_pool_params *params) {
+  geometry g = geometry_of(x, out, params);
+  int64_t in_plane = volume(g.in), out_plane = volume(g.out);
+  size_t xs = mx_dtype_size(x->dtype), os = mx_dtype_size(out->dtype);
+  MX_PARALLEL_FOR(g.planes * out_plane * volume(g.k))
+  for (int64_t pl = 0; pl < g.planes; pl++) {
+    const char *xp = (const char *)x->data + pl * in_plane * (int64_t)xs;
+    for (int64_t o = 0; o < out_plane; o++) {
+      int64_t o2 = o % g.out[2], o1 = (o / g.out[2]) % g.out[1], o0 = o / (g.out[2] * g.out[1]);
+      double sum = 0;
+      FOR_WINDOW(g, o0, o1, o2, { sum += mx__load_f64(xp + flat * (int64_t)xs, x->dtype); })
+      mx__store_f64((char *)out->data + (pl * out_plane + o) * (int64_t)os, out->dtype,
+                    sum / divisor(&g, params, o0, o1, o2));
+    }
+  }
+  return MX_OK;
+}
+
+mx_status mx__cpu_avg_pool_backward(const mx_kview *dx, const mx_kview *dy, const mx_pool_params *params) {
+  geometry g = geometry_of(dx, dy, params);
+  int64_t in_plane = volume(g.in), out_plane = volume(g.out);
+  size_t size = mx_dtype_size(dx->dtype);
+  memset(dx->data, 0, (size_t)(g.planes * in_plane) * size);
+  MX_PARALLEL_FOR(g.planes * out_plane * volume(g.k))
+  for (int64_t pl = 0; pl < g.planes; pl++) {
+    char *dp = (char *)dx->data + pl * in_plane * (int64_t)size;
+    for (int64_t o = 0; o < out_plane; o++) {
+      int64_t o2 = o % g.out[2], o1 = (o / g.out[2]) % g.out[1], o0 = o / (g.out[2] * g.out[1]);
+      double grad = mx__load_f64((const char *)dy->data + (pl * out_plane + o) * (int64_t)size, dy->dtype) /
+                    divisor(&g, params, o0, o1, o2);
+      FOR_WINDOW(g, o0, o1, o2, {
+        char *target = dp + flat * (int64_t)size;
+        mx__store_f64(target, dx->dtype, mx__load_f64(target, dx->dtype) + grad);
+      })
+    }
+  }
+  return MX_OK;
+}

@@ -1,0 +1,188 @@
+/* Pooling: max (with indices) and average over 1-3 spatial dims, with
+ * backward kernels that are ops themselves; adaptive average pooling as
+ * two small matrix products. */
+#include "ops/op_table.h"
+
+#define G (bw->grad_out[0])
+#define GRAD(i, expr)                                                    \
+  do {                                                                   \
+    if (mx__needs_grad(bw, i) && !(bw->grad_in[i] = (expr))) return mx_last_status(); \
+  } while (0)
+#define OUT0(c, expr) (((c)->out[0] = (expr)) ? MX_OK : mx_last_status())
+
+/* The output shape, or an error naming op. */
+static mx_status pooled_shape(const char *op, const mx_tensor *x, const mx_pool_params *p, mx_shape *out) {
+  if (x->ndim != p->spatial + 2)
+    return mx__error(MX_SHAPE_ERROR, "%s: expected a %d-d input (N, C, %d spatial dims), got %d dims", op,
+                     p->spatial + 2, p->spatial, x->ndim);
+  *out = mx_shape_get(x);
+  for (int i = 0; i < p->spatial; i++) {
+    int64_t k = p->kernel[i], s = p->stride[i], pad = p->padding[i], d = p->dilation[i] ? p->dilation[i] : 1;
+    if (k <= 0 || s <= 0 || pad < 0 || pad > k / 2)
+      return mx__error(MX_INVALID_ARGUMENT,
+                       "%s: kernel %lld, stride %lld and padding %lld: kernel and stride must be positive and padding "
+                       "at most half the kernel", op, (long long)k, (long long)s, (long long)pad);
+    int64_t span = x->shape[2 + i] + 2 * pad - d * (k - 1) - 1;
+    if (span < 0)
+      return mx__error(MX_SHAPE_ERROR, "%s: input size %lld is smaller than the kernel %lld in spatial dim %d", op,
+                       (long long)x->shape[2 + i], (long long)k, i);
+    out->d[2 + i] = span / s + 1;
+  }
+  return MX_OK;
+}
+
+mx_status mx__fwd_max_pool(mx__call *c) {
+  mx_shape shape;
+  if (pooled_shape("mx_max_pool", c->in[0], &c->args->pool, &shape)) return mx_last_status();
+  mx_tensor *x = mx__tensor_contiguous(c->in[0]);
+  const mx_backend *be = x ? mx__backend_of(c->op, x->device) : NULL;
+  if (!be) return mx_last_status();
+  if (!be->max_pool) return mx__no_kernel(c->op, x->device, "max_pool");
+  c->out[0] = mx__tensor_alloc("mx_max_pool", shape, x->dtype, x->device);
+  c->out[1] = mx__tensor_alloc("mx_max_pool", shape, MX_I64, x->device);
+  if (!c->out[0] || !c->out[1]) return mx_last_status();
+  mx_kview ov = mx__kview_of(c->out[0]), iv = mx__kview_of(c->out[1]), xv = mx__kview_of(x);
+  return be->max_pool(&ov, &iv, &xv, &c->args->pool);
+}
+
+mx_status mx__fwd_max_pool_backward(mx__call *c) {
+  mx_tensor *g = mx__tensor_contiguous(c->in[0]), *indices = mx__tensor_contiguous(c->in[1]);
+  const mx_backend *be = g && indices ? mx__backend_of(c->op, g->device) : NULL;
+  if (!be) return mx_last_status();
+  if (!be->max_pool_backward) return mx__no_kernel(c->op, g->device, "max_pool_backward");
+  mx_tensor *dx = mx__tensor_alloc("mx_max_pool", c->args->shape, g->dtype, g->device);
+  if (!dx) return mx_last_status();
+  c->out[0] = dx;
+  mx_kview dv = mx__kview_of(dx), gv = mx__kview_of(g), iv = mx__kview_of(indices);
+  return be->max_pool_backward(&dv, &gv, &iv, &c->args->pool);
+}
+
+static mx_tensor *max_pool_backward(const mx_tensor *g, const mx_tensor *indices, const mx__args *forward, mx_shape in) {
+  mx__args args = *forward;
+  args.shape = in;
+  return mx__call2(MX_OP_MAX_POOL_BACKWARD, g, indices, &args);
+}
+
+mx_status mx__bwd_max_pool(mx__bw *bw) {
+  GRAD(0, max_pool_backward(G, mx__saved_out(bw, 1), bw->args, mx__in_shape(bw, 0)));
+  return MX_OK;
+}
+
+/* The adjoint of scattering by indices is gathering by them. */
+mx_status mx__bwd_max_pool_backward(mx__bw *bw) {
+  mx_tensor *indices = mx__saved_in(bw, 1);
+  mx_shape out = mx_shape_get(indices);
+  GRAD(0, mx_reshape(mx_gather(mx_flatten(G, 2, -1), 2, mx_flatten(indices, 2, -1)), out));
+  return MX_OK;
+}
+
+mx_status mx__fwd_avg_pool(mx__call *c) {
+  mx_shape shape;
+  if (pooled_shape("mx_avg_pool", c->in[0], &c->args->pool, &shape)) return mx_last_status();
+  mx_tensor *x = mx__tensor_contiguous(c->in[0]);
+  const mx_backend *be = x ? mx__backend_of(c->op, x->device) : NULL;
+  if (!be) return mx_last_status();
+  if (!be->avg_pool) return mx__no_kernel(c->op, x->device, "avg_pool");
+  c->out[0] = mx__tensor_alloc("mx_avg_pool", shape, x->dtype, x->device);
+  if (!c->out[0]) return mx_last_status();
+  mx_kview ov = mx__kview_of(c->out[0]), xv = mx__kview_of(x);
+  return be->avg_pool(&ov, &xv, &c->args->pool);
+}
+
+mx_status mx__fwd_avg_pool_backward(mx__call *c) {
+  mx_tensor *g = mx__tensor_contiguous(c->in[0]);
+  const mx_backend *be = g ? mx__backend_of(c->op, g->device) : NULL;
+  if (!be) return mx_last_status();
+  if (!be->avg_pool_backward) return mx__no_kernel(c->op, g->device, "avg_pool_backward");
+  mx_tensor *dx = mx__tensor_alloc("mx_avg_pool", c->args->shape, g->dtype, g->device);
+  if (!dx) return mx_last_status();
+  c->out[0] = dx;
+  mx_kview dv = mx__kview_of(dx), gv = mx__kview_of(g);
+  return be->avg_pool_backward(&dv, &gv, &c->args->pool);
+}
+
+mx_status mx__bwd_avg_pool(mx__bw *bw) {
+  mx__args args = *bw->args;
+  args.shape = mx__in_shape(bw, 0);
+  GRAD(0, mx__call1(MX_OP_AVG_POOL_BACKWARD, G, &args));
+  return MX_OK;
+}
+
+/* Average pooling is linear: its backward's adjoint is itself. */
+mx_status mx__bwd_avg_pool_backward(mx__bw *bw) {
+  GRAD(0, mx__call1(MX_OP_AVG_POOL, G, bw->args));
+  return MX_OK;
+}
+
+/* (out, in) matrix averaging the adaptive windows [floor(i in/out), ceil((i+1) in/out)). */
+static mx_tensor *window_matrix(int64_t out, int64_t in, mx_dtype dtype, mx_device device) {
+  mx_tensor *m = mx_zeros(MX_SHAPE(out, in), MX_F64, MX_CPU);
+  if (!m) return NULL;
+  double *v = mx_data_ptr(m);
+  for (int64_t i = 0; i < out; i++) {
+    int64_t start = i * in / out, end = ((i + 1) * in + out - 1) / out;
+    for (int64_t j = start; j < end; j++) v[i * in + j] = 1.0 / (double)(end - start);
+  }
+  mx_tensor *moved = mx_to_device(mx_to_dtype(m, dtype), device);
+  mx_release(m);
+  return moved;
+}
+
+mx_status mx__fwd_adaptive_avg_pool2d(mx__call *c) {
+  mx_tensor *x = c->in[0];
+  if (x->ndim < 3 || c->args->shape.ndim != 2 || c->args->shape.d[0] <= 0 || c->args->shape.d[1] <= 0)
+    return mx__error(MX_SHAPE_ERROR, "mx_adaptive_avg_pool2d: needs (..., H, W) input and a positive (h, w) size");
+  int64_t h = x->shape[x->ndim - 2], w = x->shape[x->ndim - 1];
+  mx_tensor *rows = window_matrix(c->args->shape.d[0], h, x->dtype, x->device);
+  mx_tensor *cols = window_matrix(c->args->shape.d[1], w, x->dtype, x->device);
+  return OUT0(c, mx_matmul(mx_matmul(rows, x), mx_transpose(cols, 0, 1)));
+}
+
+/* --- public functions -------------------------------------------------------------------------- */
+
+static mx_pool_params pool_params(int spatial, mx_shape kernel, mx_shape stride, mx_shape padding, mx_shape dilation) {
+  mx_pool_params p = {.spatial = spatial, .count_include_pad = true};
+  for (int i = 0; i < spatial; i++) {
+    p.kernel[i] = kernel.d[kernel.ndim == 1 ? 0 : i];
+    p.stride[i] = stride.ndim == 0 ? p.kernel[i] : stride.d[stride.ndim == 1 ? 0 : i];
+    p.padding[i] = padding.ndim == 0 ? 0 : padding.d[padding.ndim == 1 ? 0 : i];
+    p.dilation[i] = dilation.ndim == 0 ? 1 : dilation.d[dilation.ndim == 1 ? 0 : i];
+  }
+  return p;
+}
+
+mx_status mx_max_pool_with_indices(const mx_tensor *x, int spatial, mx_shape kernel, mx_shape stride, mx_shape padding,
+                                   mx_shape dilation, mx_tensor **values, mx_tensor **indices) {
+  if (spatial < 1 || spatial > 3 || kernel.ndim < 1)
+    return mx__error(MX_INVALID_ARGUMENT, "mx_max_pool: %d spatial dims (1 to 3) and a kernel size are needed", spatial);
+  mx__args args = {.pool = pool_params(spatial, kernel, stride, padding, dilation)};
+  mx_tensor *out[MX__MAX_OUTPUTS] = {0};
+  const mx_tensor *in[1] = {x};
+  mx_status status = mx__dispatch(MX_OP_MAX_POOL, 1, in, &args, out);
+  if (values) *values = out[0];
+  else mx_release(out[0]);
+  if (indices) *indices = out[1];
+  else mx_release(out[1]);
+  return status;
+}
+
+mx_tensor *mx_max_pool(const mx_tensor *x, int spatial, mx_shape kernel, mx_shape stride, mx_shape padding) {
+  mx_tensor *values = NULL;
+  mx_max_pool_with_indices(x, spatial, kernel, stride, padding, MX_DIMS(1), &values, NULL);
+  return values;
+}
+
+mx_tensor *mx_avg_pool(const mx_tensor *x, int spatial, mx_shape kernel, mx_shape stride, mx_shape padding,
+                       bool count_include_pad) {
+  if (spatial < 1 || spatial > 3 || kernel.ndim < 1) {
+    mx__error(MX_INVALID_ARGUMENT, "mx_avg_pool: %d spatial dims (1 to 3) and a kernel size are needed", spatial);
+    return NULL;
+  }
+  mx__args args = {.pool = pool_params(spatial, kernel, stride, padding, MX_DIMS(1))};
+  args.pool.count_include_pad = count_include_pad;
+  return mx__call1(MX_OP_AVG_POOL, x, &args);
+}
+
+mx_tensor *mx_adaptive_avg_pool2d(const mx_tensor *x, int64_t out_h, int64_t out_w) {
+  return mx__call1(MX_OP_ADAPTIVE_AVG_POOL2D, x, &(mx__args){.shape = MX_SHAPE(out_h, out_w)});
+}
