@@ -81,6 +81,12 @@ typedef struct mx_backend {
   mx_status (*index_add)(const mx_kview *out, const mx_kview *index, const mx_kview *src, int dim, double alpha,
                          bool accumulate);
 
+  /* convolution (kernels/cpu/conv.h says what each computes) */
+  mx_status (*conv_forward)(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_conv_params *p);
+  mx_status (*conv_backward_data)(const mx_kview *dx, const mx_kview *dy, const mx_kview *w, const mx_conv_params *p);
+  mx_status (*conv_backward_weight)(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
+                                    const mx_conv_params *p);
+
   /* pooling (contiguous tensors) */
   mx_status (*max_pool)(const mx_kview *out, const mx_kview *indices, const mx_kview *x, const mx_pool_params *p);
   mx_status (*max_pool_backward)(const mx_kview *dx, const mx_kview *dy, const mx_kview *indices,

@@ -11,6 +11,7 @@
 #ifndef MX_KERNELS_MATH_H
 #define MX_KERNELS_MATH_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <math.h>
 #include <string.h>
@@ -66,7 +67,8 @@ MX_HD static inline float mx_f16_to_f32(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
   uint32_t exponent = (h >> 10) & 0x1fu;
   uint32_t mantissa = h & 0x3ffu;
-  if (exponent == 0x1fu) return mx_bits_f32(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent == 0x1fu) /* inf, or NaN made quiet as IEEE 754 (and F16C) do */
+    return mx_bits_f32(sign | 0x7f800000u | (mantissa << 13) | (mantissa ? 0x400000u : 0u));
   if (exponent != 0) return mx_bits_f32(sign | ((exponent + 112u) << 23) | (mantissa << 13));
   if (mantissa == 0) return mx_bits_f32(sign);
   /* subnormal: mantissa * 2^-24 is exact in float32 */
@@ -138,6 +140,46 @@ MX_HD static inline double mx_normal_from_block(mx_philox_block r) {
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
+/* --- one element of any dtype as a double, and back ------------------------ */
+
+/* Exact for every dtype but int64 beyond 2^53. */
+MX_HD static inline double mx_element_load(const void *p, mx_dtype dtype) {
+  switch (dtype) {
+  case MX_F32: return *(const float *)p;
+  case MX_F64: return *(const double *)p;
+  case MX_F16: return mx_f16_to_f32(*(const uint16_t *)p);
+  case MX_BF16: return mx_bf16_to_f32(*(const uint16_t *)p);
+  case MX_I64: return (double)*(const int64_t *)p;
+  case MX_I32: return *(const int32_t *)p;
+  case MX_U8: return *(const uint8_t *)p;
+  case MX_BOOL: return *(const bool *)p;
+  default: return 0;
+  }
+}
+
+MX_HD static inline double mx__saturate(double v, double lo, double hi) {
+  if (v != v) return 0; /* NaN */
+  return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* Floats round to nearest even; integers truncate toward zero and saturate
+ * (NaN becomes 0); bool is v != 0. */
+MX_HD static inline void mx_element_store(void *p, mx_dtype dtype, double v) {
+  switch (dtype) {
+  case MX_F32: *(float *)p = (float)v; break;
+  case MX_F64: *(double *)p = v; break;
+  case MX_F16: *(uint16_t *)p = mx_f32_to_f16((float)v); break;
+  case MX_BF16: *(uint16_t *)p = mx_f32_to_bf16((float)v); break;
+  case MX_I64: /* 2^63 itself is out of range for the cast */
+    *(int64_t *)p = v != v ? 0 : v >= 0x1p63 ? INT64_MAX : v <= -0x1p63 ? INT64_MIN : (int64_t)v;
+    break;
+  case MX_I32: *(int32_t *)p = (int32_t)mx__saturate(v, INT32_MIN, INT32_MAX); break;
+  case MX_U8: *(uint8_t *)p = (uint8_t)mx__saturate(v, 0, 255); break;
+  case MX_BOOL: *(bool *)p = v != 0; break;
+  default: break;
+  }
+}
+
 /* --- random fills: what element `index` of a fill takes ------------------ */
 
 typedef enum { MX_RAND_UNIFORM, MX_RAND_NORMAL, MX_RAND_INT, MX_RAND_BERNOULLI } mx_rand_kind;
@@ -163,7 +205,7 @@ MX_HD static inline int mx_mantissa_bits(mx_dtype dtype) {
 /* An integer in [low, high) (bias below 2^-32 for any range that fits). */
 MX_HD static inline int64_t mx_rand_int(const mx_rand_params *p, uint64_t index) {
   mx_philox_block r = mx_philox_draw(p->seed, p->offset, index);
-  uint64_t range = (uint64_t)(p->high - p->low);
+  uint64_t range = (uint64_t)p->high - (uint64_t)p->low; /* no overflow for huge ranges */
   uint64_t bits = ((uint64_t)r.v[0] << 32) | r.v[1];
   return p->low + (int64_t)(bits % range);
 }

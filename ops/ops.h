@@ -223,6 +223,29 @@ mx_tensor *mx_avg_pool(const mx_tensor *x, int spatial, mx_shape kernel, mx_shap
                        bool count_include_pad);
 mx_tensor *mx_adaptive_avg_pool2d(const mx_tensor *x, int64_t out_h, int64_t out_w);
 
+/* --- convolution: x (N, C_in, *S), weight (C_out, C_in / groups, *K), bias (C_out)
+ * or NULL; stride, padding, dilation: one value per spatial dim or one for all, empty
+ * for the defaults (1, 0, 1). Transposed: weight (C_in, C_out / groups, *K). ------- */
+mx_tensor *mx_conv(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias, int spatial, mx_shape stride,
+                   mx_shape padding, mx_shape dilation, int64_t groups);
+mx_tensor *mx_conv1d(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias, mx_shape stride,
+                     mx_shape padding, mx_shape dilation, int64_t groups);
+mx_tensor *mx_conv2d(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias, mx_shape stride,
+                     mx_shape padding, mx_shape dilation, int64_t groups);
+mx_tensor *mx_conv3d(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias, mx_shape stride,
+                     mx_shape padding, mx_shape dilation, int64_t groups);
+mx_tensor *mx_conv_transpose(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias, int spatial,
+                             mx_shape stride, mx_shape padding, mx_shape output_padding, mx_shape dilation,
+                             int64_t groups);
+mx_tensor *mx_conv_transpose1d(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias, mx_shape stride,
+                               mx_shape padding, mx_shape output_padding, mx_shape dilation, int64_t groups);
+mx_tensor *mx_conv_transpose2d(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias, mx_shape stride,
+                               mx_shape padding, mx_shape output_padding, mx_shape dilation, int64_t groups);
+mx_tensor *mx_conv_transpose3d(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias, mx_shape stride,
+                               mx_shape padding, mx_shape output_padding, mx_shape dilation, int64_t groups);
+/* Empty list for the default of stride/padding/dilation arguments. */
+#define MX_DEFAULT ((mx_shape){0, {0}})
+
 /* --- normalisation (weight, bias and the running statistics may be NULL) ------------------ */
 /* Training normalises with the batch statistics and updates the running
  * ones in place (unbiased variance, like PyTorch); eval uses them. */

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/conv.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/indexing.h"
@@ -166,6 +167,9 @@ const mx_backend mx__cpu_backend = {
     .scatter = mx__cpu_scatter,
     .index_select = mx__cpu_index_select,
     .index_add = mx__cpu_index_add,
+    .conv_forward = mx__cpu_conv_forward,
+    .conv_backward_data = mx__cpu_conv_backward_data,
+    .conv_backward_weight = mx__cpu_conv_backward_weight,
     .max_pool = mx__cpu_max_pool,
     .max_pool_backward = mx__cpu_max_pool_backward,
     .avg_pool = mx__cpu_avg_pool,

@@ -1,44 +1,7 @@
-/* Element conversions on the CPU. */
+/* Bulk float16 / bfloat16 conversions on the CPU. */
 #include "kernels/cpu/convert.h"
 
-#include <math.h>
-
 #include "kernels/math.h"
-
-double mx__load_f64(const void *p, mx_dtype dtype) {
-  switch (dtype) {
-  case MX_F32: return *(const float *)p;
-  case MX_F64: return *(const double *)p;
-  case MX_F16: return mx_f16_to_f32(*(const uint16_t *)p);
-  case MX_BF16: return mx_bf16_to_f32(*(const uint16_t *)p);
-  case MX_I64: return (double)*(const int64_t *)p;
-  case MX_I32: return *(const int32_t *)p;
-  case MX_U8: return *(const uint8_t *)p;
-  case MX_BOOL: return *(const bool *)p;
-  default: return 0;
-  }
-}
-
-static double saturate(double v, double lo, double hi) {
-  if (isnan(v)) return 0;
-  return v < lo ? lo : v > hi ? hi : v;
-}
-
-void mx__store_f64(void *p, mx_dtype dtype, double v) {
-  switch (dtype) {
-  case MX_F32: *(float *)p = (float)v; break;
-  case MX_F64: *(double *)p = v; break;
-  case MX_F16: *(uint16_t *)p = mx_f32_to_f16((float)v); break;
-  case MX_BF16: *(uint16_t *)p = mx_f32_to_bf16((float)v); break;
-  case MX_I64: /* 2^63 itself is out of range for the cast */
-    *(int64_t *)p = isnan(v) ? 0 : v >= 0x1p63 ? INT64_MAX : v <= -0x1p63 ? INT64_MIN : (int64_t)v;
-    break;
-  case MX_I32: *(int32_t *)p = (int32_t)saturate(v, INT32_MIN, INT32_MAX); break;
-  case MX_U8: *(uint8_t *)p = (uint8_t)saturate(v, 0, 255); break;
-  case MX_BOOL: *(bool *)p = v != 0; break;
-  default: break;
-  }
-}
 
 /* --- bulk float16 / bfloat16 ------------------------------------------------ */
 
@@ -94,8 +57,8 @@ void mx__f16_to_f32_n(const uint16_t *src, float *dst, int64_t n) {
 }
 
 /* bfloat16 has no fast instruction that keeps subnormals (AVX512-BF16's
- * vcvtneps2bf16 flushes them to zero), so these are the scalar functions,
- * which the compiler vectorises. */
+ * vcvtneps2bf16 flushes them to zero), so these are the scalar functions
+ * in a loop. */
 void mx__f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n) {
   for (int64_t i = 0; i < n; i++) dst[i] = mx_f32_to_bf16(src[i]);
 }

@@ -5,12 +5,10 @@
 
 #include "kernels/base_internal.h"
 
-/* Reads one element of any dtype as a double (exact for every dtype but
- * int64 beyond 2^53). */
-double mx__load_f64(const void *p, mx_dtype dtype);
-/* Writes a double as one element: floats round to nearest even, integers
- * truncate toward zero and saturate (NaN becomes 0), bool is v != 0. */
-void mx__store_f64(void *p, mx_dtype dtype, double v);
+/* One element as a double and back: kernels/math.h, shared with CUDA. */
+#include "kernels/math.h"
+#define mx__load_f64 mx_element_load
+#define mx__store_f64 mx_element_store
 
 void mx__f32_to_f16_n(const float *src, uint16_t *dst, int64_t n);
 void mx__f16_to_f32_n(const uint16_t *src, float *dst, int64_t n);

@@ -6,6 +6,7 @@
 #include "kernels/cpu/dnnl.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/via_f32.h"
 #include "kernels/math.h"
 
 /* out[b,i,:] += a[b,i,k] * b[b,k,:], accumulated in double for f64 and in
@@ -39,48 +40,19 @@ mx_status mx__cpu_matmul_reference(const mx_kview *out, const mx_kview *a, const
   return MX_OK;
 }
 
-/* A dense float32 copy of a (B, R, C) view. */
-static float *to_f32(const mx_kview *v) {
-  int64_t n = mx__kview_numel(v);
-  float *dst = malloc(sizeof(float) * (size_t)(n ? n : 1));
-  if (!dst) return NULL;
-  size_t size = mx_dtype_size(v->dtype);
-  int64_t k = 0;
-  for (int64_t b = 0; b < v->shape[0]; b++)
-    for (int64_t r = 0; r < v->shape[1]; r++)
-      for (int64_t c = 0; c < v->shape[2]; c++)
-        dst[k++] = (float)mx__load_f64((const char *)v->data +
-                                           (b * v->strides[0] + r * v->strides[1] + c * v->strides[2]) * (int64_t)size,
-                                       v->dtype);
-  return dst;
-}
-
-static mx_kview dense_f32_view(float *data, const mx_kview *like) {
-  mx_kview v = *like;
-  v.data = data;
-  v.dtype = MX_F32;
-  v.strides[2] = 1;
-  v.strides[1] = like->shape[2];
-  v.strides[0] = like->shape[1] * like->shape[2];
-  return v;
-}
-
 /* float16 as the GPU does it: f32 products and sums, one rounding at the end. */
 static mx_status matmul_via_f32(const mx_kview *out, const mx_kview *a, const mx_kview *b) {
-  float *fa = to_f32(a), *fb = to_f32(b);
+  float *fa = mx__cpu_dense_f32(a), *fb = mx__cpu_dense_f32(b);
   float *fo = malloc(sizeof(float) * (size_t)(mx__kview_numel(out) ? mx__kview_numel(out) : 1));
   mx_status status = MX_OK;
   if (!fa || !fb || !fo) {
     status = mx__error(MX_OUT_OF_MEMORY, "mx_matmul: out of memory converting %s operands", mx_dtype_name(a->dtype));
   } else {
-    mx_kview va = dense_f32_view(fa, a), vb = dense_f32_view(fb, b), vo = dense_f32_view(fo, out);
+    mx_kview va = mx__cpu_dense_f32_view(fa, a), vb = mx__cpu_dense_f32_view(fb, b);
+    mx_kview vo = mx__cpu_dense_f32_view(fo, out);
     status = mx__dnnl_matmul(&vo, &va, &vb);
     if (status == MX_NOT_BUILT) status = mx__cpu_matmul_reference(&vo, &va, &vb);
-    if (status == MX_OK) {
-      int64_t n = mx__kview_numel(out);
-      if (out->dtype == MX_F16) mx__f32_to_f16_n(fo, out->data, n);
-      else mx__f32_to_bf16_n(fo, out->data, n);
-    }
+    if (status == MX_OK) mx__cpu_store_f32(out, fo);
   }
   free(fa), free(fb), free(fo);
   return status;

@@ -1,4 +1,4 @@
-/* The CUDA backend: device memory from CUDA's stream-ordered pool and the creation kernels (fill, convert, random, bernoulli). */
+/* The CUDA backend: memory from CUDA's stream-ordered pool; fill, convert, random, bernoulli. */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -13,12 +13,12 @@
 /* --- state, set up once ------------------------------------------------------ */
 
 static struct {
-  mx_status status;   /* of the initialisation: MX_OK once the backend is usable */
-  char error[768];    /* why it is not (the message is thread-local; this is kept) */
-  int device;         /* the CUDA device current when the backend was set up */
+  mx_status status;    /* of the initialisation: MX_OK once the backend is usable */
+  char error[768];     /* why it is not (the message is thread-local; this is kept) */
+  int device;          /* the CUDA device current when the backend was set up */
   cudaStream_t stream; /* every allocation, copy and kernel goes on this stream */
-  int max_blocks;     /* grid size cap for the grid-stride loops */
-  mx_backend vtable;
+  int max_blocks;      /* grid size cap for the grid-stride loops */
+  mx_backend vtable;   /* slots this backend lacks stay NULL (the ops check) */
 } cuda;
 
 static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
@@ -45,44 +45,6 @@ MX_HD static inline int64_t dtype_bytes(mx_dtype dtype) {
   }
 }
 
-/* One element as a double: the CPU's mx__load_f64 (kernels/cpu/convert.c). */
-MX_HD static inline double load_f64(const void *p, mx_dtype dtype) {
-  switch (dtype) {
-  case MX_F32: return *(const float *)p;
-  case MX_F64: return *(const double *)p;
-  case MX_F16: return mx_f16_to_f32(*(const uint16_t *)p);
-  case MX_BF16: return mx_bf16_to_f32(*(const uint16_t *)p);
-  case MX_I64: return (double)*(const int64_t *)p;
-  case MX_I32: return *(const int32_t *)p;
-  case MX_U8: return *(const uint8_t *)p;
-  case MX_BOOL: return *(const bool *)p;
-  default: return 0;
-  }
-}
-
-/* NaN becomes 0, everything else is clamped to [lo, hi]. */
-MX_HD static inline double saturate(double v, double lo, double hi) {
-  if (isnan(v)) return 0;
-  return v < lo ? lo : v > hi ? hi : v;
-}
-
-/* A double stored as one element: the CPU's mx__store_f64, with its rules
- * (floats round to nearest even; integers truncate toward zero and saturate,
- * NaN becomes 0; bool is v != 0). */
-MX_HD static inline void store_f64(void *p, mx_dtype dtype, double v) {
-  switch (dtype) {
-  case MX_F32: *(float *)p = (float)v; break;
-  case MX_F64: *(double *)p = v; break;
-  case MX_F16: *(uint16_t *)p = mx_f32_to_f16((float)v); break;
-  case MX_BF16: *(uint16_t *)p = mx_f32_to_bf16((float)v); break;
-  /* 2^63 itself is out of range: the largest double below it is 2^63-1024 */
-  case MX_I64: *(int64_t *)p = (int64_t)saturate(v, -0x1p63, 0x1.fffffffffffffp62); break;
-  case MX_I32: *(int32_t *)p = (int32_t)saturate(v, INT32_MIN, INT32_MAX); break;
-  case MX_U8: *(uint8_t *)p = (uint8_t)saturate(v, 0, 255); break;
-  case MX_BOOL: *(bool *)p = v != 0; break;
-  default: break;
-  }
-}
 
 /* The raw bits of one element of `bytes` bytes (1, 2, 4 or 8; views are
  * aligned to their element size), held in the low bytes of a uint64_t. */
@@ -160,7 +122,7 @@ static mx_status cuda_fill(const mx_kview *out, double value) {
    * uses; host and GPU are both little-endian, so its first bytes are the
    * low bytes of `bits` */
   alignas(8) unsigned char element_bytes[8] = {0};
-  store_f64(element_bytes, out->dtype, value);
+  mx_element_store(element_bytes, out->dtype, value);
   memcpy(&op.bits, element_bytes, sizeof op.bits);
   return launch_elementwise("launch of kernel fill", mx__kview_numel(out), op);
 }
@@ -176,7 +138,7 @@ struct convert_op {
     if (out.dtype == src.dtype)
       store_bits(o, dtype_bytes(out.dtype), load_bits(s, dtype_bytes(out.dtype)));
     else
-      store_f64(o, out.dtype, load_f64(s, src.dtype));
+      mx_element_store(o, out.dtype, mx_element_load(s, src.dtype));
   }
 };
 
@@ -197,7 +159,7 @@ struct random_op {
     if (params.kind == MX_RAND_INT && out.dtype == MX_I64) /* exact beyond 2^53 */
       *(int64_t *)o = mx_rand_int(&params, (uint64_t)i);
     else
-      store_f64(o, out.dtype, mx_rand_sample(&params, (uint64_t)i, mx_mantissa_bits(out.dtype)));
+      mx_element_store(o, out.dtype, mx_rand_sample(&params, (uint64_t)i, mx_mantissa_bits(out.dtype)));
   }
 };
 
@@ -215,8 +177,8 @@ struct bernoulli_op {
   mx_rand_params params;
   __device__ void operator()(int64_t i) const {
     mx_philox_block r = mx_philox_draw(params.seed, params.offset, (uint64_t)i);
-    double prob = load_f64(element(p, i), p.dtype);
-    store_f64(element(out, i), out.dtype, mx_uniform53(r.v[0], r.v[1]) < prob);
+    double prob = mx_element_load(element(p, i), p.dtype);
+    mx_element_store(element(out, i), out.dtype, mx_uniform53(r.v[0], r.v[1]) < prob);
   }
 };
 

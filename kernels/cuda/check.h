@@ -1,4 +1,4 @@
-/* Check macros for CUDA runtime, cuBLAS and cuDNN calls: a failure becomes an mx_status and a message naming the call. */
+/* Check macros for CUDA, cuBLAS and cuDNN calls: a failure becomes an mx_status and a message. */
 #ifndef MX_KERNELS_CUDA_CHECK_H
 #define MX_KERNELS_CUDA_CHECK_H
 

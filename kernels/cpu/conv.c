@@ -1,0 +1,266 @@
+/* Convolutions on the CPU: the checks, the plain loops, and the dispatch to
+ * oneDNN (float32, bfloat16) or to the loops (float64, and the fallback). */
+#include "kernels/cpu/conv.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/dnnl.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/via_f32.h"
+
+#define MX__CAT_(a, b) a##b
+#define MX__CAT(a, b) MX__CAT_(a, b)
+
+/* The three operands in their forward roles: x (or dx), w (or dw), y (or dy). */
+enum { ROLE_X, ROLE_W, ROLE_Y };
+
+/* The output's role for each kind of convolution. */
+static int output_role(mx_conv_kind kind) {
+  return kind == MX_CONV_FORWARD ? ROLE_Y : kind == MX_CONV_BACKWARD_DATA ? ROLE_X : ROLE_W;
+}
+
+static const char *kind_name(mx_conv_kind kind) {
+  return kind == MX_CONV_FORWARD ? "forward" : kind == MX_CONV_BACKWARD_DATA ? "backward data" : "backward weight";
+}
+
+/* --- checks ----------------------------------------------------------------------- */
+
+static int64_t floor_div(int64_t a, int64_t b) { /* b > 0 */
+  return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { /* b > 0 */
+  return a >= 0 ? (a + b - 1) / b : -(-a / b);
+}
+
+mx_status mx__cpu_conv_check(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, const mx_kview *y,
+                             const mx_conv_params *p) {
+  if (!p || !x || !w || !y) return mx__error(MX_NULL_INPUT, "mx_conv: NULL operand or params");
+  int s = p->spatial;
+  if (s < 1 || s > 3) return mx__error(MX_INVALID_ARGUMENT, "mx_conv: %d spatial dims (expected 1, 2 or 3)", s);
+  const char *what = kind_name(kind);
+  if (x->ndim != 2 + s || w->ndim != 2 + s || y->ndim != 2 + s)
+    return mx__error(MX_SHAPE_ERROR, "mx_conv: %s with %d spatial dims needs %d-d operands, got %d-d, %d-d, %d-d",
+                     what, s, 2 + s, x->ndim, w->ndim, y->ndim);
+  mx_dtype dt = x->dtype;
+  if (w->dtype != dt || y->dtype != dt)
+    return mx__error(MX_DTYPE_ERROR, "mx_conv: operands of %s, %s and %s (expected one dtype)", mx_dtype_name(x->dtype),
+                     mx_dtype_name(w->dtype), mx_dtype_name(y->dtype));
+  if (dt != MX_F32 && dt != MX_F64 && dt != MX_F16 && dt != MX_BF16)
+    return mx__error(MX_DTYPE_ERROR, "mx_conv: unsupported dtype %s", mx_dtype_name(dt));
+  int64_t G = p->groups, C_in = x->shape[1], C_out = y->shape[1];
+  if (G < 1) return mx__error(MX_INVALID_ARGUMENT, "mx_conv: groups %lld (expected >= 1)", (long long)G);
+  if (C_in % G || C_out % G)
+    return mx__error(MX_SHAPE_ERROR, "mx_conv: %lld input and %lld output channels do not split into %lld groups",
+                     (long long)C_in, (long long)C_out, (long long)G);
+  char b1[MX__DIMS_STR], b2[MX__DIMS_STR], b3[MX__DIMS_STR];
+  if (x->shape[0] != y->shape[0] || w->shape[0] != C_out || w->shape[1] != C_in / G)
+    return mx__error(MX_SHAPE_ERROR, "mx_conv: %s shapes x %s, w %s, y %s do not match (groups %lld)", what,
+                     mx__dims_str(b1, x->ndim, x->shape), mx__dims_str(b2, w->ndim, w->shape),
+                     mx__dims_str(b3, y->ndim, y->shape), (long long)G);
+  for (int d = 0; d < s; d++) {
+    int64_t st = p->stride[d], pad = p->padding[d], dil = p->dilation[d], K = w->shape[2 + d];
+    if (st < 1 || dil < 1 || pad < 0)
+      return mx__error(MX_INVALID_ARGUMENT, "mx_conv: stride %lld, padding %lld, dilation %lld in spatial dim %d",
+                       (long long)st, (long long)pad, (long long)dil, d);
+    if (K < 1) return mx__error(MX_SHAPE_ERROR, "mx_conv: kernel size %lld in spatial dim %d", (long long)K, d);
+    int64_t in = x->shape[2 + d], out = y->shape[2 + d];
+    int64_t expect = floor_div(in + 2 * pad - dil * (K - 1) - 1, st) + 1;
+    if (expect < 1)
+      return mx__error(MX_SHAPE_ERROR, "mx_conv: kernel extent %lld exceeds padded input %lld in spatial dim %d",
+                       (long long)(dil * (K - 1) + 1), (long long)(in + 2 * pad), d);
+    /* backward data: dx may be larger than the smallest input that gives dy
+     * (output_padding), never smaller */
+    bool ok = kind == MX_CONV_BACKWARD_DATA ? out >= 1 && out <= expect : out == expect;
+    if (!ok)
+      return mx__error(MX_SHAPE_ERROR, "mx_conv: %s output size %lld in spatial dim %d (input %lld gives %lld)", what,
+                       (long long)out, d, (long long)in, (long long)expect);
+  }
+  return MX_OK;
+}
+
+/* --- the plain loops ------------------------------------------------------------- */
+
+/* Everything as 3 spatial dims (D, H, W); missing leading dims have size 1. */
+typedef struct {
+  int64_t N, G, ICg, OCg;      /* batch, groups, channels per group in and out */
+  int64_t in[3], out[3], k[3]; /* x, y and kernel sizes */
+  int64_t stride[3], pad[3], dil[3];
+  int64_t xs[5], ws[5], ys[5]; /* element strides: (n, c, d, h, w), (o, i, d, h, w) */
+  void *x, *w, *y;
+} conv_geom;
+
+static conv_geom make_geom(const mx_kview *x, const mx_kview *w, const mx_kview *y, const mx_conv_params *p) {
+  conv_geom g;
+  memset(&g, 0, sizeof g);
+  g.N = x->shape[0];
+  g.G = p->groups;
+  g.ICg = x->shape[1] / p->groups;
+  g.OCg = y->shape[1] / p->groups;
+  for (int i = 0; i < 2; i++) g.xs[i] = x->strides[i], g.ws[i] = w->strides[i], g.ys[i] = y->strides[i];
+  for (int d = 0; d < 3; d++) g.in[d] = g.out[d] = g.k[d] = g.stride[d] = g.dil[d] = 1;
+  for (int j = 0; j < p->spatial; j++) {
+    int d = 3 - p->spatial + j;
+    g.in[d] = x->shape[2 + j];
+    g.out[d] = y->shape[2 + j];
+    g.k[d] = w->shape[2 + j];
+    g.stride[d] = p->stride[j];
+    g.pad[d] = p->padding[j];
+    g.dil[d] = p->dilation[j];
+    g.xs[2 + d] = x->strides[2 + j];
+    g.ws[2 + d] = w->strides[2 + j];
+    g.ys[2 + d] = y->strides[2 + j];
+  }
+  g.x = x->data;
+  g.w = w->data;
+  g.y = y->data;
+  return g;
+}
+
+/* The outputs o in [o_begin, o_end) whose tap (at offset off = k*dil - pad)
+ * lands inside the input: 0 <= o*stride + off < in. Empty when hi <= lo. */
+static void tap_range(int64_t in, int64_t o_begin, int64_t o_end, int64_t stride, int64_t off, int64_t *lo,
+                      int64_t *hi) {
+  int64_t a = ceil_div(-off, stride), b = floor_div(in - 1 - off, stride) + 1;
+  *lo = a > o_begin ? a : o_begin;
+  *hi = b < o_end ? b : o_end;
+}
+
+/* The outputs o in [0, out) whose tap lands in [i_begin, i_end). */
+static void tap_range_into(int64_t i_begin, int64_t i_end, int64_t out, int64_t stride, int64_t off, int64_t *lo,
+                           int64_t *hi) {
+  int64_t a = ceil_div(i_begin - off, stride), b = floor_div(i_end - 1 - off, stride) + 1;
+  *lo = a > 0 ? a : 0;
+  *hi = b < out ? b : out;
+}
+
+/* The output o in [0, out) whose tap lands on input i, if there is one. */
+static bool tap_source(int64_t i, int64_t out, int64_t stride, int64_t off, int64_t *o) {
+  int64_t r = i - off;
+  if (r < 0 || r % stride) return false;
+  *o = r / stride;
+  return *o < out;
+}
+
+#define REF_CHUNK 256
+
+#define REF_T float
+#define REF_A float
+#define REF_NAME f32
+#include "kernels/cpu/conv_reference.inc"
+
+#define REF_T double
+#define REF_A double
+#define REF_NAME f64
+#include "kernels/cpu/conv_reference.inc"
+
+/* views[ROLE_*]: the loops for float32 or float64 views. */
+static void reference_typed(mx_conv_kind kind, const mx_kview *const *v, const mx_conv_params *p) {
+  conv_geom g = make_geom(v[ROLE_X], v[ROLE_W], v[ROLE_Y], p);
+  bool f64 = v[ROLE_X]->dtype == MX_F64;
+  switch (kind) {
+  case MX_CONV_FORWARD: f64 ? ref_forward_f64(&g) : ref_forward_f32(&g); break;
+  case MX_CONV_BACKWARD_DATA: f64 ? ref_backward_data_f64(&g) : ref_backward_data_f32(&g); break;
+  case MX_CONV_BACKWARD_WEIGHT: f64 ? ref_backward_weight_f64(&g) : ref_backward_weight_f32(&g); break;
+  }
+}
+
+/* oneDNN on float32 or bfloat16 views, by kind. */
+static mx_status dnnl_run(mx_conv_kind kind, const mx_kview *const *v, const mx_conv_params *p) {
+  switch (kind) {
+  case MX_CONV_FORWARD: return mx__dnnl_conv_forward(v[ROLE_Y], v[ROLE_X], v[ROLE_W], p);
+  case MX_CONV_BACKWARD_DATA: return mx__dnnl_conv_backward_data(v[ROLE_X], v[ROLE_Y], v[ROLE_W], p);
+  default: return mx__dnnl_conv_backward_weight(v[ROLE_W], v[ROLE_Y], v[ROLE_X], p);
+  }
+}
+
+/* float16 and bfloat16 as the GPU does them: dense float32 copies of the
+ * inputs, float32 products and sums (oneDNN, or the loops when reference),
+ * one rounding of the result. */
+static mx_status via_f32(mx_conv_kind kind, const mx_kview *const *v, const mx_conv_params *p, bool reference) {
+  int out = output_role(kind);
+  float *buf[3] = {NULL, NULL, NULL};
+  mx_kview dense[3];
+  const mx_kview *dv[3] = {&dense[0], &dense[1], &dense[2]};
+  mx_status status = MX_OK;
+  for (int r = 0; r < 3 && status == MX_OK; r++) {
+    if (r == out) {
+      int64_t n = mx__kview_numel(v[r]);
+      buf[r] = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    } else {
+      buf[r] = mx__cpu_dense_f32(v[r]);
+    }
+    if (!buf[r])
+      status = mx__error(MX_OUT_OF_MEMORY, "mx_conv: out of memory converting %s operands to float32",
+                         mx_dtype_name(v[r]->dtype));
+    else
+      dense[r] = mx__cpu_dense_f32_view(buf[r], v[r]);
+  }
+  if (status == MX_OK) {
+    status = reference ? MX_NOT_BUILT : dnnl_run(kind, dv, p);
+    if (status == MX_NOT_BUILT) {
+      reference_typed(kind, dv, p);
+      status = MX_OK;
+    }
+    if (status == MX_OK) mx__cpu_store_f32(v[out], buf[out]);
+  }
+  for (int r = 0; r < 3; r++) free(buf[r]);
+  return status;
+}
+
+static mx_status run(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, const mx_kview *y,
+                     const mx_conv_params *p, bool reference) {
+  mx_status status = mx__cpu_conv_check(kind, x, w, y, p);
+  if (status != MX_OK) return status;
+  const mx_kview *v[3] = {x, w, y};
+  if (mx__kview_numel(v[output_role(kind)]) == 0) return MX_OK;
+  /* an empty operand (no batch, no channels in a group): the sums are empty
+   * and the loops write the zeros */
+  bool empty = false;
+  for (int r = 0; r < 3; r++) empty |= mx__kview_numel(v[r]) == 0;
+  mx_dtype dt = x->dtype;
+  if (dt == MX_F64 || (dt == MX_F32 && (reference || empty))) {
+    reference_typed(kind, v, p);
+    return MX_OK;
+  }
+  if (dt == MX_F32 || (dt == MX_BF16 && !reference && !empty)) {
+    status = dnnl_run(kind, v, p);
+    if (status != MX_NOT_BUILT) return status;
+    if (dt == MX_F32) {
+      reference_typed(kind, v, p);
+      return MX_OK;
+    }
+  }
+  /* float16 always, bfloat16 where oneDNN has no kernel */
+  return via_f32(kind, v, p, reference || empty);
+}
+
+mx_status mx__cpu_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_conv_params *p) {
+  return run(MX_CONV_FORWARD, x, w, y, p, false);
+}
+
+mx_status mx__cpu_conv_backward_data(const mx_kview *dx, const mx_kview *dy, const mx_kview *w,
+                                     const mx_conv_params *p) {
+  return run(MX_CONV_BACKWARD_DATA, dx, w, dy, p, false);
+}
+
+mx_status mx__cpu_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
+                                       const mx_conv_params *p) {
+  return run(MX_CONV_BACKWARD_WEIGHT, x, dw, dy, p, false);
+}
+
+mx_status mx__cpu_conv_forward_reference(const mx_kview *y, const mx_kview *x, const mx_kview *w,
+                                         const mx_conv_params *p) {
+  return run(MX_CONV_FORWARD, x, w, y, p, true);
+}
+
+mx_status mx__cpu_conv_backward_data_reference(const mx_kview *dx, const mx_kview *dy, const mx_kview *w,
+                                               const mx_conv_params *p) {
+  return run(MX_CONV_BACKWARD_DATA, dx, w, dy, p, true);
+}
+
+mx_status mx__cpu_conv_backward_weight_reference(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
+                                                 const mx_conv_params *p) {
+  return run(MX_CONV_BACKWARD_WEIGHT, x, dw, dy, p, true);
+}

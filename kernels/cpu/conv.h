@@ -1,0 +1,61 @@
+/* Convolutions on the CPU: oneDNN for float32 and bfloat16 (primitives
+ * cached by shape), plain loops for float64 and as the fallback, float16
+ * through float32 with the result rounded (the tensor-core contract).
+ *
+ * Layouts are PyTorch's: x (N, C_in, *S_in), w (C_out, C_in/groups, *K),
+ * y (N, C_out, *S_out), with 1, 2 or 3 spatial dims, any strides, one dtype
+ * (f32, f64, f16, bf16) for all three. Per spatial dim
+ *
+ *     S_out = (S_in + 2*padding - dilation*(K-1) - 1) / stride + 1
+ *
+ * and y[n, o, s] = sum over the group's input channels c and taps k of
+ * x[n, c, s*stride - padding + k*dilation] * w[o, c, k] (zero outside x). */
+#ifndef MX_KERNELS_CPU_CONV_H
+#define MX_KERNELS_CPU_CONV_H
+
+#include "kernels/base_internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifndef MX_CONV_PARAMS_DEFINED
+#define MX_CONV_PARAMS_DEFINED
+typedef struct {
+  int spatial;                              /* 1, 2 or 3 spatial dims */
+  int64_t stride[3], padding[3], dilation[3];
+  int64_t groups;
+} mx_conv_params;
+#endif
+
+/* y = conv(x, w). */
+mx_status mx__cpu_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_conv_params *p);
+/* dx = the gradient of x given dy (also the transposed convolution). dx's
+ * spatial shape is its view's: it may exceed the smallest input that gives
+ * dy's shape (output_padding); every element of dx is written. */
+mx_status mx__cpu_conv_backward_data(const mx_kview *dx, const mx_kview *dy, const mx_kview *w, const mx_conv_params *p);
+/* dw = the gradient of w given dy and x; every element of dw is written. */
+mx_status mx__cpu_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, const mx_kview *x, const mx_conv_params *p);
+
+/* The plain loops (direct convolution), accumulating in double for f64 and in
+ * float otherwise: used for f64, as the fallback, and as the reference in
+ * tests. float16/bfloat16 operands are converted to float32 first. */
+mx_status mx__cpu_conv_forward_reference(const mx_kview *y, const mx_kview *x, const mx_kview *w,
+                                         const mx_conv_params *p);
+mx_status mx__cpu_conv_backward_data_reference(const mx_kview *dx, const mx_kview *dy, const mx_kview *w,
+                                               const mx_conv_params *p);
+mx_status mx__cpu_conv_backward_weight_reference(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
+                                                 const mx_conv_params *p);
+
+/* Checks the views and params against each other (ranks, channels, groups,
+ * kernel and output sizes, one floating dtype); MX_OK or the error set,
+ * naming op. Every entry point above calls it. */
+typedef enum { MX_CONV_FORWARD, MX_CONV_BACKWARD_DATA, MX_CONV_BACKWARD_WEIGHT } mx_conv_kind;
+mx_status mx__cpu_conv_check(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, const mx_kview *y,
+                             const mx_conv_params *p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,540 @@
+/* oneDNN convolution primitives (forward, backward data, backward weights),
+ * created once per shape and reused.
+ *
+ * The primitives choose their own layouts (format_any: blocked, e.g.
+ * nChw16c), and operands whose layout differs from the view's are reordered
+ * on the way in and out; that is faster than asking oneDNN to work on the
+ * views' plain strides (see LAYOUT below). Every primitive runs with a
+ * user-provided scratchpad from a per-thread buffer, so the cached primitives
+ * can run on any thread, at once on several. */
+#include "kernels/cpu/dnnl.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mx_config.h"
+
+#if MX_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+
+enum { ROLE_X, ROLE_W, ROLE_Y }; /* src (or diff_src), weights (or diff), dst (or diff) */
+enum { KIND_FWD, KIND_BWD_DATA, KIND_BWD_WEIGHTS };
+
+static const char *kind_name[] = {"forward", "backward data", "backward weights"};
+static const int output_role[] = {ROLE_Y, ROLE_X, ROLE_W};
+/* execution argument of each role, per kind */
+static const int exec_arg[3][3] = {
+    {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST},
+    {DNNL_ARG_DIFF_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_DST},
+    {DNNL_ARG_SRC, DNNL_ARG_DIFF_WEIGHTS, DNNL_ARG_DIFF_DST},
+};
+
+/* Layouts: LAYOUT_ANY lets each primitive pick its layouts and reorders;
+ * LAYOUT_USER describes the views' strides to the convolution itself. */
+enum { LAYOUT_ANY, LAYOUT_USER };
+static int layout = LAYOUT_ANY;
+
+static dnnl_engine_t engine;
+static dnnl_primitive_attr_t attr; /* user scratchpad */
+static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
+static _Thread_local dnnl_stream_t stream; /* streams are per thread */
+
+static void engine_init(void) {
+  const char *env = getenv("MX_DNNL_CONV_LAYOUT");
+  if (env && !strcmp(env, "user")) layout = LAYOUT_USER;
+  if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) {
+    engine = NULL;
+    return;
+  }
+  if (dnnl_primitive_attr_create(&attr) != dnnl_success) {
+    attr = NULL;
+  } else if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success) {
+    dnnl_primitive_attr_destroy(attr);
+    attr = NULL;
+  }
+  if (!attr) {
+    dnnl_engine_destroy(engine);
+    engine = NULL;
+  }
+}
+
+/* --- the two API generations ------------------------------------------------------ */
+#if DNNL_VERSION_MAJOR >= 3
+typedef dnnl_memory_desc_t md_t; /* a handle, created and destroyed */
+#define MD_NONE NULL
+static bool md_strided(md_t *md, int n, const dnnl_dims_t dims, dnnl_data_type_t dt, const dnnl_dims_t strides) {
+  return dnnl_memory_desc_create_with_strides(md, n, dims, dt, strides) == dnnl_success;
+}
+static bool md_any(md_t *md, int n, const dnnl_dims_t dims, dnnl_data_type_t dt) {
+  return dnnl_memory_desc_create_with_tag(md, n, dims, dt, dnnl_format_tag_any) == dnnl_success;
+}
+static void md_free(md_t md) {
+  if (md) dnnl_memory_desc_destroy(md);
+}
+/* A copy of the md a primitive descriptor has for `what` (index idx). */
+static bool md_query(md_t *md, const_dnnl_primitive_desc_t pd, dnnl_query_t what, int idx) {
+  const_dnnl_memory_desc_t q = dnnl_primitive_desc_query_md(pd, what, idx);
+  return q && dnnl_memory_desc_clone(md, q) == dnnl_success;
+}
+static bool md_equal(const md_t *a, const md_t *b) { return dnnl_memory_desc_equal(*a, *b) == 1; }
+static size_t md_size(const md_t *md) { return dnnl_memory_desc_get_size(*md); }
+static dnnl_status_t conv_pd(dnnl_primitive_desc_t *pd, int kind, const md_t *md, const dnnl_dims_t strides,
+                             const dnnl_dims_t dil, const dnnl_dims_t pad_l, const dnnl_dims_t pad_r,
+                             const_dnnl_primitive_desc_t hint) {
+  switch (kind) {
+  case KIND_FWD:
+    return dnnl_convolution_forward_primitive_desc_create(pd, engine, dnnl_forward_training, dnnl_convolution_direct,
+                                                          md[ROLE_X], md[ROLE_W], NULL, md[ROLE_Y], strides, dil,
+                                                          pad_l, pad_r, attr);
+  case KIND_BWD_DATA:
+    return dnnl_convolution_backward_data_primitive_desc_create(pd, engine, dnnl_convolution_direct, md[ROLE_X],
+                                                                md[ROLE_W], md[ROLE_Y], strides, dil, pad_l, pad_r,
+                                                                hint, attr);
+  default:
+    return dnnl_convolution_backward_weights_primitive_desc_create(pd, engine, dnnl_convolution_direct, md[ROLE_X],
+                                                                   md[ROLE_W], NULL, md[ROLE_Y], strides, dil, pad_l,
+                                                                   pad_r, hint, attr);
+  }
+}
+static dnnl_status_t reorder_pd(dnnl_primitive_desc_t *pd, const md_t *from, const md_t *to) {
+  return dnnl_reorder_primitive_desc_create(pd, *from, engine, *to, engine, attr);
+}
+static dnnl_status_t memory_make(dnnl_memory_t *m, const md_t *md, void *data) {
+  return dnnl_memory_create(m, *md, engine, data);
+}
+#else
+typedef dnnl_memory_desc_t md_t; /* a plain struct */
+#define MD_NONE \
+  { 0 }
+static bool md_strided(md_t *md, int n, const dnnl_dims_t dims, dnnl_data_type_t dt, const dnnl_dims_t strides) {
+  return dnnl_memory_desc_init_by_strides(md, n, dims, dt, strides) == dnnl_success;
+}
+static bool md_any(md_t *md, int n, const dnnl_dims_t dims, dnnl_data_type_t dt) {
+  return dnnl_memory_desc_init_by_tag(md, n, dims, dt, dnnl_format_tag_any) == dnnl_success;
+}
+static void md_free(md_t md) { (void)md; }
+static bool md_query(md_t *md, const_dnnl_primitive_desc_t pd, dnnl_query_t what, int idx) {
+  const dnnl_memory_desc_t *q = dnnl_primitive_desc_query_md(pd, what, idx);
+  if (!q) return false;
+  *md = *q;
+  return true;
+}
+static bool md_equal(const md_t *a, const md_t *b) { return dnnl_memory_desc_equal(a, b) == 1; }
+static size_t md_size(const md_t *md) { return dnnl_memory_desc_get_size(md); }
+static dnnl_status_t conv_pd(dnnl_primitive_desc_t *pd, int kind, const md_t *md, const dnnl_dims_t strides,
+                             const dnnl_dims_t dil, const dnnl_dims_t pad_l, const dnnl_dims_t pad_r,
+                             const_dnnl_primitive_desc_t hint) {
+  dnnl_convolution_desc_t desc;
+  dnnl_status_t s;
+  switch (kind) {
+  case KIND_FWD:
+    s = dnnl_dilated_convolution_forward_desc_init(&desc, dnnl_forward_training, dnnl_convolution_direct, &md[ROLE_X],
+                                                   &md[ROLE_W], NULL, &md[ROLE_Y], strides, dil, pad_l, pad_r);
+    break;
+  case KIND_BWD_DATA:
+    s = dnnl_dilated_convolution_backward_data_desc_init(&desc, dnnl_convolution_direct, &md[ROLE_X], &md[ROLE_W],
+                                                         &md[ROLE_Y], strides, dil, pad_l, pad_r);
+    break;
+  default:
+    s = dnnl_dilated_convolution_backward_weights_desc_init(&desc, dnnl_convolution_direct, &md[ROLE_X], &md[ROLE_W],
+                                                            NULL, &md[ROLE_Y], strides, dil, pad_l, pad_r);
+    break;
+  }
+  return s != dnnl_success ? s : dnnl_primitive_desc_create(pd, &desc, attr, engine, hint);
+}
+static dnnl_status_t reorder_pd(dnnl_primitive_desc_t *pd, const md_t *from, const md_t *to) {
+  return dnnl_reorder_primitive_desc_create(pd, from, engine, to, engine, attr);
+}
+static dnnl_status_t memory_make(dnnl_memory_t *m, const md_t *md, void *data) {
+  return dnnl_memory_create(m, md, engine, data);
+}
+#endif
+
+/* --- the cache ----------------------------------------------------------------------- */
+
+#define MAX_ND 6 /* (G, O, I, D, H, W) */
+
+typedef struct {
+  int kind, layout;
+  mx_dtype dtype;
+  int nd[3];                                   /* per role; weights get a groups dim when groups > 1 */
+  dnnl_dim_t dims[3][MAX_ND], strides[3][MAX_ND]; /* per role, as oneDNN sees them */
+  dnnl_dims_t stride, dil, pad_l, pad_r;       /* spatial, oneDNN's conventions */
+} conv_key;
+
+typedef struct {
+  dnnl_primitive_t primitive; /* NULL: none needed (the layouts agree) */
+  md_t scratch_md;
+  size_t scratch_size;
+} step;
+
+typedef struct {
+  conv_key key;
+  dnnl_primitive_t primitive; /* NULL: oneDNN has no kernel for this */
+  dnnl_primitive_desc_t hint; /* the forward descriptor a backward one was made with */
+  md_t user_md[3], prim_md[3], scratch_md;
+  size_t prim_size[3], scratch_size;
+  step reorder[3]; /* user -> primitive layout for inputs, back for the output */
+  int users;       /* threads running it now: not evicted while > 0 */
+  bool temporary;  /* made when every slot was in use: destroyed after use */
+} conv_entry;
+
+#define CACHE_SIZE 128
+static conv_entry cache[CACHE_SIZE];
+static int cache_count, cache_next;
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void entry_clear(conv_entry *e) {
+  if (e->primitive) dnnl_primitive_destroy(e->primitive);
+  if (e->hint) dnnl_primitive_desc_destroy(e->hint);
+  for (int r = 0; r < 3; r++) {
+    md_free(e->user_md[r]);
+    md_free(e->prim_md[r]);
+    if (e->reorder[r].primitive) dnnl_primitive_destroy(e->reorder[r].primitive);
+    md_free(e->reorder[r].scratch_md);
+  }
+  md_free(e->scratch_md);
+  memset(e, 0, sizeof *e);
+}
+
+/* Fills the key from the views in their roles; false when oneDNN cannot
+ * describe them (a stride that is zero or negative). */
+static bool make_key(conv_key *key, int kind, const mx_kview *const *v, const mx_conv_params *p) {
+  memset(key, 0, sizeof *key);
+  key->kind = kind;
+  key->layout = layout;
+  key->dtype = v[ROLE_X]->dtype;
+  int64_t G = p->groups;
+  for (int r = 0; r < 3; r++) {
+    const mx_kview *view = v[r];
+    int n = view->ndim, at = 0;
+    if (r == ROLE_W && G > 1) { /* (C_out, ...) as (G, C_out/G, ...) */
+      key->dims[r][0] = G;
+      key->strides[r][0] = view->strides[0] * (view->shape[0] / G);
+      key->dims[r][1] = view->shape[0] / G;
+      key->strides[r][1] = view->strides[0];
+      at = 2;
+      for (int d = 1; d < n; d++, at++) key->dims[r][at] = view->shape[d], key->strides[r][at] = view->strides[d];
+    } else {
+      for (int d = 0; d < n; d++, at++) key->dims[r][at] = view->shape[d], key->strides[r][at] = view->strides[d];
+    }
+    key->nd[r] = at;
+    /* size-1 dims get the strides of a dense layout, so plain layouts are
+     * recognised as such */
+    for (int d = at - 1; d >= 0; d--) {
+      if (key->dims[r][d] == 1) key->strides[r][d] = d == at - 1 ? 1 : key->strides[r][d + 1] * key->dims[r][d + 1];
+      else if (key->strides[r][d] <= 0) return false;
+    }
+  }
+  for (int j = 0; j < p->spatial; j++) {
+    int64_t in = v[ROLE_X]->shape[2 + j], out = v[ROLE_Y]->shape[2 + j], K = v[ROLE_W]->shape[2 + j];
+    int64_t s = p->stride[j], pad = p->padding[j], dil = p->dilation[j];
+    /* the right padding that makes oneDNN's size formula give `out` exactly;
+     * rounded up to 0 (the extra zeros are out of every window's reach when
+     * less than a stride), impossible when x is larger still (backward data
+     * with output_padding >= stride) */
+    int64_t pad_r = (out - 1) * s + (K - 1) * dil + 1 - in - pad;
+    if (pad_r + s <= 0) return false;
+    key->stride[j] = s;
+    key->dil[j] = dil - 1;
+    key->pad_l[j] = pad;
+    key->pad_r[j] = pad_r > 0 ? pad_r : 0;
+  }
+  return true;
+}
+
+static conv_entry *lookup(const conv_key *key) {
+  for (int i = 0; i < cache_count; i++)
+    if (!memcmp(&cache[i].key, key, sizeof *key)) return &cache[i];
+  return NULL;
+}
+
+/* The scratchpad a primitive descriptor asks for. */
+static bool query_scratch(const_dnnl_primitive_desc_t pd, md_t *md, size_t *size) {
+  if (!md_query(md, pd, dnnl_query_scratchpad_md, 0)) return false;
+  *size = md_size(md);
+  return true;
+}
+
+static mx_status fail(int kind, const char *what, dnnl_status_t s) {
+  return mx__error(MX_BACKEND_ERROR, "mx_conv: oneDNN %s convolution: %s failed (%s)", kind_name[kind], what,
+                   dnnl_status2str(s));
+}
+
+/* Creates the primitives for key into e. MX_NOT_BUILT (e->primitive NULL)
+ * when oneDNN has no kernel; MX_BACKEND_ERROR for any other failure. */
+static mx_status create(conv_entry *e, const conv_key *key) {
+  memset(e, 0, sizeof *e);
+  e->key = *key;
+  int kind = key->kind, out = output_role[kind];
+  dnnl_data_type_t dt = key->dtype == MX_BF16 ? dnnl_bf16 : dnnl_f32;
+  md_t conv_md[3] = {MD_NONE, MD_NONE, MD_NONE};
+  for (int r = 0; r < 3; r++)
+    if (!md_strided(&e->user_md[r], key->nd[r], key->dims[r], dt, key->strides[r])) return MX_NOT_BUILT;
+  for (int r = 0; r < 3; r++) {
+    if (key->layout == LAYOUT_USER) conv_md[r] = e->user_md[r];
+    else if (!md_any(&conv_md[r], key->nd[r], key->dims[r], dt)) return MX_NOT_BUILT;
+  }
+  mx_status status = MX_OK;
+  dnnl_primitive_desc_t pd = NULL;
+  dnnl_status_t s = dnnl_success;
+  if (kind != KIND_FWD) s = conv_pd(&e->hint, KIND_FWD, conv_md, key->stride, key->dil, key->pad_l, key->pad_r, NULL);
+  if (s == dnnl_success) s = conv_pd(&pd, kind, conv_md, key->stride, key->dil, key->pad_l, key->pad_r, e->hint);
+  if (key->layout != LAYOUT_USER)
+    for (int r = 0; r < 3; r++) md_free(conv_md[r]);
+  if (s == dnnl_unimplemented) return MX_NOT_BUILT;
+  if (s != dnnl_success) return fail(kind, "creating the primitive descriptor", s);
+
+  for (int r = 0; r < 3 && status == MX_OK; r++) {
+    if (!md_query(&e->prim_md[r], pd, dnnl_query_exec_arg_md, exec_arg[kind][r])) {
+      status = fail(kind, "querying a memory descriptor", dnnl_runtime_error);
+      break;
+    }
+    e->prim_size[r] = md_size(&e->prim_md[r]);
+    if (md_equal(&e->prim_md[r], &e->user_md[r])) continue;
+    dnnl_primitive_desc_t rpd;
+    s = r == out ? reorder_pd(&rpd, &e->prim_md[r], &e->user_md[r]) : reorder_pd(&rpd, &e->user_md[r], &e->prim_md[r]);
+    if (s != dnnl_success) {
+      status = s == dnnl_unimplemented ? MX_NOT_BUILT : fail(kind, "creating a reorder", s);
+      break;
+    }
+    if (!query_scratch(rpd, &e->reorder[r].scratch_md, &e->reorder[r].scratch_size))
+      status = fail(kind, "querying a reorder's scratchpad", dnnl_runtime_error);
+    else if ((s = dnnl_primitive_create(&e->reorder[r].primitive, rpd)) != dnnl_success)
+      status = fail(kind, "creating a reorder", s);
+    dnnl_primitive_desc_destroy(rpd);
+  }
+  if (status == MX_OK && !query_scratch(pd, &e->scratch_md, &e->scratch_size))
+    status = fail(kind, "querying the scratchpad", dnnl_runtime_error);
+  if (status == MX_OK && (s = dnnl_primitive_create(&e->primitive, pd)) != dnnl_success) {
+    e->primitive = NULL;
+    status = fail(kind, "creating the primitive", s);
+  }
+  dnnl_primitive_desc_destroy(pd);
+  return status;
+}
+
+/* --- the per-thread workspace (reordered operands and scratchpads) ------------------- */
+
+typedef struct {
+  void *data;
+  size_t size;
+} workspace;
+
+static pthread_key_t workspace_key;
+static pthread_once_t workspace_once = PTHREAD_ONCE_INIT;
+static bool workspace_ok;
+
+static void workspace_free(void *p) {
+  workspace *ws = p;
+  free(ws->data);
+  free(ws);
+}
+
+static void workspace_init(void) { workspace_ok = pthread_key_create(&workspace_key, workspace_free) == 0; }
+
+/* This thread's buffer of at least size bytes (64-byte aligned), or NULL. */
+static void *workspace_get(size_t size) {
+  pthread_once(&workspace_once, workspace_init);
+  if (!workspace_ok) return NULL;
+  workspace *ws = pthread_getspecific(workspace_key);
+  if (!ws) {
+    if (!(ws = calloc(1, sizeof *ws))) return NULL;
+    if (pthread_setspecific(workspace_key, ws) != 0) {
+      free(ws);
+      return NULL;
+    }
+  }
+  if (ws->size < size) {
+    free(ws->data);
+    size_t rounded = (size + 4095) / 4096 * 4096;
+    ws->data = aligned_alloc(64, rounded);
+    ws->size = ws->data ? rounded : 0;
+  }
+  return ws->data;
+}
+
+#define ALIGN_UP(n) (((n) + 63) / 64 * 64)
+
+/* --- taking entries from the cache ------------------------------------------------------ */
+
+/* The entry for key with a kernel, marked in use (never evicted until
+ * release); NULL with *status MX_NOT_BUILT (no kernel) or an error set. When
+ * every slot is in use, the entry is a temporary one that release destroys. */
+static conv_entry *acquire(const conv_key *key, mx_status *status) {
+  pthread_mutex_lock(&cache_lock);
+  conv_entry *e = lookup(key);
+  if (!e) {
+    bool fresh = cache_count < CACHE_SIZE;
+    if (fresh) {
+      e = &cache[cache_count];
+    } else { /* evict the oldest entry not in use */
+      for (int i = 0; i < CACHE_SIZE && !e; i++) {
+        int at = (cache_next + i) % CACHE_SIZE;
+        if (!cache[at].users) {
+          e = &cache[at];
+          cache_next = (at + 1) % CACHE_SIZE;
+        }
+      }
+      if (e) entry_clear(e);
+      else if (!(e = calloc(1, sizeof *e))) {
+        pthread_mutex_unlock(&cache_lock);
+        *status = mx__error(MX_OUT_OF_MEMORY, "mx_conv: out of memory for a oneDNN primitive");
+        return NULL;
+      }
+      else e->temporary = true;
+    }
+    bool temporary = e->temporary;
+    *status = create(e, key);
+    if (*status != MX_OK) { /* no kernel (remembered) or an error (tried again next time) */
+      bool remember = *status == MX_NOT_BUILT && !temporary;
+      entry_clear(e);
+      if (remember) e->key = *key;
+      if (temporary) free(e);
+      if (remember && fresh) cache_count++;
+      pthread_mutex_unlock(&cache_lock);
+      return NULL;
+    }
+    e->temporary = temporary;
+    if (fresh) cache_count++;
+  } else if (!e->primitive) {
+    pthread_mutex_unlock(&cache_lock);
+    *status = MX_NOT_BUILT;
+    return NULL;
+  }
+  e->users++;
+  pthread_mutex_unlock(&cache_lock);
+  return e;
+}
+
+static void release(conv_entry *e) {
+  pthread_mutex_lock(&cache_lock);
+  e->users--;
+  if (e->temporary) {
+    entry_clear(e);
+    free(e);
+  }
+  pthread_mutex_unlock(&cache_lock);
+}
+
+/* --- execution ------------------------------------------------------------------------ */
+
+/* Runs one primitive with its scratchpad at scratch (when it needs one). */
+static dnnl_status_t execute(dnnl_primitive_t prim, int nargs, dnnl_exec_arg_t *args, const md_t *scratch_md,
+                             size_t scratch_size, void *scratch) {
+  dnnl_memory_t sm = NULL;
+  dnnl_status_t s = dnnl_success;
+  if (scratch_size) {
+    if ((s = memory_make(&sm, scratch_md, scratch)) != dnnl_success) return s;
+    args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, sm};
+  }
+  s = dnnl_primitive_execute(prim, stream, nargs, args);
+  if (sm) dnnl_memory_destroy(sm);
+  return s;
+}
+
+/* Reorders the inputs whose layouts differ into the workspace, runs the
+ * convolution, and reorders its output back into the view when needed. */
+static mx_status run(const conv_entry *e, int kind, const mx_kview *const *v) {
+  int out = output_role[kind];
+  size_t offset[3] = {0, 0, 0}, total = 0, scratch_max = e->scratch_size;
+  for (int r = 0; r < 3; r++)
+    if (e->reorder[r].primitive) {
+      offset[r] = total;
+      total += ALIGN_UP(e->prim_size[r]);
+      if (e->reorder[r].scratch_size > scratch_max) scratch_max = e->reorder[r].scratch_size;
+    }
+  size_t scratch_at = total;
+  total += ALIGN_UP(scratch_max);
+  char *ws = NULL;
+  if (total && !(ws = workspace_get(total)))
+    return mx__error(MX_OUT_OF_MEMORY, "mx_conv: out of memory for a %zu-byte oneDNN workspace", total);
+
+  mx_status status = MX_OK;
+  dnnl_memory_t user[3] = {NULL, NULL, NULL}, prim[3] = {NULL, NULL, NULL};
+  dnnl_status_t s = dnnl_success;
+  for (int r = 0; r < 3 && s == dnnl_success; r++) {
+    s = memory_make(&user[r], &e->user_md[r], v[r]->data);
+    if (s == dnnl_success && e->reorder[r].primitive) s = memory_make(&prim[r], &e->prim_md[r], ws + offset[r]);
+  }
+  if (s != dnnl_success) status = fail(kind, "wrapping an operand", s);
+  for (int r = 0; r < 3 && status == MX_OK; r++) { /* inputs into the primitive's layouts */
+    if (r == out || !e->reorder[r].primitive) continue;
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, user[r]}, {DNNL_ARG_TO, prim[r]}};
+    s = execute(e->reorder[r].primitive, 2, args, &e->reorder[r].scratch_md, e->reorder[r].scratch_size,
+                ws + scratch_at);
+    if (s != dnnl_success) status = fail(kind, "reordering an input", s);
+  }
+  if (status == MX_OK) {
+    dnnl_exec_arg_t args[4];
+    for (int r = 0; r < 3; r++) args[r] = (dnnl_exec_arg_t){exec_arg[kind][r], prim[r] ? prim[r] : user[r]};
+    s = execute(e->primitive, 3, args, &e->scratch_md, e->scratch_size, ws + scratch_at);
+    if (s != dnnl_success) status = fail(kind, "executing", s);
+  }
+  if (status == MX_OK && e->reorder[out].primitive) { /* the output back into the view */
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, prim[out]}, {DNNL_ARG_TO, user[out]}};
+    s = execute(e->reorder[out].primitive, 2, args, &e->reorder[out].scratch_md, e->reorder[out].scratch_size,
+                ws + scratch_at);
+    if (s != dnnl_success) status = fail(kind, "reordering the output", s);
+  }
+  if (status == MX_OK && (s = dnnl_stream_wait(stream)) != dnnl_success) status = fail(kind, "waiting", s);
+  for (int r = 0; r < 3; r++) {
+    if (user[r]) dnnl_memory_destroy(user[r]);
+    if (prim[r]) dnnl_memory_destroy(prim[r]);
+  }
+  return status;
+}
+
+static mx_status conv(int kind, const mx_kview *const *v, const mx_conv_params *p) {
+  mx_dtype dt = v[ROLE_X]->dtype;
+  if (dt != MX_F32 && dt != MX_BF16) return MX_NOT_BUILT;
+  pthread_once(&engine_once, engine_init);
+  if (!engine) return MX_NOT_BUILT;
+  if (!stream && dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success) {
+    stream = NULL;
+    return MX_NOT_BUILT;
+  }
+  conv_key key;
+  if (!make_key(&key, kind, v, p)) return MX_NOT_BUILT;
+  mx_status status = MX_OK;
+  conv_entry *e = acquire(&key, &status);
+  if (!e) return status;
+  status = run(e, kind, v);
+  release(e);
+  return status;
+}
+
+mx_status mx__dnnl_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_conv_params *p) {
+  const mx_kview *v[3] = {x, w, y};
+  return conv(KIND_FWD, v, p);
+}
+
+mx_status mx__dnnl_conv_backward_data(const mx_kview *dx, const mx_kview *dy, const mx_kview *w,
+                                      const mx_conv_params *p) {
+  const mx_kview *v[3] = {dx, w, dy};
+  return conv(KIND_BWD_DATA, v, p);
+}
+
+mx_status mx__dnnl_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
+                                        const mx_conv_params *p) {
+  const mx_kview *v[3] = {x, dw, dy};
+  return conv(KIND_BWD_WEIGHTS, v, p);
+}
+
+#else /* built without oneDNN */
+
+mx_status mx__dnnl_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_conv_params *p) {
+  return MX_NOT_BUILT;
+}
+mx_status mx__dnnl_conv_backward_data(const mx_kview *dx, const mx_kview *dy, const mx_kview *w,
+                                      const mx_conv_params *p) {
+  return MX_NOT_BUILT;
+}
+mx_status mx__dnnl_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
+                                        const mx_conv_params *p) {
+  return MX_NOT_BUILT;
+}
+
+#endif

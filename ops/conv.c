@@ -1,0 +1,210 @@
+/* Convolution over 1-3 spatial dims: the forward and its two gradients
+ * are primitives (oneDNN on the CPU), each the others' backward, so
+ * gradients of gradients work; conv1d/2d/3d with bias and the transposed
+ * convolutions are composites. */
+#include "ops/op_table.h"
+
+#define G (bw->grad_out[0])
+#define GRAD(i, expr)                                                    \
+  do {                                                                   \
+    if (mx__needs_grad(bw, i) && !(bw->grad_in[i] = (expr))) return mx_last_status(); \
+  } while (0)
+#define OUT0(c, expr) (((c)->out[0] = (expr)) ? MX_OK : mx_last_status())
+
+static mx_status same_dtype(const char *op, const mx_tensor *a, const mx_tensor *b) {
+  if (a->dtype == b->dtype) return MX_OK;
+  return mx__error(MX_DTYPE_ERROR, "%s: expected one dtype for input and weight, got %s and %s", op,
+                   mx_dtype_name(a->dtype), mx_dtype_name(b->dtype));
+}
+
+static mx_status shapes_fit(const char *op, const mx_tensor *x, const mx_tensor *w, const mx_conv_params *p) {
+  int n = p->spatial + 2;
+  char a[MX__DIMS_STR], b[MX__DIMS_STR];
+  if (x->ndim != n || w->ndim != n)
+    return mx__error(MX_SHAPE_ERROR, "%s: input %s and weight %s must both be %d-d for %d spatial dims", op,
+                     mx__dims_str(a, x->ndim, x->shape), mx__dims_str(b, w->ndim, w->shape), n, p->spatial);
+  if (p->groups <= 0 || x->shape[1] != w->shape[1] * p->groups || w->shape[0] % p->groups)
+    return mx__error(MX_SHAPE_ERROR, "%s: input %s has %lld channels, weight %s expects %lld (groups %lld)", op,
+                     mx__dims_str(a, x->ndim, x->shape), (long long)x->shape[1], mx__dims_str(b, w->ndim, w->shape),
+                     (long long)(w->shape[1] * p->groups), (long long)p->groups);
+  return MX_OK;
+}
+
+/* S_out per spatial dim, or an error when the kernel does not fit. */
+static mx_status conv_out_shape(const char *op, const mx_tensor *x, const mx_tensor *w, const mx_conv_params *p,
+                                mx_shape *out) {
+  *out = (mx_shape){x->ndim, {x->shape[0], w->shape[0]}};
+  for (int i = 0; i < p->spatial; i++) {
+    int64_t span = x->shape[2 + i] + 2 * p->padding[i] - p->dilation[i] * (w->shape[2 + i] - 1) - 1;
+    if (span < 0 || p->stride[i] <= 0)
+      return mx__error(MX_SHAPE_ERROR, "%s: kernel %lld (dilation %lld) does not fit input size %lld + padding %lld "
+                       "in spatial dim %d", op, (long long)w->shape[2 + i], (long long)p->dilation[i],
+                       (long long)x->shape[2 + i], (long long)p->padding[i], i);
+    out->d[2 + i] = span / p->stride[i] + 1;
+  }
+  return MX_OK;
+}
+
+mx_status mx__fwd_convolution(mx__call *c) {
+  mx_tensor *x = c->in[0], *w = c->in[1];
+  const mx_conv_params *p = &c->args->conv;
+  mx_shape shape;
+  if (same_dtype("mx_conv", x, w) || shapes_fit("mx_conv", x, w, p) || conv_out_shape("mx_conv", x, w, p, &shape))
+    return mx_last_status();
+  const mx_backend *be = MX__BACKEND_WITH(c->op, x->device, conv_forward);
+  mx_tensor *y = be ? mx__tensor_alloc("mx_conv", shape, x->dtype, x->device) : NULL;
+  if (!y) return mx_last_status();
+  c->out[0] = y;
+  mx_kview yv = mx__kview_of(y), xv = mx__kview_of(x), wv = mx__kview_of(w);
+  return be->conv_forward(&yv, &xv, &wv, p);
+}
+
+mx_status mx__fwd_conv_backward_data(mx__call *c) {
+  mx_tensor *g = c->in[0], *w = c->in[1];
+  if (same_dtype("mx_conv_transpose", g, w)) return mx_last_status();
+  const mx_backend *be = MX__BACKEND_WITH(c->op, g->device, conv_backward_data);
+  mx_tensor *dx = be ? mx__tensor_alloc("mx_conv_transpose", c->args->shape, g->dtype, g->device) : NULL;
+  if (!dx) return mx_last_status();
+  c->out[0] = dx;
+  mx_kview dv = mx__kview_of(dx), gv = mx__kview_of(g), wv = mx__kview_of(w);
+  return be->conv_backward_data(&dv, &gv, &wv, &c->args->conv);
+}
+
+mx_status mx__fwd_conv_backward_weight(mx__call *c) {
+  mx_tensor *g = c->in[0], *x = c->in[1];
+  if (same_dtype("mx_conv", g, x)) return mx_last_status();
+  const mx_backend *be = MX__BACKEND_WITH(c->op, g->device, conv_backward_weight);
+  mx_tensor *dw = be ? mx__tensor_alloc("mx_conv", c->args->shape, g->dtype, g->device) : NULL;
+  if (!dw) return mx_last_status();
+  c->out[0] = dw;
+  mx_kview dv = mx__kview_of(dw), gv = mx__kview_of(g), xv = mx__kview_of(x);
+  return be->conv_backward_weight(&dv, &gv, &xv, &c->args->conv);
+}
+
+static mx_tensor *backward_data(const mx_tensor *g, const mx_tensor *w, mx_shape x_shape, const mx_conv_params *p) {
+  return mx__call2(MX_OP_CONV_BACKWARD_DATA, g, w, &(mx__args){.shape = x_shape, .conv = *p});
+}
+
+static mx_tensor *backward_weight(const mx_tensor *g, const mx_tensor *x, mx_shape w_shape, const mx_conv_params *p) {
+  return mx__call2(MX_OP_CONV_BACKWARD_WEIGHT, g, x, &(mx__args){.shape = w_shape, .conv = *p});
+}
+
+static mx_tensor *convolution(const mx_tensor *x, const mx_tensor *w, const mx_conv_params *p) {
+  return mx__call2(MX_OP_CONVOLUTION, x, w, &(mx__args){.conv = *p});
+}
+
+mx_status mx__bwd_convolution(mx__bw *bw) {
+  const mx_conv_params *p = &bw->args->conv;
+  mx_tensor *x = mx__saved_in(bw, 0), *w = mx__saved_in(bw, 1);
+  GRAD(0, backward_data(G, w, mx__in_shape(bw, 0), p));
+  GRAD(1, backward_weight(G, x, mx__in_shape(bw, 1), p));
+  return MX_OK;
+}
+
+/* dx = B(g, w), linear in each: the adjoint in g is the forward, in w the
+ * weight gradient with dx's cotangent standing in for x. */
+mx_status mx__bwd_conv_backward_data(mx__bw *bw) {
+  const mx_conv_params *p = &bw->args->conv;
+  mx_tensor *g = mx__saved_in(bw, 0), *w = mx__saved_in(bw, 1);
+  GRAD(0, convolution(G, w, p));
+  GRAD(1, backward_weight(g, G, mx__in_shape(bw, 1), p));
+  return MX_OK;
+}
+
+mx_status mx__bwd_conv_backward_weight(mx__bw *bw) {
+  const mx_conv_params *p = &bw->args->conv;
+  mx_tensor *g = mx__saved_in(bw, 0), *x = mx__saved_in(bw, 1);
+  GRAD(0, convolution(x, G, p));
+  GRAD(1, backward_data(g, G, mx__in_shape(bw, 1), p));
+  return MX_OK;
+}
+
+/* A bias of shape (C) added along dim 1. */
+static mx_tensor *add_bias(mx_tensor *y, const mx_tensor *bias) {
+  if (!bias || !y) return y;
+  mx_shape shape = {y->ndim, {0}};
+  for (int d = 0; d < y->ndim; d++) shape.d[d] = d == 1 ? -1 : 1;
+  return mx_add(y, mx_reshape(bias, shape));
+}
+
+mx_status mx__fwd_conv(mx__call *c) {
+  return OUT0(c, add_bias(convolution(c->in[0], c->in[1], &c->args->conv), c->n_in > 2 ? c->in[2] : NULL));
+}
+
+/* The transposed convolution is the gradient of a convolution with respect
+ * to its input: weight (C_in, C_out / groups, *K) as PyTorch lays it out. */
+mx_status mx__fwd_conv_transpose(mx__call *c) {
+  mx_tensor *x = c->in[0], *w = c->in[1];
+  const mx_conv_params *p = &c->args->conv;
+  int n = p->spatial + 2;
+  if (x->ndim != n || w->ndim != n || x->shape[1] != w->shape[0])
+    return mx__error(MX_SHAPE_ERROR, "mx_conv_transpose: input with %lld channels and weight with %lld input channels "
+                     "(both %d-d) do not fit", (long long)(x->ndim > 1 ? x->shape[1] : 0),
+                     (long long)(w->ndim > 0 ? w->shape[0] : 0), n);
+  mx_shape shape = {n, {x->shape[0], w->shape[1] * p->groups}};
+  for (int i = 0; i < p->spatial; i++) {
+    int64_t extra = c->args->i[i]; /* output_padding */
+    if (extra < 0 || (extra >= p->stride[i] && extra >= p->dilation[i]))
+      return mx__error(MX_INVALID_ARGUMENT, "mx_conv_transpose: output_padding %lld must be smaller than the stride "
+                       "or the dilation", (long long)extra);
+    shape.d[2 + i] = (x->shape[2 + i] - 1) * p->stride[i] - 2 * p->padding[i] + p->dilation[i] * (w->shape[2 + i] - 1) +
+                     extra + 1;
+  }
+  return OUT0(c, add_bias(backward_data(x, w, shape, p), c->n_in > 2 ? c->in[2] : NULL));
+}
+
+/* --- public functions --------------------------------------------------------------------------- */
+
+static mx_conv_params conv_params(int spatial, mx_shape stride, mx_shape padding, mx_shape dilation, int64_t groups) {
+  mx_conv_params p = {.spatial = spatial, .groups = groups};
+  for (int i = 0; i < spatial; i++) {
+    p.stride[i] = stride.ndim == 0 ? 1 : stride.d[stride.ndim == 1 ? 0 : i];
+    p.padding[i] = padding.ndim == 0 ? 0 : padding.d[padding.ndim == 1 ? 0 : i];
+    p.dilation[i] = dilation.ndim == 0 ? 1 : dilation.d[dilation.ndim == 1 ? 0 : i];
+  }
+  return p;
+}
+
+static mx_tensor *dispatch_conv(mx_op op, const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias, mx__args *args) {
+  const mx_tensor *in[3] = {x, w, bias};
+  mx_tensor *out[MX__MAX_OUTPUTS] = {0};
+  return mx__dispatch(op, bias ? 3 : 2, in, args, out) == MX_OK ? out[0] : NULL;
+}
+
+mx_tensor *mx_conv(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias, int spatial, mx_shape stride,
+                   mx_shape padding, mx_shape dilation, int64_t groups) {
+  if (spatial < 1 || spatial > 3) {
+    mx__error(MX_INVALID_ARGUMENT, "mx_conv: %d spatial dims (1 to 3 are supported)", spatial);
+    return NULL;
+  }
+  mx__args args = {.conv = conv_params(spatial, stride, padding, dilation, groups)};
+  return dispatch_conv(MX_OP_CONV, x, weight, bias, &args);
+}
+
+mx_tensor *mx_conv_transpose(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias, int spatial,
+                             mx_shape stride, mx_shape padding, mx_shape output_padding, mx_shape dilation,
+                             int64_t groups) {
+  if (spatial < 1 || spatial > 3) {
+    mx__error(MX_INVALID_ARGUMENT, "mx_conv_transpose: %d spatial dims (1 to 3 are supported)", spatial);
+    return NULL;
+  }
+  mx__args args = {.conv = conv_params(spatial, stride, padding, dilation, groups)};
+  for (int i = 0; i < spatial; i++)
+    args.i[i] = output_padding.ndim == 0 ? 0 : output_padding.d[output_padding.ndim == 1 ? 0 : i];
+  return dispatch_conv(MX_OP_CONV_TRANSPOSE, x, weight, bias, &args);
+}
+
+#define CONV_API(n)                                                                                           \
+  mx_tensor *mx_conv##n##d(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias, mx_shape stride, \
+                           mx_shape padding, mx_shape dilation, int64_t groups) {                             \
+    return mx_conv(x, weight, bias, n, stride, padding, dilation, groups);                                    \
+  }                                                                                                           \
+  mx_tensor *mx_conv_transpose##n##d(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias,      \
+                                     mx_shape stride, mx_shape padding, mx_shape output_padding,              \
+                                     mx_shape dilation, int64_t groups) {                                     \
+    return mx_conv_transpose(x, weight, bias, n, stride, padding, output_padding, dilation, groups);          \
+  }
+CONV_API(1)
+CONV_API(2)
+CONV_API(3)
+#undef CONV_API
