@@ -75,21 +75,36 @@ static int format_value(const printer *p, int64_t index, char *out, size_t size)
   }
 }
 
-/* Picks the float format from the magnitudes of the finite non-zero values. */
-static format_kind float_format(const double *v, int64_t n) {
+/* Picks the float format from the magnitudes of the finite non-zero values
+ * among those that print. */
+static format_kind float_format(const double *v, const int64_t *shown, int64_t n) {
   bool whole = true, any = false;
   double lo = INFINITY, hi = 0;
-  for (int64_t k = 0; k < n; k++) {
-    if (!isfinite(v[k]) || v[k] == 0) continue;
-    double a = fabs(v[k]);
+  for (int64_t i = 0; i < n; i++) {
+    double x = v[shown[i]];
+    if (!isfinite(x) || x == 0) continue;
+    double a = fabs(x);
     any = true;
     lo = a < lo ? a : lo;
     hi = a > hi ? a : hi;
-    if (ceil(v[k]) != v[k]) whole = false;
+    if (ceil(x) != x) whole = false;
   }
   if (!any) return FMT_WHOLE;
   if (whole) return hi / lo > 1000 || hi > 1e8 ? FMT_SCI : FMT_WHOLE;
   return hi / lo > 1000 || hi > 1e8 || lo < 1e-4 ? FMT_SCI : FMT_FIXED;
+}
+
+/* The width every element is padded to: that of the widest value, counting
+ * for floats only the finite non-zero ones (as PyTorch does). */
+static int value_width(const printer *p, const int64_t *shown, int64_t n) {
+  int width = 1;
+  for (int64_t i = 0; i < n; i++) {
+    if (p->f && (!isfinite(p->f[shown[i]]) || p->f[shown[i]] == 0)) continue;
+    char text[64];
+    int w = format_value(p, shown[i], text, sizeof text);
+    width = w > width ? w : width;
+  }
+  return width;
 }
 
 static bool skipped(const printer *p, int dim, int64_t k) {
@@ -100,27 +115,27 @@ static bool skipped(const printer *p, int dim, int64_t k) {
 static void print_dim(buffer *b, const printer *p, int dim, int64_t base, int indent) {
   int64_t size = p->shape[dim];
   put(b, "[");
-  if (dim == p->ndim - 1) {
+  if (dim == p->ndim - 1) { /* a row: ", " between items, wrapped at 80 columns */
     int per_line = (LINE_WIDTH - indent) / (p->width + 2);
     if (per_line < 1) per_line = 1;
     int on_line = 0;
     for (int64_t k = 0; k < size; k++) {
+      char text[80];
       if (skipped(p, dim, k)) {
-        put(b, " ...,");
+        snprintf(text, sizeof text, " ...");
         k = size - EDGE_ITEMS - 1;
-        on_line++;
-        continue;
+      } else {
+        char value[64];
+        int n = format_value(p, base + k * p->strides[dim], value, sizeof value);
+        snprintf(text, sizeof text, "%*s%s", p->width > n ? p->width - n : 0, "", value);
       }
       if (on_line == per_line) {
-        put(b, "\n%*s", indent + 1, "");
+        put(b, ",\n%*s", indent + 1, "");
         on_line = 0;
-      } else if (k > 0) {
-        put(b, " ");
+      } else if (on_line > 0) {
+        put(b, ", ");
       }
-      char text[64];
-      int n = format_value(p, base + k * p->strides[dim], text, sizeof text);
-      put(b, "%*s%s", p->width - n, "", text);
-      if (k < size - 1) put(b, ",");
+      put(b, "%s", text);
       on_line++;
     }
   } else {
@@ -141,6 +156,22 @@ static void print_dim(buffer *b, const printer *p, int dim, int64_t base, int in
   put(b, "]");
 }
 
+/* The linear indices of the elements that print (all, or the edges of
+ * each dim when summarising): the format and width come from these. */
+static void collect_shown(const printer *p, int dim, int64_t base, int64_t *out, int64_t *n) {
+  if (dim == p->ndim) {
+    out[(*n)++] = base;
+    return;
+  }
+  for (int64_t k = 0; k < p->shape[dim]; k++) {
+    if (skipped(p, dim, k)) {
+      k = p->shape[dim] - EDGE_ITEMS - 1;
+      continue;
+    }
+    collect_shown(p, dim + 1, base + k * p->strides[dim], out, n);
+  }
+}
+
 /* Host copies of the values: doubles for floats, int64 for integers. */
 static mx_tensor *host_values(const mx_tensor *t) {
   mx_dtype as = mx_dtype_is_floating(t->dtype) ? MX_F64 : t->dtype == MX_BOOL ? MX_BOOL : MX_I64;
@@ -152,13 +183,17 @@ static mx_tensor *host_values(const mx_tensor *t) {
   return host;
 }
 
-static void suffix(buffer *b, size_t line_start, const char *fmt, ...) {
+/* Adds ", <suffix>", on a new line when the current one would pass 80
+ * columns (PyTorch's _add_suffixes, its +2s included). */
+static void suffix(buffer *b, const char *fmt, ...) {
   char text[128];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(text, sizeof text, fmt, ap);
   va_end(ap);
-  size_t line_len = b->len - line_start;
+  if (b->failed) return;
+  const char *last_newline = strrchr(b->text, '\n');
+  size_t line_len = b->len - (last_newline ? (size_t)(last_newline - b->text) : (size_t)-1) + 1;
   if (line_len + strlen(text) + 2 > LINE_WIDTH)
     put(b, ",\n%*s%s", 7, "", text);
   else
@@ -176,10 +211,18 @@ char *mx_to_string(const mx_tensor *t) {
   printer p = {.ndim = t->ndim, .summarize = n > SUMMARY_THRESHOLD};
   memcpy(p.shape, t->shape, sizeof p.shape);
   mx__contiguous_strides(t->ndim, t->shape, p.strides);
+  int64_t *shown = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+  if (!shown) {
+    mx_release(host);
+    mx__error(MX_OUT_OF_MEMORY, "mx_to_string: out of memory");
+    return NULL;
+  }
+  int64_t n_shown = 0;
+  if (n) collect_shown(&p, 0, 0, shown, &n_shown);
   void *data = mx__kview_of(host).data;
   if (host->dtype == MX_F64) {
     p.f = data;
-    p.kind = float_format(p.f, n);
+    p.kind = float_format(p.f, shown, n_shown);
   } else if (host->dtype == MX_BOOL) {
     p.b = data;
     p.kind = FMT_BOOL;
@@ -187,11 +230,8 @@ char *mx_to_string(const mx_tensor *t) {
     p.i = data;
     p.kind = FMT_INT;
   }
-  for (int64_t k = 0; k < n; k++) {
-    char text[64];
-    int w = format_value(&p, k, text, sizeof text);
-    if (w > p.width) p.width = w;
-  }
+  p.width = value_width(&p, shown, n_shown);
+  free(shown);
   buffer b = {0};
   put(&b, "tensor(");
   if (n == 0) {
@@ -203,19 +243,19 @@ char *mx_to_string(const mx_tensor *t) {
   } else {
     print_dim(&b, &p, 0, 0, 7);
   }
-  char *last_newline = b.text ? strrchr(b.text, '\n') : NULL;
-  size_t line_start = last_newline ? (size_t)(last_newline - b.text) + 1 : 0;
-  if (t->device != MX_CPU) suffix(&b, line_start, "device='%s'", mx_device_name(t->device));
+  if (t->device != MX_CPU) suffix(&b, "device='%s'", mx_device_name(t->device));
   if (n == 0 && t->ndim != 1) {
     char dims[MX__DIMS_STR] = "(";
     size_t k = 1;
     for (int i = 0; i < t->ndim; i++)
       k += (size_t)snprintf(dims + k, sizeof dims - k, i ? ", %lld" : "%lld", (long long)t->shape[i]);
     snprintf(dims + k, sizeof dims - k, t->ndim == 1 ? ",)" : ")");
-    suffix(&b, line_start, "size=%s", dims);
+    suffix(&b, "size=%s", dims);
   }
-  if (t->dtype != MX_F32 && t->dtype != MX_I64 && t->dtype != MX_BOOL)
-    suffix(&b, line_start, "dtype=%s", mx_dtype_name(t->dtype));
+  /* float32, int64 and bool go unnamed, except that an empty tensor names
+   * every dtype but float32 */
+  bool named = t->dtype != MX_F32 && (n == 0 || (t->dtype != MX_I64 && t->dtype != MX_BOOL));
+  if (named) suffix(&b, "dtype=%s", mx_dtype_name(t->dtype));
   put(&b, ")");
   mx_release(host);
   if (b.failed) {
