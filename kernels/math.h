@@ -180,6 +180,31 @@ MX_HD static inline void mx_element_store(void *p, mx_dtype dtype, double v) {
   }
 }
 
+MX_HD static inline bool mx_dtype_floating(mx_dtype t) {
+  return t == MX_F32 || t == MX_F64 || t == MX_F16 || t == MX_BF16;
+}
+
+/* One element converted between dtypes, as PyTorch does: between integer
+ * types (bool included) exactly, wrapping like a C cast to the narrower
+ * type; everything else through double (mx_element_store's rules). */
+MX_HD static inline void mx_element_convert(void *dst, mx_dtype dst_type, const void *src, mx_dtype src_type) {
+  if (mx_dtype_floating(dst_type) || mx_dtype_floating(src_type)) {
+    mx_element_store(dst, dst_type, mx_element_load(src, src_type));
+    return;
+  }
+  int64_t v = src_type == MX_I64 ? *(const int64_t *)src
+              : src_type == MX_I32 ? *(const int32_t *)src
+              : src_type == MX_U8 ? *(const uint8_t *)src
+                                  : *(const bool *)src;
+  switch (dst_type) {
+  case MX_I64: *(int64_t *)dst = v; break;
+  case MX_I32: *(int32_t *)dst = (int32_t)(uint32_t)(uint64_t)v; break; /* wraps */
+  case MX_U8: *(uint8_t *)dst = (uint8_t)(uint64_t)v; break;
+  case MX_BOOL: *(bool *)dst = v != 0; break;
+  default: break;
+  }
+}
+
 /* --- random fills: what element `index` of a fill takes ------------------ */
 
 typedef enum { MX_RAND_UNIFORM, MX_RAND_NORMAL, MX_RAND_INT, MX_RAND_BERNOULLI } mx_rand_kind;

@@ -77,6 +77,17 @@ static mx_status record(mx__call *call, int n_out) {
   return status;
 }
 
+/* An error inside a composite's body names the op the user called:
+ * "mx_mul: ..." from inside mx_addcmul becomes "mx_addcmul: ...". */
+static void rename_error(const char *name) {
+  const char *message = mx_last_error();
+  size_t inner = strncmp(message, "mx_", 3) == 0 ? strcspn(message, ": ") : 0;
+  if (!inner || message[inner] != ':') return;
+  char rest[1024];
+  snprintf(rest, sizeof rest, "%s", message + inner);
+  mx__error(mx_last_status(), "mx_%s%s", name, rest);
+}
+
 static mx_status run(mx__call *call, int n_out) {
   const mx__op_def *def = &mx__ops[call->op];
   if (!autocast_excluded && mx__autocast_layer) {
@@ -87,6 +98,7 @@ static mx_status run(mx__call *call, int n_out) {
     autocast_excluded++;
     mx_status status = def->forward(call);
     autocast_excluded--;
+    if (status != MX_OK) rename_error(def->name);
     return status;
   }
   bool recording = def->grad == MX__GRAD_FORMULA && mx__any_requires_grad(call->n_in, call->in);
@@ -213,18 +225,21 @@ mx_status mx__broadcast_shape(const char *op, int n, mx_tensor *const *in, mx_sh
   int ndim = 0;
   for (int i = 0; i < n; i++) ndim = in[i]->ndim > ndim ? in[i]->ndim : ndim;
   out->ndim = ndim;
-  for (int d = 0; d < ndim; d++) out->d[d] = 1;
+  int set_by[MX_MAX_DIMS]; /* which input gave each dim its size */
+  for (int d = 0; d < ndim; d++) out->d[d] = 1, set_by[d] = 0;
   for (int i = 0; i < n; i++) {
     for (int j = in[i]->ndim - 1, d = ndim - 1; j >= 0; j--, d--) {
       int64_t size = in[i]->shape[j];
       if (size == out->d[d] || size == 1) continue;
       if (out->d[d] == 1) {
         out->d[d] = size;
+        set_by[d] = i;
         continue;
       }
+      const mx_tensor *other = in[set_by[d]];
       char a[MX__DIMS_STR], b[MX__DIMS_STR];
       return mx__error(MX_SHAPE_ERROR, "%s: shapes %s and %s cannot be broadcast together (dim %d: %lld vs %lld)",
-                       op, mx__dims_str(a, in[0]->ndim, in[0]->shape), mx__dims_str(b, in[i]->ndim, in[i]->shape),
+                       op, mx__dims_str(a, other->ndim, other->shape), mx__dims_str(b, in[i]->ndim, in[i]->shape),
                        d, (long long)out->d[d], (long long)size);
     }
   }

@@ -49,6 +49,10 @@ mx_status mx__binary_forward(mx__call *c) {
   /* true division and atan2 of integers are floats */
   if ((code == MX_BIN_DIV || code == MX_BIN_ATAN2 || !mx__binary_has_int(code)) && !mx_dtype_is_floating(dtype))
     dtype = MX_F32;
+  double alpha = c->args ? c->args->f[0] : 1.0;
+  if ((code == MX_BIN_ADD || code == MX_BIN_SUB) && !mx_dtype_is_floating(dtype) && alpha != floor(alpha))
+    return mx__error(MX_INVALID_ARGUMENT, "%s: alpha %g must be a whole number for %s tensors", name, alpha,
+                     mx_dtype_name(dtype));
   mx_device device = call_device(c);
   const mx_backend *be = mx__backend_of(c->op, device);
   if (!be) return mx_last_status();
@@ -58,7 +62,7 @@ mx_status mx__binary_forward(mx__call *c) {
   mx_tensor *out = b ? alloc_out(c->op, shape, code >= MX_BIN_EQ ? MX_BOOL : dtype, device) : NULL;
   if (!out) return mx_last_status();
   mx_kview ov = mx__kview_of(out), av = mx__kview_broadcast(a, shape), bv = mx__kview_broadcast(b, shape);
-  status = be->binary(code, &ov, &av, &bv, c->args ? c->args->f[0] : 1.0);
+  status = be->binary(code, &ov, &av, &bv, alpha);
   c->out[0] = out;
   return status;
 }

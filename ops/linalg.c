@@ -93,12 +93,15 @@ mx_status mx__fwd_matmul(mx__call *c) {
   if (a->ndim == 0 || b->ndim == 0)
     return mx__error(MX_SHAPE_ERROR, "mx_matmul: both operands need at least 1 dim, got %d-d and %d-d", a->ndim,
                      b->ndim);
+  /* checked here, on the shapes as given, so errors name them */
+  int64_t ka = a->shape[a->ndim - 1], kb = b->shape[b->ndim >= 2 ? b->ndim - 2 : 0];
+  if (ka != kb) return cannot_multiply("mx_matmul", a, b, ka, kb);
+  if (same_dtype("mx_matmul", a, b)) return mx_last_status();
   if (a->ndim == 1 && b->ndim == 1) return OUT0(c, mx_dot(a, b));
   if (a->ndim == 2 && b->ndim == 2) return OUT0(c, mx_mm(a, b));
   if (a->ndim == 1) return OUT0(c, mx_squeeze(mx_matmul(mx_unsqueeze(a, 0), b), -2));
   if (b->ndim == 1) return OUT0(c, mx_squeeze(mx_matmul(a, mx_unsqueeze(b, 1)), -1));
-  int64_t m = a->shape[a->ndim - 2], k = a->shape[a->ndim - 1], kb = b->shape[b->ndim - 2], n = b->shape[b->ndim - 1];
-  if (k != kb) return cannot_multiply("mx_matmul", a, b, k, kb);
+  int64_t m = a->shape[a->ndim - 2], k = ka, n = b->shape[b->ndim - 1];
   if (b->ndim == 2) { /* (..., m, k) @ (k, n): one mm over all rows */
     mx_shape out = mx_shape_get(a);
     out.d[out.ndim - 1] = n;

@@ -93,7 +93,7 @@ static void convert_row(const mx__row *row, void *ctx) {
     return;
   }
   for (int64_t i = 0; i < row->n; i++, o += row->step[0], in += row->step[1])
-    mx__store_f64(o, c->out, mx__load_f64(in, c->in));
+    mx_element_convert(o, c->out, in, c->in);
 }
 
 static mx_status cpu_convert(const mx_kview *out, const mx_kview *src) {

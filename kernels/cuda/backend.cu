@@ -138,7 +138,7 @@ struct convert_op {
     if (out.dtype == src.dtype)
       store_bits(o, dtype_bytes(out.dtype), load_bits(s, dtype_bytes(out.dtype)));
     else
-      mx_element_store(o, out.dtype, mx_element_load(s, src.dtype));
+      mx_element_convert(o, out.dtype, s, src.dtype);
   }
 };
 

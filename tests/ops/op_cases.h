@@ -1,0 +1,48 @@
+/* The op cases shared by the gradcheck and PyTorch-fixture tests: one row
+ * per case, naming a function that builds the op from its inputs, the
+ * inputs' shapes and the domain their values are drawn from. Adding a case
+ * is one row in op_cases.c (and, for a PyTorch comparison, one row in
+ * tests/fixtures/make_fixtures.py under the same name). */
+#ifndef MX_TESTS_OPS_OP_CASES_H
+#define MX_TESTS_OPS_OP_CASES_H
+
+#include <mixgrad.h>
+
+/* Where an input's values come from (gradcheck draws them from a seeded
+ * generator; the fixture script uses the same ranges). */
+typedef enum {
+  DOM_ANY,    /* uniform in [-2, 2] */
+  DOM_POS,    /* uniform in [0.5, 2.5] (log, sqrt, pow's base, ...) */
+  DOM_UNIT,   /* uniform in [-0.9, 0.9] (asin, acos, erfinv, tan) */
+  DOM_AWAY,   /* |x| in [0.3, 1.8], either sign: away from a kink or pole at 0 */
+  DOM_NONINT, /* k + [0.1, 0.4] for k in -2..1: away from integers and halves */
+  DOM_BOOL,   /* a bool tensor (a mask or condition; no gradient) */
+} op_domain;
+
+#define OP_MAX_IN 3
+
+enum {
+  OP_GRADCHECK = 1u << 0, /* differentiable: run mx_gradcheck */
+  OP_GRADGRAD = 1u << 1,  /* also run mx_gradgradcheck */
+};
+
+typedef struct {
+  const char *name;
+  mx_gradcheck_fn fn;
+  int n_in;
+  mx_shape shape[OP_MAX_IN];
+  op_domain domain[OP_MAX_IN];
+  unsigned flags;
+  double eps, atol, rtol; /* 0: the suite's defaults (1e-6, 1e-5, 1e-4) */
+} op_case;
+
+extern const op_case op_cases[];
+extern const int op_case_count;
+
+/* The case named name, or NULL. */
+const op_case *op_case_find(const char *name);
+
+/* A float64 tensor of shape drawn from domain with gen (bool for DOM_BOOL). */
+mx_tensor *op_case_input(mx_shape shape, op_domain domain, mx_generator *gen);
+
+#endif

@@ -1,0 +1,302 @@
+/* Values and gradients against PyTorch: tests/fixtures/ops_fixtures.txt
+ * (written by tests/fixtures/make_fixtures.py with torch 1.13) holds, per
+ * case, the inputs, PyTorch's output and the gradients of
+ * sum(output * weight). Each case names a row of op_cases.c; the test runs
+ * that row on the same inputs and compares: the dtype and shape exactly,
+ * integer and bool values exactly, floating values within a relative
+ * tolerance of the dtype (float64 1e-10, float32 1e-5, 16-bit: half an
+ * ulp), NaN matching NaN and infinities matching exactly. */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "op_cases.h"
+
+#ifndef MX_FIXTURES_DIR
+#error "MX_FIXTURES_DIR must name tests/fixtures"
+#endif
+#define FIXTURES MX_FIXTURES_DIR "/ops_fixtures.txt"
+
+typedef struct {
+  mx_dtype dtype;
+  mx_shape shape;
+  int64_t n;
+  double *v;
+} fx_tensor;
+
+typedef struct {
+  char id[96], op[64];
+  int n_in;
+  fx_tensor in[OP_MAX_IN];
+  fx_tensor out, weight, grad[OP_MAX_IN];
+  bool has_weight, has_grad[OP_MAX_IN];
+} fx_case;
+
+static char *read_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = malloc((size_t)size + 1);
+  if (buf && fread(buf, 1, (size_t)size, f) != (size_t)size) {
+    free(buf);
+    buf = NULL;
+  }
+  if (buf) buf[size] = '\0';
+  fclose(f);
+  return buf;
+}
+
+static bool parse_dtype(const char *s, mx_dtype *dtype) {
+  static const struct {
+    const char *name;
+    mx_dtype dtype;
+  } names[] = {{"f64", MX_F64}, {"f32", MX_F32}, {"f16", MX_F16}, {"bf16", MX_BF16},
+               {"i64", MX_I64}, {"i32", MX_I32}, {"u8", MX_U8},   {"bool", MX_BOOL}};
+  for (size_t k = 0; k < sizeof names / sizeof *names; k++)
+    if (!strcmp(s, names[k].name)) return *dtype = names[k].dtype, true;
+  return false;
+}
+
+/* "<dtype> <ndim> <dims...> <values...>" from the tokens after the cursor. */
+static bool parse_tensor(char **save, fx_tensor *t) {
+  char *tok = strtok_r(NULL, " \n", save);
+  if (!tok || !parse_dtype(tok, &t->dtype)) return false;
+  tok = strtok_r(NULL, " \n", save);
+  if (!tok) return false;
+  t->shape.ndim = atoi(tok);
+  if (t->shape.ndim < 0 || t->shape.ndim > MX_MAX_DIMS) return false;
+  t->n = 1;
+  for (int d = 0; d < t->shape.ndim; d++) {
+    tok = strtok_r(NULL, " \n", save);
+    if (!tok) return false;
+    t->shape.d[d] = atoll(tok);
+    t->n *= t->shape.d[d];
+  }
+  t->v = malloc(sizeof(double) * (size_t)(t->n ? t->n : 1));
+  for (int64_t k = 0; k < t->n; k++) {
+    tok = strtok_r(NULL, " \n", save);
+    if (!tok) return false;
+    t->v[k] = strtod(tok, NULL);
+  }
+  return true;
+}
+
+/* Counts the cases in the file (-1 when it cannot be read). */
+static int count_cases(void) {
+  FILE *f = fopen(FIXTURES, "r");
+  if (!f) return -1;
+  char line[256];
+  int n = 0;
+  bool at_line_start = true;
+  while (fgets(line, sizeof line, f)) {
+    if (at_line_start && !strncmp(line, "case ", 5)) n++;
+    at_line_start = strchr(line, '\n') != NULL;
+  }
+  fclose(f);
+  return n;
+}
+
+/* Reads case number k (0-based) of the file. */
+static bool load_case(int k, fx_case *c) {
+  memset(c, 0, sizeof *c);
+  char *buf = read_file(FIXTURES);
+  if (!buf) return false;
+  int index = -1;
+  bool ok = false, inside = false;
+  char *line_save = NULL;
+  for (char *line = strtok_r(buf, "\n", &line_save); line; line = strtok_r(NULL, "\n", &line_save)) {
+    if (!strncmp(line, "case ", 5) && ++index == k) {
+      inside = true;
+      if (sscanf(line, "case %95s %63s", c->id, c->op) != 2) break;
+      continue;
+    }
+    if (!inside) continue;
+    char *save = NULL;
+    char *kind = strtok_r(line, " \n", &save);
+    if (!kind) continue;
+    if (!strcmp(kind, "end")) {
+      ok = true;
+      break;
+    }
+    if (!strcmp(kind, "input") || !strcmp(kind, "grad")) {
+      char *tok = strtok_r(NULL, " \n", &save);
+      int i = tok ? atoi(tok) : -1;
+      if (i < 0 || i >= OP_MAX_IN) break;
+      if (kind[0] == 'i') {
+        if (!parse_tensor(&save, &c->in[i])) break;
+        c->n_in = i + 1 > c->n_in ? i + 1 : c->n_in;
+      } else {
+        if (!parse_tensor(&save, &c->grad[i])) break;
+        c->has_grad[i] = true;
+      }
+    } else if (!strcmp(kind, "output")) {
+      if (!parse_tensor(&save, &c->out)) break;
+    } else if (!strcmp(kind, "weight")) {
+      if (!parse_tensor(&save, &c->weight)) break;
+      c->has_weight = true;
+    } else {
+      break;
+    }
+  }
+  free(buf);
+  return ok;
+}
+
+/* A tensor holding t's values in t's dtype. */
+static mx_tensor *to_mx(const fx_tensor *t) {
+  size_t size = mx_dtype_size(t->dtype);
+  char *data = malloc(size * (size_t)(t->n ? t->n : 1));
+  for (int64_t k = 0; k < t->n; k++) {
+    double v = t->v[k];
+    void *p = data + (size_t)k * size;
+    switch (t->dtype) {
+    case MX_F64: *(double *)p = v; break;
+    case MX_F32: *(float *)p = (float)v; break;
+    case MX_F16: *(uint16_t *)p = mx_f32_to_f16((float)v); break;
+    case MX_BF16: *(uint16_t *)p = mx_f32_to_bf16((float)v); break;
+    case MX_I64: *(int64_t *)p = (int64_t)v; break;
+    case MX_I32: *(int32_t *)p = (int32_t)v; break;
+    case MX_U8: *(uint8_t *)p = (uint8_t)v; break;
+    case MX_BOOL: *(bool *)p = v != 0; break;
+    default: break;
+    }
+  }
+  mx_tensor *out = mx_from_data(data, t->shape, t->dtype, MX_CPU);
+  free(data);
+  return out;
+}
+
+static double rtol_of(mx_dtype dtype) {
+  switch (dtype) {
+  case MX_F64: return 1e-10;
+  case MX_F32: return 1e-5;
+  case MX_F16: return 1.0 / 4096; /* half an ulp of [1, 2) */
+  case MX_BF16: return 1.0 / 512;
+  default: return 0;
+  }
+}
+
+static char *shape_str(mx_shape s, char *buf, size_t size) {
+  size_t n = (size_t)snprintf(buf, size, "(");
+  for (int d = 0; d < s.ndim && n < size; d++)
+    n += (size_t)snprintf(buf + n, size - n, d ? ", %lld" : "%lld", (long long)s.d[d]);
+  if (n < size) snprintf(buf + n, size - n, ")");
+  return buf;
+}
+
+/* Compares got with want: dtype, shape, then every value. */
+static void expect_matches(const char *id, const char *what, const mx_tensor *got, const fx_tensor *want) {
+  cr_assert_not_null(got, "%s: %s is NULL: %s", id, what, mx_last_error());
+  cr_expect_eq(mx_dtype_of(got), want->dtype, "%s: %s dtype %s, PyTorch %s", id, what, mx_dtype_name(mx_dtype_of(got)),
+               mx_dtype_name(want->dtype));
+  mx_shape shape = mx_shape_get(got);
+  bool same_shape = shape.ndim == want->shape.ndim;
+  for (int d = 0; same_shape && d < shape.ndim; d++) same_shape = shape.d[d] == want->shape.d[d];
+  char a[96], b[96];
+  cr_assert(same_shape, "%s: %s shape %s, PyTorch %s", id, what, shape_str(shape, a, sizeof a),
+            shape_str(want->shape, b, sizeof b));
+  mx_tensor *as_f64 = mx_to_dtype(got, MX_F64);
+  cr_assert_not_null(as_f64, "%s", mx_last_error());
+  double *v = malloc(sizeof(double) * (size_t)(want->n ? want->n : 1));
+  cr_assert_eq(mx_to_host(as_f64, v, sizeof(double) * (size_t)want->n), MX_OK, "%s", mx_last_error());
+  /* floating values: relative to each value, with a floor of the tensor's scale * 1e-3 (a sum near
+   * zero of large terms is only as exact as the terms) */
+  double rtol = rtol_of(want->dtype), scale = 0;
+  for (int64_t k = 0; k < want->n; k++)
+    if (isfinite(want->v[k]) && fabs(want->v[k]) > scale) scale = fabs(want->v[k]);
+  int shown = 0;
+  for (int64_t k = 0; k < want->n; k++) {
+    double e = want->v[k], g = v[k];
+    bool ok;
+    if (isnan(e) || isnan(g)) ok = isnan(e) && isnan(g);
+    else if (isinf(e) || isinf(g)) ok = e == g;
+    else ok = fabs(g - e) <= rtol * (fabs(e) + 1e-3 * scale);
+    if (!ok && shown++ < 4)
+      cr_expect(ok, "%s: %s[%lld] is %.17g, PyTorch %.17g (difference %.3g)", id, what, (long long)k, g, e,
+                fabs(g - e));
+  }
+  cr_expect_eq(shown, 0, "%s: %s: %d of %lld values differ from PyTorch", id, what, shown, (long long)want->n);
+  free(v);
+}
+
+static void free_case(fx_case *c) {
+  for (int i = 0; i < OP_MAX_IN; i++) free(c->in[i].v), free(c->grad[i].v);
+  free(c->out.v);
+  free(c->weight.v);
+}
+
+static int *case_ids;
+
+ParameterizedTestParameters(ops_torch, matches_pytorch) {
+  int n = count_cases();
+  if (n <= 0) { /* no file: one case that reports it */
+    case_ids = cr_malloc(sizeof(int));
+    case_ids[0] = -1;
+    return cr_make_param_array(int, case_ids, 1);
+  }
+  case_ids = cr_malloc(sizeof(int) * (size_t)n);
+  for (int k = 0; k < n; k++) case_ids[k] = k;
+  return cr_make_param_array(int, case_ids, (size_t)n);
+}
+
+ParameterizedTest(int *k, ops_torch, matches_pytorch) {
+  cr_assert_geq(*k, 0, "cannot read %s", FIXTURES);
+  fx_case c;
+  cr_assert(load_case(*k, &c), "case %d of %s does not parse", *k, FIXTURES);
+  const op_case *row = op_case_find(c.op);
+  cr_assert_not_null(row, "%s: no row named %s in op_cases.c", c.id, c.op);
+  cr_assert_eq(c.n_in, row->n_in, "%s: %d inputs in the file, %d in op_cases.c", c.id, c.n_in, row->n_in);
+
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *in[OP_MAX_IN] = {0};
+  for (int i = 0; i < c.n_in; i++) {
+    in[i] = to_mx(&c.in[i]);
+    cr_assert_not_null(in[i], "%s: input %d: %s", c.id, i, mx_last_error());
+    if (c.has_grad[i]) cr_assert_eq(mx_set_requires_grad(in[i], true), MX_OK, "%s", mx_last_error());
+  }
+  mx_tensor *out = row->fn(row->n_in, in, NULL);
+  cr_assert_not_null(out, "%s: %s", c.id, mx_last_error());
+  expect_matches(c.id, "output", out, &c.out);
+
+  if (c.has_weight) {
+    mx_tensor *w = to_mx(&c.weight);
+    mx_tensor *loss = mx_sum(mx_mul(out, w), MX_ALL_DIMS, false);
+    cr_assert_not_null(loss, "%s: %s", c.id, mx_last_error());
+    mx_tensor *wanted[OP_MAX_IN], *grads[OP_MAX_IN] = {0};
+    int map[OP_MAX_IN], n = 0;
+    for (int i = 0; i < c.n_in; i++)
+      if (c.has_grad[i]) wanted[n] = in[i], map[n++] = i;
+    cr_assert(mx_requires_grad(loss), "%s: the output records no graph", c.id);
+    cr_assert_eq(mx_grad(1, &loss, n, wanted, NULL, false, false, true, grads), MX_OK, "%s: %s", c.id,
+                 mx_last_error());
+    for (int j = 0; j < n; j++) {
+      char what[32];
+      snprintf(what, sizeof what, "grad of input %d", map[j]);
+      /* an unused input: PyTorch's zeros */
+      mx_tensor *g = grads[j] ? grads[j] : mx_zeros_like(in[map[j]]);
+      expect_matches(c.id, what, g, &c.grad[map[j]]);
+    }
+  }
+  mx_scope_end(s);
+  free_case(&c);
+}
+
+/* The file covers every row of op_cases.c. */
+Test(ops_torch, every_case_has_a_fixture) {
+  mx_scope *s = mx_scope_begin();
+  char *buf = read_file(FIXTURES);
+  cr_assert_not_null(buf, "cannot read %s", FIXTURES);
+  for (int k = 0; k < op_case_count; k++) {
+    char needle[96];
+    snprintf(needle, sizeof needle, "\ncase %s %s\n", op_cases[k].name, op_cases[k].name);
+    cr_expect(strstr(buf, needle) != NULL, "no PyTorch fixture for %s (run tests/fixtures/make_fixtures.py)",
+              op_cases[k].name);
+  }
+  free(buf);
+  mx_scope_end(s);
+}
