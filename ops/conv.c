@@ -4,13 +4,6 @@
  * convolutions are composites. */
 #include "ops/op_table.h"
 
-#define G (bw->grad_out[0])
-#define GRAD(i, expr)                                                    \
-  do {                                                                   \
-    if (mx__needs_grad(bw, i) && !(bw->grad_in[i] = (expr))) return mx_last_status(); \
-  } while (0)
-#define OUT0(c, expr) (((c)->out[0] = (expr)) ? MX_OK : mx_last_status())
-
 static mx_status same_dtype(const char *op, const mx_tensor *a, const mx_tensor *b) {
   if (a->dtype == b->dtype) return MX_OK;
   return mx__error(MX_DTYPE_ERROR, "%s: expected one dtype for input and weight, got %s and %s", op,

@@ -90,26 +90,24 @@ mx_status mx__fwd_where(mx__call *c) {
 
 /* --- composites ------------------------------------------------------------------------ */
 
-#define BODY_RESULT(c, expr) ((c)->out[0] = (expr)) ? MX_OK : mx_last_status()
-
-mx_status mx__fwd_logical_not(mx__call *c) { return BODY_RESULT(c, mx_eq_scalar(c->in[0], 0)); }
+mx_status mx__fwd_logical_not(mx__call *c) { return OUT0(c, mx_eq_scalar(c->in[0], 0)); }
 
 mx_status mx__fwd_addcmul(mx__call *c) {
-  return BODY_RESULT(c, mx_add(c->in[0], mx_mul_scalar(mx_mul(c->in[1], c->in[2]), c->args->f[0])));
+  return OUT0(c, mx_add(c->in[0], mx_mul_scalar(mx_mul(c->in[1], c->in[2]), c->args->f[0])));
 }
 
 mx_status mx__fwd_addcdiv(mx__call *c) {
-  return BODY_RESULT(c, mx_add(c->in[0], mx_mul_scalar(mx_div(c->in[1], c->in[2]), c->args->f[0])));
+  return OUT0(c, mx_add(c->in[0], mx_mul_scalar(mx_div(c->in[1], c->in[2]), c->args->f[0])));
 }
 
 mx_status mx__fwd_lerp(mx__call *c) {
-  return BODY_RESULT(c, mx_add(c->in[0], mx_mul(c->in[2], mx_sub(c->in[1], c->in[0]))));
+  return OUT0(c, mx_add(c->in[0], mx_mul(c->in[2], mx_sub(c->in[1], c->in[0]))));
 }
 
 mx_status mx__fwd_masked_fill(mx__call *c) {
   /* a 0-d tensor of the input's dtype: the result keeps that dtype */
   mx_tensor *value = mx_scalar(c->args->f[0], c->in[0]->dtype, MX_CPU);
-  return BODY_RESULT(c, mx_where(c->in[1], value, c->in[0]));
+  return OUT0(c, mx_where(c->in[1], value, c->in[0]));
 }
 
 /* --- public functions ----------------------------------------------------------------- */

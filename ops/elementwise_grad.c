@@ -1,18 +1,13 @@
 /* Backward formulas of the elementwise ops, written with mx ops so they can
- * be differentiated again. g is the gradient of the output; x (and y) the
- * saved inputs, out the saved output. The engine sums broadcast gradients
+ * be differentiated again. G is the gradient of the output; X (and Y) the
+ * saved inputs, OUT the saved output. The engine sums broadcast gradients
  * back to each input's shape and casts them to its dtype. */
 #include <math.h>
 
 #include "ops/op_table.h"
 
-/* Sets grad_in[i] = expr when input i needs a gradient; fails on NULL. */
-#define GRAD(i, expr)                                                    \
-  do {                                                                   \
-    if (mx__needs_grad(bw, i) && !(bw->grad_in[i] = (expr))) return mx_last_status(); \
-  } while (0)
-
-#define G (bw->grad_out[0])
+/* G and GRAD come from ops/op_table.h; these name the saved tensors and
+ * the op's scalar arguments. */
 #define X (mx__saved_in(bw, 0))
 #define Y (mx__saved_in(bw, 1))
 #define OUT (mx__saved_out(bw, 0))

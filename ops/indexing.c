@@ -6,13 +6,6 @@
 
 #include "ops/op_table.h"
 
-#define G (bw->grad_out[0])
-#define GRAD(i, expr)                                                    \
-  do {                                                                   \
-    if (mx__needs_grad(bw, i) && !(bw->grad_in[i] = (expr))) return mx_last_status(); \
-  } while (0)
-#define OUT0(c, expr) (((c)->out[0] = (expr)) ? MX_OK : mx_last_status())
-
 static mx_status need_index(const char *op, const mx_tensor *index) {
   if (index->dtype == MX_I64) return MX_OK;
   return mx__error(MX_DTYPE_ERROR, "%s: indices must be int64, got %s", op, mx_dtype_name(index->dtype));

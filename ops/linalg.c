@@ -3,13 +3,6 @@
  * and outer are composites of it. */
 #include "ops/op_table.h"
 
-#define G (bw->grad_out[0])
-#define GRAD(i, expr)                                                    \
-  do {                                                                   \
-    if (mx__needs_grad(bw, i) && !(bw->grad_in[i] = (expr))) return mx_last_status(); \
-  } while (0)
-#define OUT0(c, expr) (((c)->out[0] = (expr)) ? MX_OK : mx_last_status())
-
 static mx_status cannot_multiply(const char *op, const mx_tensor *a, const mx_tensor *b, int64_t ka, int64_t kb) {
   char x[MX__DIMS_STR], y[MX__DIMS_STR];
   return mx__error(MX_SHAPE_ERROR, "%s: shapes %s and %s cannot be multiplied (%lld != %lld)", op,

@@ -3,8 +3,6 @@
  * statistics) are passed only when given; args.i[0] says which. */
 #include "ops/op_table.h"
 
-#define OUT0(c, expr) (((c)->out[0] = (expr)) ? MX_OK : mx_last_status())
-
 enum { HAS_WEIGHT = 1, HAS_BIAS = 2, HAS_RUNNING_MEAN = 4, HAS_RUNNING_VAR = 8 };
 
 /* The optional input with flag `which`, or NULL. */

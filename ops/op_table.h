@@ -130,6 +130,16 @@ bool mx__needs_grad(mx__bw *bw, int i);
 /* The shape of input i as recorded. */
 mx_shape mx__in_shape(mx__bw *bw, int i);
 
+/* Shorthands for the op files. In a forward: OUT0 makes an expression the
+ * call's one output. In a backward formula: G is the output's gradient,
+ * GRAD(i, expr) sets input i's when it needs one (failing on NULL). */
+#define OUT0(c, expr) (((c)->out[0] = (expr)) ? MX_OK : mx_last_status())
+#define G (bw->grad_out[0])
+#define GRAD(i, expr)                                                                     \
+  do {                                                                                    \
+    if (mx__needs_grad(bw, i) && !(bw->grad_in[i] = (expr))) return mx_last_status();     \
+  } while (0)
+
 /* Sums t down to shape (the inverse of broadcasting). */
 mx_tensor *mx__sum_to(const mx_tensor *t, mx_shape shape);
 

@@ -3,13 +3,6 @@
  * two small matrix products. */
 #include "ops/op_table.h"
 
-#define G (bw->grad_out[0])
-#define GRAD(i, expr)                                                    \
-  do {                                                                   \
-    if (mx__needs_grad(bw, i) && !(bw->grad_in[i] = (expr))) return mx_last_status(); \
-  } while (0)
-#define OUT0(c, expr) (((c)->out[0] = (expr)) ? MX_OK : mx_last_status())
-
 /* The output shape, or an error naming op. */
 static mx_status pooled_shape(const char *op, const mx_tensor *x, const mx_pool_params *p, mx_shape *out) {
   if (x->ndim != p->spatial + 2)

@@ -5,13 +5,6 @@
 
 #include "ops/op_table.h"
 
-#define G (bw->grad_out[0])
-#define GRAD(i, expr)                                                    \
-  do {                                                                   \
-    if (mx__needs_grad(bw, i) && !(bw->grad_in[i] = (expr))) return mx_last_status(); \
-  } while (0)
-#define OUT0(c, expr) (((c)->out[0] = (expr)) ? MX_OK : mx_last_status())
-
 /* The dims as a bit mask, checked against the tensor; all dims for
  * MX_ALL_DIMS. */
 static mx_status dims_mask(const char *op, mx_shape dims, int ndim, uint32_t *mask) {

@@ -2,13 +2,6 @@
  * in tensor/views.c; here each gets a backward formula. */
 #include "ops/op_table.h"
 
-#define OUT0(c, expr) (((c)->out[0] = (expr)) ? MX_OK : mx_last_status())
-#define G (bw->grad_out[0])
-#define GRAD(i, expr)                                                    \
-  do {                                                                   \
-    if (mx__needs_grad(bw, i) && !(bw->grad_in[i] = (expr))) return mx_last_status(); \
-  } while (0)
-
 /* --- forwards ---------------------------------------------------------------------------- */
 
 mx_status mx__fwd_reshape(mx__call *c) { return OUT0(c, mx__tensor_reshape(c->in[0], c->args->shape)); }

@@ -2,13 +2,6 @@
  * their gradients as composite ops, so they differentiate again. */
 #include "ops/op_table.h"
 
-#define G (bw->grad_out[0])
-#define GRAD(i, expr)                                                    \
-  do {                                                                   \
-    if (mx__needs_grad(bw, i) && !(bw->grad_in[i] = (expr))) return mx_last_status(); \
-  } while (0)
-#define OUT0(c, expr) (((c)->out[0] = (expr)) ? MX_OK : mx_last_status())
-
 static mx_status softmax_forward(mx__call *c, bool log_softmax) {
   const char *op = log_softmax ? "mx_log_softmax" : "mx_softmax";
   mx_tensor *x = c->in[0];
