@@ -16,6 +16,9 @@ static mx_status shapes_fit(const char *op, const mx_tensor *x, const mx_tensor 
   if (x->ndim != n || w->ndim != n)
     return mx__error(MX_SHAPE_ERROR, "%s: input %s and weight %s must both be %d-d for %d spatial dims", op,
                      mx__dims_str(a, x->ndim, x->shape), mx__dims_str(b, w->ndim, w->shape), n, p->spatial);
+  if (p->groups > 0 && x->shape[1] == w->shape[1] * p->groups && w->shape[0] % p->groups)
+    return mx__error(MX_SHAPE_ERROR, "%s: %lld output channels do not split into %lld groups", op,
+                     (long long)w->shape[0], (long long)p->groups);
   if (p->groups <= 0 || x->shape[1] != w->shape[1] * p->groups || w->shape[0] % p->groups)
     return mx__error(MX_SHAPE_ERROR, "%s: input %s has %lld channels, weight %s expects %lld (groups %lld)", op,
                      mx__dims_str(a, x->ndim, x->shape), (long long)x->shape[1], mx__dims_str(b, w->ndim, w->shape),
@@ -28,8 +31,11 @@ static mx_status conv_out_shape(const char *op, const mx_tensor *x, const mx_ten
                                 mx_shape *out) {
   *out = (mx_shape){x->ndim, {x->shape[0], w->shape[0]}};
   for (int i = 0; i < p->spatial; i++) {
+    if (p->stride[i] <= 0)
+      return mx__error(MX_INVALID_ARGUMENT, "%s: stride %lld in spatial dim %d must be positive", op,
+                       (long long)p->stride[i], i);
     int64_t span = x->shape[2 + i] + 2 * p->padding[i] - p->dilation[i] * (w->shape[2 + i] - 1) - 1;
-    if (span < 0 || p->stride[i] <= 0)
+    if (span < 0)
       return mx__error(MX_SHAPE_ERROR, "%s: kernel %lld (dilation %lld) does not fit input size %lld + padding %lld "
                        "in spatial dim %d", op, (long long)w->shape[2 + i], (long long)p->dilation[i],
                        (long long)x->shape[2 + i], (long long)p->padding[i], i);

@@ -216,12 +216,25 @@ mx_status mx__fwd_index_put(mx__call *c) {
   int k = c->n_in - 2;
   if (k < 1 || k > x->ndim)
     return mx__error(MX_INVALID_ARGUMENT, "mx_index_put: %d index tensors for a %d-d tensor", k, x->ndim);
-  for (int d = 0; d < k; d++)
+  mx_tensor *idx[MX_MAX_DIMS];
+  for (int d = 0; d < k; d++) {
     if (need_index("mx_index_put", c->in[2 + d])) return mx_last_status();
+    mx_tensor *t = c->in[2 + d];
+    int64_t size = x->shape[d];
+    if (mx_numel(t)) { /* each index against its own dim, negatives counting from the end */
+      int64_t lo = (int64_t)mx_item(mx_amin(t, MX_ALL_DIMS, false));
+      int64_t hi = (int64_t)mx_item(mx_amax(t, MX_ALL_DIMS, false));
+      int64_t bad = lo < -size ? lo : hi >= size ? hi : 0;
+      if (lo < -size || hi >= size)
+        return mx__error(MX_INDEX_ERROR, "mx_index_put: index %lld out of range for dim %d of size %lld",
+                         (long long)bad, d, (long long)size);
+    }
+    idx[d] = mx_where(mx_lt_scalar(t, 0), mx_add(t, mx_scalar((double)size, MX_I64, MX_CPU)), t);
+  }
   mx_tensor *flat = NULL;
   int64_t rows = 1;
   for (int d = k - 1; d >= 0; d--) { /* the flat index: sum of idx_d * stride_d */
-    mx_tensor *term = mx_mul(c->in[2 + d], mx_scalar((double)rows, MX_I64, MX_CPU)); /* stays int64 */
+    mx_tensor *term = mx_mul(idx[d], mx_scalar((double)rows, MX_I64, MX_CPU)); /* stays int64 */
     flat = flat ? mx_add(flat, term) : term;
     rows *= x->shape[d];
   }

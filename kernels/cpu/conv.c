@@ -41,8 +41,8 @@ mx_status mx__cpu_conv_check(mx_conv_kind kind, const mx_kview *x, const mx_kvie
   if (s < 1 || s > 3) return mx__error(MX_INVALID_ARGUMENT, "mx_conv: %d spatial dims (expected 1, 2 or 3)", s);
   const char *what = kind_name(kind);
   if (x->ndim != 2 + s || w->ndim != 2 + s || y->ndim != 2 + s)
-    return mx__error(MX_SHAPE_ERROR, "mx_conv: %s with %d spatial dims needs %d-d operands, got %d-d, %d-d, %d-d",
-                     what, s, 2 + s, x->ndim, w->ndim, y->ndim);
+    return mx__error(MX_SHAPE_ERROR, "mx_conv: %s with %d spatial dims needs %d-d operands, got %d-d, %d-d, %d-d", what,
+                     s, 2 + s, x->ndim, w->ndim, y->ndim);
   mx_dtype dt = x->dtype;
   if (w->dtype != dt || y->dtype != dt)
     return mx__error(MX_DTYPE_ERROR, "mx_conv: operands of %s, %s and %s (expected one dtype)", mx_dtype_name(x->dtype),

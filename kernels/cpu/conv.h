@@ -33,9 +33,11 @@ mx_status mx__cpu_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kv
 /* dx = the gradient of x given dy (also the transposed convolution). dx's
  * spatial shape is its view's: it may exceed the smallest input that gives
  * dy's shape (output_padding); every element of dx is written. */
-mx_status mx__cpu_conv_backward_data(const mx_kview *dx, const mx_kview *dy, const mx_kview *w, const mx_conv_params *p);
+mx_status mx__cpu_conv_backward_data(const mx_kview *dx, const mx_kview *dy, const mx_kview *w,
+                                     const mx_conv_params *p);
 /* dw = the gradient of w given dy and x; every element of dw is written. */
-mx_status mx__cpu_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, const mx_kview *x, const mx_conv_params *p);
+mx_status mx__cpu_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
+                                       const mx_conv_params *p);
 
 /* The plain loops (direct convolution), accumulating in double for f64 and in
  * float otherwise: used for f64, as the fallback, and as the reference in

@@ -32,7 +32,8 @@ static mx_status bad_index(const char *op, int64_t index, int dim, int64_t size)
 }
 
 mx_status mx__cpu_gather(const mx_kview *out, const mx_kview *x, const mx_kview *index, int dim) {
-  int64_t n = mx__kview_numel(out), bad = -1;
+  int64_t n = mx__kview_numel(out), bad = 0;
+  bool any_bad = false;
   size_t size = mx_dtype_size(out->dtype);
   MX_PARALLEL_FOR(n)
   for (int64_t i = 0; i < n; i++) {
@@ -41,13 +42,14 @@ mx_status mx__cpu_gather(const mx_kview *out, const mx_kview *x, const mx_kview 
     int64_t k = *(const int64_t *)at(index, offset_of(index->ndim, c, index->strides));
     if (k < 0 || k >= x->shape[dim]) {
       bad = k;
+      any_bad = true;
       continue;
     }
     int64_t oc = offset_of(out->ndim, c, out->strides);
     c[dim] = k;
     memcpy(at(out, oc), at(x, offset_of(x->ndim, c, x->strides)), size);
   }
-  return bad == -1 ? MX_OK : bad_index("mx_gather", bad, dim, x->shape[dim]);
+  return !any_bad ? MX_OK : bad_index("mx_gather", bad, dim, x->shape[dim]);
 }
 
 mx_status mx__cpu_scatter(const mx_kview *out, const mx_kview *index, const mx_kview *src, int dim, bool accumulate) {
@@ -69,7 +71,8 @@ mx_status mx__cpu_scatter(const mx_kview *out, const mx_kview *index, const mx_k
 
 /* Views over the other dims: (outer, dim, inner) as one loop each. */
 mx_status mx__cpu_index_select(const mx_kview *out, const mx_kview *x, const mx_kview *index, int dim) {
-  int64_t n = mx__kview_numel(out), bad = -1;
+  int64_t n = mx__kview_numel(out), bad = 0;
+  bool any_bad = false;
   size_t size = mx_dtype_size(out->dtype);
   MX_PARALLEL_FOR(n)
   for (int64_t i = 0; i < n; i++) {
@@ -78,19 +81,21 @@ mx_status mx__cpu_index_select(const mx_kview *out, const mx_kview *x, const mx_
     int64_t k = *(const int64_t *)at(index, c[dim] * index->strides[0]);
     if (k < 0 || k >= x->shape[dim]) {
       bad = k;
+      any_bad = true;
       continue;
     }
     int64_t oc = offset_of(out->ndim, c, out->strides);
     c[dim] = k;
     memcpy(at(out, oc), at(x, offset_of(x->ndim, c, x->strides)), size);
   }
-  return bad == -1 ? MX_OK : bad_index("mx_index_select", bad, dim, x->shape[dim]);
+  return !any_bad ? MX_OK : bad_index("mx_index_select", bad, dim, x->shape[dim]);
 }
 
 mx_status mx__cpu_index_add(const mx_kview *out, const mx_kview *index, const mx_kview *src, int dim, double alpha,
                             bool accumulate) {
   int64_t n = mx__kview_numel(src);
   size_t size = mx_dtype_size(out->dtype);
+  if (!mx_dtype_is_floating(out->dtype)) alpha = trunc(alpha);
   for (int64_t i = 0; i < n; i++) { /* serial: repeated indices meet */
     int64_t c[MX_MAX_DIMS];
     unravel(i, src->ndim, src->shape, c);

@@ -62,7 +62,7 @@ mx_status mx__cpu_max_pool(const mx_kview *out, const mx_kview *indices, const m
       int64_t where = -1;
       FOR_WINDOW(g, o0, o1, o2, {
         double v = mx__load_f64(xp + flat * (int64_t)xs, x->dtype);
-        if (where < 0 || v > best || (isnan(v) && !isnan(best))) {
+        if (where < 0 || v > best || isnan(v)) {
           best = v;
           where = flat;
         }

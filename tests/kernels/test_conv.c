@@ -231,9 +231,8 @@ static int compare(const char *what, const mx_kview *got, const mx_kview *want, 
   for (int64_t i = 0; i < numel(want); i++) {
     double g = get(got, i), w = get(want, i), b = bound ? get(bound, i) : 0;
     double tol = rel * fabs(w) + abs_k * b;
-    if (!(fabs(g - w) <= tol)) {
-      if (++bad <= 5) cr_log_error("%s: element %lld: got %.9g, want %.9g (tolerance %.3g)", what, (long long)i, g, w, tol);
-    }
+    if (!(fabs(g - w) <= tol) && ++bad <= 5)
+      cr_log_error("%s: element %lld: got %.9g, want %.9g (tolerance %.3g)", what, (long long)i, g, w, tol);
   }
   return bad;
 }
@@ -333,6 +332,7 @@ Test(conv, strided_views_f32_and_f64) {
 static void check_16bit(mx_dtype dt) {
   /* unit roundoff of the format, and half its smallest subnormal */
   double u16 = dt == MX_BF16 ? 0x1p-8 : 0x1p-11, tiny = dt == MX_BF16 ? 0x1p-134 : 0x1p-25;
+  int no_kernel = 0; /* cases where oneDNN has no bfloat16 kernel on this CPU */
   for (size_t ci = 0; ci < NCASES; ci++) {
     const conv_case *c = &cases[ci];
     mx_conv_params p = params_of(c);
@@ -350,7 +350,7 @@ static void check_16bit(mx_dtype dt) {
         for (int r = 0; r < 3; r++) d[r] = tens_convert(&t[r].v, dt);
         mx_status st = run_kind(2, kind, &d[0].v, &d[1].v, &d[2].v, &p);
         cr_expect(st == MX_OK || st == MX_NOT_BUILT, "%s", mx_last_error());
-        if (st == MX_NOT_BUILT) cr_log_warn("%s %s: no oneDNN bfloat16 kernel here", c->name, kind_str(kind));
+        if (st == MX_NOT_BUILT) no_kernel++;
         if (st == MX_OK) {
           double R = (double)reduction_length(c, kind, &s), e = (R + 1) * 0x1p-24;
           char what[200];
@@ -396,6 +396,8 @@ static void check_16bit(mx_dtype dt) {
       tens_free(&exact), tens_free(&bound);
     }
   }
+  if (no_kernel)
+    cr_log_info("oneDNN has no bfloat16 kernel on this CPU for %d of %d cases", no_kernel, (int)(3 * NCASES));
 }
 
 Test(conv, bf16_within_rounding_of_f32) { check_16bit(MX_BF16); }

@@ -242,6 +242,244 @@ FN(mm_expanded, mx_mm(mx_expand(a, MX_SHAPE(2, 3)), b))
 FN(mm_sliced, mx_mm(mx_slice(a, 1, 0, 6, 2), mx_slice(b, 0, 1, 4, 1)))
 FN(where_transposed, mx_where(mx_transpose(a, 0, 1), b, c))
 
+/* --- softmax, indexing and joining, pooling, normalisation, convolution ---------------------- */
+/* Indices and other constants are written out in the functions; make_fixtures.py uses the
+ * same numbers. */
+#define IDX(shape, ...) mx_from_data((const int64_t[]){__VA_ARGS__}, shape, MX_I64, MX_CPU)
+#define LIST(...) ((mx_tensor *[]){__VA_ARGS__})
+#define NLIST(...) (int)(sizeof LIST(__VA_ARGS__) / sizeof(mx_tensor *)), LIST(__VA_ARGS__)
+
+/* float64 constants in like's dtype */
+static mx_tensor *constant_like(const mx_tensor *like, mx_shape shape, const double *v) {
+  return mx_to_dtype(mx_from_data(v, shape, MX_F64, MX_CPU), mx_dtype_of(like));
+}
+#define CONST(like, shape, ...) constant_like(like, shape, (const double[]){__VA_ARGS__})
+
+/* A zero leaf that requires grad, in like's dtype (the input a gradient is taken for). */
+static mx_tensor *zero_leaf(mx_shape shape, const mx_tensor *like) {
+  mx_tensor *x = mx_zeros(shape, mx_dtype_of(like), MX_CPU);
+  if (x && mx_set_requires_grad(x, true) != MX_OK) return NULL;
+  return x;
+}
+
+/* gy . d f(x) / d x, with a graph of its own when grad mode is on (as in gradgradcheck): the
+ * backward ops (softmax_backward, max_pool_backward, conv_backward_data, ...) as functions of
+ * their inputs, so gradcheck and the fixtures differentiate them. */
+typedef mx_tensor *(*forward_of)(mx_tensor *x, mx_tensor *const *in);
+static mx_tensor *vjp(forward_of f, mx_tensor *x, mx_tensor *const *in, mx_tensor *gy) {
+  if (!x || !gy) return NULL;
+  bool create = mx_is_grad_enabled();
+  bool previous = mx_set_grad_enabled(true);
+  mx_tensor *y = f(x, in), *g = NULL;
+  if (y && mx_grad(1, &y, 1, &x, &gy, create, create, true, &g) == MX_OK && !g) g = mx_zeros_like(x);
+  mx_set_grad_enabled(previous);
+  return g;
+}
+#define VJP(name, forward, x_expr, gy_expr)                                 \
+  static mx_tensor *fw_##name(mx_tensor *x, mx_tensor *const *in) {         \
+    (void)in;                                                               \
+    return (forward);                                                       \
+  }                                                                         \
+  static mx_tensor *f_##name(int n, mx_tensor *const *in, void *ctx) {      \
+    (void)n, (void)ctx;                                                     \
+    return vjp(fw_##name, (x_expr), in, (gy_expr));                         \
+  }
+
+/* softmax, log_softmax, softmin */
+FN(softmax_dim0, mx_softmax(a, 0))
+FN(softmax_dim1, mx_softmax(a, 1))
+FN(softmax_neg, mx_softmax(a, -1))
+FN(log_softmax_dim0, mx_log_softmax(a, 0))
+FN(log_softmax_dim1, mx_log_softmax(a, 1))
+FN(log_softmax_neg, mx_log_softmax(a, -1))
+FN(softmin_dim0, mx_softmin(a, 0))
+FN(softmin_dim1, mx_softmin(a, 1))
+FN(softmin_neg, mx_softmin(a, -1))
+FN(softmax_dtype_f64, mx_softmax_dtype(a, 1, MX_F64))
+FN(log_softmax_dtype_f64, mx_log_softmax_dtype(a, -1, MX_F64))
+FN(softmax_dtype_f32, mx_softmax_dtype(a, 0, MX_F32))
+FN(log_softmax_dtype_f32, mx_log_softmax_dtype(a, 1, MX_F32))
+VJP(softmax_backward, mx_softmax(x, 1), in[0], in[1])
+VJP(log_softmax_backward, mx_log_softmax(x, 1), in[0], in[1])
+
+/* gather, scatter, index_* */
+FN(gather_dim1, mx_gather(a, 1, IDX(MX_SHAPE(3, 2), 0, 3, 2, 2, 1, 0)))
+FN(gather_dim0, mx_gather(a, 0, IDX(MX_SHAPE(2, 4), 2, 0, 1, 2, 0, 0, 2, 1)))
+FN(gather_neg, mx_gather(a, -1, IDX(MX_SHAPE(2, 2, 1), 3, 0, 1, 1)))
+FN(scatter_dim1, mx_scatter(a, 1, IDX(MX_SHAPE(3, 2), 0, 4, 2, 1, 3, 0), b))
+FN(scatter_dim0, mx_scatter(a, 0, IDX(MX_SHAPE(2, 3), 0, 1, 3, 2, 3, 0), b))
+FN(scatter_small_index, mx_scatter(a, 1, IDX(MX_SHAPE(2, 2), 1, 3, 4, 0), b))
+FN(scatter_add_dim1, mx_scatter_add(a, 1, IDX(MX_SHAPE(3, 2), 0, 0, 2, 4, 1, 1), b))
+FN(scatter_add_dim0, mx_scatter_add(a, 0, IDX(MX_SHAPE(3, 3), 1, 0, 1, 1, 2, 1, 3, 0, 1), b))
+FN(index_select_dim0, mx_index_select(a, 0, IDX(MX_SHAPE(3), 3, 0, 3)))
+FN(index_select_dim1, mx_index_select(a, 1, IDX(MX_SHAPE(2), 4, 1)))
+FN(index_select_neg, mx_index_select(a, -1, IDX(MX_SHAPE(4), 0, 3, 3, 1)))
+FN(index_add_dim0, mx_index_add(a, 0, IDX(MX_SHAPE(3), 1, 3, 1), b, 2.5))
+FN(index_add_dim1, mx_index_add(a, 1, IDX(MX_SHAPE(2), 4, 0), b, 1))
+FN(index_add_neg_alpha, mx_index_add(a, -1, IDX(MX_SHAPE(2), 2, 2), b, -0.5))
+FN(index_copy_dim0, mx_index_copy(a, 0, IDX(MX_SHAPE(2), 3, 1), b))
+FN(index_copy_dim1, mx_index_copy(a, 1, IDX(MX_SHAPE(3), 0, 4, 2), b))
+FN(index_put_1, mx_index_put(a, NLIST(IDX(MX_SHAPE(2), 2, 0)), b, false))
+FN(index_put_1_acc, mx_index_put(a, NLIST(IDX(MX_SHAPE(3), 1, 3, 1)), b, true))
+FN(index_put_1_bcast, mx_index_put(a, NLIST(IDX(MX_SHAPE(2), 0, 2)), b, false))
+FN(index_put_2, mx_index_put(a, NLIST(IDX(MX_SHAPE(3), 0, 2, 1), IDX(MX_SHAPE(3), 3, 0, 1)), b, false))
+FN(index_put_2_acc, mx_index_put(a, NLIST(IDX(MX_SHAPE(3), 0, 2, 0), IDX(MX_SHAPE(3), 1, 3, 1)), b, true))
+FN(index_put_2_bcast, mx_index_put(a, NLIST(IDX(MX_SHAPE(2, 1), 0, 2), IDX(MX_SHAPE(3), 1, 3, 0)), b, false))
+FN(index_put_2_rest, mx_index_put(a, NLIST(IDX(MX_SHAPE(2), 0, 2), IDX(MX_SHAPE(2), 1, 0)), b, true))
+FN(index_put_negative, mx_index_put(a, NLIST(IDX(MX_SHAPE(2), 1, -1), IDX(MX_SHAPE(2), -1, 0)), b, false))
+FN(embedding, mx_embedding(a, IDX(MX_SHAPE(2, 2), 0, 4, 4, 2)))
+FN(embedding_1d, mx_embedding(a, IDX(MX_SHAPE(4), 1, 1, 0, 3)))
+
+/* cat, stack, split, chunk */
+FN(cat_dim0, mx_cat(NLIST(a, b, c), 0))
+FN(cat_dim1, mx_cat(NLIST(a, b, c), 1))
+FN(cat_neg, mx_cat(NLIST(a, b), -1))
+FN(cat_one, mx_cat(NLIST(a), 0))
+FN(cat_empty, mx_cat(NLIST(a, b), 0))
+FN(stack_dim0, mx_stack(NLIST(a, b, c), 0))
+FN(stack_dim1, mx_stack(NLIST(a, b), 1))
+FN(stack_neg, mx_stack(NLIST(a, b), -1))
+
+/* piece k of split/chunk, or -1: the pieces joined back in another order, scaled apart */
+static mx_tensor *piece(mx_tensor *a, bool chunk, int64_t size, int dim, int k) {
+  mx_tensor *p[8] = {0};
+  int n = chunk ? mx_chunk(a, (int)size, dim, p, 8) : mx_split(a, size, dim, p, 8);
+  if (n < 1 || k >= n) return NULL;
+  if (k >= 0) return p[k];
+  mx_tensor *parts[8];
+  for (int i = 0; i < n; i++) parts[i] = mx_mul_scalar(p[n - 1 - i], i + 1);
+  return mx_cat(n, parts, dim);
+}
+FN(split_first, piece(a, false, 2, 0, 0))
+FN(split_last, piece(a, false, 2, 0, 2))
+FN(split_all, piece(a, false, 2, 0, -1))
+FN(split_dim1, piece(a, false, 3, 1, 1))
+FN(chunk_mid, piece(a, true, 3, -1, 1))
+FN(chunk_all, piece(a, true, 4, 0, -1))
+
+/* pad, flip, roll, repeat, tril, triu, one_hot, dropout */
+FN(pad_const, mx_pad(a, MX_SHAPE(1, 2), MX_PAD_CONSTANT, 0.5))
+FN(pad_const_2d, mx_pad(a, MX_SHAPE(1, 0, 2, 1), MX_PAD_CONSTANT, -1.5))
+FN(pad_neg, mx_pad(a, MX_SHAPE(-1, 2, 1, -2), MX_PAD_CONSTANT, 0))
+FN(pad_reflect, mx_pad(a, MX_SHAPE(2, 3), MX_PAD_REFLECT, 0))
+FN(pad_reflect_2d, mx_pad(a, MX_SHAPE(1, 2, 3, 1), MX_PAD_REFLECT, 0))
+FN(pad_replicate, mx_pad(a, MX_SHAPE(3, 1), MX_PAD_REPLICATE, 0))
+FN(pad_replicate_2d, mx_pad(a, MX_SHAPE(2, 0, 1, 3), MX_PAD_REPLICATE, 0))
+FN(flip_dim0, mx_flip(a, MX_DIMS(0)))
+FN(flip_dims02, mx_flip(a, MX_DIMS(0, 2)))
+FN(flip_neg, mx_flip(a, MX_DIMS(-1)))
+FN(roll_pos, mx_roll(a, 2, 1))
+FN(roll_neg, mx_roll(a, -7, 1))
+FN(roll_dim0, mx_roll(a, 1, 0))
+FN(roll_neg_dim, mx_roll(a, 3, -1))
+FN(repeat, mx_repeat(a, MX_SHAPE(2, 1)))
+FN(repeat_lead, mx_repeat(a, MX_SHAPE(2, 1, 3)))
+FN(repeat_1d, mx_repeat(a, MX_SHAPE(2, 2)))
+FN(tril_0, mx_tril(a, 0))
+FN(tril_m1, mx_tril(a, -1))
+FN(tril_p1, mx_tril(a, 1))
+FN(tril_batched, mx_tril(a, 0))
+FN(triu_0, mx_triu(a, 0))
+FN(triu_m1, mx_triu(a, -1))
+FN(triu_p1, mx_triu(a, 1))
+FN(triu_batched, mx_triu(a, 1))
+static mx_tensor *f_one_hot_neg1(int n, mx_tensor *const *in, void *ctx) {
+  (void)n, (void)in, (void)ctx;
+  return mx_one_hot(IDX(MX_SHAPE(2, 2), 0, 3, 2, 0), -1);
+}
+static mx_tensor *f_one_hot_5(int n, mx_tensor *const *in, void *ctx) {
+  (void)n, (void)in, (void)ctx;
+  return mx_one_hot(IDX(MX_SHAPE(3), 1, 0, 4), 5);
+}
+FN(dropout_eval, mx_dropout(a, 0.5, false, NULL))
+FN(dropout_p0, mx_dropout(a, 0, true, NULL))
+FN(dropout_p1, mx_dropout(a, 1, true, NULL))
+
+/* pooling */
+#define MAXPOOL(name, spatial, k, s, p, d, want_indices)                                        \
+  static mx_tensor *f_##name(int n, mx_tensor *const *in, void *ctx) {                         \
+    (void)n, (void)ctx;                                                                        \
+    mx_tensor *v = NULL, *i = NULL;                                                            \
+    mx_status st = mx_max_pool_with_indices(in[0], spatial, MX_SHAPE k, MX_SHAPE s, MX_SHAPE p, \
+                                            MX_SHAPE d, &v, &i);                               \
+    return values_of(st, v, i, want_indices);                                                  \
+  }
+FN(max_pool1d, mx_max_pool(a, 1, MX_SHAPE(3), MX_SHAPE(2), MX_SHAPE(1)))
+FN(max_pool2d, mx_max_pool(a, 2, MX_SHAPE(3, 2), MX_SHAPE(2, 1), MX_SHAPE(1, 0)))
+FN(max_pool2d_default_stride, mx_max_pool(a, 2, MX_SHAPE(2), MX_DEFAULT, MX_DEFAULT))
+MAXPOOL(max_pool2d_dilation, 2, (2), (1), (1), (2), false)
+MAXPOOL(max_pool3d, 3, (2), (2, 1, 1), (1, 0, 1), (1), false)
+MAXPOOL(max_pool3d_stride, 3, (3), (2), (1), (1), false)
+MAXPOOL(max_pool1d_indices, 1, (3), (2), (1), (1), true)
+MAXPOOL(max_pool2d_indices, 2, (3, 2), (2, 1), (1, 0), (1), true)
+MAXPOOL(max_pool2d_dilation_indices, 2, (2), (1), (1), (2), true)
+MAXPOOL(max_pool3d_indices, 3, (2), (2, 1, 1), (1, 0, 1), (1), true)
+VJP(max_pool_backward, mx_max_pool(x, 2, MX_SHAPE(3, 2), MX_SHAPE(2, 1), MX_SHAPE(1, 0)), in[0], in[1])
+FN(avg_pool1d, mx_avg_pool(a, 1, MX_SHAPE(3), MX_SHAPE(2), MX_SHAPE(1), true))
+FN(avg_pool1d_exclude_pad, mx_avg_pool(a, 1, MX_SHAPE(3), MX_SHAPE(2), MX_SHAPE(1), false))
+FN(avg_pool2d, mx_avg_pool(a, 2, MX_SHAPE(3, 2), MX_SHAPE(2, 1), MX_SHAPE(1, 1), true))
+FN(avg_pool2d_exclude_pad, mx_avg_pool(a, 2, MX_SHAPE(3, 2), MX_SHAPE(2, 1), MX_SHAPE(1, 1), false))
+FN(avg_pool2d_default_stride, mx_avg_pool(a, 2, MX_SHAPE(2), MX_DEFAULT, MX_DEFAULT, true))
+FN(avg_pool3d, mx_avg_pool(a, 3, MX_SHAPE(2), MX_SHAPE(2, 1, 1), MX_SHAPE(1, 0, 1), true))
+FN(avg_pool3d_exclude_pad, mx_avg_pool(a, 3, MX_SHAPE(3), MX_SHAPE(2), MX_SHAPE(1), false))
+VJP(avg_pool_backward, mx_avg_pool(x, 2, MX_SHAPE(3, 2), MX_SHAPE(2, 1), MX_SHAPE(1, 1), false),
+    zero_leaf(MX_SHAPE(1, 2, 5, 5), in[0]), in[0])
+FN(adaptive_avg_pool2d_div, mx_adaptive_avg_pool2d(a, 2, 3))
+FN(adaptive_avg_pool2d_nondiv, mx_adaptive_avg_pool2d(a, 3, 4))
+FN(adaptive_avg_pool2d_3d, mx_adaptive_avg_pool2d(a, 3, 2))
+FN(adaptive_avg_pool2d_global, mx_adaptive_avg_pool2d(a, 1, 1))
+FN(adaptive_avg_pool2d_up, mx_adaptive_avg_pool2d(a, 4, 5))
+
+/* normalisation: running statistics start at fixed values in x's dtype */
+#define RUNNING_MEAN(x) CONST(x, MX_SHAPE(3), 0.5, -0.25, 1.0)
+#define RUNNING_VAR(x) CONST(x, MX_SHAPE(3), 0.5, 2.0, 1.5)
+FN(batch_norm_train, mx_batch_norm(a, RUNNING_MEAN(a), RUNNING_VAR(a), b, c, true, 0.1, 1e-5))
+FN(batch_norm_train_4d, mx_batch_norm(a, NULL, NULL, b, c, true, 0.1, 1e-5))
+FN(batch_norm_train_noaffine, mx_batch_norm(a, NULL, NULL, NULL, NULL, true, 0.1, 1e-5))
+FN(batch_norm_eval, mx_batch_norm(a, RUNNING_MEAN(a), RUNNING_VAR(a), b, c, false, 0.1, 1e-5))
+FN(batch_norm_eval_noaffine, mx_batch_norm(a, RUNNING_MEAN(a), RUNNING_VAR(a), NULL, NULL, false, 0.1, 1e-3))
+/* the running statistics after two training steps (on x, then x * x), momentum 0.3 */
+static mx_tensor *running_after_two_steps(mx_tensor *x, bool want_var) {
+  mx_tensor *mean = RUNNING_MEAN(x), *var = RUNNING_VAR(x);
+  if (!mx_batch_norm(x, mean, var, NULL, NULL, true, 0.3, 1e-5)) return NULL;
+  if (!mx_batch_norm(mx_mul(x, x), mean, var, NULL, NULL, true, 0.3, 1e-5)) return NULL;
+  return want_var ? var : mean;
+}
+FN(batch_norm_running_mean, running_after_two_steps(a, false))
+FN(batch_norm_running_var, running_after_two_steps(a, true))
+FN(layer_norm_1, mx_layer_norm(a, MX_SHAPE(4), b, c, 1e-5))
+FN(layer_norm_2, mx_layer_norm(a, MX_SHAPE(3, 4), b, c, 1e-5))
+FN(layer_norm_noaffine, mx_layer_norm(a, MX_SHAPE(4), NULL, NULL, 1e-5))
+FN(layer_norm_weight_only, mx_layer_norm(a, MX_SHAPE(4), b, NULL, 1e-5))
+FN(layer_norm_bias_only, mx_layer_norm(a, MX_SHAPE(4), NULL, b, 1e-5))
+FN(group_norm, mx_group_norm(a, 2, b, c, 1e-5))
+FN(group_norm_noaffine, mx_group_norm(a, 3, NULL, NULL, 1e-5))
+FN(group_norm_per_channel, mx_group_norm(a, 3, b, c, 1e-5))
+FN(group_norm_one_group, mx_group_norm(a, 1, NULL, NULL, 1e-5))
+
+/* convolution: x, weight[, bias] */
+FN(conv1d, mx_conv1d(a, b, c, MX_SHAPE(2), MX_SHAPE(1), MX_DEFAULT, 1))
+FN(conv1d_dilation, mx_conv1d(a, b, NULL, MX_DEFAULT, MX_SHAPE(2), MX_SHAPE(2), 1))
+FN(conv1d_groups, mx_conv1d(a, b, c, MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, 2))
+FN(conv2d, mx_conv2d(a, b, c, MX_SHAPE(1), MX_SHAPE(1), MX_DEFAULT, 1))
+FN(conv2d_gg, mx_conv2d(a, b, c, MX_SHAPE(2), MX_SHAPE(1), MX_DEFAULT, 1))
+FN(conv2d_stride_dilation, mx_conv2d(a, b, NULL, MX_SHAPE(2, 1), MX_SHAPE(0, 1), MX_SHAPE(2, 1), 1))
+FN(conv2d_groups, mx_conv2d(a, b, c, MX_DEFAULT, MX_SHAPE(1), MX_DEFAULT, 2))
+FN(conv2d_depthwise, mx_conv2d(a, b, NULL, MX_SHAPE(2), MX_DEFAULT, MX_DEFAULT, 3))
+FN(conv3d, mx_conv3d(a, b, c, MX_DEFAULT, MX_SHAPE(1, 0, 1), MX_DEFAULT, 1))
+FN(conv3d_stride, mx_conv3d(a, b, NULL, MX_SHAPE(2), MX_SHAPE(1), MX_DEFAULT, 1))
+FN(conv3d_groups_dilation, mx_conv3d(a, b, c, MX_DEFAULT, MX_SHAPE(1), MX_SHAPE(2), 2))
+FN(conv_transpose1d, mx_conv_transpose1d(a, b, c, MX_SHAPE(2), MX_SHAPE(1), MX_SHAPE(1), MX_DEFAULT, 1))
+FN(conv_transpose1d_groups, mx_conv_transpose1d(a, b, NULL, MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, 2))
+FN(conv_transpose2d, mx_conv_transpose2d(a, b, c, MX_SHAPE(2), MX_SHAPE(1), MX_SHAPE(1), MX_DEFAULT, 1))
+FN(conv_transpose2d_groups_dilation,
+   mx_conv_transpose2d(a, b, NULL, MX_SHAPE(2), MX_DEFAULT, MX_SHAPE(1), MX_SHAPE(2), 2))
+FN(conv_transpose3d, mx_conv_transpose3d(a, b, c, MX_SHAPE(2), MX_DEFAULT, MX_SHAPE(1, 0, 1), MX_DEFAULT, 1))
+VJP(conv_backward_data, mx_conv2d(x, in[1], NULL, MX_SHAPE(2), MX_SHAPE(1), MX_DEFAULT, 1),
+    zero_leaf(MX_SHAPE(1, 2, 5, 5), in[0]), in[0])
+VJP(conv_backward_weight, mx_conv2d(in[0], x, NULL, MX_SHAPE(2), MX_SHAPE(1), MX_DEFAULT, 1),
+    zero_leaf(MX_SHAPE(3, 2, 3, 3), in[0]), in[1])
+
 #define GC OP_GRADCHECK
 #define GG (OP_GRADCHECK | OP_GRADGRAD)
 #define ANY DOM_ANY
@@ -476,6 +714,172 @@ const op_case op_cases[] = {
     CASE2(mm_expanded, SH(1, 3), ANY, SH(3, 4), ANY, GG),
     CASE2(mm_sliced, SH(2, 6), ANY, SH(4, 4), ANY, GG),
     CASE3(where_transposed, SH(3, 2), BOOL, SH(2, 3), ANY, SH(3), ANY, GG),
+
+    /* softmax, log_softmax, softmin (the _dtype variants compute in the dtype given), and the
+     * gradients of softmax and log_softmax as functions of (x, grad) */
+    CASE1(softmax_dim0, SH(3, 4), ANY, GG),
+    CASE1(softmax_dim1, SH(3, 4), ANY, GG),
+    CASE1(softmax_neg, SH(2, 3, 4), ANY, GG),
+    CASE1(log_softmax_dim0, SH(3, 4), ANY, GG),
+    CASE1(log_softmax_dim1, SH(3, 4), ANY, GG),
+    CASE1(log_softmax_neg, SH(2, 3, 4), ANY, GG),
+    CASE1(softmin_dim0, SH(3, 4), ANY, GG),
+    CASE1(softmin_dim1, SH(3, 4), ANY, GG),
+    CASE1(softmin_neg, SH(2, 3, 4), ANY, GG),
+    CASE1(softmax_dtype_f64, SH(3, 4), ANY, GG),
+    CASE1(log_softmax_dtype_f64, SH(3, 4), ANY, GG),
+    CASE1(softmax_dtype_f32, SH(3, 4), ANY, 0),
+    CASE1(log_softmax_dtype_f32, SH(3, 4), ANY, 0),
+    CASE2(softmax_backward, SH(2, 3), ANY, SH(2, 3), ANY, GG),
+    CASE2(log_softmax_backward, SH(2, 3), ANY, SH(2, 3), ANY, GG),
+
+    /* gather, scatter and index_*: the indices are in the functions (duplicates where the op
+     * accumulates) */
+    CASE1(gather_dim1, SH(3, 4), ANY, GG),
+    CASE1(gather_dim0, SH(3, 4), ANY, GG),
+    CASE1(gather_neg, SH(2, 3, 4), ANY, GC),
+    CASE2(scatter_dim1, SH(3, 5), ANY, SH(3, 2), ANY, GG),
+    CASE2(scatter_dim0, SH(4, 3), ANY, SH(2, 3), ANY, GC),
+    /* src larger than the index: forward only (its gradient is gather(grad), of the index's
+     * shape; PyTorch 1.13 rejects it too) */
+    CASE2(scatter_small_index, SH(3, 5), ANY, SH(3, 3), ANY, 0),
+    CASE2(scatter_add_dim1, SH(3, 5), ANY, SH(3, 2), ANY, GG),
+    CASE2(scatter_add_dim0, SH(4, 3), ANY, SH(3, 3), ANY, GC),
+    CASE1(index_select_dim0, SH(4, 3), ANY, GG),
+    CASE1(index_select_dim1, SH(2, 5), ANY, GC),
+    CASE1(index_select_neg, SH(2, 3, 4), ANY, GC),
+    CASE2(index_add_dim0, SH(4, 3), ANY, SH(3, 3), ANY, GG),
+    CASE2(index_add_dim1, SH(2, 5), ANY, SH(2, 2), ANY, GC),
+    CASE2(index_add_neg_alpha, SH(3, 4), ANY, SH(3, 2), ANY, GC),
+    CASE2(index_copy_dim0, SH(4, 3), ANY, SH(2, 3), ANY, GG),
+    CASE2(index_copy_dim1, SH(2, 5), ANY, SH(2, 3), ANY, GC),
+    CASE2(index_put_1, SH(4, 3), ANY, SH(2, 3), ANY, GG),
+    CASE2(index_put_1_acc, SH(4, 3), ANY, SH(3, 3), ANY, GG),
+    CASE2(index_put_1_bcast, SH(4, 3), ANY, SH(3), ANY, GC),
+    CASE2(index_put_2, SH(3, 4), ANY, SH(3), ANY, GC),
+    CASE2(index_put_2_acc, SH(3, 4), ANY, SH(3), ANY, GC),
+    CASE2(index_put_2_bcast, SH(3, 4), ANY, SH(2, 3), ANY, GC),
+    CASE2(index_put_2_rest, SH(3, 2, 4), ANY, SH(2, 4), ANY, GC),
+    CASE2(index_put_negative, SH(3, 4), ANY, SH(2), ANY, 0),
+    CASE1(embedding, SH(5, 3), ANY, GG),
+    CASE1(embedding_1d, SH(4, 2), ANY, GC),
+
+    /* cat (mixed sizes along the dim), stack, split and chunk (pieces and their gradients) */
+    CASE3(cat_dim0, SH(2, 3), ANY, SH(1, 3), ANY, SH(3, 3), ANY, GG),
+    CASE3(cat_dim1, SH(2, 1), ANY, SH(2, 3), ANY, SH(2, 2), ANY, GC),
+    CASE2(cat_neg, SH(2, 2, 1), ANY, SH(2, 2, 3), ANY, GC),
+    CASE1(cat_one, SH(2, 3), ANY, GC),
+    CASE2(cat_empty, SH(2, 3), ANY, SH(0, 3), ANY, GC),
+    CASE3(stack_dim0, SH(2, 3), ANY, SH(2, 3), ANY, SH(2, 3), ANY, GG),
+    CASE2(stack_dim1, SH(2, 3), ANY, SH(2, 3), ANY, GC),
+    CASE2(stack_neg, SH(2, 3), ANY, SH(2, 3), ANY, GC),
+    CASE1(split_first, SH(5, 3), ANY, GC),
+    CASE1(split_last, SH(5, 3), ANY, GC),
+    CASE1(split_all, SH(5, 3), ANY, GG),
+    CASE1(split_dim1, SH(2, 5), ANY, GC),
+    CASE1(chunk_mid, SH(2, 7), ANY, GC),
+    CASE1(chunk_all, SH(6, 2), ANY, GC),
+
+    /* pad, flip, roll, repeat, tril, triu, one_hot, dropout (deterministic settings; the
+     * random masks are in test_nn_ops.c) */
+    CASE1(pad_const, SH(2, 3), ANY, GG),
+    CASE1(pad_const_2d, SH(2, 3, 4), ANY, GC),
+    CASE1(pad_neg, SH(4, 5), ANY, GC),
+    CASE1(pad_reflect, SH(1, 2, 5), ANY, GG),
+    CASE1(pad_reflect_2d, SH(1, 2, 4, 5), ANY, GC),
+    CASE1(pad_replicate, SH(1, 2, 4), ANY, GC),
+    CASE1(pad_replicate_2d, SH(1, 1, 3, 4), ANY, GC),
+    CASE1(flip_dim0, SH(3, 4), ANY, GG),
+    CASE1(flip_dims02, SH(2, 3, 4), ANY, GC),
+    CASE1(flip_neg, SH(2, 3, 4), ANY, GC),
+    CASE1(roll_pos, SH(3, 5), ANY, GG),
+    CASE1(roll_neg, SH(3, 5), ANY, GC),
+    CASE1(roll_dim0, SH(4, 2), ANY, GC),
+    CASE1(roll_neg_dim, SH(2, 3, 4), ANY, GC),
+    CASE1(repeat, SH(2, 3), ANY, GG),
+    CASE1(repeat_lead, SH(2, 3), ANY, GC),
+    CASE1(repeat_1d, SH(3), ANY, GC),
+    CASE1(tril_0, SH(3, 4), ANY, GG),
+    CASE1(tril_m1, SH(3, 4), ANY, GC),
+    CASE1(tril_p1, SH(4, 3), ANY, GC),
+    CASE1(tril_batched, SH(2, 3, 3), ANY, GC),
+    CASE1(triu_0, SH(3, 4), ANY, GG),
+    CASE1(triu_m1, SH(4, 3), ANY, GC),
+    CASE1(triu_p1, SH(3, 4), ANY, GC),
+    CASE1(triu_batched, SH(2, 3, 3), ANY, GC),
+    {"one_hot_neg1", f_one_hot_neg1, 0, {SH0}, {ANY}, 0, 0, 0, 0},
+    {"one_hot_5", f_one_hot_5, 0, {SH0}, {ANY}, 0, 0, 0, 0},
+    CASE1(dropout_eval, SH(2, 3), ANY, GG),
+    CASE1(dropout_p0, SH(2, 3), ANY, GG),
+    CASE1(dropout_p1, SH(2, 3), ANY, GC),
+
+    /* pooling: max (values and PyTorch's return_indices), average (count_include_pad both
+     * ways), adaptive average (divisible, non-divisible, upsampling sizes), and the backward
+     * ops as functions of (x, grad) */
+    CASE1(max_pool1d, SH(2, 2, 7), ANY, GG),
+    CASE1(max_pool2d, SH(1, 2, 5, 5), ANY, GG),
+    CASE1(max_pool2d_default_stride, SH(1, 1, 5, 4), ANY, GC),
+    CASE1(max_pool2d_dilation, SH(1, 1, 6, 6), ANY, GC),
+    CASE1(max_pool3d, SH(1, 1, 4, 4, 3), ANY, GC),
+    CASE1(max_pool3d_stride, SH(1, 1, 5, 5, 5), ANY, GC),
+    CASE1(max_pool1d_indices, SH(2, 2, 7), ANY, 0),
+    CASE1(max_pool2d_indices, SH(1, 2, 5, 5), ANY, 0),
+    CASE1(max_pool2d_dilation_indices, SH(1, 1, 6, 6), ANY, 0),
+    CASE1(max_pool3d_indices, SH(1, 1, 4, 4, 3), ANY, 0),
+    CASE2(max_pool_backward, SH(1, 2, 5, 5), ANY, SH(1, 2, 3, 4), ANY, GG),
+    CASE1(avg_pool1d, SH(2, 2, 7), ANY, GG),
+    CASE1(avg_pool1d_exclude_pad, SH(2, 2, 7), ANY, GC),
+    CASE1(avg_pool2d, SH(1, 2, 5, 5), ANY, GG),
+    CASE1(avg_pool2d_exclude_pad, SH(1, 2, 5, 5), ANY, GC),
+    CASE1(avg_pool2d_default_stride, SH(1, 1, 5, 4), ANY, GC),
+    CASE1(avg_pool3d, SH(1, 1, 4, 4, 3), ANY, GC),
+    CASE1(avg_pool3d_exclude_pad, SH(1, 1, 5, 5, 5), ANY, GC),
+    CASE1(avg_pool_backward, SH(1, 2, 3, 6), ANY, GG),
+    CASE1(adaptive_avg_pool2d_div, SH(1, 2, 4, 6), ANY, GG),
+    CASE1(adaptive_avg_pool2d_nondiv, SH(1, 2, 5, 7), ANY, GC),
+    CASE1(adaptive_avg_pool2d_3d, SH(2, 5, 5), ANY, GC),
+    CASE1(adaptive_avg_pool2d_global, SH(2, 3, 3, 4), ANY, GC),
+    CASE1(adaptive_avg_pool2d_up, SH(1, 1, 3, 3), ANY, GC),
+
+    /* normalisation: batch_norm training (batch statistics; the running ones after two steps)
+     * and eval, layer_norm over 1 and 2 dims, group_norm; with and without weight and bias */
+    CASE3(batch_norm_train, SH(4, 3, 2), ANY, SH(3), ANY, SH(3), ANY, GG),
+    CASE3(batch_norm_train_4d, SH(2, 3, 2, 2), ANY, SH(3), ANY, SH(3), ANY, GC),
+    CASE1(batch_norm_train_noaffine, SH(4, 3), ANY, GG),
+    CASE3(batch_norm_eval, SH(2, 3, 2), ANY, SH(3), ANY, SH(3), ANY, GG),
+    CASE1(batch_norm_eval_noaffine, SH(2, 3), ANY, GC),
+    CASE1(batch_norm_running_mean, SH(4, 3, 2), ANY, 0),
+    CASE1(batch_norm_running_var, SH(4, 3, 2), ANY, 0),
+    CASE3(layer_norm_1, SH(3, 4), ANY, SH(4), ANY, SH(4), ANY, GG),
+    CASE3(layer_norm_2, SH(2, 3, 4), ANY, SH(3, 4), ANY, SH(3, 4), ANY, GC),
+    CASE1(layer_norm_noaffine, SH(2, 3, 4), ANY, GG),
+    CASE2(layer_norm_weight_only, SH(3, 4), ANY, SH(4), ANY, GC),
+    CASE2(layer_norm_bias_only, SH(3, 4), ANY, SH(4), ANY, GC),
+    CASE3(group_norm, SH(2, 4, 3), ANY, SH(4), ANY, SH(4), ANY, GG),
+    CASE1(group_norm_noaffine, SH(2, 6, 2, 2), ANY, GC),
+    CASE3(group_norm_per_channel, SH(2, 3, 4), ANY, SH(3), ANY, SH(3), ANY, GC),
+    CASE1(group_norm_one_group, SH(2, 4, 3), ANY, GC),
+
+    /* convolution: stride, padding, dilation, groups, with and without bias; transposed with
+     * output_padding and groups; the two gradients as functions of their inputs */
+    CASE3(conv1d, SH(2, 2, 7), ANY, SH(3, 2, 3), ANY, SH(3), ANY, GC),
+    CASE2(conv1d_dilation, SH(1, 2, 8), ANY, SH(2, 2, 3), ANY, GC),
+    CASE3(conv1d_groups, SH(1, 4, 5), ANY, SH(4, 2, 2), ANY, SH(4), ANY, GC),
+    CASE3(conv2d, SH(1, 2, 5, 5), ANY, SH(3, 2, 3, 3), ANY, SH(3), ANY, GC),
+    CASE3(conv2d_gg, SH(1, 2, 3, 3), ANY, SH(2, 2, 2, 2), ANY, SH(2), ANY, GG),
+    CASE2(conv2d_stride_dilation, SH(1, 2, 6, 7), ANY, SH(2, 2, 2, 3), ANY, GC),
+    CASE3(conv2d_groups, SH(1, 4, 4, 4), ANY, SH(6, 2, 3, 3), ANY, SH(6), ANY, GC),
+    CASE2(conv2d_depthwise, SH(2, 3, 4, 4), ANY, SH(3, 1, 2, 2), ANY, GC),
+    CASE3(conv3d, SH(1, 2, 4, 4, 3), ANY, SH(2, 2, 2, 2, 2), ANY, SH(2), ANY, GC),
+    CASE2(conv3d_stride, SH(1, 1, 5, 5, 5), ANY, SH(2, 1, 3, 3, 3), ANY, GC),
+    CASE3(conv3d_groups_dilation, SH(1, 2, 5, 5, 5), ANY, SH(2, 1, 2, 2, 2), ANY, SH(2), ANY, GC),
+    CASE3(conv_transpose1d, SH(1, 2, 4), ANY, SH(2, 3, 3), ANY, SH(3), ANY, GC),
+    CASE2(conv_transpose1d_groups, SH(1, 4, 3), ANY, SH(4, 1, 2), ANY, GC),
+    CASE3(conv_transpose2d, SH(1, 2, 3, 3), ANY, SH(2, 3, 3, 3), ANY, SH(3), ANY, GC),
+    CASE2(conv_transpose2d_groups_dilation, SH(1, 4, 3, 3), ANY, SH(4, 2, 2, 2), ANY, GC),
+    CASE3(conv_transpose3d, SH(1, 2, 2, 3, 2), ANY, SH(2, 2, 2, 2, 2), ANY, SH(2), ANY, GC),
+    CASE2(conv_backward_data, SH(1, 3, 3, 3), ANY, SH(3, 2, 3, 3), ANY, GC),
+    CASE2(conv_backward_weight, SH(1, 2, 5, 5), ANY, SH(1, 3, 3, 3), ANY, GC),
 };
 
 const int op_case_count = (int)(sizeof op_cases / sizeof op_cases[0]);

@@ -1,0 +1,275 @@
+/* What the one-output op table (op_cases.c) cannot say: dropout's random
+ * masks (their statistics, the 1/(1-p) scaling, the gradient being the mask
+ * times the scale, reproducibility from a seeded generator), the pieces of
+ * split and chunk, and the side effects of batch_norm on its running
+ * statistics. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include <mixgrad.h>
+
+/* The values of t as doubles (malloc'ed). */
+static double *host(const mx_tensor *t) {
+  cr_assert_not_null(t, "%s", mx_last_error());
+  mx_tensor *d = mx_to_dtype(mx_contiguous(t), MX_F64);
+  cr_assert_not_null(d, "%s", mx_last_error());
+  int64_t n = mx_numel(d);
+  double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
+  cr_assert_eq(mx_to_host(d, v, sizeof(double) * (size_t)n), MX_OK, "%s", mx_last_error());
+  return v;
+}
+
+/* uniform in [0.5, 1.5): never zero, so a zero in the output is the mask's */
+static mx_tensor *positive(mx_shape shape, mx_dtype dtype, uint64_t seed) {
+  mx_generator *gen = mx_generator_new(seed);
+  mx_tensor *t = mx_to_dtype(mx_add_scalar(mx_rand(shape, MX_F64, MX_CPU, gen), 0.5), dtype);
+  mx_generator_free(gen);
+  cr_assert_not_null(t, "%s", mx_last_error());
+  return t;
+}
+
+/* --- dropout ------------------------------------------------------------------------------------- */
+
+/* The zeroed fraction is p (within 5 standard deviations), every kept element is x / (1 - p), and
+ * the mean is kept. */
+Test(nn_ops, dropout_mask_statistics_and_scale) {
+  const double ps[] = {0.1, 0.3, 0.5, 0.9};
+  const mx_dtype dtypes[] = {MX_F64, MX_F32};
+  const int64_t n = 100000;
+  for (int k = 0; k < 4; k++)
+    for (int t = 0; t < 2; t++) {
+      mx_scope *s = mx_scope_begin();
+      double p = ps[k];
+      mx_generator *gen = mx_generator_new(100 + (uint64_t)k);
+      mx_tensor *x = mx_ones(MX_SHAPE(n), dtypes[t], MX_CPU);
+      mx_tensor *y = mx_dropout(x, p, true, gen);
+      mx_generator_free(gen);
+      cr_assert_not_null(y, "%s", mx_last_error());
+      cr_expect_eq(mx_dtype_of(y), dtypes[t]);
+      double *v = host(y), scale = 1 / (1 - p), tol = dtypes[t] == MX_F64 ? 1e-15 : 1e-7;
+      int64_t zeros = 0, wrong = 0;
+      double sum = 0;
+      for (int64_t i = 0; i < n; i++) {
+        sum += v[i];
+        if (v[i] == 0) zeros++;
+        else if (fabs(v[i] - scale) > tol * scale) wrong++;
+      }
+      double frac = (double)zeros / (double)n, sd = sqrt(p * (1 - p) / (double)n);
+      cr_expect(fabs(frac - p) < 5 * sd, "p %g (%s): %.4f of the elements zeroed", p, mx_dtype_name(dtypes[t]), frac);
+      cr_expect_eq(wrong, 0, "p %g (%s): %lld kept elements are not scaled by 1/(1-p) = %.17g (first: %.17g)", p,
+                   mx_dtype_name(dtypes[t]), (long long)wrong, scale, v[0]);
+      cr_expect(fabs(sum / (double)n - 1) < 5 * sd * scale, "p %g: mean %.5f, expected 1", p, sum / (double)n);
+      free(v);
+      mx_scope_end(s);
+    }
+}
+
+/* d sum(dropout(x) * w) / dx = w * mask / (1 - p), the mask read off the output. */
+Test(nn_ops, dropout_gradient_is_the_mask_times_the_scale) {
+  mx_scope *s = mx_scope_begin();
+  const double p = 0.4;
+  mx_tensor *x = positive(MX_SHAPE(20, 50), MX_F64, 1), *w = positive(MX_SHAPE(20, 50), MX_F64, 2);
+  cr_assert_eq(mx_set_requires_grad(x, true), MX_OK);
+  mx_generator *gen = mx_generator_new(3);
+  mx_tensor *y = mx_dropout(x, p, true, gen);
+  mx_generator_free(gen);
+  cr_assert_not_null(y, "%s", mx_last_error());
+  cr_expect(mx_requires_grad(y));
+  mx_tensor *loss = mx_sum(mx_mul(y, w), MX_ALL_DIMS, false), *g = NULL;
+  cr_assert_eq(mx_grad(1, &loss, 1, &x, NULL, false, false, false, &g), MX_OK, "%s", mx_last_error());
+  double *xv = host(x), *yv = host(y), *wv = host(w), *gv = host(g);
+  int bad = 0, kept = 0;
+  for (int i = 0; i < 1000 && bad < 4; i++) {
+    double mask = yv[i] == 0 ? 0 : 1;
+    kept += (int)mask;
+    double want = wv[i] * mask / (1 - p);
+    if (mask) cr_expect(fabs(yv[i] - xv[i] / (1 - p)) <= 1e-15 * yv[i], "y[%d] %.17g, x / (1-p) %.17g", i, yv[i],
+                        xv[i] / (1 - p));
+    if (fabs(gv[i] - want) > 1e-15 * fabs(want)) {
+      cr_expect(false, "grad[%d] is %.17g, expected w * mask / (1-p) = %.17g", i, gv[i], want);
+      bad++;
+    }
+  }
+  cr_expect(kept > 500 && kept < 700, "%d of 1000 kept at p 0.4", kept);
+  free(xv), free(yv), free(wv), free(gv);
+  mx_scope_end(s);
+}
+
+/* With a fresh generator of a fixed seed per call the function is deterministic, so gradcheck
+ * applies. */
+static mx_tensor *seeded_dropout(int n, mx_tensor *const *in, void *ctx) {
+  (void)n, (void)ctx;
+  mx_generator *gen = mx_generator_new(77);
+  mx_tensor *y = mx_dropout(in[0], 0.3, true, gen);
+  mx_generator_free(gen);
+  return y;
+}
+
+Test(nn_ops, dropout_gradcheck_with_a_seeded_generator) {
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *x = positive(MX_SHAPE(3, 4), MX_F64, 4);
+  cr_assert_eq(mx_set_requires_grad(x, true), MX_OK);
+  cr_expect_eq(mx_gradcheck(seeded_dropout, 1, &x, NULL, 1e-6, 1e-5, 1e-4), MX_OK, "%s", mx_last_error());
+  cr_expect_eq(mx_gradgradcheck(seeded_dropout, 1, &x, NULL, 1e-6, 1e-5, 1e-4), MX_OK, "%s", mx_last_error());
+  mx_scope_end(s);
+}
+
+/* The same seed gives the same mask; the stream moves on between calls; another seed differs;
+ * NULL uses the default generator, which mx_manual_seed makes reproducible. */
+Test(nn_ops, dropout_seeded_generator_is_reproducible) {
+  mx_scope *s = mx_scope_begin();
+  const int64_t n = 1000;
+  mx_tensor *x = mx_ones(MX_SHAPE(n), MX_F32, MX_CPU);
+  mx_generator *g1 = mx_generator_new(5), *g2 = mx_generator_new(5), *g3 = mx_generator_new(6);
+  double *a = host(mx_dropout(x, 0.5, true, g1)), *b = host(mx_dropout(x, 0.5, true, g2));
+  double *c = host(mx_dropout(x, 0.5, true, g3)), *a2 = host(mx_dropout(x, 0.5, true, g1));
+  mx_manual_seed(9);
+  double *d1 = host(mx_dropout(x, 0.5, true, NULL));
+  mx_manual_seed(9);
+  double *d2 = host(mx_dropout(x, 0.5, true, NULL));
+  int same_ab = 0, same_ac = 0, same_aa2 = 0, same_d = 0;
+  for (int64_t i = 0; i < n; i++) {
+    same_ab += a[i] == b[i];
+    same_ac += a[i] == c[i];
+    same_aa2 += a[i] == a2[i];
+    same_d += d1[i] == d2[i];
+  }
+  cr_expect_eq(same_ab, n, "one seed, two generators: %d of %lld elements agree", same_ab, (long long)n);
+  cr_expect_eq(same_d, n, "mx_manual_seed then NULL: %d of %lld elements agree", same_d, (long long)n);
+  cr_expect_lt(same_ac, n * 3 / 4, "seeds 5 and 6 give the same mask (%d of %lld agree)", same_ac, (long long)n);
+  cr_expect_lt(same_aa2, n * 3 / 4, "a second call on one generator repeats the mask (%d of %lld)", same_aa2,
+               (long long)n);
+  mx_generator_free(g1), mx_generator_free(g2), mx_generator_free(g3);
+  free(a), free(b), free(c), free(a2), free(d1), free(d2);
+  mx_scope_end(s);
+}
+
+/* Eval and p = 0: the identity, gradient ones; p = 1: zeros, gradient zeros (eval ignores p). */
+Test(nn_ops, dropout_identity_and_zeros) {
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *x = positive(MX_SHAPE(4, 5), MX_F64, 8);
+  cr_assert_eq(mx_set_requires_grad(x, true), MX_OK);
+  struct {
+    double p;
+    bool training;
+    double value_scale, grad;
+  } cases[] = {{0.5, false, 1, 1}, {1.0, false, 1, 1}, {0.0, true, 1, 1}, {1.0, true, 0, 0}};
+  double *xv = host(x);
+  for (int k = 0; k < 4; k++) {
+    mx_tensor *y = mx_dropout(x, cases[k].p, cases[k].training, NULL);
+    cr_assert_not_null(y, "%s", mx_last_error());
+    mx_tensor *loss = mx_sum(y, MX_ALL_DIMS, false), *g = NULL;
+    cr_assert_eq(mx_grad(1, &loss, 1, &x, NULL, false, false, true, &g), MX_OK, "%s", mx_last_error());
+    double *yv = host(y), *gv = g ? host(g) : calloc(20, sizeof(double));
+    for (int i = 0; i < 20; i++) {
+      cr_expect_eq(yv[i], xv[i] * cases[k].value_scale, "p %g training %d: y[%d] %.17g", cases[k].p,
+                   cases[k].training, i, yv[i]);
+      cr_expect_eq(gv[i], cases[k].grad, "p %g training %d: grad[%d] %.17g", cases[k].p, cases[k].training, i, gv[i]);
+    }
+    free(yv), free(gv);
+  }
+  free(xv);
+  mx_scope_end(s);
+}
+
+/* --- split and chunk ------------------------------------------------------------------------------------- */
+
+static void expect_pieces(const char *what, int n, mx_tensor **p, int want_n, const int64_t *sizes, int dim,
+                          const mx_tensor *x) {
+  cr_assert_eq(n, want_n, "%s: %d pieces, expected %d (%s)", what, n, want_n, mx_last_error());
+  for (int i = 0; i < n; i++) {
+    cr_expect_eq(mx_size(p[i], dim), sizes[i], "%s: piece %d has %lld along dim %d, expected %lld", what, i,
+                 (long long)mx_size(p[i], dim), dim, (long long)sizes[i]);
+    cr_expect(mx_shares_storage(p[i], x), "%s: piece %d is not a view", what, i);
+  }
+}
+
+/* PyTorch's piece sizes: split by size (the last smaller), chunk into ceil(n / chunks) sized
+ * pieces (so possibly fewer than asked for). */
+Test(nn_ops, split_and_chunk_pieces) {
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *x = mx_reshape(mx_arange(0, 15, 1, MX_F64, MX_CPU), MX_SHAPE(5, 3)), *p[8];
+  expect_pieces("split 5 by 2", mx_split(x, 2, 0, p, 8), p, 3, (int64_t[]){2, 2, 1}, 0, x);
+  cr_expect_eq(mx_at(p[2], MX_SHAPE(0, 1)), 13.0);
+  expect_pieces("split 5 by 5", mx_split(x, 5, 0, p, 8), p, 1, (int64_t[]){5}, 0, x);
+  expect_pieces("split 5 by 7", mx_split(x, 7, 0, p, 8), p, 1, (int64_t[]){5}, 0, x);
+  expect_pieces("split 3 by 2 along -1", mx_split(x, 2, -1, p, 8), p, 2, (int64_t[]){2, 1}, 1, x);
+  cr_expect_eq(mx_at(p[1], MX_SHAPE(4, 0)), 14.0);
+  expect_pieces("chunk 5 into 3", mx_chunk(x, 3, 0, p, 8), p, 3, (int64_t[]){2, 2, 1}, 0, x);
+  expect_pieces("chunk 5 into 2", mx_chunk(x, 2, 0, p, 8), p, 2, (int64_t[]){3, 2}, 0, x);
+  mx_tensor *six = mx_arange(0, 6, 1, MX_F64, MX_CPU);
+  expect_pieces("chunk 6 into 4", mx_chunk(six, 4, 0, p, 8), p, 3, (int64_t[]){2, 2, 2}, 0, six);
+  expect_pieces("chunk 3 into 5", mx_chunk(x, 5, 1, p, 8), p, 3, (int64_t[]){1, 1, 1}, 1, x);
+  mx_scope_end(s);
+}
+
+/* Each piece's gradient lands in its own rows: sum over pieces of (k + 1) * sum(piece k). */
+Test(nn_ops, split_piece_gradients) {
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *x = positive(MX_SHAPE(7, 2), MX_F64, 9), *p[4];
+  cr_assert_eq(mx_set_requires_grad(x, true), MX_OK);
+  int n = mx_split(x, 3, 0, p, 4);
+  cr_assert_eq(n, 3, "%s", mx_last_error());
+  mx_tensor *loss = mx_scalar(0, MX_F64, MX_CPU);
+  for (int k = 0; k < n; k++) loss = mx_add(loss, mx_mul_scalar(mx_sum(p[k], MX_ALL_DIMS, false), k + 1));
+  mx_tensor *g = NULL;
+  cr_assert_eq(mx_grad(1, &loss, 1, &x, NULL, false, false, false, &g), MX_OK, "%s", mx_last_error());
+  double *gv = host(g);
+  for (int i = 0; i < 14; i++) cr_expect_eq(gv[i], (double)(i / 2 / 3 + 1), "grad[%d] %g", i, gv[i]);
+  free(gv);
+  mx_scope_end(s);
+}
+
+/* --- batch_norm's running statistics ------------------------------------------------------------------ */
+
+/* Training updates them in place, outside the graph (no grad, no version trouble for x's
+ * gradient); eval reads them and leaves them alone. */
+Test(nn_ops, batch_norm_running_statistics_side_effects) {
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *x = positive(MX_SHAPE(4, 3, 2), MX_F64, 10);
+  cr_assert_eq(mx_set_requires_grad(x, true), MX_OK);
+  mx_tensor *mean = mx_zeros(MX_SHAPE(3), MX_F64, MX_CPU), *var = mx_ones(MX_SHAPE(3), MX_F64, MX_CPU);
+  mx_tensor *y = mx_batch_norm(x, mean, var, NULL, NULL, true, 0.5, 1e-5);
+  cr_assert_not_null(y, "%s", mx_last_error());
+  cr_expect(!mx_requires_grad(mean) && !mx_requires_grad(var), "the running statistics joined the graph");
+  /* momentum 0.5 from 0 and 1: half the batch mean, (1 + unbiased batch variance) / 2 */
+  double *xv = host(x);
+  for (int c = 0; c < 3; c++) {
+    double m = 0, v = 0;
+    for (int b = 0; b < 4; b++)
+      for (int j = 0; j < 2; j++) m += xv[b * 6 + c * 2 + j] / 8;
+    for (int b = 0; b < 4; b++)
+      for (int j = 0; j < 2; j++) v += pow(xv[b * 6 + c * 2 + j] - m, 2) / 7;
+    cr_expect(fabs(mx_at(mean, MX_SHAPE(c)) - m / 2) < 1e-14, "running mean[%d] %.17g, expected %.17g", c,
+              mx_at(mean, MX_SHAPE(c)), m / 2);
+    cr_expect(fabs(mx_at(var, MX_SHAPE(c)) - (1 + v) / 2) < 1e-14, "running var[%d] %.17g, expected %.17g", c,
+              mx_at(var, MX_SHAPE(c)), (1 + v) / 2);
+  }
+  free(xv);
+  mx_tensor *loss = mx_sum(mx_mul(y, y), MX_ALL_DIMS, false), *g = NULL;
+  cr_expect_eq(mx_grad(1, &loss, 1, &x, NULL, false, false, false, &g), MX_OK, "%s", mx_last_error());
+  double before[3] = {mx_at(mean, MX_SHAPE(0)), mx_at(mean, MX_SHAPE(1)), mx_at(mean, MX_SHAPE(2))};
+  cr_assert_not_null(mx_batch_norm(x, mean, var, NULL, NULL, false, 0.5, 1e-5), "%s", mx_last_error());
+  for (int c = 0; c < 3; c++) cr_expect_eq(mx_at(mean, MX_SHAPE(c)), before[c], "eval changed running mean[%d]", c);
+  mx_scope_end(s);
+}
+
+/* max_pool's indices are int64, flat within each (N, C) plane, and either output may be skipped. */
+Test(nn_ops, max_pool_indices) {
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *x = mx_reshape(mx_arange(0, 16, 1, MX_F32, MX_CPU), MX_SHAPE(1, 1, 4, 4)), *v = NULL, *i = NULL;
+  cr_assert_eq(mx_max_pool_with_indices(x, 2, MX_SHAPE(2), MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, &v, &i), MX_OK, "%s",
+               mx_last_error());
+  cr_expect_eq(mx_dtype_of(i), MX_I64);
+  cr_expect_eq(mx_dtype_of(v), MX_F32);
+  const double want[4] = {5, 7, 13, 15};
+  for (int k = 0; k < 4; k++) {
+    cr_expect_eq(mx_at(i, MX_SHAPE(0, 0, k / 2, k % 2)), want[k]);
+    cr_expect_eq(mx_at(v, MX_SHAPE(0, 0, k / 2, k % 2)), want[k]);
+  }
+  mx_tensor *only = NULL;
+  cr_expect_eq(mx_max_pool_with_indices(x, 2, MX_SHAPE(2), MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, NULL, &only), MX_OK);
+  cr_expect_not_null(only);
+  mx_scope_end(s);
+}
