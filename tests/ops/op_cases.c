@@ -923,3 +923,8 @@ mx_tensor *op_case_input(mx_shape shape, op_domain domain, mx_generator *gen) {
   free(v);
   return out;
 }
+
+int op_case_stride(void) {
+  const char *quick = getenv("MX_TEST_QUICK");
+  return quick && *quick && strcmp(quick, "0") ? 12 : 1;
+}

@@ -42,6 +42,10 @@ extern const int op_case_count;
 /* The case named name, or NULL. */
 const op_case *op_case_find(const char *name);
 
+/* 1, or 12 when MX_TEST_QUICK is set (valgrind runs every 12th case of the
+ * parameterized suites; the other runs take them all). */
+int op_case_stride(void);
+
 /* A float64 tensor of shape drawn from domain with gen (bool for DOM_BOOL). */
 mx_tensor *op_case_input(mx_shape shape, op_domain domain, mx_generator *gen);
 
