@@ -133,6 +133,9 @@ mx_status mx__bwd_div(mx__bw *bw) {
 }
 mx_status mx__bwd_pow(mx__bw *bw) {
   mx_tensor *x = X, *y = Y;
+  /* a C-scalar exponent takes x's dtype here: y - 1 between two C scalars
+   * would otherwise be computed in float32 */
+  if (x && y && y->wrapped_number && mx_dtype_is_floating(x->dtype)) y = mx_to_dtype(y, x->dtype);
   /* y x^(y-1), taken as 0 where y == 0 (so 0^0 has no NaN gradient) */
   GRAD(0, mx_masked_fill(mx_mul(G, mx_mul(y, mx_pow(x, mx_sub_scalar(y, 1)))), mx_eq_scalar(y, 0), 0));
   /* x^y log x, taken as 0 where x == 0 and y >= 0 */
