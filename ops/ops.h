@@ -270,6 +270,9 @@ const char *mx_op_name(int op);
 mx_cast_policy mx_op_policy(int op);
 const char *mx_cast_policy_name(mx_cast_policy policy);
 
+#include "ops/composites.h"
+#include "ops/losses.h"
+
 #ifdef __cplusplus
 }
 #endif

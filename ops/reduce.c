@@ -274,16 +274,25 @@ mx_status mx__fwd_logsumexp(mx__call *c) {
   return OUT0(c, mx_reshape(lse, dropped_shape(x, mask)));
 }
 
+/* (sum |x|^p)^(1/p), with a zero gradient (not NaN) where the sum is 0, as
+ * PyTorch's norm backward gives: the root reads a sum that is never 0. */
+static mx_tensor *root_of_sum(mx_tensor *sum, double p) {
+  mx_tensor *zero = mx_eq_scalar(sum, 0);
+  mx_tensor *safe = mx_masked_fill(sum, zero, 1);
+  mx_tensor *root = p == 2 ? mx_sqrt(safe) : mx_pow_scalar(safe, 1 / p);
+  return mx_masked_fill(root, zero, 0);
+}
+
 mx_status mx__fwd_norm(mx__call *c) {
   mx_tensor *x = c->in[0];
   double p = c->args->f[0];
   mx_shape dims = c->args->shape;
   bool keep = c->args->keepdim;
-  if (p == 2) return OUT0(c, mx_sqrt(mx_sum(mx_mul(x, x), dims, keep)));
+  if (p == 2) return OUT0(c, root_of_sum(mx_sum(mx_mul(x, x), dims, keep), 2));
   if (p == 1) return OUT0(c, mx_sum(mx_abs(x), dims, keep));
   if (isinf(p)) return OUT0(c, p > 0 ? mx_amax(mx_abs(x), dims, keep) : mx_amin(mx_abs(x), dims, keep));
-  if (p == 0) return OUT0(c, mx_sum(mx_ne(x, mx_zeros_like(x)), dims, keep));
-  return OUT0(c, mx_pow_scalar(mx_sum(mx_pow_scalar(mx_abs(x), p), dims, keep), 1 / p));
+  if (p == 0) return OUT0(c, mx_to_dtype(mx_sum(mx_ne(x, mx_zeros_like(x)), dims, keep), x->dtype));
+  return OUT0(c, root_of_sum(mx_sum(mx_pow_scalar(mx_abs(x), p), dims, keep), p));
 }
 
 /* --- public functions ---------------------------------------------------------------------- */
