@@ -104,6 +104,10 @@ mx_status mx__fwd_lerp(mx__call *c) {
   return OUT0(c, mx_add(c->in[0], mx_mul(c->in[2], mx_sub(c->in[1], c->in[0]))));
 }
 
+static mx_tensor *with_scalar(mx_op op, const mx_tensor *t, double s, bool scalar_first, double alpha);
+
+mx_status mx__fwd_rdiv(mx__call *c) { return OUT0(c, with_scalar(MX_OP_DIV, c->in[0], c->args->f[0], true, 1)); }
+
 mx_status mx__fwd_masked_fill(mx__call *c) {
   /* a 0-d tensor of the input's dtype: the result keeps that dtype */
   mx_tensor *value = mx_scalar(c->args->f[0], c->in[0]->dtype, MX_CPU);
@@ -204,7 +208,7 @@ mx_tensor *mx_sub_scalar(const mx_tensor *a, double b) { return with_scalar(MX_O
 mx_tensor *mx_rsub_scalar(double a, const mx_tensor *b) { return with_scalar(MX_OP_SUB, b, a, true, 1); }
 mx_tensor *mx_mul_scalar(const mx_tensor *a, double b) { return with_scalar(MX_OP_MUL, a, b, false, 1); }
 mx_tensor *mx_div_scalar(const mx_tensor *a, double b) { return with_scalar(MX_OP_DIV, a, b, false, 1); }
-mx_tensor *mx_rdiv_scalar(double a, const mx_tensor *b) { return with_scalar(MX_OP_DIV, b, a, true, 1); }
+mx_tensor *mx_rdiv_scalar(double a, const mx_tensor *b) { return mx__call1(MX_OP_RDIV, b, &(mx__args){.f = {a}}); }
 mx_tensor *mx_pow_scalar(const mx_tensor *a, double b) { return with_scalar(MX_OP_POW, a, b, false, 1); }
 mx_tensor *mx_rpow_scalar(double a, const mx_tensor *b) { return with_scalar(MX_OP_POW, b, a, true, 1); }
 mx_tensor *mx_eq_scalar(const mx_tensor *a, double b) { return with_scalar(MX_OP_EQ, a, b, false, 1); }

@@ -60,6 +60,19 @@ int mx_op_count(void) { return MX_OP_COUNT; }
 
 const char *mx_op_name(int op) { return op >= 0 && op < MX_OP_COUNT ? mx__ops[op].name : "invalid op"; }
 
+const char *mx_op_inputs(int op) { return op >= 0 && op < MX_OP_COUNT ? mx__ops[op].inputs : ""; }
+
+bool mx_op_is_composite(int op) { return op >= 0 && op < MX_OP_COUNT && mx__ops[op].grad == MX__GRAD_BODY; }
+
+const char *mx_op_gradient(int op) {
+  if (op < 0 || op >= MX_OP_COUNT) return "none";
+  switch (mx__ops[op].grad) {
+  case MX__GRAD_FORMULA: return "formula";
+  case MX__GRAD_BODY: return "composite";
+  default: return "none";
+  }
+}
+
 mx_cast_policy mx_op_policy(int op) { return op >= 0 && op < MX_OP_COUNT ? mx__ops[op].policy : MX_CAST_NONE; }
 
 const char *mx_cast_policy_name(mx_cast_policy policy) {

@@ -267,8 +267,13 @@ mx_status mx_relu_(mx_tensor *self);
 /* --- policy table --------------------------------------------------------------------- */
 int mx_op_count(void);
 const char *mx_op_name(int op);
+const char *mx_op_inputs(int op); /* "cond, a, b" */
 mx_cast_policy mx_op_policy(int op);
 const char *mx_cast_policy_name(mx_cast_policy policy);
+/* Composite ops are written with other ops (no kernel of their own). */
+bool mx_op_is_composite(int op);
+/* How the op is differentiated: "formula", "composite" or "none". */
+const char *mx_op_gradient(int op);
 
 #include "ops/composites.h"
 #include "ops/losses.h"
