@@ -90,6 +90,16 @@ mx_tensor *mx_cosine_similarity(const mx_tensor *x1, const mx_tensor *x2, int di
 /* The slices along dim whose p-norm exceeds maxnorm scaled down to it (p > 0) */
 mx_tensor *mx_renorm(const mx_tensor *x, double p, int dim, double maxnorm);
 
+/* --- sampling (autocast: promote) ------------------------------------------------------------
+ * F.grid_sample for 2-d inputs: input (N, C, H_in, W_in), grid (N, H_out, W_out, 2) of (x, y)
+ * in [-1, 1] (x along W) -> (N, C, H_out, W_out). align_corners: -1 and 1 are the centres of
+ * the corner pixels (else their outer edges). Differentiable in input and grid (nearest: the
+ * grid's gradient is 0, and nearest rounds halves to even, as PyTorch). */
+typedef enum { MX_GRID_BILINEAR, MX_GRID_NEAREST } mx_grid_mode;
+typedef enum { MX_GRID_PAD_ZEROS, MX_GRID_PAD_BORDER, MX_GRID_PAD_REFLECTION } mx_grid_padding;
+mx_tensor *mx_grid_sample(const mx_tensor *input, const mx_tensor *grid, mx_grid_mode mode, mx_grid_padding padding,
+                          bool align_corners);
+
 #ifdef __cplusplus
 }
 #endif

@@ -27,9 +27,25 @@ static mx_status write_back(const char *op, mx_tensor *self, mx_tensor *result) 
     mx_set_grad_enabled(previous);
   }
   if (status == MX_OK && recording) { /* self now stands where result stood */
+    mx__node *node = result->autograd->grad_fn;
     mx__autograd_meta *meta = mx__meta_of(self);
     if (!meta) status = mx_last_status();
-    else mx__node_set_output(result->autograd->grad_fn, result->autograd->output_nr, self);
+    else mx__node_set_output(node, result->autograd->output_nr, self);
+    /* the node saved self's old value as an input; self now owns the node,
+     * so keep a detached view instead (no cycle; its version still tells a
+     * backward that needs the old value that it was overwritten) */
+    for (int i = 0; i < node->n_saved && status == MX_OK; i++) {
+      if (node->saved[i].tensor != self) continue;
+      mx_tensor *view = mx__tensor_view(self, self->ndim, self->shape, self->strides, self->offset);
+      if (!view) {
+        status = mx_last_status();
+        break;
+      }
+      mx__retain(view);
+      mx_release(view); /* only the node's reference remains */
+      node->saved[i].tensor = view;
+      mx__decref(self);
+    }
   }
   mx_release(result);
   return status;

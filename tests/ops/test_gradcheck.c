@@ -183,7 +183,8 @@ Test(ops_grad, every_differentiable_op_has_a_case) {
       "kl_div", "poisson_nll_loss", "hinge_embedding_loss", "soft_margin_loss", "margin_ranking_loss",
       "cosine_embedding_loss", "triplet_margin_loss", "linear", "prelu", "rnn_tanh_cell", "rnn_relu_cell",
       "lstm_cell", "gru_cell", "scaled_dot_product_attention", "chain_matmul", "multi_dot", "einsum",
-      "bilinear", "cross", "tensordot", "normalize", "dist", "cdist", "pdist", "cosine_similarity", "renorm"};
+      "bilinear", "cross", "tensordot", "normalize", "dist", "cdist", "pdist", "cosine_similarity", "renorm",
+      "grid_sample"};
   /* op name -> the prefix of the case names that cover it */
   static const struct {
     const char *op, *case_prefix;

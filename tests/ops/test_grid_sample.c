@@ -1,0 +1,426 @@
+/* mx_grid_sample: values and gradients against PyTorch's F.grid_sample
+ * (tests/fixtures/grid_sample_fixtures.txt, written by
+ * tests/fixtures/make_grid_sample_fixtures.py with torch 1.13) for every
+ * mode x padding x align_corners, on grids with points inside, on the
+ * border of and outside [-1, 1]; the same in float32; gradcheck in float64
+ * on the grids whose points keep away from pixel boundaries; strided
+ * grids; the op table's policy; the exact messages of bad inputs. */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mixgrad.h>
+
+#ifndef MX_FIXTURES_DIR
+#error "MX_FIXTURES_DIR must name tests/fixtures"
+#endif
+#define FIXTURES MX_FIXTURES_DIR "/grid_sample_fixtures.txt"
+
+/* --- the fixture file -------------------------------------------------------------------------- */
+
+typedef struct {
+  mx_shape shape;
+  int64_t n;
+  double *v;
+} fx_tensor;
+
+typedef struct {
+  char id[96], args[256];
+  mx_grid_mode mode;
+  mx_grid_padding padding;
+  bool align;
+  fx_tensor in[2], out, weight, grad[2];
+  int parts; /* records read: 2 inputs, weight, output, 2 grads */
+} fx_case;
+
+static char *read_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = malloc((size_t)size + 1);
+  if (buf && fread(buf, 1, (size_t)size, f) != (size_t)size) {
+    free(buf);
+    buf = NULL;
+  }
+  if (buf) buf[size] = '\0';
+  fclose(f);
+  return buf;
+}
+
+/* "f64 <ndim> <dims...> <values...>" */
+static bool parse_tensor(char **save, fx_tensor *t) {
+  char *tok = strtok_r(NULL, " ", save);
+  if (!tok || strcmp(tok, "f64")) return false;
+  if (!(tok = strtok_r(NULL, " ", save))) return false;
+  t->shape.ndim = atoi(tok);
+  if (t->shape.ndim < 0 || t->shape.ndim > MX_MAX_DIMS) return false;
+  t->n = 1;
+  for (int d = 0; d < t->shape.ndim; d++) {
+    if (!(tok = strtok_r(NULL, " ", save))) return false;
+    t->shape.d[d] = atoll(tok);
+    t->n *= t->shape.d[d];
+  }
+  t->v = malloc(sizeof(double) * (size_t)(t->n ? t->n : 1));
+  for (int64_t k = 0; k < t->n; k++) {
+    if (!(tok = strtok_r(NULL, " ", save))) return false;
+    t->v[k] = strtod(tok, NULL);
+  }
+  return true;
+}
+
+static int count_cases(void) {
+  char *buf = read_file(FIXTURES);
+  if (!buf) return -1;
+  int n = 0;
+  for (char *p = buf; (p = strstr(p, "case ")); p += 5) n += p == buf || p[-1] == '\n';
+  free(buf);
+  return n;
+}
+
+/* The value of key=... in args (up to the next space), or "". */
+static void arg_str(const char *args, const char *key, char *out, size_t size) {
+  size_t n = strlen(key);
+  out[0] = '\0';
+  for (const char *p = args; (p = strstr(p, key)); p += n)
+    if ((p == args || p[-1] == ' ') && p[n] == '=') {
+      snprintf(out, size, "%.*s", (int)strcspn(p + n + 1, " "), p + n + 1);
+      return;
+    }
+}
+
+static bool parse_args(fx_case *c) {
+  char mode[32], padding[32], align[8];
+  arg_str(c->args, "mode", mode, sizeof mode);
+  arg_str(c->args, "padding", padding, sizeof padding);
+  arg_str(c->args, "align", align, sizeof align);
+  if (!strcmp(mode, "bilinear")) c->mode = MX_GRID_BILINEAR;
+  else if (!strcmp(mode, "nearest")) c->mode = MX_GRID_NEAREST;
+  else return false;
+  if (!strcmp(padding, "zeros")) c->padding = MX_GRID_PAD_ZEROS;
+  else if (!strcmp(padding, "border")) c->padding = MX_GRID_PAD_BORDER;
+  else if (!strcmp(padding, "reflection")) c->padding = MX_GRID_PAD_REFLECTION;
+  else return false;
+  if (strcmp(align, "0") && strcmp(align, "1")) return false;
+  c->align = align[0] == '1';
+  return true;
+}
+
+static bool load_case(int k, fx_case *c) {
+  memset(c, 0, sizeof *c);
+  char *buf = read_file(FIXTURES);
+  if (!buf) return false;
+  int index = -1;
+  bool ok = false, inside = false;
+  char *line_save = NULL;
+  for (char *line = strtok_r(buf, "\n", &line_save); line; line = strtok_r(NULL, "\n", &line_save)) {
+    if (!strncmp(line, "case ", 5) && ++index == k) {
+      inside = true;
+      int used = 0;
+      char op[64];
+      if (sscanf(line, "case %95s %63s%n", c->id, op, &used) != 2 || strcmp(op, "grid_sample")) break;
+      snprintf(c->args, sizeof c->args, "%s", line + used);
+      if (!parse_args(c)) break;
+      continue;
+    }
+    if (!inside) continue;
+    char *save = NULL;
+    char *kind = strtok_r(line, " ", &save);
+    if (!kind) continue;
+    if (!strcmp(kind, "end")) {
+      ok = c->parts == 6;
+      break;
+    }
+    char *tok = strtok_r(NULL, " ", &save);
+    int i = tok ? atoi(tok) : -1;
+    fx_tensor *t = NULL;
+    if (!strcmp(kind, "input") && (i == 0 || i == 1)) t = &c->in[i];
+    else if (!strcmp(kind, "grad") && (i == 0 || i == 1)) t = &c->grad[i];
+    else if (!strcmp(kind, "output") && i == 0) t = &c->out;
+    else if (!strcmp(kind, "weight") && i == 0) t = &c->weight;
+    if (!t || t->v || !parse_tensor(&save, t)) break;
+    c->parts++;
+  }
+  free(buf);
+  return ok;
+}
+
+static void free_case(fx_case *c) {
+  for (int i = 0; i < 2; i++) free(c->in[i].v), free(c->grad[i].v);
+  free(c->out.v);
+  free(c->weight.v);
+}
+
+static mx_tensor *to_mx(const fx_tensor *t) { return mx_from_data(t->v, t->shape, MX_F64, MX_CPU); }
+
+static bool has_suffix(const char *id, const char *suffix) {
+  size_t n = strlen(id), m = strlen(suffix);
+  return n >= m && !strcmp(id + n - m, suffix);
+}
+
+/* The cases whose grid points keep away from pixel boundaries (gradchecked). */
+static bool is_smooth(const fx_case *c) { return has_suffix(c->id, "@smooth") || has_suffix(c->id, "@size1"); }
+
+/* --- values and gradients against PyTorch ---------------------------------------------------------- */
+
+static void expect_matches(const char *id, const char *what, const mx_tensor *got, const fx_tensor *want) {
+  cr_assert_not_null(got, "%s: %s is NULL: %s", id, what, mx_last_error());
+  cr_expect_eq(mx_dtype_of(got), MX_F64, "%s: %s dtype %s", id, what, mx_dtype_name(mx_dtype_of(got)));
+  mx_shape shape = mx_shape_get(got);
+  bool same = shape.ndim == want->shape.ndim;
+  for (int d = 0; same && d < shape.ndim; d++) same = shape.d[d] == want->shape.d[d];
+  cr_assert(same, "%s: %s has a shape other than PyTorch's", id, what);
+  double *v = malloc(sizeof(double) * (size_t)(want->n ? want->n : 1));
+  cr_assert_eq(mx_to_host(got, v, sizeof(double) * (size_t)want->n), MX_OK, "%s", mx_last_error());
+  double scale = 0;
+  for (int64_t k = 0; k < want->n; k++)
+    if (isfinite(want->v[k]) && fabs(want->v[k]) > scale) scale = fabs(want->v[k]);
+  int bad = 0;
+  for (int64_t k = 0; k < want->n; k++) {
+    double e = want->v[k], g = v[k];
+    bool ok = isnan(e) || isnan(g) ? isnan(e) && isnan(g)
+              : isinf(e) || isinf(g) ? e == g
+                                     : fabs(g - e) <= 1e-10 * (fabs(e) + 1e-3 * scale);
+    if (!ok && bad++ < 4) cr_expect(ok, "%s: %s[%lld] is %.17g, PyTorch %.17g", id, what, (long long)k, g, e);
+  }
+  cr_expect_eq(bad, 0, "%s: %s: %d of %lld values differ from PyTorch", id, what, bad, (long long)want->n);
+  free(v);
+}
+
+static int *all_ids(size_t *count) {
+  int n = count_cases();
+  int *ids = cr_malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+  for (int k = 0; k < n; k++) ids[k] = k;
+  *count = n > 0 ? (size_t)n : 0;
+  return ids;
+}
+
+ParameterizedTestParameters(grid_sample_torch, matches_pytorch) {
+  size_t n;
+  int *ids = all_ids(&n);
+  return cr_make_param_array(int, ids, n);
+}
+
+ParameterizedTest(int *k, grid_sample_torch, matches_pytorch) {
+  fx_case c;
+  cr_assert(load_case(*k, &c), "case %d of %s does not parse", *k, FIXTURES);
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *input = to_mx(&c.in[0]), *grid = to_mx(&c.in[1]);
+  cr_assert_eq(mx_set_requires_grad(input, true), MX_OK);
+  cr_assert_eq(mx_set_requires_grad(grid, true), MX_OK);
+  mx_tensor *out = mx_grid_sample(input, grid, c.mode, c.padding, c.align);
+  expect_matches(c.id, "output", out, &c.out);
+  mx_tensor *loss = mx_sum(mx_mul(out, to_mx(&c.weight)), MX_ALL_DIMS, false);
+  cr_assert_not_null(loss, "%s: %s", c.id, mx_last_error());
+  mx_tensor *grads[2] = {0};
+  cr_assert_eq(mx_grad(1, &loss, 2, (mx_tensor *[]){input, grid}, NULL, false, false, true, grads), MX_OK, "%s: %s",
+               c.id, mx_last_error());
+  cr_expect(c.mode == MX_GRID_NEAREST || grads[1], "%s: bilinear gives the grid no gradient", c.id);
+  expect_matches(c.id, "grad of input", grads[0] ? grads[0] : mx_zeros_like(input), &c.grad[0]);
+  expect_matches(c.id, "grad of grid", grads[1] ? grads[1] : mx_zeros_like(grid), &c.grad[1]);
+  mx_scope_end(s);
+  free_case(&c);
+}
+
+/* The same cases in float32: within a float32 tolerance of PyTorch's float64 values (the
+ * hand-written points are exact in float32, the random ones keep 1e-3 from any rounding
+ * decision). */
+ParameterizedTestParameters(grid_sample_torch, float32_is_close) {
+  size_t n;
+  int *ids = all_ids(&n);
+  return cr_make_param_array(int, ids, n);
+}
+
+ParameterizedTest(int *k, grid_sample_torch, float32_is_close) {
+  fx_case c;
+  cr_assert(load_case(*k, &c), "case %d of %s does not parse", *k, FIXTURES);
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *input = mx_to_dtype(to_mx(&c.in[0]), MX_F32), *grid = mx_to_dtype(to_mx(&c.in[1]), MX_F32);
+  mx_tensor *out = mx_grid_sample(input, grid, c.mode, c.padding, c.align);
+  cr_assert_not_null(out, "%s: %s", c.id, mx_last_error());
+  cr_expect_eq(mx_dtype_of(out), MX_F32, "%s: output is %s", c.id, mx_dtype_name(mx_dtype_of(out)));
+  const fx_tensor *want = &c.out;
+  double *v = malloc(sizeof(double) * (size_t)want->n), scale = 0;
+  cr_assert_eq(mx_to_host(mx_to_dtype(out, MX_F64), v, sizeof(double) * (size_t)want->n), MX_OK);
+  for (int64_t j = 0; j < want->n; j++) scale = fmax(scale, fabs(want->v[j]));
+  int bad = 0;
+  for (int64_t j = 0; j < want->n; j++)
+    if (!(fabs(v[j] - want->v[j]) <= 1e-5 * (fabs(want->v[j]) + scale)) && bad++ < 4)
+      cr_expect(false, "%s: float32 output[%lld] is %.9g, PyTorch (float64) %.17g", c.id, (long long)j, v[j],
+                want->v[j]);
+  free(v);
+  mx_scope_end(s);
+  free_case(&c);
+}
+
+/* Every mode x padding x align_corners has its three cases. */
+Test(grid_sample_torch, every_combination_has_cases) {
+  static const char *const modes[] = {"bilinear", "nearest"}, *const paddings[] = {"zeros", "border", "reflection"};
+  static const char *const variants[] = {"", "@smooth", "@size1"};
+  int n = count_cases();
+  cr_assert_gt(n, 0, "cannot read %s (run tests/fixtures/make_grid_sample_fixtures.py)", FIXTURES);
+  char *buf = read_file(FIXTURES);
+  int found = 0;
+  for (int m = 0; m < 2; m++)
+    for (int p = 0; p < 3; p++)
+      for (int a = 0; a < 2; a++)
+        for (int v = 0; v < 3; v++) {
+          char line[160];
+          snprintf(line, sizeof line, "case %s_%s_%d%s grid_sample mode=%s padding=%s align=%d\n", modes[m],
+                   paddings[p], a, variants[v], modes[m], paddings[p], a);
+          bool here = strstr(buf, line) != NULL;
+          cr_expect(here, "no case: %s", line);
+          found += here;
+        }
+  cr_expect_eq(found, 36);
+  cr_expect_eq(n, 36, "%d cases", n);
+  free(buf);
+}
+
+/* --- gradcheck ----------------------------------------------------------------------------------- */
+
+typedef struct {
+  mx_grid_mode mode;
+  mx_grid_padding padding;
+  bool align;
+} sample_args;
+
+static mx_tensor *sample(int n, mx_tensor *const *in, void *ctx) {
+  (void)n;
+  const sample_args *a = ctx;
+  return mx_grid_sample(in[0], in[1], a->mode, a->padding, a->align);
+}
+
+ParameterizedTestParameters(grid_sample_grad, gradcheck) {
+  int n = count_cases();
+  int *ids = cr_malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+  size_t count = 0;
+  for (int k = 0; k < n; k++) {
+    fx_case c;
+    if (load_case(k, &c) && is_smooth(&c)) ids[count++] = k;
+    free_case(&c);
+  }
+  return cr_make_param_array(int, ids, count);
+}
+
+/* Both inputs: bilinear's gradients in input and grid; nearest's in input, and its grid's 0
+ * (piecewise constant away from the halfway points). */
+ParameterizedTest(int *k, grid_sample_grad, gradcheck) {
+  fx_case c;
+  cr_assert(load_case(*k, &c), "case %d of %s does not parse", *k, FIXTURES);
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *in[2] = {to_mx(&c.in[0]), to_mx(&c.in[1])};
+  for (int i = 0; i < 2; i++) cr_assert_eq(mx_set_requires_grad(in[i], true), MX_OK);
+  sample_args args = {c.mode, c.padding, c.align};
+  mx_status st = mx_gradcheck(sample, 2, in, &args, 1e-6, 1e-5, 1e-4);
+  cr_expect_eq(st, MX_OK, "gradcheck %s: %s", c.id, mx_last_error());
+  mx_scope_end(s);
+  free_case(&c);
+}
+
+Test(grid_sample_grad, the_checked_cases) {
+  int n = count_cases(), smooth = 0, bilinear = 0;
+  for (int k = 0; k < n; k++) {
+    fx_case c;
+    cr_assert(load_case(k, &c), "case %d does not parse", k);
+    smooth += is_smooth(&c);
+    bilinear += is_smooth(&c) && c.mode == MX_GRID_BILINEAR;
+    free_case(&c);
+  }
+  cr_expect_eq(smooth, 24, "%d cases get a gradcheck", smooth);
+  cr_expect_eq(bilinear, 12, "%d bilinear cases get a gradcheck", bilinear);
+}
+
+/* --- strided grids, the op table ---------------------------------------------------------------- */
+
+static bool bitwise_equal(const mx_tensor *a, const mx_tensor *b) {
+  cr_assert_not_null(a, "%s", mx_last_error());
+  cr_assert_not_null(b, "%s", mx_last_error());
+  if (mx_numel(a) != mx_numel(b)) return false;
+  int64_t n = mx_numel(a);
+  double *x = malloc(sizeof(double) * (size_t)n), *y = malloc(sizeof(double) * (size_t)n);
+  cr_assert_eq(mx_to_host(a, x, sizeof(double) * (size_t)n), MX_OK);
+  cr_assert_eq(mx_to_host(b, y, sizeof(double) * (size_t)n), MX_OK);
+  bool same = memcmp(x, y, sizeof(double) * (size_t)n) == 0;
+  free(x);
+  free(y);
+  return same;
+}
+
+/* A grid and an input that are views (transposed, strided) sample as their contiguous copies. */
+Test(grid_sample, strided_inputs_match_contiguous_ones) {
+  mx_scope *s = mx_scope_begin();
+  mx_generator *gen = mx_generator_new(5);
+  mx_tensor *grid_t = mx_sub_scalar(mx_mul_scalar(mx_rand(MX_SHAPE(2, 4, 3, 2), MX_F64, MX_CPU, gen), 3), 1.5);
+  mx_tensor *input_t = mx_randn(MX_SHAPE(2, 3, 5, 4), MX_F64, MX_CPU, gen);
+  mx_generator_free(gen);
+  mx_tensor *grid = mx_transpose(grid_t, 1, 2), *input = mx_transpose(input_t, 2, 3); /* (2,3,4,2), (2,3,4,5) */
+  for (int mode = 0; mode < 2; mode++)
+    for (int padding = 0; padding < 3; padding++) {
+      mx_tensor *a = mx_grid_sample(input, grid, mode, padding, padding == 1);
+      mx_tensor *b = mx_grid_sample(mx_contiguous(input), mx_contiguous(grid), mode, padding, padding == 1);
+      cr_expect(bitwise_equal(a, b), "mode %d padding %d: a strided grid samples differently", mode, padding);
+    }
+  mx_scope_end(s);
+}
+
+Test(grid_sample, policy_is_promote) {
+  int found = -1;
+  for (int op = 0; op < mx_op_count(); op++)
+    if (!strcmp(mx_op_name(op), "grid_sample")) found = op;
+  cr_assert_geq(found, 0, "no op grid_sample in the table");
+  cr_expect_eq(mx_op_policy(found), MX_CAST_PROMOTE, "policy %s", mx_cast_policy_name(mx_op_policy(found)));
+}
+
+/* --- errors ------------------------------------------------------------------------------------------------- */
+
+static void expect_error(const char *what, bool failed, mx_status status, const char *message) {
+  cr_expect(failed, "%s: expected an error (%s), the call succeeded", what, message);
+  if (!failed) return;
+  cr_expect_eq(mx_last_status(), status, "%s: status \"%s\", expected \"%s\"", what, mx_status_str(mx_last_status()),
+               mx_status_str(status));
+  cr_expect_str_eq(mx_last_error(), message, "%s:\n  got      \"%s\"\n  expected \"%s\"", what, mx_last_error(),
+                   message);
+}
+
+#define EXPECT_NULL(expr, status, message)                \
+  do {                                                    \
+    mx_clear_error();                                     \
+    expect_error(#expr, (expr) == NULL, status, message); \
+  } while (0)
+
+static mx_tensor *zeros(mx_shape shape) { return mx_zeros(shape, MX_F64, MX_CPU); }
+
+Test(grid_sample_errors, bad_inputs) {
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *input = zeros(MX_SHAPE(2, 3, 4, 5)), *grid = zeros(MX_SHAPE(2, 6, 7, 2));
+  const mx_grid_mode bl = MX_GRID_BILINEAR;
+  const mx_grid_padding zp = MX_GRID_PAD_ZEROS;
+  EXPECT_NULL(mx_grid_sample(input, zeros(MX_SHAPE(2, 6, 7, 3)), bl, zp, false), MX_SHAPE_ERROR,
+              "mx_grid_sample: grid must be (N, H_out, W_out, 2), got shape [2,6,7,3]");
+  EXPECT_NULL(mx_grid_sample(input, zeros(MX_SHAPE(2, 6, 2)), bl, zp, false), MX_SHAPE_ERROR,
+              "mx_grid_sample: grid must be (N, H_out, W_out, 2), got shape [2,6,2]");
+  EXPECT_NULL(mx_grid_sample(input, zeros(MX_SHAPE(3, 6, 7, 2)), bl, zp, true), MX_SHAPE_ERROR,
+              "mx_grid_sample: input [2,3,4,5] and grid [3,6,7,2] have different batch sizes (2 != 3)");
+  EXPECT_NULL(mx_grid_sample(zeros(MX_SHAPE(3, 4, 5)), grid, bl, zp, false), MX_SHAPE_ERROR,
+              "mx_grid_sample: input must be 4-d (N, C, H_in, W_in), got shape [3,4,5]");
+  EXPECT_NULL(mx_grid_sample(zeros(MX_SHAPE(2, 3, 0, 5)), grid, bl, zp, false), MX_SHAPE_ERROR,
+              "mx_grid_sample: input [2,3,0,5] has an empty spatial dim");
+  EXPECT_NULL(mx_grid_sample(mx_zeros(MX_SHAPE(2, 3, 4, 5), MX_F32, MX_CPU), grid, bl, zp, false), MX_DTYPE_ERROR,
+              "mx_grid_sample: input and grid must have one floating dtype, got float32 and float64");
+  mx_tensor *int_input = mx_zeros(MX_SHAPE(2, 3, 4, 5), MX_I64, MX_CPU);
+  mx_tensor *int_grid = mx_zeros(MX_SHAPE(2, 6, 7, 2), MX_I64, MX_CPU);
+  EXPECT_NULL(mx_grid_sample(int_input, int_grid, bl, zp, false), MX_DTYPE_ERROR,
+              "mx_grid_sample: input and grid must have one floating dtype, got int64 and int64");
+  EXPECT_NULL(mx_grid_sample(input, grid, (mx_grid_mode)2, zp, false), MX_INVALID_ARGUMENT,
+              "mx_grid_sample: unknown mode 2 (expected bilinear or nearest)");
+  EXPECT_NULL(mx_grid_sample(input, grid, bl, (mx_grid_padding)3, false), MX_INVALID_ARGUMENT,
+              "mx_grid_sample: unknown padding mode 3 (expected zeros, border or reflection)");
+  EXPECT_NULL(mx_grid_sample(NULL, grid, bl, zp, false), MX_NULL_INPUT, "mx_grid_sample: argument 'input' is NULL");
+  EXPECT_NULL(mx_grid_sample(input, NULL, bl, zp, false), MX_NULL_INPUT, "mx_grid_sample: argument 'grid' is NULL");
+  mx_scope_end(s);
+}
