@@ -164,7 +164,8 @@ static mx_conv_params conv_params(int spatial, mx_shape stride, mx_shape padding
   return p;
 }
 
-static mx_tensor *dispatch_conv(mx_op op, const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias, mx__args *args) {
+static mx_tensor *dispatch_conv(mx_op op, const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias,
+                               const mx__args *args) {
   const mx_tensor *in[3] = {x, w, bias};
   mx_tensor *out[MX__MAX_OUTPUTS] = {0};
   return mx__dispatch(op, bias ? 3 : 2, in, args, out) == MX_OK ? out[0] : NULL;
@@ -193,15 +194,29 @@ mx_tensor *mx_conv_transpose(const mx_tensor *x, const mx_tensor *weight, const 
   return dispatch_conv(MX_OP_CONV_TRANSPOSE, x, weight, bias, &args);
 }
 
+/* conv1d ... conv_transpose3d: rows of their own (PyTorch's autocast names
+ * them), bodies that call the rank-generic ops */
 #define CONV_API(n)                                                                                           \
+  mx_status mx__fwd_conv##n##d(mx__call *c) {                                                                \
+    return OUT0(c, dispatch_conv(MX_OP_CONV, c->in[0], c->in[1], c->n_in > 2 ? c->in[2] : NULL, \
+                                 c->args));                                                                   \
+  }                                                                                                           \
+  mx_status mx__fwd_conv_transpose##n##d(mx__call *c) {                                                      \
+    return OUT0(c, dispatch_conv(MX_OP_CONV_TRANSPOSE, c->in[0], c->in[1], c->n_in > 2 ? c->in[2] : NULL,    \
+                                 c->args));                                                                   \
+  }                                                                                                           \
   mx_tensor *mx_conv##n##d(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias, mx_shape stride, \
                            mx_shape padding, mx_shape dilation, int64_t groups) {                             \
-    return mx_conv(x, weight, bias, n, stride, padding, dilation, groups);                                    \
+    mx__args args = {.conv = conv_params(n, stride, padding, dilation, groups)};                              \
+    return dispatch_conv(MX_OP_CONV##n##D, x, weight, bias, &args);                                           \
   }                                                                                                           \
   mx_tensor *mx_conv_transpose##n##d(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias,      \
                                      mx_shape stride, mx_shape padding, mx_shape output_padding,              \
                                      mx_shape dilation, int64_t groups) {                                     \
-    return mx_conv_transpose(x, weight, bias, n, stride, padding, output_padding, dilation, groups);          \
+    mx__args args = {.conv = conv_params(n, stride, padding, dilation, groups)};                              \
+    for (int i = 0; i < n; i++)                                                                               \
+      args.i[i] = output_padding.ndim == 0 ? 0 : output_padding.d[output_padding.ndim == 1 ? 0 : i];          \
+    return dispatch_conv(MX_OP_CONV_TRANSPOSE##n##D, x, weight, bias, &args);                                 \
   }
 CONV_API(1)
 CONV_API(2)

@@ -291,32 +291,32 @@ Test(nn_errors, convolution) {
   mx_scope *s = mx_scope_begin();
   mx_tensor *img = zeros(MX_SHAPE(1, 3, 5, 5)), *w = zeros(MX_SHAPE(2, 2, 3, 3));
   EXPECT_NULL(mx_conv2d(img, w, NULL, MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, 1), MX_SHAPE_ERROR,
-              "mx_conv: input [1,3,5,5] has 3 channels, weight [2,2,3,3] expects 2 (groups 1)");
+              "mx_conv2d: input [1,3,5,5] has 3 channels, weight [2,2,3,3] expects 2 (groups 1)");
   EXPECT_NULL(mx_conv2d(zeros(MX_SHAPE(1, 4, 5, 5)), zeros(MX_SHAPE(4, 2, 3, 3)), NULL, MX_DEFAULT, MX_DEFAULT,
                         MX_DEFAULT, 3),
-              MX_SHAPE_ERROR, "mx_conv: input [1,4,5,5] has 4 channels, weight [4,2,3,3] expects 6 (groups 3)");
+              MX_SHAPE_ERROR, "mx_conv2d: input [1,4,5,5] has 4 channels, weight [4,2,3,3] expects 6 (groups 3)");
   EXPECT_NULL(mx_conv1d(zeros(MX_SHAPE(1, 2, 5)), zeros(MX_SHAPE(2, 2, 3)), NULL, MX_DEFAULT, MX_DEFAULT, MX_DEFAULT,
                         0),
-              MX_SHAPE_ERROR, "mx_conv: input [1,2,5] has 2 channels, weight [2,2,3] expects 0 (groups 0)");
+              MX_SHAPE_ERROR, "mx_conv1d: input [1,2,5] has 2 channels, weight [2,2,3] expects 0 (groups 0)");
   EXPECT_NULL(mx_conv2d(zeros(MX_SHAPE(1, 2, 2, 2)), w, NULL, MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, 1), MX_SHAPE_ERROR,
-              "mx_conv: kernel 3 (dilation 1) does not fit input size 2 + padding 0 in spatial dim 0");
+              "mx_conv2d: kernel 3 (dilation 1) does not fit input size 2 + padding 0 in spatial dim 0");
   EXPECT_NULL(mx_conv3d(zeros(MX_SHAPE(1, 2, 5, 5, 4)), zeros(MX_SHAPE(1, 2, 3, 3, 3)), NULL, MX_DEFAULT, MX_DEFAULT,
                         MX_SHAPE(1, 1, 2), 1),
-              MX_SHAPE_ERROR, "mx_conv: kernel 3 (dilation 2) does not fit input size 4 + padding 0 in spatial dim 2");
+              MX_SHAPE_ERROR, "mx_conv3d: kernel 3 (dilation 2) does not fit input size 4 + padding 0 in spatial dim 2");
   EXPECT_NULL(mx_conv2d(mx_zeros(MX_SHAPE(1, 2, 5, 5), MX_F32, MX_CPU), w, NULL, MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, 1),
-              MX_DTYPE_ERROR, "mx_conv: expected one dtype for input and weight, got float32 and float64");
+              MX_DTYPE_ERROR, "mx_conv2d: expected one dtype for input and weight, got float32 and float64");
   EXPECT_NULL(mx_conv2d(zeros(MX_SHAPE(1, 2, 5)), w, NULL, MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, 1), MX_SHAPE_ERROR,
-              "mx_conv: input [1,2,5] and weight [2,2,3,3] must both be 4-d for 2 spatial dims");
+              "mx_conv2d: input [1,2,5] and weight [2,2,3,3] must both be 4-d for 2 spatial dims");
   EXPECT_NULL(mx_conv2d(zeros(MX_SHAPE(1, 2, 5, 5)), w, zeros(MX_SHAPE(3)), MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, 1),
-              MX_SHAPE_ERROR, "mx_conv: shapes [1,2,3,3] and [1,3,1,1] cannot be broadcast together (dim 1: 2 vs 3)");
+              MX_SHAPE_ERROR, "mx_conv2d: shapes [1,2,3,3] and [1,3,1,1] cannot be broadcast together (dim 1: 2 vs 3)");
   EXPECT_NULL(mx_conv(img, w, NULL, 4, MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, 1), MX_INVALID_ARGUMENT,
               "mx_conv: 4 spatial dims (1 to 3 are supported)");
   /* transposed: weight (C_in, C_out / groups, *K) */
   EXPECT_NULL(mx_conv_transpose2d(img, w, NULL, MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, 1), MX_SHAPE_ERROR,
-              "mx_conv_transpose: input with 3 channels and weight with 2 input channels (both 4-d) do not fit");
+              "mx_conv_transpose2d: input with 3 channels and weight with 2 input channels (both 4-d) do not fit");
   EXPECT_NULL(mx_conv_transpose2d(zeros(MX_SHAPE(1, 2, 3, 3)), w, NULL, MX_DEFAULT, MX_DEFAULT, MX_SHAPE(1),
                                   MX_DEFAULT, 1),
-              MX_INVALID_ARGUMENT, "mx_conv_transpose: output_padding 1 must be smaller than the stride or the dilation");
+              MX_INVALID_ARGUMENT, "mx_conv_transpose2d: output_padding 1 must be smaller than the stride or the dilation");
   EXPECT_NULL(mx_conv_transpose(img, w, NULL, 0, MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, 1),
               MX_INVALID_ARGUMENT, "mx_conv_transpose: 0 spatial dims (1 to 3 are supported)");
   mx_scope_end(s);
