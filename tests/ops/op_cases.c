@@ -925,6 +925,13 @@ mx_tensor *op_case_input(mx_shape shape, op_domain domain, mx_generator *gen) {
 }
 
 int op_case_stride(void) {
-  const char *quick = getenv("MX_TEST_QUICK");
-  return quick && *quick && strcmp(quick, "0") ? 12 : 1;
+  const char *stride = getenv("MX_TEST_OP_STRIDE");
+  int n = stride ? atoi(stride) : 1;
+  return n > 0 ? n : 1;
+}
+
+int op_sample(int *ids, int n) {
+  int stride = op_case_stride(), m = 0;
+  for (int k = 0; k < n; k += stride) ids[m++] = ids[k];
+  return m;
 }

@@ -42,9 +42,13 @@ extern const int op_case_count;
 /* The case named name, or NULL. */
 const op_case *op_case_find(const char *name);
 
-/* 1, or 12 when MX_TEST_QUICK is set (valgrind runs every 12th case of the
- * parameterized suites; the other runs take them all). */
+/* Run every n-th case of the parameterized suites: MX_TEST_OP_STRIDE, 1 by
+ * default (valgrind, which starts a process per case, sets 12). */
 int op_case_stride(void);
+/* Keeps every op_case_stride()-th of n ids (in place); returns how many. */
+int op_sample(int *ids, int n);
+/* A Criterion parameter array of the sampled ids. */
+#define OP_PARAMS(ids, n) cr_make_param_array(int, ids, (size_t)op_sample(ids, (int)(n)))
 
 /* A float64 tensor of shape drawn from domain with gen (bool for DOM_BOOL). */
 mx_tensor *op_case_input(mx_shape shape, op_domain domain, mx_generator *gen);

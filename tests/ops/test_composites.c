@@ -6,6 +6,8 @@
  * policies, and the exact messages of bad inputs. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
+
+#include "op_cases.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -259,7 +261,7 @@ ParameterizedTestParameters(composite_torch, matches_pytorch) {
   }
   case_ids = cr_malloc(sizeof(int) * (size_t)n);
   for (int k = 0; k < n; k++) case_ids[k] = k;
-  return cr_make_param_array(int, case_ids, (size_t)n);
+  return OP_PARAMS(case_ids, (size_t)n);
 }
 
 static void load_inputs(const fx_case *c, mx_tensor **in, bool grads) {
@@ -313,7 +315,7 @@ ParameterizedTestParameters(composite_torch, float32_is_close) {
   int n = count_cases();
   int *ids = cr_malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
   for (int k = 0; k < n; k++) ids[k] = k;
-  return cr_make_param_array(int, ids, (size_t)(n > 0 ? n : 0));
+  return OP_PARAMS(ids, (size_t)(n > 0 ? n : 0));
 }
 
 ParameterizedTest(int *k, composite_torch, float32_is_close) {
@@ -407,7 +409,7 @@ static void check_case(int k, bool second_order) {
 ParameterizedTestParameters(composite_grad, gradcheck) {
   size_t n;
   int *ids = select_ids(false, &n, false);
-  return cr_make_param_array(int, ids, n);
+  return OP_PARAMS(ids, n);
 }
 
 ParameterizedTest(int *k, composite_grad, gradcheck) { check_case(*k, false); }
@@ -415,7 +417,7 @@ ParameterizedTest(int *k, composite_grad, gradcheck) { check_case(*k, false); }
 ParameterizedTestParameters(composite_grad, gradgradcheck) {
   size_t n;
   int *ids = select_ids(true, &n, false);
-  return cr_make_param_array(int, ids, n);
+  return OP_PARAMS(ids, n);
 }
 
 ParameterizedTest(int *k, composite_grad, gradgradcheck) { check_case(*k, true); }

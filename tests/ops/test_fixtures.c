@@ -239,10 +239,9 @@ ParameterizedTestParameters(ops_torch, matches_pytorch) {
     case_ids[0] = -1;
     return cr_make_param_array(int, case_ids, 1);
   }
-  int stride = op_case_stride(), m = 0;
   case_ids = cr_malloc(sizeof(int) * (size_t)n);
-  for (int k = 0; k < n; k += stride) case_ids[m++] = k;
-  return cr_make_param_array(int, case_ids, (size_t)m);
+  for (int k = 0; k < n; k++) case_ids[k] = k;
+  return OP_PARAMS(case_ids, (size_t)n);
 }
 
 ParameterizedTest(int *k, ops_torch, matches_pytorch) {

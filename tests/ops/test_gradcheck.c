@@ -16,9 +16,9 @@
 static int gradcheck_ids[512], gradgrad_ids[512];
 
 static int select_cases(unsigned flag, int *ids) {
-  int n = 0, seen = 0;
+  int n = 0;
   for (int k = 0; k < op_case_count && n < 512; k++)
-    if ((op_cases[k].flags & flag) && seen++ % op_case_stride() == 0) ids[n++] = k;
+    if (op_cases[k].flags & flag) ids[n++] = k;
   return n;
 }
 
@@ -37,7 +37,7 @@ static void make_inputs(const op_case *c, int k, mx_tensor **inputs) {
 
 ParameterizedTestParameters(ops_grad, gradcheck) {
   int n = select_cases(OP_GRADCHECK, gradcheck_ids);
-  return cr_make_param_array(int, gradcheck_ids, (size_t)n);
+  return OP_PARAMS(gradcheck_ids, (size_t)n);
 }
 
 ParameterizedTest(int *id, ops_grad, gradcheck) {
@@ -57,7 +57,7 @@ ParameterizedTest(int *id, ops_grad, gradcheck) {
 
 ParameterizedTestParameters(ops_grad, gradgradcheck) {
   int n = select_cases(OP_GRADGRAD, gradgrad_ids);
-  return cr_make_param_array(int, gradgrad_ids, (size_t)n);
+  return OP_PARAMS(gradgrad_ids, (size_t)n);
 }
 
 ParameterizedTest(int *id, ops_grad, gradgradcheck) {

@@ -7,6 +7,8 @@
  * grids; the op table's policy; the exact messages of bad inputs. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
+
+#include "op_cases.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,7 +204,7 @@ static int *all_ids(size_t *count) {
 ParameterizedTestParameters(grid_sample_torch, matches_pytorch) {
   size_t n;
   int *ids = all_ids(&n);
-  return cr_make_param_array(int, ids, n);
+  return OP_PARAMS(ids, n);
 }
 
 ParameterizedTest(int *k, grid_sample_torch, matches_pytorch) {
@@ -232,7 +234,7 @@ ParameterizedTest(int *k, grid_sample_torch, matches_pytorch) {
 ParameterizedTestParameters(grid_sample_torch, float32_is_close) {
   size_t n;
   int *ids = all_ids(&n);
-  return cr_make_param_array(int, ids, n);
+  return OP_PARAMS(ids, n);
 }
 
 ParameterizedTest(int *k, grid_sample_torch, float32_is_close) {
@@ -304,7 +306,7 @@ ParameterizedTestParameters(grid_sample_grad, gradcheck) {
     if (load_case(k, &c) && is_smooth(&c)) ids[count++] = k;
     free_case(&c);
   }
-  return cr_make_param_array(int, ids, count);
+  return OP_PARAMS(ids, count);
 }
 
 /* Both inputs: bilinear's gradients in input and grid; nearest's in input, and its grid's 0

@@ -12,6 +12,8 @@
  *   loss_errors  bad inputs, with the status and the exact message */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
+
+#include "op_cases.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -276,7 +278,7 @@ static const char *reduction_name(mx_reduction r) {
 ParameterizedTestParameters(loss_torch, matches_pytorch) {
   scan_cases();
   if (case_count == 0) all_ids[case_count++] = -1; /* one case that reports the missing file */
-  return cr_make_param_array(int, all_ids, (size_t)case_count);
+  return OP_PARAMS(all_ids, (size_t)case_count);
 }
 
 ParameterizedTest(int *k, loss_torch, matches_pytorch) {
@@ -399,7 +401,7 @@ static void check_gradients(int k, bool second_order) {
 
 ParameterizedTestParameters(loss_grad, gradcheck) {
   int n = select_f64(NULL, f64_ids);
-  return cr_make_param_array(int, f64_ids, (size_t)n);
+  return OP_PARAMS(f64_ids, (size_t)n);
 }
 
 ParameterizedTest(int *k, loss_grad, gradcheck) { check_gradients(*k, false); }
@@ -410,7 +412,7 @@ static bool second_order_case(const fx_case *c) {
 
 ParameterizedTestParameters(loss_grad, gradgradcheck) {
   int n = select_f64(second_order_case, gradgrad_ids);
-  return cr_make_param_array(int, gradgrad_ids, (size_t)n);
+  return OP_PARAMS(gradgrad_ids, (size_t)n);
 }
 
 ParameterizedTest(int *k, loss_grad, gradgradcheck) { check_gradients(*k, true); }
