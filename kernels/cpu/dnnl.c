@@ -1,141 +1,171 @@
-/* oneDNN matmul primitives, created once per shape and reused. */
+/* oneDNN matmul primitives, created once per shape and reused.
+ *
+ * The primitives work on the views' own strides (transposed operands and
+ * leading dimensions included). Like the convolutions (dnnl_conv.c) they are
+ * made with a user scratchpad, given from the calling thread's workspace
+ * (dnnl_common.h), so a cached primitive can run on several threads at once;
+ * cache entries are never evicted while a thread runs them. */
 #include "kernels/cpu/dnnl.h"
 
-#include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/dnnl_common.h"
 #include "mx_config.h"
 
 #if MX_HAVE_DNNL
-#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>
 
-static dnnl_engine_t engine;
-static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
-static _Thread_local dnnl_stream_t stream; /* streams are per thread */
-
-static void engine_init(void) {
-  if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) engine = NULL;
-}
+enum { ROLE_OUT, ROLE_A, ROLE_B };
 
 /* --- the two API generations ------------------------------------------------------ */
 #if DNNL_VERSION_MAJOR >= 3
-typedef dnnl_memory_desc_t md_t;
-static bool md_make(md_t *md, int n, const dnnl_dims_t dims, dnnl_data_type_t dt, const dnnl_dims_t strides) {
-  return dnnl_memory_desc_create_with_strides(md, n, dims, dt, strides) == dnnl_success;
-}
-static void md_free(md_t md) { dnnl_memory_desc_destroy(md); }
-static dnnl_status_t matmul_pd(dnnl_primitive_desc_t *pd, md_t *src, md_t *wei, md_t *dst) {
-  return dnnl_matmul_primitive_desc_create(pd, engine, *src, *wei, NULL, *dst, NULL);
-}
-static dnnl_status_t memory_make(dnnl_memory_t *m, md_t *md, void *data) {
-  return dnnl_memory_create(m, *md, engine, data);
+static dnnl_status_t matmul_pd(dnnl_primitive_desc_t *pd, const mx__dnnl_md *src, const mx__dnnl_md *wei,
+                               const mx__dnnl_md *dst) {
+  return dnnl_matmul_primitive_desc_create(pd, mx__dnnl_engine(), *src, *wei, NULL, *dst, mx__dnnl_attr());
 }
 #else
-typedef dnnl_memory_desc_t md_t;
-static bool md_make(md_t *md, int n, const dnnl_dims_t dims, dnnl_data_type_t dt, const dnnl_dims_t strides) {
-  return dnnl_memory_desc_init_by_strides(md, n, dims, dt, strides) == dnnl_success;
-}
-static void md_free(md_t md) { (void)md; }
-static dnnl_status_t matmul_pd(dnnl_primitive_desc_t *pd, md_t *src, md_t *wei, md_t *dst) {
+static dnnl_status_t matmul_pd(dnnl_primitive_desc_t *pd, const mx__dnnl_md *src, const mx__dnnl_md *wei,
+                               const mx__dnnl_md *dst) {
   dnnl_matmul_desc_t desc;
   dnnl_status_t s = dnnl_matmul_desc_init(&desc, src, wei, NULL, dst);
-  return s != dnnl_success ? s : dnnl_primitive_desc_create(pd, &desc, NULL, engine, NULL);
-}
-static dnnl_status_t memory_make(dnnl_memory_t *m, md_t *md, void *data) {
-  return dnnl_memory_create(m, md, engine, data);
+  return s != dnnl_success ? s : dnnl_primitive_desc_create(pd, &desc, mx__dnnl_attr(), mx__dnnl_engine(), NULL);
 }
 #endif
 
+static mx_status fail(const char *what, dnnl_status_t s) {
+  return mx__error(MX_BACKEND_ERROR, "mx_matmul: oneDNN matmul: %s failed (%s)", what, dnnl_status2str(s));
+}
+
 /* --- the cache ----------------------------------------------------------------------- */
 
+/* All int64_t: no padding bytes (and memset all the same, since keys are
+ * compared by memcmp). */
 typedef struct {
-  mx_dtype dtype;
-  dnnl_dims_t dims[3], strides[3]; /* out, a, b */
+  int64_t dtype;
+  int64_t dims[3][3], strides[3][3]; /* per role, as oneDNN sees them */
 } matmul_key;
 
 typedef struct {
-  matmul_key key;
-  dnnl_primitive_t primitive; /* NULL: oneDNN has no kernel for this */
-  md_t md[3];
+  matmul_key key; /* first: the cache compares it */
+  dnnl_primitive_t primitive;
+  mx__dnnl_md md[3], scratch_md;
+  size_t scratch_size;
 } matmul_entry;
 
-#define CACHE_SIZE 128
-static matmul_entry cache[CACHE_SIZE];
-static int cache_count, cache_next;
-static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static void describe(const mx_kview *v, dnnl_dim_t *dims, dnnl_dim_t *strides) {
+/* How oneDNN sees a (B, R, C) operand: a batch broadcast by stride 0 is a
+ * batch of one; a dim of size 1 gets the stride that makes the matrix plain
+ * (its stride is never applied; 1 when the other dim's stride is not 1, the
+ * matrix then being column-major, else the row length), and a batch of one
+ * the stride past the whole matrix. False when oneDNN cannot take it (a zero
+ * or negative stride elsewhere). */
+static bool describe(const mx_kview *v, bool output, int64_t *dims, int64_t *strides) {
   for (int d = 0; d < 3; d++) {
     dims[d] = v->shape[d];
     strides[d] = v->strides[d];
   }
-  /* a batch broadcast by stride 0 is a batch of one for oneDNN */
-  if (strides[0] == 0) dims[0] = 1;
-  if (dims[0] == 1) strides[0] = dims[1] * dims[2];
-}
-
-static matmul_entry *lookup(const matmul_key *key) {
-  for (int i = 0; i < cache_count; i++)
-    if (!memcmp(&cache[i].key, key, sizeof *key)) return &cache[i];
-  return NULL;
-}
-
-static matmul_entry *create(const matmul_key *key) {
-  matmul_entry *e = &cache[cache_next];
-  if (cache_count == CACHE_SIZE) { /* evict the oldest */
-    if (e->primitive) dnnl_primitive_destroy(e->primitive);
-    for (int k = 0; k < 3; k++) md_free(e->md[k]);
-  } else {
-    cache_count++;
+  if (strides[0] == 0 && !output) dims[0] = 1;
+  if (dims[1] == 1 && dims[2] == 1)
+    strides[1] = strides[2] = 1;
+  else if (dims[1] == 1)
+    strides[1] = strides[2] == 1 ? dims[2] : 1;
+  else if (dims[2] == 1)
+    strides[2] = strides[1] == 1 ? dims[1] : 1;
+  if (strides[1] <= 0 || strides[2] <= 0) return false;
+  if (dims[0] == 1) {
+    int64_t rows = strides[1] * dims[1], cols = strides[2] * dims[2];
+    strides[0] = rows > cols ? rows : cols;
   }
-  cache_next = (cache_next + 1) % CACHE_SIZE;
-  memset(e, 0, sizeof *e);
-  e->key = *key;
+  return strides[0] > 0;
+}
+
+static bool make_key(matmul_key *key, const mx_kview *const *v) {
+  memset(key, 0, sizeof *key);
+  key->dtype = v[ROLE_OUT]->dtype;
+  for (int r = 0; r < 3; r++) {
+    if (v[r]->ndim != 3 || v[r]->dtype != v[ROLE_OUT]->dtype) return false;
+    for (int d = 0; d < 3; d++)
+      if (v[r]->shape[d] <= 0) return false; /* empty: the caller's loops */
+    if (!describe(v[r], r == ROLE_OUT, key->dims[r], key->strides[r])) return false;
+  }
+  /* oneDNN broadcasts a batch of one against the other input's batch, not
+   * both inputs against the output's */
+  if (key->dims[ROLE_OUT][0] > 1 && key->dims[ROLE_A][0] == 1 && key->dims[ROLE_B][0] == 1) return false;
+  return true;
+}
+
+static void entry_clear(void *p) {
+  matmul_entry *e = p;
+  if (e->primitive) dnnl_primitive_destroy(e->primitive);
+  for (int r = 0; r < 3; r++) mx__dnnl_md_free(e->md[r]);
+  mx__dnnl_md_free(e->scratch_md);
+  memset((char *)e + sizeof e->key, 0, sizeof *e - sizeof e->key);
+}
+
+/* Makes the primitive for the key in e. MX_NOT_BUILT when oneDNN has no
+ * kernel (or cannot describe the strides); MX_BACKEND_ERROR otherwise. */
+static mx_status entry_create(void *p, const void *k) {
+  matmul_entry *e = p;
+  const matmul_key *key = k;
   dnnl_data_type_t dt = key->dtype == MX_BF16 ? dnnl_bf16 : dnnl_f32;
-  for (int k = 0; k < 3; k++)
-    if (!md_make(&e->md[k], 3, key->dims[k], dt, key->strides[k])) return e;
-  dnnl_primitive_desc_t pd;
-  if (matmul_pd(&pd, &e->md[1], &e->md[2], &e->md[0]) != dnnl_success) return e;
-  if (dnnl_primitive_create(&e->primitive, pd) != dnnl_success) e->primitive = NULL;
+  for (int r = 0; r < 3; r++) {
+    dnnl_dims_t dims = {0}, strides = {0};
+    for (int d = 0; d < 3; d++) dims[d] = key->dims[r][d], strides[d] = key->strides[r][d];
+    dnnl_status_t s = mx__dnnl_md_strided(&e->md[r], 3, dims, dt, strides);
+    if (s == dnnl_invalid_arguments || s == dnnl_unimplemented) return MX_NOT_BUILT;
+    if (s != dnnl_success) return fail("describing an operand", s);
+  }
+  dnnl_primitive_desc_t pd = NULL;
+  dnnl_status_t s = matmul_pd(&pd, &e->md[ROLE_A], &e->md[ROLE_B], &e->md[ROLE_OUT]);
+  if (s == dnnl_unimplemented) return MX_NOT_BUILT;
+  if (s != dnnl_success) return fail("creating the primitive descriptor", s);
+  mx_status status = MX_OK;
+  if (!mx__dnnl_scratchpad_query(pd, &e->scratch_md, &e->scratch_size)) {
+    status = fail("querying the scratchpad", dnnl_runtime_error);
+  } else if ((s = dnnl_primitive_create(&e->primitive, pd)) != dnnl_success) {
+    e->primitive = NULL;
+    status = fail("creating the primitive", s);
+  }
   dnnl_primitive_desc_destroy(pd);
-  return e;
+  return status;
+}
+
+static mx__dnnl_cache cache = MX__DNNL_CACHE_INIT("mx_matmul", matmul_key, matmul_entry, entry_create, entry_clear);
+
+/* --- execution ------------------------------------------------------------------------ */
+
+static mx_status run(mx__dnnl_thread *t, const matmul_entry *e, const mx_kview *const *v) {
+  void *scratch = NULL;
+  if (e->scratch_size && !(scratch = mx__dnnl_workspace(t, e->scratch_size)))
+    return mx__error(MX_OUT_OF_MEMORY, "mx_matmul: out of memory for a %zu-byte oneDNN scratchpad", e->scratch_size);
+  dnnl_memory_t mem[3] = {NULL, NULL, NULL};
+  dnnl_status_t s = dnnl_success;
+  mx_status status = MX_OK;
+  for (int r = 0; r < 3 && s == dnnl_success; r++) s = mx__dnnl_memory_make(&mem[r], &e->md[r], v[r]->data);
+  if (s != dnnl_success) status = fail("wrapping an operand", s);
+  if (status == MX_OK) {
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_DST, mem[ROLE_OUT]}, {DNNL_ARG_SRC, mem[ROLE_A]}, {DNNL_ARG_WEIGHTS, mem[ROLE_B]}};
+    s = mx__dnnl_execute(t->stream, e->primitive, 3, args, &e->scratch_md, e->scratch_size, scratch);
+    if (s != dnnl_success) status = fail("executing", s);
+  }
+  if (status == MX_OK && (s = dnnl_stream_wait(t->stream)) != dnnl_success) status = fail("waiting", s);
+  for (int r = 0; r < 3; r++)
+    if (mem[r]) dnnl_memory_destroy(mem[r]);
+  return status;
 }
 
 mx_status mx__dnnl_matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b) {
   if (out->dtype != MX_F32 && out->dtype != MX_BF16) return MX_NOT_BUILT;
-  pthread_once(&engine_once, engine_init);
-  if (!engine) return MX_NOT_BUILT;
-  if (!stream && dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success) {
-    stream = NULL;
-    return MX_NOT_BUILT;
-  }
+  if (!mx__dnnl_init()) return MX_NOT_BUILT;
+  mx__dnnl_thread *t = mx__dnnl_thread_get();
+  if (!t) return MX_NOT_BUILT;
+  const mx_kview *v[3] = {out, a, b};
   matmul_key key;
-  memset(&key, 0, sizeof key);
-  key.dtype = out->dtype;
-  const mx_kview *views[3] = {out, a, b};
-  for (int k = 0; k < 3; k++) describe(views[k], key.dims[k], key.strides[k]);
-
-  pthread_mutex_lock(&cache_lock);
-  matmul_entry *e = lookup(&key);
-  if (!e) e = create(&key);
-  dnnl_primitive_t primitive = e->primitive;
-  md_t md[3] = {e->md[0], e->md[1], e->md[2]};
-  pthread_mutex_unlock(&cache_lock);
-  if (!primitive) return MX_NOT_BUILT;
-
-  dnnl_memory_t mem[3] = {NULL, NULL, NULL};
+  if (!make_key(&key, v)) return MX_NOT_BUILT;
   mx_status status = MX_OK;
-  for (int k = 0; k < 3 && status == MX_OK; k++)
-    if (memory_make(&mem[k], &md[k], views[k]->data) != dnnl_success)
-      status = mx__error(MX_BACKEND_ERROR, "mx_matmul: oneDNN could not wrap an operand");
-  if (status == MX_OK) {
-    dnnl_exec_arg_t args[3] = {{DNNL_ARG_DST, mem[0]}, {DNNL_ARG_SRC, mem[1]}, {DNNL_ARG_WEIGHTS, mem[2]}};
-    if (dnnl_primitive_execute(primitive, stream, 3, args) != dnnl_success || dnnl_stream_wait(stream) != dnnl_success)
-      status = mx__error(MX_BACKEND_ERROR, "mx_matmul: oneDNN matmul failed");
-  }
-  for (int k = 0; k < 3; k++)
-    if (mem[k]) dnnl_memory_destroy(mem[k]);
+  matmul_entry *e = mx__dnnl_cache_acquire(&cache, &key, &status);
+  if (!e) return status;
+  status = run(t, e, v);
+  mx__dnnl_cache_release(&cache, e);
   return status;
 }
 

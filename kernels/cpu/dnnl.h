@@ -7,9 +7,11 @@
 #include "kernels/cpu/conv.h"
 
 /* out (B, M, N) = a (B, M, K) @ b (B, K, N) in float32 or bfloat16 (f32
- * accumulation). MX_NOT_BUILT when oneDNN is absent or has no kernel for
- * these operands (the caller falls back). Primitives are cached by shape,
- * strides and dtype. */
+ * accumulation), all three in one dtype; a and b may be transposed or strided
+ * and broadcast over the batch (stride 0). MX_NOT_BUILT when oneDNN is absent
+ * or has no kernel for these operands (the caller falls back);
+ * MX_BACKEND_ERROR when a oneDNN call fails. Primitives are cached by shape,
+ * strides and dtype, and may run on several threads at once. */
 mx_status mx__dnnl_matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b);
 
 /* Convolutions (kernels/cpu/conv.h has the layouts) in float32 or bfloat16

@@ -5,14 +5,14 @@
  * nChw16c), and operands whose layout differs from the view's are reordered
  * on the way in and out; that is faster than asking oneDNN to work on the
  * views' plain strides (see LAYOUT below). Every primitive runs with a
- * user-provided scratchpad from a per-thread buffer, so the cached primitives
- * can run on any thread, at once on several. */
+ * user-provided scratchpad from the thread's workspace (dnnl_common.h, shared
+ * with matmul), so the cached primitives can run on any thread, at once on
+ * several. */
 #include "kernels/cpu/dnnl.h"
 
-#include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/dnnl_common.h"
 #include "mx_config.h"
 
 #if MX_HAVE_DNNL
@@ -45,50 +45,16 @@ static int preferred_layout(int kind, dnnl_dim_t in_channels) {
   return kind == KIND_BWD_DATA && in_channels < 16 ? LAYOUT_USER : LAYOUT_ANY;
 }
 
-static dnnl_engine_t engine;
-static dnnl_primitive_attr_t attr; /* user scratchpad */
-static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
-
-static void engine_init(void) {
-  if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) {
-    engine = NULL;
-    return;
-  }
-  if (dnnl_primitive_attr_create(&attr) != dnnl_success) {
-    attr = NULL;
-  } else if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success) {
-    dnnl_primitive_attr_destroy(attr);
-    attr = NULL;
-  }
-  if (!attr) {
-    dnnl_engine_destroy(engine);
-    engine = NULL;
-  }
-}
+typedef mx__dnnl_md md_t;
+#define MD_NONE MX__DNNL_MD_NONE
 
 /* --- the two API generations ------------------------------------------------------ */
 #if DNNL_VERSION_MAJOR >= 3
-typedef dnnl_memory_desc_t md_t; /* a handle, created and destroyed */
-#define MD_NONE NULL
-static bool md_strided(md_t *md, int n, const dnnl_dims_t dims, dnnl_data_type_t dt, const dnnl_dims_t strides) {
-  return dnnl_memory_desc_create_with_strides(md, n, dims, dt, strides) == dnnl_success;
-}
-static bool md_any(md_t *md, int n, const dnnl_dims_t dims, dnnl_data_type_t dt) {
-  return dnnl_memory_desc_create_with_tag(md, n, dims, dt, dnnl_format_tag_any) == dnnl_success;
-}
-static void md_free(md_t md) {
-  if (md) dnnl_memory_desc_destroy(md);
-}
-/* A copy of the md a primitive descriptor has for `what` (index idx). */
-static bool md_query(md_t *md, const_dnnl_primitive_desc_t pd, dnnl_query_t what, int idx) {
-  const_dnnl_memory_desc_t q = dnnl_primitive_desc_query_md(pd, what, idx);
-  return q && dnnl_memory_desc_clone(md, q) == dnnl_success;
-}
-static bool md_equal(const md_t *a, const md_t *b) { return dnnl_memory_desc_equal(*a, *b) == 1; }
-static size_t md_size(const md_t *md) { return dnnl_memory_desc_get_size(*md); }
 static dnnl_status_t conv_pd(dnnl_primitive_desc_t *pd, int kind, const md_t *md, const dnnl_dims_t strides,
                              const dnnl_dims_t dil, const dnnl_dims_t pad_l, const dnnl_dims_t pad_r,
                              const_dnnl_primitive_desc_t hint) {
+  dnnl_engine_t engine = mx__dnnl_engine();
+  const_dnnl_primitive_attr_t attr = mx__dnnl_attr();
   switch (kind) {
   case KIND_FWD:
     return dnnl_convolution_forward_primitive_desc_create(pd, engine, dnnl_forward_training, dnnl_convolution_direct,
@@ -105,30 +71,9 @@ static dnnl_status_t conv_pd(dnnl_primitive_desc_t *pd, int kind, const md_t *md
   }
 }
 static dnnl_status_t reorder_pd(dnnl_primitive_desc_t *pd, const md_t *from, const md_t *to) {
-  return dnnl_reorder_primitive_desc_create(pd, *from, engine, *to, engine, attr);
-}
-static dnnl_status_t memory_make(dnnl_memory_t *m, const md_t *md, void *data) {
-  return dnnl_memory_create(m, *md, engine, data);
+  return dnnl_reorder_primitive_desc_create(pd, *from, mx__dnnl_engine(), *to, mx__dnnl_engine(), mx__dnnl_attr());
 }
 #else
-typedef dnnl_memory_desc_t md_t; /* a plain struct */
-#define MD_NONE                                                                                                        \
-  { 0 }
-static bool md_strided(md_t *md, int n, const dnnl_dims_t dims, dnnl_data_type_t dt, const dnnl_dims_t strides) {
-  return dnnl_memory_desc_init_by_strides(md, n, dims, dt, strides) == dnnl_success;
-}
-static bool md_any(md_t *md, int n, const dnnl_dims_t dims, dnnl_data_type_t dt) {
-  return dnnl_memory_desc_init_by_tag(md, n, dims, dt, dnnl_format_tag_any) == dnnl_success;
-}
-static void md_free(md_t md) { (void)md; }
-static bool md_query(md_t *md, const_dnnl_primitive_desc_t pd, dnnl_query_t what, int idx) {
-  const dnnl_memory_desc_t *q = dnnl_primitive_desc_query_md(pd, what, idx);
-  if (!q) return false;
-  *md = *q;
-  return true;
-}
-static bool md_equal(const md_t *a, const md_t *b) { return dnnl_memory_desc_equal(a, b) == 1; }
-static size_t md_size(const md_t *md) { return dnnl_memory_desc_get_size(md); }
 static dnnl_status_t conv_pd(dnnl_primitive_desc_t *pd, int kind, const md_t *md, const dnnl_dims_t strides,
                              const dnnl_dims_t dil, const dnnl_dims_t pad_l, const dnnl_dims_t pad_r,
                              const_dnnl_primitive_desc_t hint) {
@@ -148,13 +93,10 @@ static dnnl_status_t conv_pd(dnnl_primitive_desc_t *pd, int kind, const md_t *md
                                                             NULL, &md[ROLE_Y], strides, dil, pad_l, pad_r);
     break;
   }
-  return s != dnnl_success ? s : dnnl_primitive_desc_create(pd, &desc, attr, engine, hint);
+  return s != dnnl_success ? s : dnnl_primitive_desc_create(pd, &desc, mx__dnnl_attr(), mx__dnnl_engine(), hint);
 }
 static dnnl_status_t reorder_pd(dnnl_primitive_desc_t *pd, const md_t *from, const md_t *to) {
-  return dnnl_reorder_primitive_desc_create(pd, from, engine, to, engine, attr);
-}
-static dnnl_status_t memory_make(dnnl_memory_t *m, const md_t *md, void *data) {
-  return dnnl_memory_create(m, md, engine, data);
+  return dnnl_reorder_primitive_desc_create(pd, from, mx__dnnl_engine(), to, mx__dnnl_engine(), mx__dnnl_attr());
 }
 #endif
 
@@ -181,25 +123,19 @@ typedef struct {
   md_t user_md[3], prim_md[3], scratch_md;
   size_t prim_size[3], scratch_size;
   step reorder[3]; /* user -> primitive layout for inputs, back for the output */
-  int users;       /* threads running it now: not evicted while > 0 */
-  bool temporary;  /* made when every slot was in use: destroyed after use */
 } conv_entry;
 
-#define CACHE_SIZE 128
-static conv_entry cache[CACHE_SIZE];
-static int cache_count, cache_next;
-static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static void entry_clear(conv_entry *e) {
+static void entry_clear(void *p) {
+  conv_entry *e = p;
   if (e->primitive) dnnl_primitive_destroy(e->primitive);
   if (e->hint) dnnl_primitive_desc_destroy(e->hint);
   for (int r = 0; r < 3; r++) {
-    md_free(e->user_md[r]);
-    md_free(e->prim_md[r]);
+    mx__dnnl_md_free(e->user_md[r]);
+    mx__dnnl_md_free(e->prim_md[r]);
     if (e->reorder[r].primitive) dnnl_primitive_destroy(e->reorder[r].primitive);
-    md_free(e->reorder[r].scratch_md);
+    mx__dnnl_md_free(e->reorder[r].scratch_md);
   }
-  md_free(e->scratch_md);
+  mx__dnnl_md_free(e->scratch_md);
   memset(e, 0, sizeof *e);
 }
 
@@ -250,19 +186,6 @@ static bool make_key(conv_key *key, int kind, const mx_kview *const *v, const mx
   return true;
 }
 
-static conv_entry *lookup(const conv_key *key) {
-  for (int i = 0; i < cache_count; i++)
-    if (!memcmp(&cache[i].key, key, sizeof *key)) return &cache[i];
-  return NULL;
-}
-
-/* The scratchpad a primitive descriptor asks for. */
-static bool query_scratch(const_dnnl_primitive_desc_t pd, md_t *md, size_t *size) {
-  if (!md_query(md, pd, dnnl_query_scratchpad_md, 0)) return false;
-  *size = md_size(md);
-  return true;
-}
-
 static mx_status fail(int kind, const char *what, dnnl_status_t s) {
   return mx__error(MX_BACKEND_ERROR, "mx_conv: oneDNN %s convolution: %s failed (%s)", kind_name[kind], what,
                    dnnl_status2str(s));
@@ -270,13 +193,16 @@ static mx_status fail(int kind, const char *what, dnnl_status_t s) {
 
 /* Creates the primitives for key into e. MX_NOT_BUILT (e->primitive NULL)
  * when oneDNN has no kernel; MX_BACKEND_ERROR for any other failure. */
-static mx_status create(conv_entry *e, const conv_key *key) {
+static mx_status create(void *p, const void *k) {
+  conv_entry *e = p;
+  const conv_key *key = k;
   memset(e, 0, sizeof *e);
   memcpy(&e->key, key, sizeof *key); /* with its zeroed padding: keys are compared by memcmp */
   int kind = key->kind, out = output_role[kind];
   dnnl_data_type_t dt = key->dtype == MX_BF16 ? dnnl_bf16 : dnnl_f32;
   for (int r = 0; r < 3; r++)
-    if (!md_strided(&e->user_md[r], key->nd[r], key->dims[r], dt, key->strides[r])) return MX_NOT_BUILT;
+    if (mx__dnnl_md_strided(&e->user_md[r], key->nd[r], key->dims[r], dt, key->strides[r]) != dnnl_success)
+      return MX_NOT_BUILT;
   mx_status status = MX_OK;
   dnnl_primitive_desc_t pd = NULL;
   dnnl_status_t s = dnnl_unimplemented;
@@ -290,7 +216,7 @@ static mx_status create(conv_entry *e, const conv_key *key) {
       if (layout == LAYOUT_USER)
         conv_md[r] = e->user_md[r];
       else
-        ok = ok && md_any(&conv_md[r], key->nd[r], key->dims[r], dt);
+        ok = ok && mx__dnnl_md_any(&conv_md[r], key->nd[r], key->dims[r], dt) == dnnl_success;
     }
     if (e->hint) dnnl_primitive_desc_destroy(e->hint);
     e->hint = NULL;
@@ -299,31 +225,31 @@ static mx_status create(conv_entry *e, const conv_key *key) {
       s = conv_pd(&e->hint, KIND_FWD, conv_md, key->stride, key->dil, key->pad_l, key->pad_r, NULL);
     if (s == dnnl_success) s = conv_pd(&pd, kind, conv_md, key->stride, key->dil, key->pad_l, key->pad_r, e->hint);
     if (layout != LAYOUT_USER)
-      for (int r = 0; r < 3; r++) md_free(conv_md[r]);
+      for (int r = 0; r < 3; r++) mx__dnnl_md_free(conv_md[r]);
   }
   if (s == dnnl_unimplemented) return MX_NOT_BUILT;
   if (s != dnnl_success) return fail(kind, "creating the primitive descriptor", s);
 
   for (int r = 0; r < 3 && status == MX_OK; r++) {
-    if (!md_query(&e->prim_md[r], pd, dnnl_query_exec_arg_md, exec_arg[kind][r])) {
+    if (!mx__dnnl_md_query(&e->prim_md[r], pd, dnnl_query_exec_arg_md, exec_arg[kind][r])) {
       status = fail(kind, "querying a memory descriptor", dnnl_runtime_error);
       break;
     }
-    e->prim_size[r] = md_size(&e->prim_md[r]);
-    if (md_equal(&e->prim_md[r], &e->user_md[r])) continue;
+    e->prim_size[r] = mx__dnnl_md_size(&e->prim_md[r]);
+    if (mx__dnnl_md_equal(&e->prim_md[r], &e->user_md[r])) continue;
     dnnl_primitive_desc_t rpd;
     s = r == out ? reorder_pd(&rpd, &e->prim_md[r], &e->user_md[r]) : reorder_pd(&rpd, &e->user_md[r], &e->prim_md[r]);
     if (s != dnnl_success) {
       status = s == dnnl_unimplemented ? MX_NOT_BUILT : fail(kind, "creating a reorder", s);
       break;
     }
-    if (!query_scratch(rpd, &e->reorder[r].scratch_md, &e->reorder[r].scratch_size))
+    if (!mx__dnnl_scratchpad_query(rpd, &e->reorder[r].scratch_md, &e->reorder[r].scratch_size))
       status = fail(kind, "querying a reorder's scratchpad", dnnl_runtime_error);
     else if ((s = dnnl_primitive_create(&e->reorder[r].primitive, rpd)) != dnnl_success)
       status = fail(kind, "creating a reorder", s);
     dnnl_primitive_desc_destroy(rpd);
   }
-  if (status == MX_OK && !query_scratch(pd, &e->scratch_md, &e->scratch_size))
+  if (status == MX_OK && !mx__dnnl_scratchpad_query(pd, &e->scratch_md, &e->scratch_size))
     status = fail(kind, "querying the scratchpad", dnnl_runtime_error);
   if (status == MX_OK && (s = dnnl_primitive_create(&e->primitive, pd)) != dnnl_success) {
     e->primitive = NULL;
@@ -333,179 +259,53 @@ static mx_status create(conv_entry *e, const conv_key *key) {
   return status;
 }
 
-/* --- per thread: a stream, and a workspace (reordered operands, scratchpads) --------- */
-
-typedef struct {
-  dnnl_stream_t stream;
-  void *data;
-  size_t size;
-} thread_state;
-
-static pthread_key_t state_key;
-static bool state_key_ok;
-
-/* At thread exit: nothing of a thread's state outlives it. */
-static void state_free(void *p) {
-  thread_state *t = p;
-  dnnl_stream_destroy(t->stream);
-  free(t->data);
-  free(t);
-}
-
-static void engine_and_key_init(void) {
-  engine_init();
-  state_key_ok = engine && pthread_key_create(&state_key, state_free) == 0;
-}
-
-/* This thread's stream, created on first use; NULL when that fails. */
-static thread_state *thread_get(void) {
-  thread_state *t = pthread_getspecific(state_key);
-  if (t) return t;
-  if (!(t = calloc(1, sizeof *t))) return NULL;
-  if (dnnl_stream_create(&t->stream, engine, dnnl_stream_default_flags) != dnnl_success) {
-    free(t);
-    return NULL;
-  }
-  if (pthread_setspecific(state_key, t) != 0) {
-    state_free(t);
-    return NULL;
-  }
-  return t;
-}
-
-/* The thread's workspace of at least size bytes (64-byte aligned), or NULL. */
-static void *workspace_get(thread_state *t, size_t size) {
-  if (t->size < size) {
-    free(t->data);
-    size_t rounded = (size + 4095) / 4096 * 4096;
-    t->data = aligned_alloc(64, rounded);
-    t->size = t->data ? rounded : 0;
-  }
-  return t->data;
-}
-
-#define ALIGN_UP(n) (((n) + 63) / 64 * 64)
-
-/* --- taking entries from the cache ------------------------------------------------------ */
-
-/* The entry for key with a kernel, marked in use (never evicted until
- * release); NULL with *status MX_NOT_BUILT (no kernel) or an error set. When
- * every slot is in use, the entry is a temporary one that release destroys. */
-static conv_entry *acquire(const conv_key *key, mx_status *status) {
-  pthread_mutex_lock(&cache_lock);
-  conv_entry *e = lookup(key);
-  if (!e) {
-    bool fresh = cache_count < CACHE_SIZE;
-    if (fresh) {
-      e = &cache[cache_count];
-    } else { /* evict the oldest entry not in use */
-      for (int i = 0; i < CACHE_SIZE && !e; i++) {
-        int at = (cache_next + i) % CACHE_SIZE;
-        if (!cache[at].users) {
-          e = &cache[at];
-          cache_next = (at + 1) % CACHE_SIZE;
-        }
-      }
-      if (e)
-        entry_clear(e);
-      else if (!(e = calloc(1, sizeof *e))) {
-        pthread_mutex_unlock(&cache_lock);
-        *status = mx__error(MX_OUT_OF_MEMORY, "mx_conv: out of memory for a oneDNN primitive");
-        return NULL;
-      } else
-        e->temporary = true;
-    }
-    bool temporary = e->temporary;
-    *status = create(e, key);
-    if (*status != MX_OK) { /* no kernel (remembered) or an error (tried again next time) */
-      bool remember = *status == MX_NOT_BUILT && !temporary;
-      entry_clear(e);
-      if (remember) memcpy(&e->key, key, sizeof *key);
-      if (temporary) free(e);
-      if (remember && fresh) cache_count++;
-      pthread_mutex_unlock(&cache_lock);
-      return NULL;
-    }
-    e->temporary = temporary;
-    if (fresh) cache_count++;
-  } else if (!e->primitive) {
-    pthread_mutex_unlock(&cache_lock);
-    *status = MX_NOT_BUILT;
-    return NULL;
-  }
-  e->users++;
-  pthread_mutex_unlock(&cache_lock);
-  return e;
-}
-
-static void release(conv_entry *e) {
-  pthread_mutex_lock(&cache_lock);
-  e->users--;
-  if (e->temporary) {
-    entry_clear(e);
-    free(e);
-  }
-  pthread_mutex_unlock(&cache_lock);
-}
+static mx__dnnl_cache cache = MX__DNNL_CACHE_INIT("mx_conv", conv_key, conv_entry, create, entry_clear);
 
 /* --- execution ------------------------------------------------------------------------ */
 
-/* Runs one primitive with its scratchpad at scratch (when it needs one). */
-static dnnl_status_t execute(dnnl_stream_t stream, dnnl_primitive_t prim, int nargs, dnnl_exec_arg_t *args,
-                             const md_t *scratch_md, size_t scratch_size, void *scratch) {
-  dnnl_memory_t sm = NULL;
-  dnnl_status_t s = dnnl_success;
-  if (scratch_size) {
-    if ((s = memory_make(&sm, scratch_md, scratch)) != dnnl_success) return s;
-    args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, sm};
-  }
-  s = dnnl_primitive_execute(prim, stream, nargs, args);
-  if (sm) dnnl_memory_destroy(sm);
-  return s;
-}
-
 /* Reorders the inputs whose layouts differ into the workspace, runs the
  * convolution, and reorders its output back into the view when needed. */
-static mx_status run(thread_state *t, const conv_entry *e, int kind, const mx_kview *const *v) {
+static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx_kview *const *v) {
   int out = output_role[kind];
   size_t offset[3] = {0, 0, 0}, total = 0, scratch_max = e->scratch_size;
   for (int r = 0; r < 3; r++)
     if (e->reorder[r].primitive) {
       offset[r] = total;
-      total += ALIGN_UP(e->prim_size[r]);
+      total += MX__DNNL_ALIGN_UP(e->prim_size[r]);
       if (e->reorder[r].scratch_size > scratch_max) scratch_max = e->reorder[r].scratch_size;
     }
   size_t scratch_at = total;
-  total += ALIGN_UP(scratch_max);
+  total += MX__DNNL_ALIGN_UP(scratch_max);
   char *ws = NULL;
-  if (total && !(ws = workspace_get(t, total)))
+  if (total && !(ws = mx__dnnl_workspace(t, total)))
     return mx__error(MX_OUT_OF_MEMORY, "mx_conv: out of memory for a %zu-byte oneDNN workspace", total);
 
   mx_status status = MX_OK;
   dnnl_memory_t user[3] = {NULL, NULL, NULL}, prim[3] = {NULL, NULL, NULL};
   dnnl_status_t s = dnnl_success;
   for (int r = 0; r < 3 && s == dnnl_success; r++) {
-    s = memory_make(&user[r], &e->user_md[r], v[r]->data);
-    if (s == dnnl_success && e->reorder[r].primitive) s = memory_make(&prim[r], &e->prim_md[r], ws + offset[r]);
+    s = mx__dnnl_memory_make(&user[r], &e->user_md[r], v[r]->data);
+    if (s == dnnl_success && e->reorder[r].primitive)
+      s = mx__dnnl_memory_make(&prim[r], &e->prim_md[r], ws + offset[r]);
   }
   if (s != dnnl_success) status = fail(kind, "wrapping an operand", s);
   for (int r = 0; r < 3 && status == MX_OK; r++) { /* inputs into the primitive's layouts */
     if (r == out || !e->reorder[r].primitive) continue;
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, user[r]}, {DNNL_ARG_TO, prim[r]}};
-    s = execute(t->stream, e->reorder[r].primitive, 2, args, &e->reorder[r].scratch_md, e->reorder[r].scratch_size,
-                ws + scratch_at);
+    s = mx__dnnl_execute(t->stream, e->reorder[r].primitive, 2, args, &e->reorder[r].scratch_md,
+                         e->reorder[r].scratch_size, ws + scratch_at);
     if (s != dnnl_success) status = fail(kind, "reordering an input", s);
   }
   if (status == MX_OK) {
     dnnl_exec_arg_t args[4];
     for (int r = 0; r < 3; r++) args[r] = (dnnl_exec_arg_t){exec_arg[kind][r], prim[r] ? prim[r] : user[r]};
-    s = execute(t->stream, e->primitive, 3, args, &e->scratch_md, e->scratch_size, ws + scratch_at);
+    s = mx__dnnl_execute(t->stream, e->primitive, 3, args, &e->scratch_md, e->scratch_size, ws + scratch_at);
     if (s != dnnl_success) status = fail(kind, "executing", s);
   }
   if (status == MX_OK && e->reorder[out].primitive) { /* the output back into the view */
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, prim[out]}, {DNNL_ARG_TO, user[out]}};
-    s = execute(t->stream, e->reorder[out].primitive, 2, args, &e->reorder[out].scratch_md,
-                e->reorder[out].scratch_size, ws + scratch_at);
+    s = mx__dnnl_execute(t->stream, e->reorder[out].primitive, 2, args, &e->reorder[out].scratch_md,
+                         e->reorder[out].scratch_size, ws + scratch_at);
     if (s != dnnl_success) status = fail(kind, "reordering the output", s);
   }
   if (status == MX_OK && (s = dnnl_stream_wait(t->stream)) != dnnl_success) status = fail(kind, "waiting", s);
@@ -519,17 +319,16 @@ static mx_status run(thread_state *t, const conv_entry *e, int kind, const mx_kv
 static mx_status conv(int kind, const mx_kview *const *v, const mx_conv_params *p) {
   mx_dtype dt = v[ROLE_X]->dtype;
   if (dt != MX_F32 && dt != MX_BF16) return MX_NOT_BUILT;
-  pthread_once(&engine_once, engine_and_key_init);
-  if (!state_key_ok) return MX_NOT_BUILT;
-  thread_state *t = thread_get();
+  if (!mx__dnnl_init()) return MX_NOT_BUILT;
+  mx__dnnl_thread *t = mx__dnnl_thread_get();
   if (!t) return MX_NOT_BUILT;
   conv_key key;
   if (!make_key(&key, kind, v, p)) return MX_NOT_BUILT;
   mx_status status = MX_OK;
-  conv_entry *e = acquire(&key, &status);
+  conv_entry *e = mx__dnnl_cache_acquire(&cache, &key, &status);
   if (!e) return status;
   status = run(t, e, kind, v);
-  release(e);
+  mx__dnnl_cache_release(&cache, e);
   return status;
 }
 
