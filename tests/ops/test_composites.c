@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 
+#include "fixture_io.h"
 #include "op_cases.h"
 #include <math.h>
 #include <stdio.h>
@@ -27,112 +28,51 @@
 /* --- the fixture file -------------------------------------------------------------------------- */
 
 typedef struct {
-  mx_dtype dtype;
-  mx_shape shape;
-  int64_t n;
-  double *v;
-} fx_tensor;
-
-typedef struct {
   char id[96], op[64], args[256];
   int n_in, n_out;
   fx_tensor in[MAX_IN], out[MAX_OUT], weight[MAX_OUT], grad[MAX_IN];
   bool has_weight, has_grad[MAX_IN];
 } fx_case;
 
-static char *read_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long size = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = malloc((size_t)size + 1);
-  if (buf && fread(buf, 1, (size_t)size, f) != (size_t)size) {
-    free(buf);
-    buf = NULL;
-  }
-  if (buf) buf[size] = '\0';
-  fclose(f);
-  return buf;
+#define COMPOSITE_DTYPES (FX_DTYPE(MX_F64) | FX_DTYPE(MX_BOOL))
+
+static bool parse_header(void *p, const char *line) {
+  fx_case *c = p;
+  int used = 0;
+  if (sscanf(line, "case %95s %63s%n", c->id, c->op, &used) != 2) return false;
+  snprintf(c->args, sizeof c->args, "%s", line + used);
+  return true;
 }
 
-/* "<dtype> <ndim> <dims...> <values...>" */
-static bool parse_tensor(char **save, fx_tensor *t) {
-  char *tok = strtok_r(NULL, " ", save);
-  if (!tok) return false;
-  if (!strcmp(tok, "f64")) t->dtype = MX_F64;
-  else if (!strcmp(tok, "bool")) t->dtype = MX_BOOL;
-  else return false;
-  tok = strtok_r(NULL, " ", save);
-  if (!tok) return false;
-  t->shape.ndim = atoi(tok);
-  if (t->shape.ndim < 0 || t->shape.ndim > MX_MAX_DIMS) return false;
-  t->n = 1;
-  for (int d = 0; d < t->shape.ndim; d++) {
-    if (!(tok = strtok_r(NULL, " ", save))) return false;
-    t->shape.d[d] = atoll(tok);
-    t->n *= t->shape.d[d];
-  }
-  t->v = malloc(sizeof(double) * (size_t)(t->n ? t->n : 1));
-  for (int64_t k = 0; k < t->n; k++) {
-    if (!(tok = strtok_r(NULL, " ", save))) return false;
-    t->v[k] = strtod(tok, NULL);
+/* "input|grad <i> <tensor>" (i < MAX_IN) or "output|weight <i> <tensor>" (i < MAX_OUT). */
+static bool parse_line(void *p, char *line) {
+  fx_case *c = p;
+  char *save = NULL;
+  char *kind = strtok_r(line, " ", &save);
+  if (!kind) return true;
+  char *tok = strtok_r(NULL, " ", &save);
+  int i = tok ? atoi(tok) : -1;
+  if (!strcmp(kind, "input") && i >= 0 && i < MAX_IN) {
+    if (!fx_parse_tensor(&save, &c->in[i], COMPOSITE_DTYPES)) return false;
+    c->n_in = i + 1 > c->n_in ? i + 1 : c->n_in;
+  } else if (!strcmp(kind, "grad") && i >= 0 && i < MAX_IN) {
+    if (!fx_parse_tensor(&save, &c->grad[i], COMPOSITE_DTYPES)) return false;
+    c->has_grad[i] = true;
+  } else if (!strcmp(kind, "output") && i >= 0 && i < MAX_OUT) {
+    if (!fx_parse_tensor(&save, &c->out[i], COMPOSITE_DTYPES)) return false;
+    c->n_out = i + 1 > c->n_out ? i + 1 : c->n_out;
+  } else if (!strcmp(kind, "weight") && i >= 0 && i < MAX_OUT) {
+    if (!fx_parse_tensor(&save, &c->weight[i], COMPOSITE_DTYPES)) return false;
+    c->has_weight = true;
+  } else {
+    return false;
   }
   return true;
 }
 
-static int count_cases(void) {
-  char *buf = read_file(FIXTURES);
-  if (!buf) return -1;
-  int n = 0;
-  for (char *p = buf; (p = strstr(p, "case ")); p += 5) n += p == buf || p[-1] == '\n';
-  free(buf);
-  return n;
-}
-
 static bool load_case(int k, fx_case *c) {
   memset(c, 0, sizeof *c);
-  char *buf = read_file(FIXTURES);
-  if (!buf) return false;
-  int index = -1;
-  bool ok = false, inside = false;
-  char *line_save = NULL;
-  for (char *line = strtok_r(buf, "\n", &line_save); line; line = strtok_r(NULL, "\n", &line_save)) {
-    if (!strncmp(line, "case ", 5) && ++index == k) {
-      inside = true;
-      int used = 0;
-      if (sscanf(line, "case %95s %63s%n", c->id, c->op, &used) != 2) break;
-      snprintf(c->args, sizeof c->args, "%s", line + used);
-      continue;
-    }
-    if (!inside) continue;
-    char *save = NULL;
-    char *kind = strtok_r(line, " ", &save);
-    if (!kind) continue;
-    if (!strcmp(kind, "end")) {
-      ok = true;
-      break;
-    }
-    char *tok = strtok_r(NULL, " ", &save);
-    int i = tok ? atoi(tok) : -1;
-    if (!strcmp(kind, "input") && i >= 0 && i < MAX_IN) {
-      if (!parse_tensor(&save, &c->in[i])) break;
-      c->n_in = i + 1 > c->n_in ? i + 1 : c->n_in;
-    } else if (!strcmp(kind, "grad") && i >= 0 && i < MAX_IN) {
-      if (!parse_tensor(&save, &c->grad[i])) break;
-      c->has_grad[i] = true;
-    } else if (!strcmp(kind, "output") && i >= 0 && i < MAX_OUT) {
-      if (!parse_tensor(&save, &c->out[i])) break;
-      c->n_out = i + 1 > c->n_out ? i + 1 : c->n_out;
-    } else if (!strcmp(kind, "weight") && i >= 0 && i < MAX_OUT) {
-      if (!parse_tensor(&save, &c->weight[i])) break;
-      c->has_weight = true;
-    } else {
-      break;
-    }
-  }
-  free(buf);
-  return ok;
+  return fx_load_case(FIXTURES, k, c, parse_header, parse_line);
 }
 
 static void free_case(fx_case *c) {
@@ -253,7 +193,7 @@ static void expect_matches(const char *id, const char *what, const mx_tensor *go
 static int *case_ids;
 
 ParameterizedTestParameters(composite_torch, matches_pytorch) {
-  int n = count_cases();
+  int n = fx_count_cases(FIXTURES);
   if (n <= 0) {
     case_ids = cr_malloc(sizeof(int));
     case_ids[0] = -1;
@@ -312,7 +252,7 @@ ParameterizedTest(int *k, composite_torch, matches_pytorch) {
 /* The same cases in float32 (oneDNN's matrix products on the CPU): float32 results within a
  * float32 tolerance of PyTorch's float64 ones -- a check of the float32 paths, not of rounding. */
 ParameterizedTestParameters(composite_torch, float32_is_close) {
-  int n = count_cases();
+  int n = fx_count_cases(FIXTURES);
   int *ids = cr_malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
   for (int k = 0; k < n; k++) ids[k] = k;
   return OP_PARAMS(ids, (size_t)(n > 0 ? n : 0));
@@ -377,7 +317,7 @@ static bool wants_gradgrad(const fx_case *c) {
 /* The cases each check runs, into ids (Criterion's memory, which the forked tests read) unless
  * counting only. */
 static int *select_ids(bool second_order, size_t *count, bool count_only) {
-  int n = count_cases();
+  int n = fx_count_cases(FIXTURES);
   int *ids = count_only ? NULL : cr_malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
   *count = 0;
   for (int k = 0; k < n; k++) {
@@ -427,14 +367,14 @@ Test(composite_grad, the_checked_cases) {
   size_t first, second;
   select_ids(false, &first, true);
   select_ids(true, &second, true);
-  int n = count_cases();
+  int n = fx_count_cases(FIXTURES);
   cr_expect_eq(first, (size_t)n - 3, "%zu of %d cases get a gradcheck", first, n);
   cr_expect_eq(second, 11, "%zu cases get a gradgradcheck", second);
 }
 
 /* Every composite op of the table has a PyTorch case. */
 Test(composite_torch, every_op_has_a_case) {
-  char *buf = read_file(FIXTURES);
+  char *buf = fx_read_file(FIXTURES);
   cr_assert_not_null(buf, "cannot read %s", FIXTURES);
   static const char *const ops[] = {"linear", "bilinear", "prelu", "rnn_tanh_cell", "rnn_relu_cell", "lstm_cell",
                                     "gru_cell", "sdpa", "chain_matmul", "multi_dot", "einsum", "cross", "tensordot",

@@ -13,19 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fixture_io.h"
 #include "op_cases.h"
 
 #ifndef MX_FIXTURES_DIR
 #error "MX_FIXTURES_DIR must name tests/fixtures"
 #endif
 #define FIXTURES MX_FIXTURES_DIR "/ops_fixtures.txt"
-
-typedef struct {
-  mx_dtype dtype;
-  mx_shape shape;
-  int64_t n;
-  double *v;
-} fx_tensor;
 
 typedef struct {
   char id[96], op[64];
@@ -35,116 +29,39 @@ typedef struct {
   bool has_weight, has_grad[OP_MAX_IN];
 } fx_case;
 
-static char *read_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long size = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = malloc((size_t)size + 1);
-  if (buf && fread(buf, 1, (size_t)size, f) != (size_t)size) {
-    free(buf);
-    buf = NULL;
-  }
-  if (buf) buf[size] = '\0';
-  fclose(f);
-  return buf;
+static bool parse_header(void *p, const char *line) {
+  fx_case *c = p;
+  return sscanf(line, "case %95s %63s", c->id, c->op) == 2;
 }
 
-static bool parse_dtype(const char *s, mx_dtype *dtype) {
-  static const struct {
-    const char *name;
-    mx_dtype dtype;
-  } names[] = {{"f64", MX_F64}, {"f32", MX_F32}, {"f16", MX_F16}, {"bf16", MX_BF16},
-               {"i64", MX_I64}, {"i32", MX_I32}, {"u8", MX_U8},   {"bool", MX_BOOL}};
-  for (size_t k = 0; k < sizeof names / sizeof *names; k++)
-    if (!strcmp(s, names[k].name)) return *dtype = names[k].dtype, true;
+/* "input <i> <tensor>", "grad <i> <tensor>", "output <tensor>" or "weight <tensor>". */
+static bool parse_line(void *p, char *line) {
+  fx_case *c = p;
+  char *save = NULL;
+  char *kind = strtok_r(line, " ", &save);
+  if (!kind) return true;
+  if (!strcmp(kind, "input") || !strcmp(kind, "grad")) {
+    char *tok = strtok_r(NULL, " ", &save);
+    int i = tok ? atoi(tok) : -1;
+    if (i < 0 || i >= OP_MAX_IN) return false;
+    if (kind[0] == 'i') {
+      if (!fx_parse_tensor(&save, &c->in[i], FX_ANY_DTYPE)) return false;
+      c->n_in = i + 1 > c->n_in ? i + 1 : c->n_in;
+    } else {
+      if (!fx_parse_tensor(&save, &c->grad[i], FX_ANY_DTYPE)) return false;
+      c->has_grad[i] = true;
+    }
+    return true;
+  }
+  if (!strcmp(kind, "output")) return fx_parse_tensor(&save, &c->out, FX_ANY_DTYPE);
+  if (!strcmp(kind, "weight")) return c->has_weight = fx_parse_tensor(&save, &c->weight, FX_ANY_DTYPE);
   return false;
-}
-
-/* "<dtype> <ndim> <dims...> <values...>" from the tokens after the cursor. */
-static bool parse_tensor(char **save, fx_tensor *t) {
-  char *tok = strtok_r(NULL, " \n", save);
-  if (!tok || !parse_dtype(tok, &t->dtype)) return false;
-  tok = strtok_r(NULL, " \n", save);
-  if (!tok) return false;
-  t->shape.ndim = atoi(tok);
-  if (t->shape.ndim < 0 || t->shape.ndim > MX_MAX_DIMS) return false;
-  t->n = 1;
-  for (int d = 0; d < t->shape.ndim; d++) {
-    tok = strtok_r(NULL, " \n", save);
-    if (!tok) return false;
-    t->shape.d[d] = atoll(tok);
-    t->n *= t->shape.d[d];
-  }
-  t->v = malloc(sizeof(double) * (size_t)(t->n ? t->n : 1));
-  for (int64_t k = 0; k < t->n; k++) {
-    tok = strtok_r(NULL, " \n", save);
-    if (!tok) return false;
-    t->v[k] = strtod(tok, NULL);
-  }
-  return true;
-}
-
-/* Counts the cases in the file (-1 when it cannot be read). */
-static int count_cases(void) {
-  FILE *f = fopen(FIXTURES, "r");
-  if (!f) return -1;
-  char line[256];
-  int n = 0;
-  bool at_line_start = true;
-  while (fgets(line, sizeof line, f)) {
-    if (at_line_start && !strncmp(line, "case ", 5)) n++;
-    at_line_start = strchr(line, '\n') != NULL;
-  }
-  fclose(f);
-  return n;
 }
 
 /* Reads case number k (0-based) of the file. */
 static bool load_case(int k, fx_case *c) {
   memset(c, 0, sizeof *c);
-  char *buf = read_file(FIXTURES);
-  if (!buf) return false;
-  int index = -1;
-  bool ok = false, inside = false;
-  char *line_save = NULL;
-  for (char *line = strtok_r(buf, "\n", &line_save); line; line = strtok_r(NULL, "\n", &line_save)) {
-    if (!strncmp(line, "case ", 5) && ++index == k) {
-      inside = true;
-      if (sscanf(line, "case %95s %63s", c->id, c->op) != 2) break;
-      continue;
-    }
-    if (!inside) continue;
-    char *save = NULL;
-    char *kind = strtok_r(line, " \n", &save);
-    if (!kind) continue;
-    if (!strcmp(kind, "end")) {
-      ok = true;
-      break;
-    }
-    if (!strcmp(kind, "input") || !strcmp(kind, "grad")) {
-      char *tok = strtok_r(NULL, " \n", &save);
-      int i = tok ? atoi(tok) : -1;
-      if (i < 0 || i >= OP_MAX_IN) break;
-      if (kind[0] == 'i') {
-        if (!parse_tensor(&save, &c->in[i])) break;
-        c->n_in = i + 1 > c->n_in ? i + 1 : c->n_in;
-      } else {
-        if (!parse_tensor(&save, &c->grad[i])) break;
-        c->has_grad[i] = true;
-      }
-    } else if (!strcmp(kind, "output")) {
-      if (!parse_tensor(&save, &c->out)) break;
-    } else if (!strcmp(kind, "weight")) {
-      if (!parse_tensor(&save, &c->weight)) break;
-      c->has_weight = true;
-    } else {
-      break;
-    }
-  }
-  free(buf);
-  return ok;
+  return fx_load_case(FIXTURES, k, c, parse_header, parse_line);
 }
 
 /* A tensor holding t's values in t's dtype. */
@@ -233,7 +150,7 @@ static void free_case(fx_case *c) {
 static int *case_ids;
 
 ParameterizedTestParameters(ops_torch, matches_pytorch) {
-  int n = count_cases();
+  int n = fx_count_cases(FIXTURES);
   if (n <= 0) { /* no file: one case that reports it */
     case_ids = cr_malloc(sizeof(int));
     case_ids[0] = -1;
@@ -289,7 +206,7 @@ ParameterizedTest(int *k, ops_torch, matches_pytorch) {
 /* The file covers every row of op_cases.c. */
 Test(ops_torch, every_case_has_a_fixture) {
   mx_scope *s = mx_scope_begin();
-  char *buf = read_file(FIXTURES);
+  char *buf = fx_read_file(FIXTURES);
   cr_assert_not_null(buf, "cannot read %s", FIXTURES);
   for (int k = 0; k < op_case_count; k++) {
     char needle[96];

@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 
+#include "fixture_io.h"
 #include "op_cases.h"
 #include <math.h>
 #include <stdio.h>
@@ -24,12 +25,6 @@
 /* --- the fixture file -------------------------------------------------------------------------- */
 
 typedef struct {
-  mx_shape shape;
-  int64_t n;
-  double *v;
-} fx_tensor;
-
-typedef struct {
   char id[96], args[256];
   mx_grid_mode mode;
   mx_grid_padding padding;
@@ -37,52 +32,6 @@ typedef struct {
   fx_tensor in[2], out, weight, grad[2];
   int parts; /* records read: 2 inputs, weight, output, 2 grads */
 } fx_case;
-
-static char *read_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long size = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = malloc((size_t)size + 1);
-  if (buf && fread(buf, 1, (size_t)size, f) != (size_t)size) {
-    free(buf);
-    buf = NULL;
-  }
-  if (buf) buf[size] = '\0';
-  fclose(f);
-  return buf;
-}
-
-/* "f64 <ndim> <dims...> <values...>" */
-static bool parse_tensor(char **save, fx_tensor *t) {
-  char *tok = strtok_r(NULL, " ", save);
-  if (!tok || strcmp(tok, "f64")) return false;
-  if (!(tok = strtok_r(NULL, " ", save))) return false;
-  t->shape.ndim = atoi(tok);
-  if (t->shape.ndim < 0 || t->shape.ndim > MX_MAX_DIMS) return false;
-  t->n = 1;
-  for (int d = 0; d < t->shape.ndim; d++) {
-    if (!(tok = strtok_r(NULL, " ", save))) return false;
-    t->shape.d[d] = atoll(tok);
-    t->n *= t->shape.d[d];
-  }
-  t->v = malloc(sizeof(double) * (size_t)(t->n ? t->n : 1));
-  for (int64_t k = 0; k < t->n; k++) {
-    if (!(tok = strtok_r(NULL, " ", save))) return false;
-    t->v[k] = strtod(tok, NULL);
-  }
-  return true;
-}
-
-static int count_cases(void) {
-  char *buf = read_file(FIXTURES);
-  if (!buf) return -1;
-  int n = 0;
-  for (char *p = buf; (p = strstr(p, "case ")); p += 5) n += p == buf || p[-1] == '\n';
-  free(buf);
-  return n;
-}
 
 /* The value of key=... in args (up to the next space), or "". */
 static void arg_str(const char *args, const char *key, char *out, size_t size) {
@@ -112,43 +61,36 @@ static bool parse_args(fx_case *c) {
   return true;
 }
 
+static bool parse_header(void *p, const char *line) {
+  fx_case *c = p;
+  int used = 0;
+  char op[64];
+  if (sscanf(line, "case %95s %63s%n", c->id, op, &used) != 2 || strcmp(op, "grid_sample")) return false;
+  snprintf(c->args, sizeof c->args, "%s", line + used);
+  return parse_args(c);
+}
+
+/* "input|grad <0|1> <tensor>" or "output|weight 0 <tensor>", each once; the tensors are float64. */
+static bool parse_line(void *p, char *line) {
+  fx_case *c = p;
+  char *save = NULL;
+  char *kind = strtok_r(line, " ", &save);
+  if (!kind) return true;
+  char *tok = strtok_r(NULL, " ", &save);
+  int i = tok ? atoi(tok) : -1;
+  fx_tensor *t = NULL;
+  if (!strcmp(kind, "input") && (i == 0 || i == 1)) t = &c->in[i];
+  else if (!strcmp(kind, "grad") && (i == 0 || i == 1)) t = &c->grad[i];
+  else if (!strcmp(kind, "output") && i == 0) t = &c->out;
+  else if (!strcmp(kind, "weight") && i == 0) t = &c->weight;
+  if (!t || t->v || !fx_parse_tensor(&save, t, FX_DTYPE(MX_F64))) return false;
+  c->parts++;
+  return true;
+}
+
 static bool load_case(int k, fx_case *c) {
   memset(c, 0, sizeof *c);
-  char *buf = read_file(FIXTURES);
-  if (!buf) return false;
-  int index = -1;
-  bool ok = false, inside = false;
-  char *line_save = NULL;
-  for (char *line = strtok_r(buf, "\n", &line_save); line; line = strtok_r(NULL, "\n", &line_save)) {
-    if (!strncmp(line, "case ", 5) && ++index == k) {
-      inside = true;
-      int used = 0;
-      char op[64];
-      if (sscanf(line, "case %95s %63s%n", c->id, op, &used) != 2 || strcmp(op, "grid_sample")) break;
-      snprintf(c->args, sizeof c->args, "%s", line + used);
-      if (!parse_args(c)) break;
-      continue;
-    }
-    if (!inside) continue;
-    char *save = NULL;
-    char *kind = strtok_r(line, " ", &save);
-    if (!kind) continue;
-    if (!strcmp(kind, "end")) {
-      ok = c->parts == 6;
-      break;
-    }
-    char *tok = strtok_r(NULL, " ", &save);
-    int i = tok ? atoi(tok) : -1;
-    fx_tensor *t = NULL;
-    if (!strcmp(kind, "input") && (i == 0 || i == 1)) t = &c->in[i];
-    else if (!strcmp(kind, "grad") && (i == 0 || i == 1)) t = &c->grad[i];
-    else if (!strcmp(kind, "output") && i == 0) t = &c->out;
-    else if (!strcmp(kind, "weight") && i == 0) t = &c->weight;
-    if (!t || t->v || !parse_tensor(&save, t)) break;
-    c->parts++;
-  }
-  free(buf);
-  return ok;
+  return fx_load_case(FIXTURES, k, c, parse_header, parse_line) && c->parts == 6;
 }
 
 static void free_case(fx_case *c) {
@@ -194,7 +136,7 @@ static void expect_matches(const char *id, const char *what, const mx_tensor *go
 }
 
 static int *all_ids(size_t *count) {
-  int n = count_cases();
+  int n = fx_count_cases(FIXTURES);
   int *ids = cr_malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
   for (int k = 0; k < n; k++) ids[k] = k;
   *count = n > 0 ? (size_t)n : 0;
@@ -263,9 +205,9 @@ ParameterizedTest(int *k, grid_sample_torch, float32_is_close) {
 Test(grid_sample_torch, every_combination_has_cases) {
   static const char *const modes[] = {"bilinear", "nearest"}, *const paddings[] = {"zeros", "border", "reflection"};
   static const char *const variants[] = {"", "@smooth", "@size1"};
-  int n = count_cases();
+  int n = fx_count_cases(FIXTURES);
   cr_assert_gt(n, 0, "cannot read %s (run tests/fixtures/make_grid_sample_fixtures.py)", FIXTURES);
-  char *buf = read_file(FIXTURES);
+  char *buf = fx_read_file(FIXTURES);
   int found = 0;
   for (int m = 0; m < 2; m++)
     for (int p = 0; p < 3; p++)
@@ -298,7 +240,7 @@ static mx_tensor *sample(int n, mx_tensor *const *in, void *ctx) {
 }
 
 ParameterizedTestParameters(grid_sample_grad, gradcheck) {
-  int n = count_cases();
+  int n = fx_count_cases(FIXTURES);
   int *ids = cr_malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
   size_t count = 0;
   for (int k = 0; k < n; k++) {
@@ -325,7 +267,7 @@ ParameterizedTest(int *k, grid_sample_grad, gradcheck) {
 }
 
 Test(grid_sample_grad, the_checked_cases) {
-  int n = count_cases(), smooth = 0, bilinear = 0;
+  int n = fx_count_cases(FIXTURES), smooth = 0, bilinear = 0;
   for (int k = 0; k < n; k++) {
     fx_case c;
     cr_assert(load_case(k, &c), "case %d does not parse", k);

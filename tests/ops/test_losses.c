@@ -13,6 +13,7 @@
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 
+#include "fixture_io.h"
 #include "op_cases.h"
 #include <math.h>
 #include <stdio.h>
@@ -34,13 +35,6 @@
 /* --- the fixture file --------------------------------------------------------------------------------- */
 
 typedef struct {
-  mx_dtype dtype;
-  mx_shape shape;
-  int64_t n;
-  double *v;
-} fx_tensor;
-
-typedef struct {
   char id[96], loss[64];
   int n_in, n_params, n_red, n_nograd;
   char in_name[MAX_IN][16], param_name[MAX_PARAMS][24], nograd[MAX_IN][16];
@@ -51,44 +45,8 @@ typedef struct {
   bool has_grad[MAX_RED][MAX_IN];
 } fx_case;
 
-static char *read_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long size = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = malloc((size_t)size + 1);
-  if (buf && fread(buf, 1, (size_t)size, f) != (size_t)size) {
-    free(buf);
-    buf = NULL;
-  }
-  if (buf) buf[size] = '\0';
-  fclose(f);
-  return buf;
-}
-
-/* "<dtype> <ndim> <dims...> <values...>" from the tokens after the cursor. */
-static bool parse_tensor(char **save, fx_tensor *t) {
-  char *tok = strtok_r(NULL, " ", save);
-  if (!tok) return false;
-  if (!strcmp(tok, "f64")) t->dtype = MX_F64;
-  else if (!strcmp(tok, "f32")) t->dtype = MX_F32;
-  else if (!strcmp(tok, "i64")) t->dtype = MX_I64;
-  else return false;
-  tok = strtok_r(NULL, " ", save);
-  if (!tok || (t->shape.ndim = atoi(tok)) < 0 || t->shape.ndim > MX_MAX_DIMS) return false;
-  t->n = 1;
-  for (int d = 0; d < t->shape.ndim; d++) {
-    if (!(tok = strtok_r(NULL, " ", save))) return false;
-    t->n *= t->shape.d[d] = atoll(tok);
-  }
-  t->v = malloc(sizeof(double) * (size_t)(t->n ? t->n : 1));
-  for (int64_t k = 0; k < t->n; k++) {
-    if (!(tok = strtok_r(NULL, " ", save))) return false;
-    t->v[k] = strtod(tok, NULL);
-  }
-  return true;
-}
+/* The dtypes of the loss fixtures. */
+#define LOSS_DTYPES (FX_DTYPE(MX_F64) | FX_DTYPE(MX_F32) | FX_DTYPE(MX_I64))
 
 static bool parse_reduction(const char *s, mx_reduction *r) {
   static const char *const names[] = {"none", "mean", "sum", "batchmean"};
@@ -103,7 +61,8 @@ static int input_index(const fx_case *c, const char *name) {
   return -1;
 }
 
-static bool parse_line(fx_case *c, char *line) {
+static bool parse_line(void *p, char *line) {
+  fx_case *c = p;
   char *save = NULL, *kind = strtok_r(line, " ", &save), *tok;
   if (!kind) return false;
   if (!strcmp(kind, "param") && c->n_params < MAX_PARAMS) {
@@ -121,45 +80,33 @@ static bool parse_line(fx_case *c, char *line) {
   if (!strcmp(kind, "input") && c->n_in < MAX_IN) {
     if (!(tok = strtok_r(NULL, " ", &save))) return false;
     snprintf(c->in_name[c->n_in], sizeof c->in_name[0], "%s", tok);
-    return parse_tensor(&save, &c->in[c->n_in++]);
+    return fx_parse_tensor(&save, &c->in[c->n_in++], LOSS_DTYPES);
   }
-  if (!strcmp(kind, "weight")) return parse_tensor(&save, &c->weight);
+  if (!strcmp(kind, "weight")) return fx_parse_tensor(&save, &c->weight, LOSS_DTYPES);
   mx_reduction r;
   if (!(tok = strtok_r(NULL, " ", &save)) || !parse_reduction(tok, &r)) return false;
   if (!strcmp(kind, "output") && c->n_red < MAX_RED) {
     c->red[c->n_red] = r;
-    return parse_tensor(&save, &c->out[c->n_red++]);
+    return fx_parse_tensor(&save, &c->out[c->n_red++], LOSS_DTYPES);
   }
   if (!strcmp(kind, "grad") && c->n_red > 0) {
     int i = (tok = strtok_r(NULL, " ", &save)) ? input_index(c, tok) : -1;
     if (i < 0) return false;
     c->has_grad[c->n_red - 1][i] = true;
-    return parse_tensor(&save, &c->grad[c->n_red - 1][i]);
+    return fx_parse_tensor(&save, &c->grad[c->n_red - 1][i], LOSS_DTYPES);
   }
   return false;
+}
+
+static bool parse_header(void *p, const char *line) {
+  fx_case *c = p;
+  return sscanf(line, "case %95s %63s", c->id, c->loss) == 2;
 }
 
 /* Reads case number k (0-based) of the file. */
 static bool load_case(int k, fx_case *c) {
   memset(c, 0, sizeof *c);
-  char *buf = read_file(FIXTURES);
-  if (!buf) return false;
-  int index = -1;
-  bool ok = false, inside = false;
-  char *line_save = NULL;
-  for (char *line = strtok_r(buf, "\n", &line_save); line; line = strtok_r(NULL, "\n", &line_save)) {
-    if (!strncmp(line, "case ", 5) && ++index == k) {
-      inside = sscanf(line, "case %95s %63s", c->id, c->loss) == 2;
-      if (!inside) break;
-    } else if (inside && !strcmp(line, "end")) {
-      ok = true;
-      break;
-    } else if (inside && !parse_line(c, line)) {
-      break;
-    }
-  }
-  free(buf);
-  return ok;
+  return fx_load_case(FIXTURES, k, c, parse_header, parse_line);
 }
 
 static void free_case(fx_case *c) {
@@ -325,7 +272,7 @@ Test(loss_torch, every_loss_has_a_fixture) {
       "multilabel_margin_loss", "multi_margin_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div",
       "poisson_nll_loss", "hinge_embedding_loss", "margin_ranking_loss", "soft_margin_loss", "cosine_embedding_loss",
       "triplet_margin_loss"};
-  char *buf = read_file(FIXTURES);
+  char *buf = fx_read_file(FIXTURES);
   cr_assert_not_null(buf, "cannot read %s", FIXTURES);
   for (size_t k = 0; k < sizeof losses / sizeof *losses; k++) {
     char needle[96];

@@ -1,0 +1,36 @@
+/* Reading the PyTorch fixture files of tests/fixtures: whole files, tensors, case counts and cases. */
+#ifndef MX_TESTS_FIXTURE_IO_H
+#define MX_TESTS_FIXTURE_IO_H
+
+#include <stdbool.h>
+
+#include <mixgrad.h>
+
+/* A tensor of a fixture: its values as doubles, whatever its dtype. */
+typedef struct {
+  mx_dtype dtype;
+  mx_shape shape;
+  int64_t n;
+  double *v;
+} fx_tensor;
+
+/* The dtypes fx_parse_tensor accepts, as a mask: FX_DTYPE(MX_F64) | FX_DTYPE(MX_F32). */
+#define FX_DTYPE(dtype) (1u << (dtype))
+#define FX_ANY_DTYPE (~0u)
+
+/* The whole file at path, NUL-terminated (the caller frees it), or NULL. */
+char *fx_read_file(const char *path);
+
+/* "<dtype> <ndim> <dims...> <values...>" from the space-separated tokens after strtok_r's cursor save, the dtype
+ * ("f64", "f32", "f16", "bf16", "i64", "i32", "u8" or "bool") one of dtypes. t->v is malloc'd (the caller frees it). */
+bool fx_parse_tensor(char **save, fx_tensor *t, unsigned dtypes);
+
+/* The number of cases (lines starting "case ") in the file at path, or -1 when it cannot be read. */
+int fx_count_cases(const char *path);
+
+/* Case k (0-based) of the file at path: header gets its "case <id> <op> ..." line, then body each line after it,
+ * to tokenize in place, up to the line "end". True when "end" was reached and both accepted every line. */
+bool fx_load_case(const char *path, int k, void *c, bool (*header)(void *c, const char *line),
+                  bool (*body)(void *c, char *line));
+
+#endif
