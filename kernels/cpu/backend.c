@@ -47,7 +47,7 @@ static void fill_row(const mx__row *row, void *ctx) {
 
 static mx_status cpu_fill(const mx_kview *out, double value) {
   fill_ctx ctx = {.size = mx_dtype_size(out->dtype)};
-  mx__store_f64(ctx.value, out->dtype, value);
+  mx_element_store(ctx.value, out->dtype, value);
   mx__cpu_foreach_row(out, NULL, fill_row, &ctx);
   return MX_OK;
 }
@@ -117,7 +117,7 @@ static void random_row(const mx__row *row, void *ctx) {
     if (c->params->kind == MX_RAND_INT && c->dtype == MX_I64) /* exact beyond 2^53 */
       *(int64_t *)o = mx_rand_int(c->params, index);
     else
-      mx__store_f64(o, c->dtype, mx_rand_sample(c->params, index, mx_mantissa_bits(c->dtype)));
+      mx_element_store(o, c->dtype, mx_rand_sample(c->params, index, mx_mantissa_bits(c->dtype)));
   }
 }
 
@@ -133,8 +133,8 @@ static void bernoulli_row(const mx__row *row, void *ctx) {
   const char *p = row->ptr[1];
   for (int64_t i = 0; i < row->n; i++, o += row->step[0], p += row->step[1]) {
     mx_philox_block r = mx_philox_draw(c->params->seed, c->params->offset, (uint64_t)(row->first + i));
-    double prob = mx__load_f64(p, c->p_dtype);
-    mx__store_f64(o, c->dtype, mx_uniform53(r.v[0], r.v[1]) < prob);
+    double prob = mx_element_load(p, c->p_dtype);
+    mx_element_store(o, c->dtype, mx_uniform53(r.v[0], r.v[1]) < prob);
   }
 }
 

@@ -1,14 +1,13 @@
-/* Element loads and stores through double, and bulk float16/bfloat16
- * conversions (F16C where the CPU has it: bit-identical to kernels/math.h). */
+/* Bulk float16/bfloat16 conversions (F16C where the CPU has it:
+ * bit-identical to kernels/math.h). */
 #ifndef MX_KERNELS_CPU_CONVERT_H
 #define MX_KERNELS_CPU_CONVERT_H
 
 #include "kernels/base_internal.h"
 
-/* One element as a double and back: kernels/math.h, shared with CUDA. */
+/* One element as a double and back: mx_element_load / mx_element_store in
+ * kernels/math.h, shared with CUDA. */
 #include "kernels/math.h"
-#define mx__load_f64 mx_element_load
-#define mx__store_f64 mx_element_store
 
 void mx__f32_to_f16_n(const float *src, uint16_t *dst, int64_t n);
 void mx__f16_to_f32_n(const uint16_t *src, float *dst, int64_t n);

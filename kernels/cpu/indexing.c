@@ -63,7 +63,7 @@ mx_status mx__cpu_scatter(const mx_kview *out, const mx_kview *index, const mx_k
     const char *s = at(src, offset_of(src->ndim, c, src->strides));
     c[dim] = k;
     char *o = at(out, offset_of(out->ndim, c, out->strides));
-    if (accumulate) mx__store_f64(o, out->dtype, mx__load_f64(o, out->dtype) + mx__load_f64(s, src->dtype));
+    if (accumulate) mx_element_store(o, out->dtype, mx_element_load(o, out->dtype) + mx_element_load(s, src->dtype));
     else memcpy(o, s, size);
   }
   return MX_OK;
@@ -105,7 +105,7 @@ mx_status mx__cpu_index_add(const mx_kview *out, const mx_kview *index, const mx
     const char *s = at(src, offset_of(src->ndim, c, src->strides));
     c[dim] = k;
     char *o = at(out, offset_of(out->ndim, c, out->strides));
-    if (accumulate) mx__store_f64(o, out->dtype, mx__load_f64(o, out->dtype) + alpha * mx__load_f64(s, src->dtype));
+    if (accumulate) mx_element_store(o, out->dtype, mx_element_load(o, out->dtype) + alpha * mx_element_load(s, src->dtype));
     else memcpy(o, s, size);
   }
   return MX_OK;
@@ -127,15 +127,15 @@ mx_status mx__cpu_softmax(const mx_kview *out, const mx_kview *x, int dim, bool 
     int64_t xs = x->strides[dim], os = out->strides[dim];
     double m = -INFINITY, sum = 0;
     for (int64_t k = 0; k < len; k++) {
-      double v = mx__load_f64(at(x, xo + k * xs), x->dtype);
+      double v = mx_element_load(at(x, xo + k * xs), x->dtype);
       m = v > m || isnan(v) ? v : m;
     }
     if (isinf(m) && m < 0) m = 0; /* a line of -inf: no shift */
-    for (int64_t k = 0; k < len; k++) sum += exp(mx__load_f64(at(x, xo + k * xs), x->dtype) - m);
+    for (int64_t k = 0; k < len; k++) sum += exp(mx_element_load(at(x, xo + k * xs), x->dtype) - m);
     double log_sum = log(sum);
     for (int64_t k = 0; k < len; k++) {
-      double shifted = mx__load_f64(at(x, xo + k * xs), x->dtype) - m;
-      mx__store_f64(at(out, oo + k * os), out->dtype, log_softmax ? shifted - log_sum : exp(shifted) / sum);
+      double shifted = mx_element_load(at(x, xo + k * xs), x->dtype) - m;
+      mx_element_store(at(out, oo + k * os), out->dtype, log_softmax ? shifted - log_sum : exp(shifted) / sum);
     }
   }
   return MX_OK;

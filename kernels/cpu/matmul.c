@@ -25,16 +25,16 @@ mx_status mx__cpu_matmul_reference(const mx_kview *out, const mx_kview *a, const
       for (int64_t j = 0; j < jn; j++) acc_d[j] = 0, acc_f[j] = 0;
       for (int64_t k = 0; k < K; k++) {
         const char *pa = (const char *)a->data + (bi * a->strides[0] + i * a->strides[1] + k * a->strides[2]) * (int64_t)as;
-        double av = mx__load_f64(pa, a->dtype);
+        double av = mx_element_load(pa, a->dtype);
         const char *pb = (const char *)b->data + (bi * b->strides[0] + k * b->strides[1] + j0 * b->strides[2]) * (int64_t)bs;
         for (int64_t j = 0; j < jn; j++, pb += b->strides[2] * (int64_t)bs) {
-          if (dbl) acc_d[j] += av * mx__load_f64(pb, b->dtype);
-          else acc_f[j] += (float)av * (float)mx__load_f64(pb, b->dtype);
+          if (dbl) acc_d[j] += av * mx_element_load(pb, b->dtype);
+          else acc_f[j] += (float)av * (float)mx_element_load(pb, b->dtype);
         }
       }
       char *po = (char *)out->data + (bi * out->strides[0] + i * out->strides[1] + j0 * out->strides[2]) * (int64_t)os;
       for (int64_t j = 0; j < jn; j++, po += out->strides[2] * (int64_t)os)
-        mx__store_f64(po, out->dtype, dbl ? acc_d[j] : acc_f[j]);
+        mx_element_store(po, out->dtype, dbl ? acc_d[j] : acc_f[j]);
     }
   }
   return MX_OK;

@@ -61,13 +61,13 @@ mx_status mx__cpu_max_pool(const mx_kview *out, const mx_kview *indices, const m
       double best = -INFINITY;
       int64_t where = -1;
       FOR_WINDOW(g, o0, o1, o2, {
-        double v = mx__load_f64(xp + flat * (int64_t)xs, x->dtype);
+        double v = mx_element_load(xp + flat * (int64_t)xs, x->dtype);
         if (where < 0 || v > best || isnan(v)) {
           best = v;
           where = flat;
         }
       })
-      mx__store_f64((char *)out->data + (pl * out_plane + o) * (int64_t)os, out->dtype, best);
+      mx_element_store((char *)out->data + (pl * out_plane + o) * (int64_t)os, out->dtype, best);
       ((int64_t *)indices->data)[pl * out_plane + o] = where < 0 ? 0 : where;
     }
   }
@@ -86,8 +86,8 @@ mx_status mx__cpu_max_pool_backward(const mx_kview *dx, const mx_kview *dy, cons
     for (int64_t o = 0; o < out_plane; o++) {
       int64_t flat = ((const int64_t *)indices->data)[pl * out_plane + o];
       char *target = dp + flat * (int64_t)size;
-      double grad = mx__load_f64((const char *)dy->data + (pl * out_plane + o) * (int64_t)size, dy->dtype);
-      mx__store_f64(target, dx->dtype, mx__load_f64(target, dx->dtype) + grad);
+      double grad = mx_element_load((const char *)dy->data + (pl * out_plane + o) * (int64_t)size, dy->dtype);
+      mx_element_store(target, dx->dtype, mx_element_load(target, dx->dtype) + grad);
     }
   }
   return MX_OK;
@@ -112,8 +112,8 @@ mx_status mx__cpu_avg_pool(const mx_kview *out, const mx_kview *x, const mx_pool
     for (int64_t o = 0; o < out_plane; o++) {
       int64_t o2 = o % g.out[2], o1 = (o / g.out[2]) % g.out[1], o0 = o / (g.out[2] * g.out[1]);
       double sum = 0;
-      FOR_WINDOW(g, o0, o1, o2, { sum += mx__load_f64(xp + flat * (int64_t)xs, x->dtype); })
-      mx__store_f64((char *)out->data + (pl * out_plane + o) * (int64_t)os, out->dtype,
+      FOR_WINDOW(g, o0, o1, o2, { sum += mx_element_load(xp + flat * (int64_t)xs, x->dtype); })
+      mx_element_store((char *)out->data + (pl * out_plane + o) * (int64_t)os, out->dtype,
                     sum / divisor(&g, params, o0, o1, o2));
     }
   }
@@ -130,11 +130,11 @@ mx_status mx__cpu_avg_pool_backward(const mx_kview *dx, const mx_kview *dy, cons
     char *dp = (char *)dx->data + pl * in_plane * (int64_t)size;
     for (int64_t o = 0; o < out_plane; o++) {
       int64_t o2 = o % g.out[2], o1 = (o / g.out[2]) % g.out[1], o0 = o / (g.out[2] * g.out[1]);
-      double grad = mx__load_f64((const char *)dy->data + (pl * out_plane + o) * (int64_t)size, dy->dtype) /
+      double grad = mx_element_load((const char *)dy->data + (pl * out_plane + o) * (int64_t)size, dy->dtype) /
                     divisor(&g, params, o0, o1, o2);
       FOR_WINDOW(g, o0, o1, o2, {
         char *target = dp + flat * (int64_t)size;
-        mx__store_f64(target, dx->dtype, mx__load_f64(target, dx->dtype) + grad);
+        mx_element_store(target, dx->dtype, mx_element_load(target, dx->dtype) + grad);
       })
     }
   }

@@ -54,7 +54,7 @@ static void reduce_one(int code, const mx_kview *in, const reduce_plan *p, const
   bool first = true;
   for (int64_t k = 0; k < p->inner_numel; k++) {
     const char *ptr = base + offset * (int64_t)size;
-    double v = mx__load_f64(ptr, in->dtype);
+    double v = mx_element_load(ptr, in->dtype);
     switch (code) {
     case MX_RED_SUM:
       if (integer) acc->ivalue += in->dtype == MX_I64 ? *(const int64_t *)ptr : (int64_t)v;
@@ -112,8 +112,8 @@ mx_status mx__cpu_reduce(int code, const mx_kview *out, const mx_kview *index, c
     if (code == MX_RED_ALL || code == MX_RED_ANY) *(bool *)dst = acc.flag;
     else if (out->dtype == MX_I64 && is_int(in->dtype) && (code == MX_RED_SUM || code == MX_RED_PROD)) *(int64_t *)dst = acc.ivalue;
     else if (out->dtype == MX_I64 && in->dtype == MX_I64) *(int64_t *)dst = acc.ivalue;
-    else if (is_int(in->dtype) && (code == MX_RED_SUM || code == MX_RED_PROD)) mx__store_f64(dst, out->dtype, (double)acc.ivalue);
-    else mx__store_f64(dst, out->dtype, acc.value);
+    else if (is_int(in->dtype) && (code == MX_RED_SUM || code == MX_RED_PROD)) mx_element_store(dst, out->dtype, (double)acc.ivalue);
+    else mx_element_store(dst, out->dtype, acc.value);
   }
   return MX_OK;
 }
@@ -139,13 +139,13 @@ mx_status mx__cpu_scan(int code, const mx_kview *out, const mx_kview *in, int di
       const char *src = (const char *)in->data + (in_off + k * in->strides[dim]) * (int64_t)in_size;
       char *dst = (char *)out->data + (out_off + k * out->strides[dim]) * (int64_t)out_size;
       if (out->dtype == MX_I64) {
-        int64_t v = in->dtype == MX_I64 ? *(const int64_t *)src : (int64_t)mx__load_f64(src, in->dtype);
+        int64_t v = in->dtype == MX_I64 ? *(const int64_t *)src : (int64_t)mx_element_load(src, in->dtype);
         iacc = code == MX_RED_PROD ? iacc * v : iacc + v;
         *(int64_t *)dst = iacc;
       } else {
-        double v = mx__load_f64(src, in->dtype);
+        double v = mx_element_load(src, in->dtype);
         acc = code == MX_RED_PROD ? acc * v : acc + v;
-        mx__store_f64(dst, out->dtype, acc);
+        mx_element_store(dst, out->dtype, acc);
       }
     }
   }

@@ -59,8 +59,8 @@ static void *elem(const mx_kview *v, int64_t i) {
   return (char *)v->data + off * (int64_t)mx_dtype_size(v->dtype);
 }
 
-static double get(const mx_kview *v, int64_t i) { return mx__load_f64(elem(v, i), v->dtype); }
-static void set(const mx_kview *v, int64_t i, double x) { mx__store_f64(elem(v, i), v->dtype, x); }
+static double get(const mx_kview *v, int64_t i) { return mx_element_load(elem(v, i), v->dtype); }
+static void set(const mx_kview *v, int64_t i, double x) { mx_element_store(elem(v, i), v->dtype, x); }
 
 static void fill(const mx_kview *v, double x) {
   for (int64_t i = 0; i < numel(v); i++) set(v, i, x);

@@ -798,8 +798,8 @@ Test(math, uniform_bits_stays_below_one) {
   for (size_t i = 0; i < sizeof dtypes / sizeof *dtypes; i++) {
     double u = mx_uniform_bits(ones, mx_mantissa_bits(dtypes[i]));
     unsigned char buf[8];
-    mx__store_f64(buf, dtypes[i], u);
-    double stored = mx__load_f64(buf, dtypes[i]);
+    mx_element_store(buf, dtypes[i], u);
+    double stored = mx_element_load(buf, dtypes[i]);
     cr_expect(stored < 1.0, "the largest %s uniform (%a) stores as %a", mx_dtype_name(dtypes[i]), u,
               stored);
   }

@@ -58,7 +58,7 @@ static operand operand_new(mx_dtype dt, int64_t B, int64_t R, int64_t C, layout 
   size_t es = mx_dtype_size(dt);
   o.buf = malloc((size_t)o.buf_elems * es);
   cr_assert(o.buf);
-  for (int64_t i = 0; i < o.buf_elems; i++) mx__store_f64((char *)o.buf + i * (int64_t)es, dt, 7.0); /* sentinels */
+  for (int64_t i = 0; i < o.buf_elems; i++) mx_element_store((char *)o.buf + i * (int64_t)es, dt, 7.0); /* sentinels */
   o.v.data = (char *)o.buf + off * (int64_t)es;
   return o;
 }
@@ -72,8 +72,8 @@ static void *elem(const mx_kview *v, int64_t i) {
   return (char *)v->data + (b * v->strides[0] + r * v->strides[1] + c * v->strides[2]) * (int64_t)mx_dtype_size(v->dtype);
 }
 
-static double get(const mx_kview *v, int64_t i) { return mx__load_f64(elem(v, i), v->dtype); }
-static void set(const mx_kview *v, int64_t i, double x) { mx__store_f64(elem(v, i), v->dtype, x); }
+static double get(const mx_kview *v, int64_t i) { return mx_element_load(elem(v, i), v->dtype); }
+static void set(const mx_kview *v, int64_t i, double x) { mx_element_store(elem(v, i), v->dtype, x); }
 
 static uint64_t rng_state;
 static double uniform(void) { /* [-1, 1) */
@@ -194,7 +194,7 @@ static bool check_case(const mm_case *c, mx_dtype dt) {
     /* nothing written outside the output view */
     int64_t sevens = 0, inside = 0;
     size_t es = mx_dtype_size(dt);
-    for (int64_t i = 0; i < out.buf_elems; i++) sevens += mx__load_f64((char *)out.buf + i * (int64_t)es, dt) == 7.0;
+    for (int64_t i = 0; i < out.buf_elems; i++) sevens += mx_element_load((char *)out.buf + i * (int64_t)es, dt) == 7.0;
     for (int64_t i = 0; i < numel(&out.v); i++) inside += get(&out.v, i) == 7.0;
     cr_expect_eq(sevens - inside, out.buf_elems - numel(&out.v), "%s: wrote outside the output view", what);
   }
