@@ -17,12 +17,7 @@
 #include <string.h>
 
 #include "kernels/base.h"
-
-#ifdef __CUDACC__
-#define MX_HD __host__ __device__
-#else
-#define MX_HD
-#endif
+#include "kernels/cuda/hd.h"
 
 MX_HD static inline uint32_t mx_f32_bits(float f) {
   uint32_t u;
