@@ -36,6 +36,15 @@ typedef struct {
   bool count_include_pad; /* average pooling: the padding counts in the mean */
 } mx_pool_params;
 
+/* One parameter of an optimizer step; the pointers are the device's memory.
+ * The state is contiguous, in the parameter's row-major order: float64 for
+ * a float64 parameter, float32 for the others. */
+typedef struct {
+  mx_kview param, grad; /* one shape, any strides */
+  void *state[3];       /* SGD: momentum buffer; Adam: exp_avg, exp_avg_sq, max_exp_avg_sq; NULL: unused */
+  int64_t *step;        /* the steps this parameter has taken, counted here; NULL: SGD without momentum */
+} mx_optim_item;
+
 typedef struct mx_backend {
   const char *name;
   mx_device device;
@@ -93,6 +102,27 @@ typedef struct mx_backend {
                                  const mx_pool_params *p);
   mx_status (*avg_pool)(const mx_kview *out, const mx_kview *x, const mx_pool_params *p);
   mx_status (*avg_pool_backward)(const mx_kview *dx, const mx_kview *dy, const mx_pool_params *p);
+
+  /* AMP. The pointers are this device's memory.
+   * amp_unscale: one pass over n gradients (f32, f64 or bf16, any strides):
+   * each value is multiplied by mx_amp_inv_scale(*scale); *found_inf is set
+   * to 1 when a value is inf or NaN (never cleared here); stats (int64,
+   * n x 3, accumulated into) counts per gradient the infs, the NaNs and the
+   * values that are zero or subnormal in fp16, all before unscaling. */
+  mx_status (*amp_unscale)(int n, const mx_kview *grads, const float *scale, float *found_inf, int64_t *stats);
+  /* amp_update_scale: mx_amp_update_scale on one element (counters: 3). */
+  mx_status (*amp_update_scale)(float *scale, int32_t *growth_tracker, const float *found_inf,
+                                const mx_amp_update_params *p, int64_t *counters);
+
+  /* Optimizers: one pass over n parameters sharing hyper-parameters
+   * (mx_optim_item; kernels/math.h's element updates). found_inf (NULL:
+   * none): when *found_inf != 0 nothing at all is written. grad_scale (NULL:
+   * none): gradients are multiplied by mx_amp_inv_scale(*grad_scale) as they
+   * are read. Gradients are never written. */
+  mx_status (*sgd_step)(int n, const mx_optim_item *items, const mx_sgd_hparams *h, const float *found_inf,
+                        const float *grad_scale);
+  mx_status (*adam_step)(int n, const mx_optim_item *items, const mx_adam_hparams *h, const float *found_inf,
+                         const float *grad_scale);
 } mx_backend;
 
 /* The backend for a device, or NULL with the error set. */

@@ -326,4 +326,171 @@ MX_HD static inline int64_t mx_strided_offset(int64_t linear, int ndim, const in
   return offset;
 }
 
+/* --- AMP: loss scaling -------------------------------------------------------- */
+
+/* The inverse of the loss scale as the unscale kernels use it: computed in
+ * float64 and rounded once to float32 (PyTorch's
+ * scale.double().reciprocal().float()). */
+MX_HD static inline float mx_amp_inv_scale(float scale) { return (float)(1.0 / (double)scale); }
+
+/* Whether a scaled gradient value is zero or subnormal in fp16 (|v| below
+ * 2^-14): the values loss scaling exists to lift. */
+MX_HD static inline bool mx_amp_underflows_f16(double v) { return v > -6.103515625e-05 && v < 6.103515625e-05; }
+
+/* GradScaler.update's rule (torch._amp_update_scale_) plus mixgrad's guard
+ * rails. counters: steps seen, steps skipped, consecutive skips. */
+typedef struct {
+  double growth_factor, backoff_factor;
+  int32_t growth_interval;
+  double min_scale, max_scale; /* 0: no bound */
+} mx_amp_update_params;
+
+MX_HD static inline void mx_amp_update_scale(float *scale, int32_t *growth_tracker, float found_inf,
+                                             const mx_amp_update_params *p, int64_t *counters) {
+  double next = *scale;
+  counters[0] += 1;
+  if (found_inf != 0.0f) {
+    next = (double)*scale * p->backoff_factor;
+    *growth_tracker = 0;
+    counters[1] += 1;
+    counters[2] += 1;
+  } else {
+    int32_t successful = *growth_tracker + 1;
+    counters[2] = 0;
+    if (successful == p->growth_interval) {
+      float grown = (float)((double)*scale * p->growth_factor);
+      if (grown - grown == 0.0f) next = grown; /* finite: grow, else keep the scale */
+      *growth_tracker = 0;
+    } else {
+      *growth_tracker = successful;
+    }
+  }
+  if (p->min_scale > 0 && next < p->min_scale) next = p->min_scale;
+  if (p->max_scale > 0 && next > p->max_scale) next = p->max_scale;
+  *scale = (float)next;
+}
+
+/* --- optimizers: the update of one element ---------------------------------- */
+
+/* Optimizer arithmetic runs at the precision of the optimizer's state:
+ * float64 for float64 parameters, float32 for the others (f32, f16, bf16).
+ * Each operation below is computed in double and rounded once by
+ * mx_optim_round; for float32 that is the float32 operation bit for bit
+ * (double carries more than 2 * 24 + 2 bits, so the double rounding is
+ * innocuous for + - * / and sqrt). The functions thus redo PyTorch's
+ * foreach=False tensor ops one by one, with each Python float hyper-parameter
+ * rounded to the tensors' dtype as PyTorch does when it meets a tensor. */
+MX_HD static inline double mx_optim_round(double v, bool f64) { return f64 ? v : (double)(float)v; }
+
+/* A gradient value as an AMP step reads it: multiplied by the inverse loss
+ * scale (mx_amp_inv_scale), in float64 for float64, else in float32 (what
+ * GradScaler.unscale_ does to the gradient in place). */
+MX_HD static inline double mx_optim_unscale(double g, float inv_scale, bool f64) {
+  return f64 ? g * (double)inv_scale : (double)((float)g * inv_scale);
+}
+
+/* torch.optim.SGD's hyper-parameters. */
+typedef struct {
+  double lr, momentum, dampening, weight_decay;
+  bool nesterov, maximize;
+} mx_sgd_hparams;
+
+/* torch.optim.Adam's, and AdamW's with decoupled_decay. */
+typedef struct {
+  double lr, beta1, beta2, eps, weight_decay;
+  bool amsgrad, maximize, decoupled_decay;
+} mx_adam_hparams;
+
+#define MX__R(x) mx_optim_round((x), f64)
+
+/* SGD on one element of a parameter p with gradient g; returns p's new
+ * value. With momentum, *buf is the element's momentum buffer: on the
+ * parameter's first step (first) it becomes the direction itself, without
+ * dampening, as PyTorch's buffer is born a clone of it. */
+MX_HD static inline double mx_sgd_update_element(double p, double g, double *buf, bool first,
+                                                 const mx_sgd_hparams *h, bool f64) {
+  double d = h->maximize ? -g : g;
+  if (h->weight_decay != 0) d = MX__R(d + MX__R(MX__R(h->weight_decay) * p)); /* d.add(p, alpha=wd) */
+  if (h->momentum != 0) {
+    /* buf.mul_(momentum).add_(d, alpha=1 - dampening) */
+    *buf = first ? d : MX__R(MX__R(*buf * MX__R(h->momentum)) + MX__R(MX__R(1 - h->dampening) * d));
+    d = h->nesterov ? MX__R(d + MX__R(MX__R(h->momentum) * *buf)) : *buf;
+  }
+  return MX__R(p + MX__R(MX__R(-h->lr) * d)); /* p.add_(d, alpha=-lr) */
+}
+
+/* What Adam computes once per parameter and step, in float64 as Python
+ * does: step_size = lr / (1 - beta1^step) and sqrt(1 - beta2^step), step
+ * counting the step being taken (1 for the first). */
+typedef struct {
+  double step_size, bias_correction2_sqrt;
+} mx_adam_factors;
+
+MX_HD static inline mx_adam_factors mx_adam_factors_of(const mx_adam_hparams *h, int64_t step) {
+  mx_adam_factors f;
+  f.step_size = h->lr / (1 - pow(h->beta1, (double)step));
+  f.bias_correction2_sqrt = sqrt(1 - pow(h->beta2, (double)step));
+  return f;
+}
+
+/* Adam (or AdamW) on one element of a parameter p with gradient g; returns
+ * p's new value. *m and *v are the element's exp_avg and exp_avg_sq; *vmax
+ * its max_exp_avg_sq (amsgrad only). */
+MX_HD static inline double mx_adam_update_element(double p, double g, double *m, double *v, double *vmax,
+                                                  const mx_adam_hparams *h, mx_adam_factors f, bool f64) {
+  if (h->maximize) g = -g;
+  if (h->decoupled_decay)
+    p = MX__R(p * MX__R(1 - h->lr * h->weight_decay)); /* p.mul_(1 - lr * wd) */
+  else if (h->weight_decay != 0)
+    g = MX__R(g + MX__R(MX__R(h->weight_decay) * p)); /* g.add(p, alpha=wd) */
+  *m = MX__R(MX__R(*m * MX__R(h->beta1)) + MX__R(MX__R(1 - h->beta1) * g));         /* mul_, add_ */
+  *v = MX__R(MX__R(*v * MX__R(h->beta2)) + MX__R(MX__R(MX__R(1 - h->beta2) * g) * g)); /* mul_, addcmul_ */
+  double second = *v;
+  if (h->amsgrad) {
+    if (*vmax == *vmax && !(*vmax >= *v)) *vmax = *v; /* torch.maximum: a NaN wins */
+    second = *vmax;
+  }
+  /* denom = (second.sqrt() / bias_correction2_sqrt).add_(eps);
+   * p.addcdiv_(m, denom, value=-step_size) */
+  double denom = MX__R(MX__R(MX__R(sqrt(second)) / MX__R(f.bias_correction2_sqrt)) + MX__R(h->eps));
+  return MX__R(p + MX__R(MX__R(MX__R(-f.step_size) * *m) / denom));
+}
+
+#undef MX__R
+
+/* Element k of an optimizer state buffer (float64 or float32). */
+MX_HD static inline double mx_optim_state_load(const void *state, int64_t k, bool f64) {
+  return f64 ? ((const double *)state)[k] : (double)((const float *)state)[k];
+}
+
+MX_HD static inline void mx_optim_state_store(void *state, int64_t k, bool f64, double v) {
+  if (f64)
+    ((double *)state)[k] = v;
+  else
+    ((float *)state)[k] = (float)v;
+}
+
+/* The kernels' entry: the update of element k of a parameter (value p,
+ * gradient g) with its state at index k of the state buffers; returns p's
+ * new value. SGD's buffer is NULL without momentum, Adam's state holds
+ * exp_avg, exp_avg_sq and max_exp_avg_sq (NULL without amsgrad). */
+MX_HD static inline double mx_sgd_step_element(void *buf, int64_t k, double p, double g, bool first,
+                                               const mx_sgd_hparams *h, bool f64) {
+  double b = buf ? mx_optim_state_load(buf, k, f64) : 0;
+  p = mx_sgd_update_element(p, g, &b, first, h, f64);
+  if (buf) mx_optim_state_store(buf, k, f64, b);
+  return p;
+}
+
+MX_HD static inline double mx_adam_step_element(void *const *state, int64_t k, double p, double g,
+                                                const mx_adam_hparams *h, mx_adam_factors f, bool f64) {
+  double m = mx_optim_state_load(state[0], k, f64), v = mx_optim_state_load(state[1], k, f64);
+  double vmax = state[2] ? mx_optim_state_load(state[2], k, f64) : 0;
+  p = mx_adam_update_element(p, g, &m, &v, &vmax, h, f, f64);
+  mx_optim_state_store(state[0], k, f64, m);
+  mx_optim_state_store(state[1], k, f64, v);
+  if (state[2]) mx_optim_state_store(state[2], k, f64, vmax);
+  return p;
+}
+
 #endif

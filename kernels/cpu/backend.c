@@ -3,11 +3,13 @@
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/amp.h"
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/indexing.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/optim.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/strided.h"
@@ -174,4 +176,8 @@ const mx_backend mx__cpu_backend = {
     .max_pool_backward = mx__cpu_max_pool_backward,
     .avg_pool = mx__cpu_avg_pool,
     .avg_pool_backward = mx__cpu_avg_pool_backward,
+    .amp_unscale = mx__cpu_amp_unscale,
+    .amp_update_scale = mx__cpu_amp_update_scale,
+    .sgd_step = mx__cpu_sgd_step,
+    .adam_step = mx__cpu_adam_step,
 };

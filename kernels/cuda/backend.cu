@@ -7,6 +7,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/math.h"
 
@@ -23,6 +24,10 @@ static struct {
 
 static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
 
+cudaStream_t mx__cuda_stream(void) { return cuda.stream; }
+
+int mx__cuda_max_blocks(void) { return cuda.max_blocks; }
+
 int mx__cuda_device_count(void) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
@@ -30,79 +35,6 @@ int mx__cuda_device_count(void) {
     return 0;
   }
   return count;
-}
-
-/* --- element access on the device ---------------------------------------------- */
-
-/* Bytes per element (the same table as mx_dtype_size, usable on the device). */
-MX_HD static inline int64_t dtype_bytes(mx_dtype dtype) {
-  switch (dtype) {
-#define MX__DTYPE_BYTES(name, ctype, size, str) \
-  case MX_##name: return size;
-    MX_DTYPE_MAP(MX__DTYPE_BYTES)
-#undef MX__DTYPE_BYTES
-  default: return 0;
-  }
-}
-
-
-/* The raw bits of one element of `bytes` bytes (1, 2, 4 or 8; views are
- * aligned to their element size), held in the low bytes of a uint64_t. */
-__device__ static inline uint64_t load_bits(const void *src, int64_t bytes) {
-  switch (bytes) {
-  case 1: return *(const uint8_t *)src;
-  case 2: return *(const uint16_t *)src;
-  case 4: return *(const uint32_t *)src;
-  default: return *(const uint64_t *)src;
-  }
-}
-
-__device__ static inline void store_bits(void *dst, int64_t bytes, uint64_t bits) {
-  switch (bytes) {
-  case 1: *(uint8_t *)dst = (uint8_t)bits; break;
-  case 2: *(uint16_t *)dst = (uint16_t)bits; break;
-  case 4: *(uint32_t *)dst = (uint32_t)bits; break;
-  default: *(uint64_t *)dst = bits; break;
-  }
-}
-
-/* The address of the element with row-major linear index i of a view. */
-__device__ static inline char *element(const mx_kview &v, int64_t i) {
-  return (char *)v.data + mx_strided_offset(i, v.ndim, v.shape, v.strides) * dtype_bytes(v.dtype);
-}
-
-/* A contiguous view as 1-d [numel] with stride 1: the same elements in the
- * same row-major order, one division per element instead of one per dim. */
-static mx_kview flatten_if_contiguous(const mx_kview *v) {
-  mx_kview f = *v;
-  if (v->ndim > 1 && mx__kview_is_contiguous(v)) {
-    f.ndim = 1;
-    f.shape[0] = mx__kview_numel(v);
-    f.strides[0] = 1;
-  }
-  return f;
-}
-
-/* --- the one elementwise launcher ---------------------------------------------- */
-
-#define THREADS_PER_BLOCK 256
-
-/* op(i) for every linear index i in [0, n), grid-stride. op carries its
- * views (mx_kview) by value in the kernel's argument. */
-template <class Op>
-__global__ void elementwise_kernel(int64_t n, Op op) {
-  int64_t step = (int64_t)blockDim.x * gridDim.x;
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) op(i);
-}
-
-template <class Op>
-static mx_status launch_elementwise(const char *what, int64_t n, Op op) {
-  if (n <= 0) return MX_OK; /* an empty grid is an invalid configuration */
-  int64_t blocks = (n + THREADS_PER_BLOCK - 1) / THREADS_PER_BLOCK;
-  if (blocks > cuda.max_blocks) blocks = cuda.max_blocks;
-  elementwise_kernel<<<(unsigned)blocks, THREADS_PER_BLOCK, 0, cuda.stream>>>(n, op);
-  MX_CUDA_CHECK_LAUNCH(what);
-  return MX_OK;
 }
 
 /* --- kernels ---------------------------------------------------------------------- */
@@ -288,6 +220,10 @@ static mx_status cuda_init(void) {
   b->convert = cuda_convert;
   b->random = cuda_random;
   b->bernoulli = cuda_bernoulli;
+  b->amp_unscale = mx__cuda_amp_unscale;
+  b->amp_update_scale = mx__cuda_amp_update_scale;
+  b->sgd_step = mx__cuda_sgd_step;
+  b->adam_step = mx__cuda_adam_step;
   return MX_OK;
 }
 

@@ -1,0 +1,102 @@
+/* What every CUDA kernel file shares: the backend's stream, element access
+ * on strided views, and the one grid-stride elementwise launcher. */
+#ifndef MX_KERNELS_CUDA_COMMON_CUH
+#define MX_KERNELS_CUDA_COMMON_CUH
+
+#include <cuda_runtime.h>
+
+#include "kernels/backend.h"
+#include "kernels/base_internal.h"
+#include "kernels/cuda/check.h"
+#include "kernels/math.h"
+
+/* The stream every allocation, copy and kernel goes on, and the grid size
+ * cap of the grid-stride loops (set up by the backend's initialisation). */
+cudaStream_t mx__cuda_stream(void);
+int mx__cuda_max_blocks(void);
+
+/* The kernel files' entry points, which backend.cu puts in the vtable
+ * (kernels/backend.h says what each computes). */
+mx_status mx__cuda_amp_unscale(int n, const mx_kview *grads, const float *scale, float *found_inf,
+                               int64_t *stats);
+mx_status mx__cuda_amp_update_scale(float *scale, int32_t *growth_tracker, const float *found_inf,
+                                    const mx_amp_update_params *p, int64_t *counters);
+mx_status mx__cuda_sgd_step(int n, const mx_optim_item *items, const mx_sgd_hparams *h, const float *found_inf,
+                            const float *grad_scale);
+mx_status mx__cuda_adam_step(int n, const mx_optim_item *items, const mx_adam_hparams *h, const float *found_inf,
+                             const float *grad_scale);
+
+/* --- element access on the device ---------------------------------------------- */
+
+/* Bytes per element (the same table as mx_dtype_size, usable on the device). */
+MX_HD static inline int64_t dtype_bytes(mx_dtype dtype) {
+  switch (dtype) {
+#define MX__DTYPE_BYTES(name, ctype, size, str) \
+  case MX_##name: return size;
+    MX_DTYPE_MAP(MX__DTYPE_BYTES)
+#undef MX__DTYPE_BYTES
+  default: return 0;
+  }
+}
+
+
+/* The raw bits of one element of `bytes` bytes (1, 2, 4 or 8; views are
+ * aligned to their element size), held in the low bytes of a uint64_t. */
+__device__ static inline uint64_t load_bits(const void *src, int64_t bytes) {
+  switch (bytes) {
+  case 1: return *(const uint8_t *)src;
+  case 2: return *(const uint16_t *)src;
+  case 4: return *(const uint32_t *)src;
+  default: return *(const uint64_t *)src;
+  }
+}
+
+__device__ static inline void store_bits(void *dst, int64_t bytes, uint64_t bits) {
+  switch (bytes) {
+  case 1: *(uint8_t *)dst = (uint8_t)bits; break;
+  case 2: *(uint16_t *)dst = (uint16_t)bits; break;
+  case 4: *(uint32_t *)dst = (uint32_t)bits; break;
+  default: *(uint64_t *)dst = bits; break;
+  }
+}
+
+/* The address of the element with row-major linear index i of a view. */
+__device__ static inline char *element(const mx_kview &v, int64_t i) {
+  return (char *)v.data + mx_strided_offset(i, v.ndim, v.shape, v.strides) * dtype_bytes(v.dtype);
+}
+
+/* A contiguous view as 1-d [numel] with stride 1: the same elements in the
+ * same row-major order, one division per element instead of one per dim. */
+static inline mx_kview flatten_if_contiguous(const mx_kview *v) {
+  mx_kview f = *v;
+  if (v->ndim > 1 && mx__kview_is_contiguous(v)) {
+    f.ndim = 1;
+    f.shape[0] = mx__kview_numel(v);
+    f.strides[0] = 1;
+  }
+  return f;
+}
+
+/* --- the one elementwise launcher ---------------------------------------------- */
+
+#define THREADS_PER_BLOCK 256
+
+/* op(i) for every linear index i in [0, n), grid-stride. op carries its
+ * views (mx_kview) by value in the kernel's argument. */
+template <class Op>
+__global__ void elementwise_kernel(int64_t n, Op op) {
+  int64_t step = (int64_t)blockDim.x * gridDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) op(i);
+}
+
+template <class Op>
+static inline mx_status launch_elementwise(const char *what, int64_t n, Op op) {
+  if (n <= 0) return MX_OK; /* an empty grid is an invalid configuration */
+  int64_t blocks = (n + THREADS_PER_BLOCK - 1) / THREADS_PER_BLOCK;
+  if (blocks > mx__cuda_max_blocks()) blocks = mx__cuda_max_blocks();
+  elementwise_kernel<<<(unsigned)blocks, THREADS_PER_BLOCK, 0, mx__cuda_stream()>>>(n, op);
+  MX_CUDA_CHECK_LAUNCH(what);
+  return MX_OK;
+}
+
+#endif

@@ -1,0 +1,136 @@
+/* The optimizer kernels on CUDA: SGD and Adam over a list of parameters in
+ * multi-tensor launches. The arithmetic is kernels/math.h's, the same the CPU
+ * kernels (kernels/cpu/optim.c) run. */
+#include "kernels/backend.h"
+#include "kernels/cuda/common.cuh"
+
+/* Parameters per launch: the chunk travels in the kernel's parameter space
+ * (4 KiB on every CUDA version), PyTorch's multi_tensor_apply way. */
+#define PARAMS_PER_LAUNCH 11
+
+struct optim_chunk {
+  mx_optim_item items[PARAMS_PER_LAUNCH];
+  int64_t start[PARAMS_PER_LAUNCH + 1]; /* prefix sums of the numels */
+  int n;
+};
+
+/* The step counts of a chunk's parameters, counted after their update. */
+struct step_list {
+  int64_t *step[PARAMS_PER_LAUNCH];
+  int n;
+};
+
+/* Which parameter of the chunk holds flat index i (start[t] <= i < start[t+1]). */
+__device__ static int item_of(const optim_chunk &c, int64_t i) {
+  int lo = 0, hi = c.n - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (c.start[mid] <= i) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+/* The per-parameter part of each optimizer: begin() when a thread moves on
+ * to another parameter, element() for each of its elements. */
+struct sgd_update {
+  mx_sgd_hparams h;
+  bool first; /* the momentum buffer's first step */
+  __device__ void begin(const mx_optim_item &it) { first = it.step && *it.step == 0; }
+  __device__ double element(const mx_optim_item &it, int64_t k, double p, double g, bool f64) const {
+    return mx_sgd_step_element(it.state[0], k, p, g, first, &h, f64);
+  }
+};
+
+struct adam_update {
+  mx_adam_hparams h;
+  mx_adam_factors f;
+  __device__ void begin(const mx_optim_item &it) { f = mx_adam_factors_of(&h, *it.step + 1); }
+  __device__ double element(const mx_optim_item &it, int64_t k, double p, double g, bool f64) const {
+    return mx_adam_step_element(it.state, k, p, g, &h, f, f64);
+  }
+};
+
+static_assert(sizeof(optim_chunk) + sizeof(adam_update) + 2 * sizeof(float *) <= 4096 &&
+                  sizeof(sgd_update) <= sizeof(adam_update),
+              "an optimizer launch's arguments must fit the 4 KiB parameter space");
+
+/* Every thread walks the chunk's flat index space grid-stride; found_inf
+ * set: the whole launch writes nothing. The chunk stays in the parameter
+ * space (__grid_constant__: no per-thread copy for the indexing). */
+template <class Update>
+__global__ void optim_kernel(const __grid_constant__ optim_chunk c, Update u, const float *found_inf,
+                             const float *grad_scale) {
+  if (found_inf && *found_inf != 0.0f) return;
+  float inv_scale = grad_scale ? mx_amp_inv_scale(*grad_scale) : 1.0f;
+  int64_t total = c.start[c.n];
+  int64_t stride = (int64_t)blockDim.x * gridDim.x;
+  int current = -1;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+    int t = item_of(c, i);
+    const mx_optim_item &it = c.items[t];
+    if (t != current) {
+      u.begin(it);
+      current = t;
+    }
+    int64_t k = i - c.start[t];
+    bool f64 = it.param.dtype == MX_F64;
+    double g = mx_element_load(element(it.grad, k), it.grad.dtype);
+    if (grad_scale) g = mx_optim_unscale(g, inv_scale, f64);
+    char *p = element(it.param, k);
+    mx_element_store(p, it.param.dtype, u.element(it, k, mx_element_load(p, it.param.dtype), g, f64));
+  }
+}
+
+/* One thread per parameter, launched after the update so that no thread of
+ * it still reads the old count. */
+__global__ void count_steps_kernel(step_list s, const float *found_inf) {
+  if (found_inf && *found_inf != 0.0f) return;
+  if ((int)threadIdx.x < s.n) *s.step[threadIdx.x] += 1;
+}
+
+template <class Update>
+static mx_status launch(const char *what, int n, const mx_optim_item *items, Update u, const float *found_inf,
+                        const float *grad_scale) {
+  for (int first = 0; first < n; first += PARAMS_PER_LAUNCH) {
+    optim_chunk c;
+    step_list s;
+    c.n = n - first < PARAMS_PER_LAUNCH ? n - first : PARAMS_PER_LAUNCH;
+    c.start[0] = 0;
+    s.n = 0;
+    for (int t = 0; t < c.n; t++) {
+      const mx_optim_item *it = &items[first + t];
+      c.items[t] = *it;
+      c.items[t].param = flatten_if_contiguous(&it->param);
+      c.items[t].grad = flatten_if_contiguous(&it->grad);
+      c.start[t + 1] = c.start[t] + mx__kview_numel(&it->param);
+      if (it->step) s.step[s.n++] = it->step;
+    }
+    if (c.start[c.n] > 0) { /* an empty grid is an invalid configuration */
+      int64_t blocks = (c.start[c.n] + THREADS_PER_BLOCK - 1) / THREADS_PER_BLOCK;
+      if (blocks > mx__cuda_max_blocks()) blocks = mx__cuda_max_blocks();
+      optim_kernel<<<(unsigned)blocks, THREADS_PER_BLOCK, 0, mx__cuda_stream()>>>(c, u, found_inf, grad_scale);
+      MX_CUDA_CHECK_LAUNCH(what);
+    }
+    if (s.n > 0) {
+      count_steps_kernel<<<1, PARAMS_PER_LAUNCH, 0, mx__cuda_stream()>>>(s, found_inf);
+      MX_CUDA_CHECK_LAUNCH("launch of kernel optim_count_steps");
+    }
+  }
+  return MX_OK;
+}
+
+mx_status mx__cuda_sgd_step(int n, const mx_optim_item *items, const mx_sgd_hparams *h, const float *found_inf,
+                            const float *grad_scale) {
+  sgd_update u;
+  u.h = *h;
+  u.first = false;
+  return launch("launch of kernel sgd_step", n, items, u, found_inf, grad_scale);
+}
+
+mx_status mx__cuda_adam_step(int n, const mx_optim_item *items, const mx_adam_hparams *h, const float *found_inf,
+                             const float *grad_scale) {
+  adam_update u;
+  u.h = *h;
+  u.f.step_size = u.f.bias_correction2_sqrt = 0;
+  return launch("launch of kernel adam_step", n, items, u, found_inf, grad_scale);
+}
