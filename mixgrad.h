@@ -12,15 +12,18 @@
  * The rooms, bottom up: kernels/ (dtypes, devices, errors, scalar math,
  * CPU and CUDA kernels), tensor/ (the tensor object, scopes, memory
  * statistics), ops/ and autograd/ (the op table and its dispatcher, the
- * differentiable ops, backward).
+ * differentiable ops, backward), optim/ (SGD, Adam, AdamW) and amp/
+ * (autocast, the GradScaler).
  */
 #ifndef MIXGRAD_H
 #define MIXGRAD_H
 
+#include "amp/amp.h"
 #include "autograd/autograd.h"
 #include "kernels/base.h"
 #include "kernels/math.h"
 #include "ops/ops.h"
+#include "optim/optimizer.h"
 #include "tensor/scope.h"
 #include "tensor/tensor.h"
 

@@ -45,6 +45,12 @@ typedef struct {
 
 /* Finds every node reachable from the roots and counts, for each, the edges
  * pointing at it. deps == -1 marks "not seen yet". */
+/* Backward passes running on this thread (one inside another under
+ * create_graph hooks); autocast regions opened outside do not reach in. */
+static _Thread_local int backward_depth;
+
+int mx__backward_depth(void) { return backward_depth; }
+
 static mx_status collect(run_state *st, int n_roots, mx__node *const *roots) {
   node_list stack = {0};
   for (int r = 0; r < n_roots; r++) {
@@ -163,6 +169,7 @@ static mx_status run(run_state *st, bool keep_graph) {
     if (st->all.items[k]->deps == 0 && !list_push(&st->ready, st->all.items[k]))
       return mx__error(MX_OUT_OF_MEMORY, "mx_backward: out of memory");
   bool previous = mx_set_grad_enabled(st->create_graph);
+  backward_depth++;
   mx_status status = MX_OK;
   while (st->ready.count && status == MX_OK) {
     mx__node *n = st->ready.items[--st->ready.count];
@@ -180,6 +187,7 @@ static mx_status run(run_state *st, bool keep_graph) {
         status = mx__error(MX_OUT_OF_MEMORY, "mx_backward: out of memory");
     }
   }
+  backward_depth--;
   mx_set_grad_enabled(previous);
   return status;
 }

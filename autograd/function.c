@@ -15,15 +15,20 @@ struct mx_function_ctx {
   int n_saved;
   mx_tensor *saved[MAX_SAVED]; /* until the node takes them over */
   mx__node *node;              /* not owned */
+  void *wrapper;               /* a wrapper's state (amp/), freed with the context */
+  void (*free_wrapper)(void *wrapper);
 };
 
 static void ctx_free(void *p) {
   mx_function_ctx *ctx = p;
   for (int i = 0; i < ctx->n_saved; i++)
     if (ctx->saved[i]) mx__decref(ctx->saved[i]);
+  if (ctx->free_wrapper) ctx->free_wrapper(ctx->wrapper);
   free(ctx->needs_input_grad);
   free(ctx);
 }
+
+void *mx__ctx_wrapper(mx_function_ctx *ctx) { return ctx->wrapper; }
 
 void *mx_ctx_user(mx_function_ctx *ctx) { return ctx ? ctx->user : NULL; }
 
@@ -61,15 +66,28 @@ static mx_status custom_apply(mx__node *node, mx_tensor *const *grad_outputs, mx
 
 mx_status mx_function_apply(const mx_function *fn, void *user, int n_inputs, mx_tensor *const *inputs,
                             int n_outputs, mx_tensor **outputs) {
-  if (!fn || !fn->forward || !fn->backward) return mx__null_input("mx_function_apply", "fn");
-  for (int i = 0; i < n_inputs; i++)
-    if (!inputs[i]) return mx__null_input(fn->name ? fn->name : "mx_function_apply", "inputs[i]");
-  mx_function_ctx *ctx = calloc(1, sizeof *ctx);
+  return mx__function_apply_wrapped(fn, user, NULL, NULL, n_inputs, inputs, n_outputs, outputs);
+}
+
+mx_status mx__function_apply_wrapped(const mx_function *fn, void *user, void *wrapper,
+                                     void (*free_wrapper)(void *wrapper), int n_inputs, mx_tensor *const *inputs,
+                                     int n_outputs, mx_tensor **outputs) {
+  mx_status status = MX_OK;
+  if (!fn || !fn->forward || !fn->backward) status = mx__null_input("mx_function_apply", "fn");
+  for (int i = 0; i < n_inputs && status == MX_OK; i++)
+    if (!inputs[i]) status = mx__null_input(fn->name ? fn->name : "mx_function_apply", "inputs[i]");
+  mx_function_ctx *ctx = status == MX_OK ? calloc(1, sizeof *ctx) : NULL;
   if (ctx) ctx->needs_input_grad = calloc((size_t)n_inputs + 1, sizeof(bool));
-  if (!ctx || !ctx->needs_input_grad) {
+  if (status == MX_OK && (!ctx || !ctx->needs_input_grad))
+    status = mx__error(MX_OUT_OF_MEMORY, "mx_function_apply: out of memory");
+  if (status != MX_OK) {
+    if (ctx) free(ctx->needs_input_grad);
     free(ctx);
-    return mx__error(MX_OUT_OF_MEMORY, "mx_function_apply: out of memory");
+    if (free_wrapper) free_wrapper(wrapper);
+    return status;
   }
+  ctx->wrapper = wrapper;
+  ctx->free_wrapper = free_wrapper;
   ctx->fn = fn;
   ctx->user = user;
   ctx->n_inputs = n_inputs;
@@ -78,7 +96,7 @@ mx_status mx_function_apply(const mx_function *fn, void *user, int n_inputs, mx_
   for (int k = 0; k < n_outputs; k++) outputs[k] = NULL;
 
   bool previous = mx_set_grad_enabled(false);
-  mx_status status = fn->forward(ctx, n_inputs, inputs, n_outputs, outputs);
+  status = fn->forward(ctx, n_inputs, inputs, n_outputs, outputs);
   mx_set_grad_enabled(previous);
   for (int k = 0; k < n_outputs && status == MX_OK; k++)
     if (!outputs[k]) status = mx__error(MX_STATE_ERROR, "%s: forward left output %d NULL", fn->name, k);

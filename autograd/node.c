@@ -248,3 +248,53 @@ mx_tensor *mx__node_saved(mx__node *node, int slot) {
   if (view && mx__meta_of(view)) mx__node_set_output(node, s->output_nr, view);
   return view;
 }
+
+/* --- the leaves under a tensor ----------------------------------------------------- */
+
+typedef struct {
+  void **items;
+  int count, capacity;
+} ptr_list;
+
+static bool ptr_list_push(ptr_list *l, void *p) {
+  if (l->count == l->capacity) {
+    int grown = l->capacity ? 2 * l->capacity : 32;
+    void **items = realloc(l->items, sizeof *items * (size_t)grown);
+    if (!items) return false;
+    l->items = items;
+    l->capacity = grown;
+  }
+  l->items[l->count++] = p;
+  return true;
+}
+
+static bool ptr_list_has(const ptr_list *l, const void *p) {
+  for (int i = 0; i < l->count; i++)
+    if (l->items[i] == p) return true;
+  return false;
+}
+
+mx_status mx__graph_leaves(const mx_tensor *root, int *n, mx_tensor ***leaves) {
+  ptr_list found = {0}, seen = {0}, todo = {0};
+  bool ok = true;
+  mx__node *start = root->autograd ? root->autograd->grad_fn : NULL;
+  if (!start && mx_requires_grad(root)) ok = ptr_list_push(&found, (void *)root);
+  if (start) ok = ptr_list_push(&todo, start) && ptr_list_push(&seen, start);
+  while (ok && todo.count) {
+    mx__node *node = todo.items[--todo.count];
+    if (node->leaf) ok = ptr_list_push(&found, node->leaf);
+    for (int i = 0; ok && i < node->n_inputs; i++) {
+      mx__node *next = node->next[i].node;
+      if (next && !ptr_list_has(&seen, next)) ok = ptr_list_push(&seen, next) && ptr_list_push(&todo, next);
+    }
+  }
+  free(seen.items);
+  free(todo.items);
+  if (!ok) {
+    free(found.items);
+    return mx__error(MX_OUT_OF_MEMORY, "autograd: out of memory walking the graph");
+  }
+  *n = found.count;
+  *leaves = (mx_tensor **)found.items;
+  return MX_OK;
+}

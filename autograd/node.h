@@ -92,5 +92,17 @@ mx_tensor *mx__node_saved(mx__node *node, int slot);
 /* Frees the saved tensors (after a backward without retain_graph). */
 void mx__node_release(mx__node *node);
 void mx__meta_from(mx__meta *meta, const mx_tensor *t);
+/* mx_function_apply for a wrapper of fn's callbacks (amp/'s custom_fwd):
+ * the wrapper's state travels with the context and is freed with it
+ * (also when the call fails); mx_ctx_user still answers user. */
+mx_status mx__function_apply_wrapped(const mx_function *fn, void *user, void *wrapper,
+                                     void (*free_wrapper)(void *wrapper), int n_inputs, mx_tensor *const *inputs,
+                                     int n_outputs, mx_tensor **outputs);
+void *mx__ctx_wrapper(mx_function_ctx *ctx);
+/* The leaves (that require grad) a backward from root would reach, in a
+ * new array the caller frees (the tensors are borrowed). */
+mx_status mx__graph_leaves(const mx_tensor *root, int *n, mx_tensor ***leaves);
+/* How many backward passes are running on this thread. */
+int mx__backward_depth(void);
 
 #endif

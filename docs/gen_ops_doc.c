@@ -7,7 +7,7 @@
 static const char *policy_text(mx_cast_policy p) {
   switch (p) {
   case MX_CAST_LOWER: return "lower (f16/bf16)";
-  case MX_CAST_FP32: return "float32";
+  case MX_CAST_FP32: return "fp32";
   case MX_CAST_PROMOTE: return "promote (widest)";
   case MX_CAST_BANNED: return "banned";
   default: return "none";
@@ -24,7 +24,7 @@ int main(int argc, char **argv) {
                "Generated from `ops/ops.def` by `docs/gen_ops_doc.c`; the `ops-doc` test fails when\n"
                "this file is out of date (`build/docs/gen_ops_doc docs/ops.md` rewrites it).\n\n"
                "**Autocast policy**: what the autocast layer does to an op's floating inputs: *lower*\n"
-               "casts them to the autocast dtype, *float32* to float32, *promote* to the widest\n"
+               "casts them to the autocast dtype, *fp32* to float32, *promote* to the widest\n"
                "floating type among them, *banned* refuses under autocast, *none* leaves them.\n"
                "**Kind**: a *primitive* has kernels of its own; a *composite* is written with other\n"
                "ops, runs wherever they run, and is differentiated through them.\n"

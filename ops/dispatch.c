@@ -13,11 +13,11 @@
 
 #include "ops/op_table.h"
 
-mx_status (*mx__autocast_layer)(mx_op op, int n_in, mx_tensor **in, const mx__args *args);
+const mx__autocast_hooks *mx__autocast;
 
-/* Inside a composite's body autocast stays off: the policy was applied once
- * at its entry, as PyTorch does. */
-static _Thread_local int autocast_excluded;
+/* Inside an op's forward autocast stays off: the policy was applied once at
+ * its entry, as PyTorch does for composites. */
+_Thread_local int mx__autocast_excluded;
 
 static mx_status check_inputs(mx_op op, int n_in, mx_tensor *const *in) {
   const mx__op_def *def = &mx__ops[op];
@@ -88,16 +88,10 @@ static void rename_error(const char *name) {
   mx__error(mx_last_status(), "mx_%s%s", name, rest);
 }
 
-static mx_status run(mx__call *call, int n_out) {
+static mx_status forward(mx__call *call, int n_out) {
   const mx__op_def *def = &mx__ops[call->op];
-  if (!autocast_excluded && mx__autocast_layer) {
-    mx_status status = mx__autocast_layer(call->op, call->n_in, call->in, call->args);
-    if (status != MX_OK) return status;
-  }
   if (def->grad == MX__GRAD_BODY) {
-    autocast_excluded++;
     mx_status status = def->forward(call);
-    autocast_excluded--;
     if (status != MX_OK) rename_error(def->name);
     return status;
   }
@@ -106,6 +100,16 @@ static mx_status run(mx__call *call, int n_out) {
   mx_status status = def->forward(call);
   mx_set_grad_enabled(previous);
   if (status == MX_OK && recording) status = record(call, n_out);
+  return status;
+}
+
+static mx_status run(mx__call *call, int n_out) {
+  bool autocast = mx__autocast && !mx__autocast_excluded;
+  mx__autocast_excluded++;
+  mx_status status = autocast ? mx__autocast->before(call->op, call->n_in, call->in, call->args) : MX_OK;
+  if (status == MX_OK) status = forward(call, n_out);
+  mx__autocast_excluded--;
+  if (autocast) mx__autocast->after(call->op, n_out, call->out, status);
   return status;
 }
 

@@ -51,13 +51,23 @@ static mx_status write_back(const char *op, mx_tensor *self, mx_tensor *result) 
   return status;
 }
 
-mx_status mx_add_(mx_tensor *self, const mx_tensor *other) { return write_back("mx_add_", self, mx_add(self, other)); }
-mx_status mx_mul_(mx_tensor *self, const mx_tensor *other) { return write_back("mx_mul_", self, mx_mul(self, other)); }
+/* The out-of-place op runs with autocast off: an in-place op keeps self's
+ * dtype, so autocast never applies to it (PyTorch's rule). */
+#define IN_PLACE(name, self, expr)                 \
+  do {                                             \
+    mx__autocast_excluded++;                       \
+    mx_tensor *result_ = (expr);                   \
+    mx__autocast_excluded--;                       \
+    return write_back(name, self, result_);        \
+  } while (0)
+
+mx_status mx_add_(mx_tensor *self, const mx_tensor *other) { IN_PLACE("mx_add_", self, mx_add(self, other)); }
+mx_status mx_mul_(mx_tensor *self, const mx_tensor *other) { IN_PLACE("mx_mul_", self, mx_mul(self, other)); }
 mx_status mx_add_scalar_(mx_tensor *self, double value) {
-  return write_back("mx_add_scalar_", self, mx_add_scalar(self, value));
+  IN_PLACE("mx_add_scalar_", self, mx_add_scalar(self, value));
 }
 mx_status mx_mul_scalar_(mx_tensor *self, double value) {
-  return write_back("mx_mul_scalar_", self, mx_mul_scalar(self, value));
+  IN_PLACE("mx_mul_scalar_", self, mx_mul_scalar(self, value));
 }
-mx_status mx_exp_(mx_tensor *self) { return write_back("mx_exp_", self, mx_exp(self)); }
-mx_status mx_relu_(mx_tensor *self) { return write_back("mx_relu_", self, mx_relu(self)); }
+mx_status mx_exp_(mx_tensor *self) { IN_PLACE("mx_exp_", self, mx_exp(self)); }
+mx_status mx_relu_(mx_tensor *self) { IN_PLACE("mx_relu_", self, mx_relu(self)); }

@@ -97,9 +97,18 @@ mx_tensor *mx__call1(mx_op op, const mx_tensor *a, const mx__args *args);
 mx_tensor *mx__call2(mx_op op, const mx_tensor *a, const mx_tensor *b, const mx__args *args);
 mx_tensor *mx__call3(mx_op op, const mx_tensor *a, const mx_tensor *b, const mx_tensor *c, const mx__args *args);
 
-/* The autocast layer: installed by amp/ (NULL: autocast never enabled).
- * It may replace in[i] with cast tensors, which it owns in the scope. */
-extern mx_status (*mx__autocast_layer)(mx_op op, int n_in, mx_tensor **in, const mx__args *args);
+/* The autocast layer, installed by amp/ when the library loads (NULL
+ * without it). before may replace in[i] with casts, which belong to the
+ * call's scope; after sees the outputs (for the trace). Neither runs while
+ * mx__autocast_excluded is nonzero: inside the forward of an op (a
+ * composite's body applies no policy of its own), in-place ops, and the
+ * layer's own casts. */
+typedef struct {
+  mx_status (*before)(mx_op op, int n_in, mx_tensor **in, const mx__args *args);
+  void (*after)(mx_op op, int n_out, mx_tensor *const *out, mx_status status);
+} mx__autocast_hooks;
+extern const mx__autocast_hooks *mx__autocast;
+extern _Thread_local int mx__autocast_excluded;
 
 /* --- helpers for op implementations ------------------------------------------------- */
 /* A C scalar as a 0-d float64 CPU tensor that does not widen dtypes. */

@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <mixgrad.h>
+#include "tensor/tensor_impl.h" /* the AMP kernels are called through the backends */
 #include <stdlib.h>
 #include <string.h>
 
@@ -511,4 +512,54 @@ Test(gpu, memory_stats_go_up_and_back_to_zero) {
   cr_assert_eq(st.bytes_in_use, 0);
   cr_assert_eq(st.live_storages, 0);
   cr_assert_eq(mx_memory_stats_get(MX_CPU).bytes_in_use, cpu_base.bytes_in_use);
+}
+
+/* --- the AMP kernels ------------------------------------------------------------------ */
+
+/* Check-and-unscale over gradients of each dtype it takes (one a strided
+ * view), holding inf, NaN and subnormals, then four scale updates: the same
+ * bits on both devices, found_inf and the per-gradient counts included. */
+Test(gpu, amp_unscale_and_update_same_bits) {
+  require_gpu();
+  const mx_dtype dtypes[] = {MX_F32, MX_F64, MX_BF16};
+  mx_tensor *cpu[3], *gpu[3];
+  mx_kview vc[3], vg[3];
+  for (int d = 0; d < 3; d++) {
+    mx_tensor *c = awkward_tensor(dtypes[d], 60 + (uint64_t)d);
+    cpu[d] = d == 0 ? mx_transpose(c, 0, 2) : c;
+    gpu[d] = d == 0 ? mx_transpose(to_cuda(c), 0, 2) : to_cuda(c);
+    vc[d] = mx__kview_of(cpu[d]);
+    vg[d] = mx__kview_of(gpu[d]);
+  }
+  mx_tensor *scale_c = mx_scalar(3072.0, MX_F32, MX_CPU), *scale_g = to_cuda(scale_c);
+  mx_tensor *found_c = mx_scalar(0.0, MX_F32, MX_CPU), *found_g = to_cuda(found_c);
+  mx_tensor *stats_c = mx_zeros(MX_SHAPE(3, 3), MX_I64, MX_CPU), *stats_g = to_cuda(stats_c);
+  const mx_backend *bc = mx__backend(MX_CPU), *bg = mx__backend(MX_CUDA);
+  cr_assert_eq(bc->amp_unscale(3, vc, mx__kview_of(scale_c).data, mx__kview_of(found_c).data,
+                               mx__kview_of(stats_c).data), MX_OK, "%s", mx_last_error());
+  cr_assert_eq(bg->amp_unscale(3, vg, mx__kview_of(scale_g).data, mx__kview_of(found_g).data,
+                               mx__kview_of(stats_g).data), MX_OK, "%s", mx_last_error());
+  for (int d = 0; d < 3; d++) assert_identical(cpu[d], gpu[d], "amp_unscale");
+  assert_identical(found_c, found_g, "amp_unscale found_inf");
+  assert_identical(stats_c, stats_g, "amp_unscale counts");
+  cr_assert_eq(mx_item(found_c), 1.0, "the planted inf and NaN are found");
+
+  mx_tensor *tracker_c = mx_scalar(0, MX_I32, MX_CPU), *tracker_g = to_cuda(tracker_c);
+  mx_tensor *counters_c = mx_zeros(MX_SHAPE(3), MX_I64, MX_CPU), *counters_g = to_cuda(counters_c);
+  mx_amp_update_params p = {2.0, 0.5, 2, 0, 0};
+  for (int step = 0; step < 4; step++) {
+    float flag = step == 1 ? 1.0f : 0.0f;
+    mx_tensor *f_c = mx_scalar(flag, MX_F32, MX_CPU), *f_g = to_cuda(f_c);
+    cr_assert_eq(bc->amp_update_scale(mx__kview_of(scale_c).data, mx__kview_of(tracker_c).data,
+                                      mx__kview_of(f_c).data, &p, mx__kview_of(counters_c).data), MX_OK);
+    cr_assert_eq(bg->amp_update_scale(mx__kview_of(scale_g).data, mx__kview_of(tracker_g).data,
+                                      mx__kview_of(f_g).data, &p, mx__kview_of(counters_g).data), MX_OK,
+                 "%s", mx_last_error());
+    mx_release(f_c);
+    mx_release(f_g);
+  }
+  assert_identical(scale_c, scale_g, "amp_update_scale scale");
+  assert_identical(tracker_c, tracker_g, "amp_update_scale tracker");
+  assert_identical(counters_c, counters_g, "amp_update_scale counters");
+  cr_assert_eq(mx_item(scale_c), 3072.0, "x1 (no growth yet), x0.5 (inf), then 2 clean steps: x2");
 }

@@ -1,0 +1,253 @@
+/* Autocast: per-thread regions and the dispatcher's autocast layer, which
+ * applies each op's policy to its inputs (PyTorch's torch.autocast). */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amp/amp_internal.h"
+
+/* --- regions ------------------------------------------------------------------------ */
+
+enum { N_DEVICE_TYPES = 2, MAX_DEPTH = 64 };
+
+typedef struct {
+  bool enabled[N_DEVICE_TYPES];
+  mx_dtype dtype[N_DEVICE_TYPES];
+  bool cache_enabled;
+  int backward_depth; /* regions reach only the backward level they opened at */
+} autocast_state;
+
+static const autocast_state outside = {{false, false}, {MX_BF16, MX_F16}, true, 0};
+
+static _Thread_local autocast_state current;
+static _Thread_local bool current_set;
+static _Thread_local autocast_state saved[MAX_DEPTH];
+static _Thread_local int depth;
+
+static autocast_state *state(void) {
+  if (!current_set) {
+    current = outside;
+    current_set = true;
+  }
+  return &current;
+}
+
+static bool valid_device(mx_device device) { return device == MX_CPU || device == MX_CUDA; }
+
+mx_status mx_autocast_begin(mx_device device_type, mx_dtype dtype, bool enabled, bool cache_enabled) {
+  if (!valid_device(device_type))
+    return mx__error(MX_INVALID_ARGUMENT, "mx_autocast_begin: device_type %d is not MX_CPU or MX_CUDA",
+                     (int)device_type);
+  if (dtype == MX_AUTOCAST_DEFAULT_DTYPE) dtype = outside.dtype[device_type];
+  if (!enabled && dtype != MX_F16 && dtype != MX_BF16) dtype = state()->dtype[device_type]; /* unused: keep */
+  if (dtype != MX_F16 && dtype != MX_BF16)
+    return mx__error(MX_DTYPE_ERROR, "mx_autocast_begin: autocast dtype must be float16 or bfloat16, got %s",
+                     mx_dtype_name(dtype));
+  if (depth == MAX_DEPTH)
+    return mx__error(MX_STATE_ERROR, "mx_autocast_begin: more than %d nested autocast regions", MAX_DEPTH);
+  autocast_state *s = state();
+  saved[depth++] = *s;
+  s->enabled[device_type] = enabled;
+  s->dtype[device_type] = dtype;
+  s->cache_enabled = cache_enabled;
+  s->backward_depth = mx__backward_depth();
+  return MX_OK;
+}
+
+mx_status mx_autocast_end(void) {
+  if (depth == 0) return mx__error(MX_STATE_ERROR, "mx_autocast_end: no autocast region is open");
+  current = saved[--depth];
+  if (depth == 0) mx__cast_cache_clear();
+  return MX_OK;
+}
+
+mx_autocast_guard mx__autocast_guard_begin(mx_device device_type, mx_dtype dtype, bool enabled,
+                                           bool cache_enabled) {
+  bool begun = mx_autocast_begin(device_type, dtype, enabled, cache_enabled) == MX_OK;
+  return (mx_autocast_guard){.begun = begun, .once = begun};
+}
+
+void mx__autocast_guard_end(mx_autocast_guard *guard) {
+  if (guard->begun) mx_autocast_end();
+  guard->begun = false;
+}
+
+mx_status mx_autocast_run(mx_device device_type, mx_dtype dtype, bool enabled, bool cache_enabled,
+                          mx_status (*fn)(void *ctx), void *ctx) {
+  if (!fn) return mx__null_input("mx_autocast_run", "fn");
+  mx_status status = mx_autocast_begin(device_type, dtype, enabled, cache_enabled);
+  if (status != MX_OK) return status;
+  status = fn(ctx);
+  mx_autocast_end();
+  return status;
+}
+
+bool mx_autocast_is_enabled(mx_device device_type) {
+  return valid_device(device_type) && state()->enabled[device_type];
+}
+
+mx_dtype mx_autocast_dtype(mx_device device_type) {
+  return valid_device(device_type) ? state()->dtype[device_type] : MX_DTYPE_COUNT;
+}
+
+bool mx_autocast_is_cache_enabled(void) { return state()->cache_enabled; }
+
+int mx_autocast_depth(void) { return depth; }
+
+/* --- the policy table: the op table's column, with run-time overrides ---------------- */
+
+static _Atomic unsigned char overrides[MX_OP_COUNT]; /* policy + 1; 0: the default */
+
+mx_cast_policy mx_autocast_policy(int op) {
+  if (op < 0 || op >= MX_OP_COUNT) return MX_CAST_NONE;
+  unsigned char o = atomic_load_explicit(&overrides[op], memory_order_relaxed);
+  return o ? (mx_cast_policy)(o - 1) : mx__ops[op].policy;
+}
+
+mx_status mx_autocast_set_policy(const char *op_name, mx_cast_policy policy) {
+  if (!op_name) return mx__null_input("mx_autocast_set_policy", "op_name");
+  if ((unsigned)policy > MX_CAST_BANNED)
+    return mx__error(MX_INVALID_ARGUMENT, "mx_autocast_set_policy: %d is not a policy", (int)policy);
+  for (int op = 0; op < MX_OP_COUNT; op++) {
+    if (strcmp(mx__ops[op].name, op_name) != 0) continue;
+    atomic_store(&overrides[op], (unsigned char)(policy == mx__ops[op].policy ? 0 : policy + 1));
+    return MX_OK;
+  }
+  return mx__error(MX_INVALID_ARGUMENT, "mx_autocast_set_policy: no op named \"%s\" (docs/ops.md lists them)",
+                   op_name);
+}
+
+void mx_autocast_reset_policies(void) {
+  for (int op = 0; op < MX_OP_COUNT; op++) atomic_store(&overrides[op], 0);
+}
+
+int mx_autocast_print_policy_changes(FILE *out) {
+  int changes = 0;
+  for (int op = 0; op < MX_OP_COUNT; op++) {
+    mx_cast_policy now = mx_autocast_policy(op);
+    if (now == mx__ops[op].policy) continue;
+    changes++;
+    if (out)
+      fprintf(out, "%s: %s -> %s\n", mx__ops[op].name, mx_cast_policy_name(mx__ops[op].policy),
+              mx_cast_policy_name(now));
+  }
+  return changes;
+}
+
+/* --- the layer ------------------------------------------------------------------------ */
+
+/* The device type of a call: its inputs' (0-d CPU tensors join any). */
+static mx_device call_device(int n_in, mx_tensor *const *in) {
+  for (int i = 0; i < n_in; i++)
+    if (in[i]->ndim > 0 || in[i]->device != MX_CPU) return in[i]->device;
+  return MX_CPU;
+}
+
+/* Only floating, non-float64 tensors on the region's device are cast; C
+ * scalars turned into tensors never are. */
+static bool eligible(const mx_tensor *t, mx_device device) {
+  return mx_dtype_is_floating(t->dtype) && t->dtype != MX_F64 && t->device == device && !t->wrapped_number;
+}
+
+/* The ops whose caller may name the dtype to compute in (mx_sum_dtype,
+ * mx_softmax_dtype, mx_log_softmax_dtype): such calls are not autocast. */
+static bool explicit_dtype(mx_op op, const mx__args *args) {
+  bool takes_dtype = op == MX_OP_SUM || op == MX_OP_SOFTMAX || op == MX_OP_LOG_SOFTMAX;
+  return takes_dtype && args && args->dtype != MX_DTYPE_COUNT;
+}
+
+/* The cache holds casts of weights (float32 leaves that require grad) to
+ * the region's lower dtype, PyTorch's rule. */
+static bool cacheable(const mx_tensor *t, mx_dtype to, const autocast_state *s, mx_device device) {
+  return s->cache_enabled && to == s->dtype[device] && t->dtype == MX_F32 && mx_requires_grad(t) &&
+         mx_is_leaf(t);
+}
+
+/* t cast to `to` for this call (in the call's scope), through the cache. */
+static mx_tensor *cast(mx_tensor *t, mx_dtype to, const autocast_state *s, mx_device device, mx__cast_kind *kind) {
+  int64_t bytes = mx_numel(t) * (int64_t)mx_dtype_size(to);
+  if (!cacheable(t, to, s, device)) {
+    *kind = MX__CAST_MADE;
+    mx__amp_count_cast(bytes, false);
+    return mx_to_dtype(t, to);
+  }
+  mx_tensor *hit = mx__cast_cache_find(t, to);
+  if (hit) {
+    *kind = MX__CAST_CACHE_HIT;
+    mx__amp_count_cast(bytes, true);
+    return hit;
+  }
+  /* recorded even under MX_NO_GRAD, so a later use with grad on still
+   * reaches the weight (PyTorch issue 158232) */
+  mx_tensor *c = NULL;
+  MX_ENABLE_GRAD { c = mx_to_dtype(t, to); }
+  if (!c || mx__cast_cache_add(t, to, c) != MX_OK) return NULL;
+  *kind = MX__CAST_CACHED;
+  mx__amp_count_cast(bytes, false);
+  return c;
+}
+
+/* PROMOTE: the widest floating type among the eligible inputs, starting
+ * from the region's dtype (float16 with bfloat16 gives float32). */
+static mx_dtype widest(int n_in, mx_tensor *const *in, mx_dtype lower, mx_device device) {
+  mx_dtype w = lower;
+  for (int i = 0; i < n_in; i++)
+    if (eligible(in[i], device) && in[i]->dtype != w) w = MX_F32; /* float32 meets a 16-bit type, or two meet */
+  return w;
+}
+
+static mx_status banned(mx_op op) {
+  return mx__error(MX_DTYPE_ERROR,
+                   "mx_%s: unsafe to autocast. Models often apply a sigmoid right before binary cross "
+                   "entropy, and in float16 that pair loses precision and can overflow. Combine the two "
+                   "with mx_binary_cross_entropy_with_logits, which is safe to autocast, or call this op "
+                   "outside the region (or in a region with enabled = false)",
+                   mx__ops[op].name);
+}
+
+static _Thread_local mx__trace_record pending; /* the op between before and after */
+static _Thread_local bool tracing_pending;
+
+static mx_status before(mx_op op, int n_in, mx_tensor **in, const mx__args *args) {
+  tracing_pending = false;
+  if (depth == 0 || n_in == 0) return MX_OK;
+  const autocast_state *s = state();
+  mx_device device = call_device(n_in, in);
+  if (!valid_device(device) || !s->enabled[device] || s->backward_depth != mx__backward_depth()) return MX_OK;
+
+  mx__trace_record *r = &pending;
+  *r = (mx__trace_record){.op = op, .policy = mx_autocast_policy(op), .explicit_dtype = explicit_dtype(op, args),
+                          .n_in = n_in < MX__TRACE_MAX_INPUTS ? n_in : MX__TRACE_MAX_INPUTS};
+  for (int i = 0; i < r->n_in; i++) r->in_dtype[i] = in[i]->dtype, r->in_scalar[i] = in[i]->wrapped_number;
+  tracing_pending = true;
+  if (r->explicit_dtype) return MX_OK;
+
+  mx_dtype to;
+  switch (r->policy) {
+  case MX_CAST_LOWER: to = s->dtype[device]; break;
+  case MX_CAST_FP32: to = MX_F32; break;
+  case MX_CAST_PROMOTE: to = widest(n_in, in, s->dtype[device], device); break;
+  case MX_CAST_BANNED: return banned(op);
+  default: return MX_OK;
+  }
+  for (int i = 0; i < n_in; i++) {
+    if (!eligible(in[i], device) || in[i]->dtype == to) continue;
+    mx__cast_kind kind;
+    mx_tensor *c = cast(in[i], to, s, device, &kind);
+    if (!c) return mx_last_status();
+    in[i] = c;
+    if (i < MX__TRACE_MAX_INPUTS) r->cast_to[i] = to, r->cast[i] = kind;
+  }
+  return MX_OK;
+}
+
+static void after(mx_op op, int n_out, mx_tensor *const *out, mx_status status) {
+  if (!tracing_pending || pending.op != op) return;
+  tracing_pending = false;
+  mx__amp_trace_op(&pending, n_out, out, status);
+}
+
+static const mx__autocast_hooks hooks = {before, after};
+
+/* The layer joins the dispatcher when the library loads. */
+__attribute__((constructor)) static void install(void) { mx__autocast = &hooks; }

@@ -1,0 +1,103 @@
+/* Watching autocast: a line per op dispatched in an enabled region (the
+ * trace) and this thread's counts (the report). */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amp/amp_internal.h"
+
+static _Atomic(FILE *) trace_out;
+static atomic_int env_read;
+
+void mx_amp_trace(FILE *out) {
+  atomic_store(&env_read, 1); /* an explicit choice wins over MX_AMP_TRACE */
+  atomic_store(&trace_out, out);
+}
+
+static FILE *trace_stream(void) {
+  if (!atomic_exchange(&env_read, 1)) {
+    const char *env = getenv("MX_AMP_TRACE");
+    if (env && strcmp(env, "0") != 0 && *env) atomic_store(&trace_out, stderr);
+  }
+  return atomic_load(&trace_out);
+}
+
+/* --- this thread's counts --------------------------------------------------------- */
+
+static _Thread_local struct {
+  int64_t calls[MX_OP_COUNT];
+  int64_t out_dtype[MX_OP_COUNT][MX_DTYPE_COUNT];
+  int64_t casts[MX_OP_COUNT], hits[MX_OP_COUNT];
+  int64_t total_casts, total_hits, bytes_cast;
+} counts;
+
+void mx__amp_count_cast(int64_t bytes, bool hit) {
+  if (hit) {
+    counts.total_hits++;
+    return;
+  }
+  counts.total_casts++;
+  counts.bytes_cast += bytes;
+}
+
+mx_autocast_cache_stats mx_autocast_cache_stats_get(void) {
+  return (mx_autocast_cache_stats){mx__cast_cache_entries(), counts.total_casts, counts.total_hits};
+}
+
+void mx_amp_report_reset(void) { memset(&counts, 0, sizeof counts); }
+
+static const char *kind_note(mx__cast_kind kind) {
+  switch (kind) {
+  case MX__CAST_CACHED: return " (cache miss)";
+  case MX__CAST_CACHE_HIT: return " (cache hit)";
+  default: return "";
+  }
+}
+
+static void print_record(FILE *f, const mx__trace_record *r, int n_out, mx_tensor *const *out, mx_status status) {
+  char line[1024];
+  int len = snprintf(line, sizeof line, "amp: %-20s %-7s", mx__ops[r->op].name,
+                     r->explicit_dtype ? "dtype" : mx_cast_policy_name(r->policy));
+  for (int i = 0; i < r->n_in && len < (int)sizeof line; i++) {
+    const char *sep = i ? ", " : " ";
+    if (r->cast[i] == MX__CAST_NOT)
+      len += snprintf(line + len, sizeof line - (size_t)len, "%s%s", sep,
+                      r->in_scalar[i] ? "scalar" : mx_dtype_name(r->in_dtype[i]));
+    else
+      len += snprintf(line + len, sizeof line - (size_t)len, "%s%s->%s%s", sep, mx_dtype_name(r->in_dtype[i]),
+                      mx_dtype_name(r->cast_to[i]), kind_note(r->cast[i]));
+  }
+  if (status != MX_OK)
+    fprintf(f, "%s => error\n", line);
+  else
+    fprintf(f, "%s => %s\n", line, n_out > 0 && out[0] ? mx_dtype_name(mx_dtype_of(out[0])) : "-");
+}
+
+void mx__amp_trace_op(const mx__trace_record *r, int n_out, mx_tensor *const *out, mx_status status) {
+  counts.calls[r->op]++;
+  if (status == MX_OK && n_out > 0 && out[0]) counts.out_dtype[r->op][mx_dtype_of(out[0])]++;
+  for (int i = 0; i < r->n_in; i++) {
+    counts.casts[r->op] += r->cast[i] == MX__CAST_MADE || r->cast[i] == MX__CAST_CACHED;
+    counts.hits[r->op] += r->cast[i] == MX__CAST_CACHE_HIT;
+  }
+  FILE *f = trace_stream();
+  if (f) print_record(f, r, n_out, out, status);
+}
+
+void mx_amp_report(FILE *out) {
+  if (!out) return;
+  int64_t ops = 0;
+  fprintf(out, "AMP report (this thread)\n%-28s %8s %8s %8s  %s\n", "op", "calls", "casts", "hits", "outputs");
+  for (int op = 0; op < MX_OP_COUNT; op++) {
+    if (!counts.calls[op]) continue;
+    ops += counts.calls[op];
+    fprintf(out, "%-28s %8lld %8lld %8lld ", mx__ops[op].name, (long long)counts.calls[op],
+            (long long)counts.casts[op], (long long)counts.hits[op]);
+    for (int t = 0; t < MX_DTYPE_COUNT; t++)
+      if (counts.out_dtype[op][t])
+        fprintf(out, " %s x%lld", mx_dtype_name((mx_dtype)t), (long long)counts.out_dtype[op][t]);
+    fputc('\n', out);
+  }
+  fprintf(out, "total: %lld ops in autocast regions, %lld casts (%.2f MB), %lld cache hits\n", (long long)ops,
+          (long long)counts.total_casts, (double)counts.bytes_cast / 1e6, (long long)counts.total_hits);
+}
