@@ -314,6 +314,7 @@ static mx_status guard_consecutive_skips(mx_scaler *s) {
   char report[512] = "";
   size_t len = 0;
   for (int i = 0; i < s->n_records && len < sizeof report; i++) {
+    if (!s->records[i].checked) continue; /* only this iteration's checks */
     int64_t totals[3];
     int bad;
     if (read_counts(&s->records[i], totals, &bad, NULL) != MX_OK) break;
@@ -350,9 +351,9 @@ mx_status mx_scaler_update(mx_scaler *s) {
     mx__bump_version(s->scale);
   }
   mx_scope_end(scope);
-  if (status != MX_OK) return status;
+  if (status == MX_OK) status = guard_consecutive_skips(s);
   reset_records(s);
-  return guard_consecutive_skips(s);
+  return status;
 }
 
 mx_status mx_scaler_update_to(mx_scaler *s, double new_scale) {

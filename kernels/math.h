@@ -355,14 +355,14 @@ MX_HD static inline void mx_amp_update_scale(float *scale, int32_t *growth_track
     counters[1] += 1;
     counters[2] += 1;
   } else {
-    int32_t successful = *growth_tracker + 1;
+    int64_t successful = (int64_t)*growth_tracker + 1; /* a loaded tracker may sit at INT32_MAX */
     counters[2] = 0;
     if (successful == p->growth_interval) {
       float grown = (float)((double)*scale * p->growth_factor);
       if (grown - grown == 0.0f) next = grown; /* finite: grow, else keep the scale */
       *growth_tracker = 0;
     } else {
-      *growth_tracker = successful;
+      *growth_tracker = successful > INT32_MAX ? INT32_MAX : (int32_t)successful;
     }
   }
   if (p->min_scale > 0 && next < p->min_scale) next = p->min_scale;
