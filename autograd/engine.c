@@ -43,14 +43,14 @@ typedef struct {
   bool create_graph, accumulate;
 } run_state;
 
-/* Finds every node reachable from the roots and counts, for each, the edges
- * pointing at it. deps == -1 marks "not seen yet". */
 /* Backward passes running on this thread (one inside another under
  * create_graph hooks); autocast regions opened outside do not reach in. */
 static _Thread_local int backward_depth;
 
 int mx__backward_depth(void) { return backward_depth; }
 
+/* Finds every node reachable from the roots and counts, for each, the edges
+ * pointing at it. deps == -1 marks "not seen yet". */
 static mx_status collect(run_state *st, int n_roots, mx__node *const *roots) {
   node_list stack = {0};
   for (int r = 0; r < n_roots; r++) {
@@ -205,6 +205,26 @@ static void finish(run_state *st) {
   free(st->ready.items);
 }
 
+mx_status mx__graph_leaves(const mx_tensor *root, int *n, mx_tensor ***leaves) {
+  *n = 0;
+  *leaves = NULL;
+  mx__node *start = root->autograd ? root->autograd->grad_fn : NULL;
+  if (!start && !mx_requires_grad(root)) return MX_OK;
+  if (!start) { /* root is itself the one leaf */
+    if (!(*leaves = malloc(sizeof **leaves))) return mx__error(MX_OUT_OF_MEMORY, "autograd: out of memory");
+    (*leaves)[(*n)++] = (mx_tensor *)root;
+    return MX_OK;
+  }
+  run_state st = {0};
+  mx_status status = collect(&st, 1, &start);
+  if (status == MX_OK && !(*leaves = malloc(sizeof **leaves * (st.all.count + 1))))
+    status = mx__error(MX_OUT_OF_MEMORY, "autograd: out of memory walking the graph");
+  for (size_t k = 0; k < st.all.count && status == MX_OK; k++)
+    if (st.all.items[k]->leaf) (*leaves)[(*n)++] = st.all.items[k]->leaf;
+  finish(&st);
+  return status;
+}
+
 /* Where a tensor's gradient arrives: its producer's slot, or its leaf
  * accumulator (created on demand, so that mx_grad of a root leaf works). */
 static mx__node *grad_target(mx_tensor *t, int *slot) {
@@ -217,6 +237,7 @@ static mx_status run_graph(const char *op, int n_roots, mx_tensor *const *roots,
                            bool keep_graph, bool create_graph, capture *captures, int n_captures, bool accumulate) {
   mx__node *nodes[n_roots + 1];
   mx__node *made[n_roots + 1]; /* accumulators made for leaf roots */
+  memset(nodes, 0, sizeof nodes);
   memset(made, 0, sizeof made);
   mx_status status = MX_OK;
   for (int r = 0; r < n_roots && status == MX_OK; r++) {
