@@ -23,7 +23,9 @@
 #include "kernels/base.h"
 #include "kernels/math.h"
 #include "ops/ops.h"
+#include "optim/clip.h"
 #include "optim/optimizer.h"
+#include "optim/schedule.h"
 #include "tensor/scope.h"
 #include "tensor/tensor.h"
 

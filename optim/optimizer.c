@@ -31,6 +31,7 @@ typedef struct {
   mx_tensor *steps;                       /* int64 [n], steps taken; NULL for SGD without momentum */
   mx_sgd_hparams sgd;
   mx_adam_hparams adam;
+  double initial_lr;    /* the lr before an LR schedule changed it (PyTorch's 'initial_lr'); NAN: none yet */
   mx_optim_item *items; /* a step's parameters that have a gradient */
   int n_items;
 } group;
@@ -207,6 +208,7 @@ static mx_status add_group(const char *fn, mx_optimizer *opt, int n, mx_tensor *
   }
   g->sgd = proto->sgd;
   g->adam = proto->adam;
+  g->initial_lr = NAN;
   opt->n_groups++;
   opt->n_params += n;
   return MX_OK;
@@ -345,6 +347,66 @@ mx_status mx_optimizer_set_lr(mx_optimizer *opt, int group_index, double lr) {
   return MX_OK;
 }
 
+double mx_optimizer_initial_lr(const mx_optimizer *opt, int group_index) {
+  const group *g = group_at("mx_optimizer_initial_lr", opt, group_index);
+  return g ? g->initial_lr : NAN;
+}
+
+mx_status mx_optimizer_set_initial_lr(mx_optimizer *opt, int group_index, double lr) {
+  group *g = group_at("mx_optimizer_set_initial_lr", opt, group_index);
+  if (!g) return mx_last_status();
+  if (check_lr("mx_optimizer_set_initial_lr", lr) != MX_OK) return MX_INVALID_ARGUMENT;
+  g->initial_lr = lr;
+  return MX_OK;
+}
+
+double mx_optimizer_momentum(const mx_optimizer *opt, int group_index) {
+  const group *g = group_at("mx_optimizer_momentum", opt, group_index);
+  if (!g) return NAN;
+  return opt->kind == KIND_SGD ? g->sgd.momentum : g->adam.beta1;
+}
+
+/* A group made without momentum gets its momentum buffers (and step counts,
+ * so its first step with momentum starts them) when it is given one, as
+ * PyTorch's buffer is born on the first step that uses it. */
+static mx_status add_momentum_state(const char *fn, const mx_optimizer *opt, group *g) {
+  int64_t numel[N_BANKS] = {0, 0};
+  for (int j = 0; j < g->n; j++) numel[bank_of(g->params[j])] += mx_numel(g->params[j]);
+  mx_tensor *buffers[N_BANKS] = {NULL, NULL}, *steps = owned_zeros(fn, g->n, MX_I64, opt->device);
+  bool ok = steps != NULL;
+  for (int b = 0; b < N_BANKS && ok; b++)
+    if (numel[b] > 0)
+      ok = (buffers[b] = owned_zeros(fn, numel[b], b == BANK_F64 ? MX_F64 : MX_F32, opt->device)) != NULL;
+  if (!ok) {
+    for (int b = 0; b < N_BANKS; b++)
+      if (buffers[b]) mx__decref(buffers[b]);
+    if (steps) mx__decref(steps);
+    return mx_last_status();
+  }
+  for (int b = 0; b < N_BANKS; b++) g->state[b][0] = buffers[b];
+  g->steps = steps;
+  return MX_OK;
+}
+
+mx_status mx_optimizer_set_momentum(mx_optimizer *opt, int group_index, double momentum) {
+  const char *fn = "mx_optimizer_set_momentum";
+  group *g = group_at(fn, opt, group_index);
+  if (!g) return mx_last_status();
+  if (opt->kind != KIND_SGD) {
+    const mx_adam_hparams *h = &g->adam;
+    mx_adam_opts o = {h->lr, momentum, h->beta2, h->eps, h->weight_decay, h->amsgrad, h->maximize};
+    if (check_adam(fn, &o) != MX_OK) return MX_INVALID_ARGUMENT;
+    g->adam.beta1 = momentum;
+    return MX_OK;
+  }
+  const mx_sgd_hparams *h = &g->sgd;
+  mx_sgd_opts o = {h->lr, momentum, h->dampening, h->weight_decay, h->nesterov, h->maximize};
+  if (check_sgd(fn, &o) != MX_OK) return MX_INVALID_ARGUMENT;
+  if (momentum != 0 && !g->steps && add_momentum_state(fn, opt, g) != MX_OK) return mx_last_status();
+  g->sgd.momentum = momentum;
+  return MX_OK;
+}
+
 /* Parameter i (group after group): its group and its index there. */
 static group *locate(const char *fn, const mx_optimizer *opt, int i, int *j) {
   if (!opt) {
@@ -390,6 +452,69 @@ mx_tensor *mx_optimizer_state(const mx_optimizer *opt, int i, const char *name) 
   mx__error(MX_INVALID_ARGUMENT, "%s: this %s keeps no state '%s' for parameter %d", fn, kind_names[opt->kind], name,
             i);
   return NULL;
+}
+
+int mx_optimizer_state_names(const mx_optimizer *opt, int i, const char **names) {
+  int j, n = 0;
+  const group *g = locate("mx_optimizer_state_names", opt, i, &j);
+  if (!g) return -1;
+  if (g->steps) names[n++] = "step";
+  for (int k = 0; k < MAX_STATES; k++)
+    if (state_names[opt->kind != KIND_SGD][k] && g->state[bank_of(g->params[j])][k])
+      names[n++] = state_names[opt->kind != KIND_SGD][k];
+  return n;
+}
+
+/* --- hyper-parameters by group (param_groups) ---------------------------------------- */
+
+/* Group i of an optimizer of the wanted kind (SGD or not). */
+static group *group_of_kind(const char *fn, const mx_optimizer *opt, int i, const void *arg, bool sgd) {
+  if (opt && !arg) {
+    mx__null_input(fn, "opts");
+    return NULL;
+  }
+  group *g = group_at(fn, opt, i);
+  if (g && (opt->kind == KIND_SGD) != sgd) {
+    mx__error(MX_INVALID_ARGUMENT, "%s: the optimizer is %s", fn, kind_names[opt->kind]);
+    return NULL;
+  }
+  return g;
+}
+
+mx_status mx_optimizer_get_sgd_opts(const mx_optimizer *opt, int i, mx_sgd_opts *out) {
+  const group *g = group_of_kind("mx_optimizer_get_sgd_opts", opt, i, out, true);
+  if (!g) return mx_last_status();
+  const mx_sgd_hparams *h = &g->sgd;
+  *out = (mx_sgd_opts){h->lr, h->momentum, h->dampening, h->weight_decay, h->nesterov, h->maximize};
+  return MX_OK;
+}
+
+mx_status mx_optimizer_get_adam_opts(const mx_optimizer *opt, int i, mx_adam_opts *out) {
+  const group *g = group_of_kind("mx_optimizer_get_adam_opts", opt, i, out, false);
+  if (!g) return mx_last_status();
+  const mx_adam_hparams *h = &g->adam;
+  *out = (mx_adam_opts){h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, h->amsgrad, h->maximize};
+  return MX_OK;
+}
+
+mx_status mx_optimizer_set_sgd_opts(mx_optimizer *opt, int i, const mx_sgd_opts *opts) {
+  const char *fn = "mx_optimizer_set_sgd_opts";
+  group *g = group_of_kind(fn, opt, i, opts, true);
+  if (!g || check_sgd(fn, opts) != MX_OK) return mx_last_status();
+  if (opts->momentum != 0 && !g->steps && add_momentum_state(fn, opt, g) != MX_OK) return mx_last_status();
+  g->sgd = sgd_hparams(opts);
+  return MX_OK;
+}
+
+mx_status mx_optimizer_set_adam_opts(mx_optimizer *opt, int i, const mx_adam_opts *opts) {
+  const char *fn = "mx_optimizer_set_adam_opts";
+  group *g = group_of_kind(fn, opt, i, opts, false);
+  if (!g || check_adam(fn, opts) != MX_OK) return mx_last_status();
+  if (opts->amsgrad != g->adam.amsgrad)
+    return mx__error(MX_INVALID_ARGUMENT, "%s: group %d was made with amsgrad %s; it cannot change", fn, i,
+                     g->adam.amsgrad ? "true" : "false");
+  g->adam = adam_hparams(opts, opt->kind == KIND_ADAMW);
+  return MX_OK;
 }
 
 /* --- steps ------------------------------------------------------------------------ */

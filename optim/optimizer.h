@@ -70,6 +70,14 @@ const char *mx_optimizer_name(const mx_optimizer *opt); /* "SGD", "Adam", "AdamW
 int mx_optimizer_num_groups(const mx_optimizer *opt);
 double mx_optimizer_lr(const mx_optimizer *opt, int group);
 mx_status mx_optimizer_set_lr(mx_optimizer *opt, int group, double lr);
+/* The group's lr before an LR schedule first changed it (PyTorch's
+ * group['initial_lr']; optim/schedule.h sets it): NAN until then. */
+double mx_optimizer_initial_lr(const mx_optimizer *opt, int group);
+mx_status mx_optimizer_set_initial_lr(mx_optimizer *opt, int group, double lr);
+/* SGD's momentum, or Adam's and AdamW's beta1: what OneCycleLR cycles. An
+ * SGD group made without momentum gets its momentum buffers when given one. */
+double mx_optimizer_momentum(const mx_optimizer *opt, int group);
+mx_status mx_optimizer_set_momentum(mx_optimizer *opt, int group, double momentum);
 /* All parameters, group after group (borrowed). */
 int mx_optimizer_num_params(const mx_optimizer *opt);
 mx_tensor *mx_optimizer_param(const mx_optimizer *opt, int i);
@@ -81,6 +89,18 @@ mx_tensor *mx_optimizer_param(const mx_optimizer *opt, int i);
  * go to the state); NULL with the error set for state the optimizer does
  * not keep. */
 mx_tensor *mx_optimizer_state(const mx_optimizer *opt, int i, const char *name);
+/* The names of the state parameter i keeps ("step" first, then the others
+ * in the order above) into names[0 .. 4); returns how many, or -1 with the
+ * error set. */
+int mx_optimizer_state_names(const mx_optimizer *opt, int i, const char **names);
+/* Group i's hyper-parameters (PyTorch's param_groups), as the options of
+ * the optimizer's kind; setting them checks them as the constructor does
+ * (load_state_dict). An SGD group given momentum gets its buffers (as
+ * mx_optimizer_set_momentum); amsgrad cannot change. */
+mx_status mx_optimizer_get_sgd_opts(const mx_optimizer *opt, int i, mx_sgd_opts *out);
+mx_status mx_optimizer_get_adam_opts(const mx_optimizer *opt, int i, mx_adam_opts *out);
+mx_status mx_optimizer_set_sgd_opts(mx_optimizer *opt, int i, const mx_sgd_opts *opts);
+mx_status mx_optimizer_set_adam_opts(mx_optimizer *opt, int i, const mx_adam_opts *opts);
 
 mx_status mx_optimizer_step(mx_optimizer *opt);
 /* found_inf: a float32 tensor of one element on the parameters' device, or
