@@ -12,8 +12,9 @@
  * The rooms, bottom up: kernels/ (dtypes, devices, errors, scalar math,
  * CPU and CUDA kernels), tensor/ (the tensor object, scopes, memory
  * statistics), ops/ and autograd/ (the op table and its dispatcher, the
- * differentiable ops, backward), optim/ (SGD, Adam, AdamW) and amp/
- * (autocast, the GradScaler).
+ * differentiable ops, backward), optim/ (SGD, Adam, AdamW, schedules,
+ * clipping), amp/ (autocast, the GradScaler) and nn/ (modules, layers,
+ * initialisation, checkpoints).
  */
 #ifndef MIXGRAD_H
 #define MIXGRAD_H
@@ -22,10 +23,16 @@
 #include "autograd/autograd.h"
 #include "kernels/base.h"
 #include "kernels/math.h"
+#include "nn/checkpoint.h"
+#include "nn/init.h"
+#include "nn/layers.h"
+#include "nn/module.h"
+#include "nn/rnn.h"
 #include "ops/ops.h"
 #include "optim/clip.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
+#include "tensor/safetensors.h"
 #include "tensor/scope.h"
 #include "tensor/tensor.h"
 

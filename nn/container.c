@@ -1,0 +1,90 @@
+/* Containers: Sequential (children applied in turn) and Residual (body(x) + shortcut(x)). */
+#include <stdio.h>
+
+#include "nn/nn_internal.h"
+
+static mx_tensor *sequential_forward(mx_module *m, const mx_tensor *x) {
+  int n = mx_module_num_children(m);
+  if (n == 0) return mx_reshape(x, mx_shape_get(x)); /* an empty Sequential is the identity */
+  mx_tensor *y = NULL;
+  for (int i = 0; i < n; i++) {
+    y = mx_module_forward(mx_module_child(m, i, NULL), i ? y : x);
+    if (!y) return NULL;
+  }
+  return y;
+}
+
+static const mx_module_type sequential_type = {.name = "Sequential", .forward = sequential_forward};
+
+mx_status mx_sequential_append(mx_module *seq, mx_module *m) {
+  const char *fn = "mx_sequential_append";
+  mx_status status = MX_OK;
+  if (!seq || !m) {
+    status = mx__null_input(fn, !seq ? "seq" : "m");
+  } else if (mx_module_type_of(seq) != &sequential_type) {
+    status = mx__error(MX_INVALID_ARGUMENT, "%s: the module is a %s, not a Sequential", fn,
+                       mx_module_type_of(seq)->name);
+  } else {
+    char name[24];
+    snprintf(name, sizeof name, "%d", mx_module_num_children(seq));
+    return mx_module_add_child(seq, name, m);
+  }
+  mx__module_free_orphan(m);
+  return status;
+}
+
+mx_module *mx_sequential_new(int n, mx_module *const *modules) {
+  const char *fn = "mx_sequential_new";
+  mx_module *seq = NULL;
+  if (n < 0) mx__error(MX_INVALID_ARGUMENT, "%s: n must be >= 0, got %d", fn, n);
+  else if (n > 0 && !modules) mx__null_input(fn, "modules");
+  else seq = mx_module_new(&sequential_type, NULL);
+  bool ok = seq != NULL;
+  for (int i = 0; i < n && modules; i++) {
+    if (ok && !modules[i]) {
+      char arg[32];
+      snprintf(arg, sizeof arg, "modules[%d]", i);
+      mx__null_input(fn, arg);
+      ok = false;
+    } else if (ok) {
+      ok = mx_sequential_append(seq, modules[i]) == MX_OK;
+    } else {
+      mx__module_free_orphan(modules[i]);
+    }
+  }
+  if (!ok) mx_module_free(seq);
+  return ok ? seq : NULL;
+}
+
+static mx_tensor *residual_forward(mx_module *m, const mx_tensor *x) {
+  mx_tensor *body = mx_module_forward(mx_module_child(m, 0, NULL), x);
+  if (!body) return NULL;
+  mx_module *shortcut = mx_module_get_child(m, "shortcut");
+  return mx_add(body, shortcut ? mx_module_forward(shortcut, x) : x);
+}
+
+static const mx_module_type residual_type = {.name = "Residual", .forward = residual_forward};
+
+mx_module *mx_residual_new(mx_module *body, mx_module *shortcut) {
+  if (!body) {
+    mx__null_input("mx_residual_new", "body");
+    mx__module_free_orphan(shortcut);
+    return NULL;
+  }
+  mx_module *m = mx_module_new(&residual_type, NULL);
+  if (!m) {
+    mx__module_free_orphan(body);
+    mx__module_free_orphan(shortcut);
+    return NULL;
+  }
+  mx_status status = mx_module_add_child(m, "body", body);
+  if (shortcut) {
+    if (status == MX_OK) status = mx_module_add_child(m, "shortcut", shortcut);
+    else mx__module_free_orphan(shortcut);
+  }
+  if (status != MX_OK) {
+    mx_module_free(m);
+    return NULL;
+  }
+  return m;
+}

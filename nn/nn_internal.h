@@ -1,0 +1,49 @@
+/* The nn room's internal helpers: errors, owned tensors, the forward observer, layer constructors' plumbing. */
+#ifndef MX_NN_NN_INTERNAL_H
+#define MX_NN_NN_INTERNAL_H
+
+#include "kernels/base_internal.h"
+#include "nn/init.h"
+#include "nn/layers.h"
+#include "nn/module.h"
+#include "ops/ops.h"
+#include "tensor/scope.h"
+
+/* Called by mx_module_forward after each successful forward (summaries record output shapes with it). */
+typedef void (*mx__module_observer)(mx_module *m, const mx_tensor *out, void *ctx);
+/* Installs an observer for this thread (NULL: none) and returns the previous one through *prev / *prev_ctx. */
+void mx__module_observe(mx__module_observer fn, void *ctx, mx__module_observer *prev, void **prev_ctx);
+
+/* Elements of the module's own parameters (not its children's), and of those that require grad. */
+int64_t mx__module_own_parameter_count(const mx_module *m, int64_t *trainable);
+
+/* A new module of type whose self is a zeroed block of `size` bytes (the type's free_self is then free), or
+ * NULL with the error set. */
+mx_module *mx__module_alloc(const mx_module_type *type, size_t size);
+
+/* Frees m unless it belongs to a tree (silently: the pending error stays). NULL is ignored. */
+void mx__module_free_orphan(mx_module *m);
+
+/* A float32 CPU tensor of shape registered as parameter `name` of m, or t registered as buffer `name` (the
+ * module takes it); the tensor (borrowed), or NULL with the error set. */
+mx_tensor *mx__add_parameter(mx_module *m, const char *name, mx_shape shape);
+mx_tensor *mx__add_buffer(mx_module *m, const char *name, mx_tensor *t);
+/* Fills parameter w and bias b (may be NULL) from U(-1/sqrt(fan_in), 1/sqrt(fan_in)) by w's fan_in:
+ * kaiming_uniform_(a = sqrt(5)) and the bias rule of Linear's and Conv's reset_parameters. */
+mx_status mx__init_fan_in_uniform(mx_tensor *w, mx_tensor *b, mx_generator *gen);
+
+/* Python's repr of a float ("0.1", "1e-05", "1.0") and "True"/"False", for the extra strings. */
+void mx__float_repr(char *buf, size_t size, double v);
+const char *mx__bool_repr(bool b);
+/* Python's repr of a tuple of ints ("(3, 3)", "(3,)"), or of an int for a one-value list unless always_tuple. */
+void mx__list_repr(char *buf, size_t size, mx_shape s, bool always_tuple);
+/* Appends printf-formatted text to buf (of size bytes) after what it holds. */
+void mx__append(char *buf, size_t size, const char *fmt, ...) MX__PRINTF(3, 4);
+
+/* Checks a spatial argument list (one value, or one per dim of `spatial`, or empty when empty_ok) whose values
+ * are >= min; names fn and what in the error. */
+mx_status mx__check_list(const char *fn, const char *what, mx_shape s, int spatial, int64_t min, bool empty_ok);
+/* The list with one value per dim of `spatial` (an empty list gives def everywhere). */
+mx_shape mx__expand_list(mx_shape s, int spatial, int64_t def);
+
+#endif

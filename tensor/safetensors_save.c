@@ -1,0 +1,209 @@
+/* Writing safetensors files: the JSON header (cJSON), the tensors' bytes,
+ * and the temporary file that is flushed, synced and renamed over the old. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tensor/safetensors_internal.h"
+
+static const char *const fn = "mx_safetensors_save";
+
+/* --- checks ------------------------------------------------------------------------ */
+
+static mx_status check_names(int n, const char *const *names, const char *what) {
+  for (int i = 0; i < n; i++) {
+    if (!names[i]) {
+      char arg[48];
+      snprintf(arg, sizeof arg, "%s[%d]", what, i);
+      return mx__null_input(fn, arg);
+    }
+    if (!names[i][0]) return mx__error(MX_INVALID_ARGUMENT, "%s: %s[%d] is empty", fn, what, i);
+  }
+  bool failed;
+  const char *dup = mx__safetensors_duplicate(n, names, &failed);
+  if (failed) return mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", fn);
+  if (dup) return mx__error(MX_INVALID_ARGUMENT, "%s: %s '%s' appears twice", fn, what, dup);
+  return MX_OK;
+}
+
+static mx_status check_args(const char *path, int n, const char *const *names, const mx_tensor *const *tensors,
+                            int n_meta, const char *const *keys, const char *const *values) {
+  if (!path) return mx__null_input(fn, "path");
+  if (n < 0 || n_meta < 0)
+    return mx__error(MX_INVALID_ARGUMENT, "%s: %s is %d; it must be >= 0", fn, n < 0 ? "n" : "n_meta",
+                     n < 0 ? n : n_meta);
+  if (n > 0 && (!names || !tensors)) return mx__null_input(fn, names ? "tensors" : "names");
+  if (n_meta > 0 && (!keys || !values)) return mx__null_input(fn, keys ? "meta_values" : "meta_keys");
+  for (int i = 0; i < n; i++) {
+    if (!tensors[i]) {
+      char arg[32];
+      snprintf(arg, sizeof arg, "tensors[%d]", i);
+      return mx__null_input(fn, arg);
+    }
+  }
+  if (check_names(n, names, "names") != MX_OK || check_names(n_meta, keys, "meta_keys") != MX_OK)
+    return mx_last_status();
+  for (int i = 0; i < n; i++)
+    if (!strcmp(names[i], "__metadata__"))
+      return mx__error(MX_INVALID_ARGUMENT, "%s: names[%d] is \"__metadata__\", the format's name for the metadata",
+                       fn, i);
+  for (int i = 0; i < n_meta; i++) {
+    if (!values[i]) {
+      char arg[32];
+      snprintf(arg, sizeof arg, "meta_values[%d]", i);
+      return mx__null_input(fn, arg);
+    }
+  }
+  return MX_OK;
+}
+
+/* --- the header -------------------------------------------------------------------- */
+
+/* An integer as a raw JSON number (cJSON would print large ones as doubles). */
+static cJSON *json_int(int64_t v) {
+  char digits[24];
+  snprintf(digits, sizeof digits, "%" PRId64, v);
+  return cJSON_CreateRaw(digits);
+}
+
+static bool add_int_array(cJSON *obj, const char *key, int n, const int64_t *v) {
+  cJSON *a = cJSON_AddArrayToObject(obj, key);
+  if (!a) return false;
+  for (int i = 0; i < n; i++) {
+    cJSON *item = json_int(v[i]);
+    if (!item || !cJSON_AddItemToArray(a, item)) {
+      cJSON_Delete(item);
+      return false;
+    }
+  }
+  return true;
+}
+
+static int64_t byte_size(const mx_tensor *t) { return mx_numel(t) * (int64_t)mx_dtype_size(mx_dtype_of(t)); }
+
+/* The header's JSON text (malloc'ed), or NULL when memory ran out. */
+static char *header_json(int n, const char *const *names, const mx_tensor *const *tensors, int n_meta,
+                         const char *const *keys, const char *const *values) {
+  cJSON *root = cJSON_CreateObject();
+  bool ok = root != NULL;
+  if (ok && n_meta > 0) {
+    cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
+    ok = meta != NULL;
+    for (int i = 0; ok && i < n_meta; i++) ok = cJSON_AddStringToObject(meta, keys[i], values[i]) != NULL;
+  }
+  int64_t offset = 0;
+  for (int i = 0; ok && i < n; i++) {
+    const mx_tensor *t = tensors[i];
+    mx_shape shape = mx_shape_get(t);
+    int64_t offsets[2] = {offset, offset + byte_size(t)};
+    offset = offsets[1];
+    cJSON *entry = cJSON_AddObjectToObject(root, names[i]);
+    ok = entry && cJSON_AddStringToObject(entry, "dtype", mx__safetensors_code(mx_dtype_of(t))) &&
+         add_int_array(entry, "shape", shape.ndim, shape.d) && add_int_array(entry, "data_offsets", 2, offsets);
+  }
+  char *text = ok ? cJSON_PrintUnformatted(root) : NULL;
+  cJSON_Delete(root);
+  return text;
+}
+
+/* --- the file ---------------------------------------------------------------------- */
+
+/* Writes the header and the tensors to fp; false with the error set. */
+static bool write_contents(FILE *fp, const char *path, const char *json, int n, const mx_tensor *const *tensors) {
+  size_t len = strlen(json), padded = (len + 7) / 8 * 8;
+  unsigned char prefix[8];
+  for (int i = 0; i < 8; i++) prefix[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+  bool ok = fwrite(prefix, 1, 8, fp) == 8 && fwrite(json, 1, len, fp) == len;
+  for (size_t i = len; ok && i < padded; i++) ok = fputc(' ', fp) != EOF;
+  void *buffer = NULL;
+  for (int i = 0; ok && i < n; i++) {
+    const mx_tensor *t = tensors[i];
+    size_t bytes = (size_t)byte_size(t);
+    if (bytes == 0) continue;
+    const void *data = mx_data_ptr(t);
+    if (mx_device_of(t) != MX_CPU || !mx_is_contiguous(t)) { /* gathered on the host, row-major */
+      free(buffer);
+      if (!(buffer = malloc(bytes))) {
+        mx__error(MX_OUT_OF_MEMORY, "%s: %s: out of memory gathering tensor %d (%zu bytes)", fn, path, i, bytes);
+        return false;
+      }
+      if (mx_to_host(t, buffer, bytes) != MX_OK) {
+        mx__error_prefix(fn);
+        free(buffer);
+        return false;
+      }
+      data = buffer;
+    }
+    ok = fwrite(data, 1, bytes, fp) == bytes;
+  }
+  free(buffer);
+  if (ok) ok = fflush(fp) == 0 && fsync(fileno(fp)) == 0;
+  if (!ok) mx__error(MX_IO_ERROR, "%s: %s: writing failed (%s)", fn, path, strerror(errno));
+  return ok;
+}
+
+/* Syncs the directory holding path, so the rename itself is on the disk. */
+static mx_status sync_directory(const char *path) {
+  const char *slash = strrchr(path, '/');
+  char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+  if (!dir) return mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", fn);
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  mx_status status = MX_OK;
+  if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL)) /* EINVAL: the file system syncs no directories */
+    status = mx__error(MX_IO_ERROR, "%s: %s: the file was written but its directory '%s' could not be synced (%s)",
+                       fn, path, dir, strerror(errno));
+  if (fd >= 0) close(fd);
+  free(dir);
+  return status;
+}
+
+/* Writes the file as "<path>.tmp.<pid>" and renames it over path; on any
+ * failure the temporary file is removed and path is left as it was. */
+static mx_status write_atomically(const char *path, const char *json, int n, const mx_tensor *const *tensors) {
+  size_t size = strlen(path) + 32;
+  char *tmp = malloc(size);
+  if (!tmp) return mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", fn);
+  snprintf(tmp, size, "%s.tmp.%ld", path, (long)getpid());
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0666);
+  FILE *fp = fd >= 0 ? fdopen(fd, "wb") : NULL;
+  if (!fp) {
+    mx__error(MX_IO_ERROR, "%s: %s: cannot create the temporary file '%s' (%s)", fn, path, tmp, strerror(errno));
+    if (fd >= 0) {
+      close(fd);
+      unlink(tmp);
+    }
+    free(tmp);
+    return MX_IO_ERROR;
+  }
+  bool ok = write_contents(fp, path, json, n, tensors);
+  if (fclose(fp) != 0 && ok) {
+    mx__error(MX_IO_ERROR, "%s: %s: writing failed (%s)", fn, path, strerror(errno));
+    ok = false;
+  }
+  if (ok && rename(tmp, path) != 0) {
+    mx__error(MX_IO_ERROR, "%s: %s: cannot rename '%s' over it (%s)", fn, path, tmp, strerror(errno));
+    ok = false;
+  }
+  if (!ok) unlink(tmp);
+  free(tmp);
+  return ok ? sync_directory(path) : mx_last_status();
+}
+
+mx_status mx_safetensors_save(const char *path, int n, const char *const *names, const mx_tensor *const *tensors,
+                              int n_meta, const char *const *meta_keys, const char *const *meta_values) {
+  if (check_args(path, n, names, tensors, n_meta, meta_keys, meta_values) != MX_OK) return mx_last_status();
+  char *json = header_json(n, names, tensors, n_meta, meta_keys, meta_values);
+  if (!json) return mx__error(MX_OUT_OF_MEMORY, "%s: %s: out of memory writing the header", fn, path);
+  size_t len = strlen(json);
+  mx_status status = len > MX_SAFETENSORS_MAX_HEADER
+                         ? mx__error(MX_INVALID_ARGUMENT, "%s: %s: the header would take %zu bytes, over the "
+                                     "format's limit of %d", fn, path, len, MX_SAFETENSORS_MAX_HEADER)
+                         : write_atomically(path, json, n, tensors);
+  free(json);
+  return status;
+}
