@@ -14,16 +14,6 @@ struct unscale_chunk {
   int n;
 };
 
-/* Which gradient of the chunk holds flat index i (start[t] <= i < start[t+1]). */
-__device__ static int tensor_of(const unscale_chunk &c, int64_t i) {
-  int lo = 0, hi = c.n - 1;
-  while (lo < hi) {
-    int mid = (lo + hi + 1) / 2;
-    if (c.start[mid] <= i) lo = mid; else hi = mid - 1;
-  }
-  return lo;
-}
-
 __device__ static void flush(int64_t *stats, int t, int64_t counts[3]) {
   if (!stats || t < 0) return;
   for (int k = 0; k < 3; k++)
@@ -43,7 +33,7 @@ __global__ void unscale_kernel(unscale_chunk c, const float *scale, float *found
   int64_t counts[3] = {0, 0, 0};
   bool non_finite = false;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {
-    int t = tensor_of(c, i);
+    int t = chunk_tensor_of(c.start, c.n, i);
     if (t != current) {
       flush(stats, current, counts);
       current = t;

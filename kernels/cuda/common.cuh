@@ -77,6 +77,18 @@ static inline mx_kview flatten_if_contiguous(const mx_kview *v) {
   return f;
 }
 
+/* Which tensor of a multi-tensor chunk holds flat index i: the t with
+ * start[t] <= i < start[t + 1], start being the n + 1 prefix sums of the
+ * tensors' sizes. */
+__device__ static inline int chunk_tensor_of(const int64_t *start, int n, int64_t i) {
+  int lo = 0, hi = n - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (start[mid] <= i) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
 /* --- the one elementwise launcher ---------------------------------------------- */
 
 #define THREADS_PER_BLOCK 256

@@ -20,16 +20,6 @@ struct step_list {
   int n;
 };
 
-/* Which parameter of the chunk holds flat index i (start[t] <= i < start[t+1]). */
-__device__ static int item_of(const optim_chunk &c, int64_t i) {
-  int lo = 0, hi = c.n - 1;
-  while (lo < hi) {
-    int mid = (lo + hi + 1) / 2;
-    if (c.start[mid] <= i) lo = mid; else hi = mid - 1;
-  }
-  return lo;
-}
-
 /* The per-parameter part of each optimizer: begin() when a thread moves on
  * to another parameter, element() for each of its elements. */
 struct sgd_update {
@@ -66,7 +56,7 @@ __global__ void optim_kernel(const __grid_constant__ optim_chunk c, Update u, co
   int64_t stride = (int64_t)blockDim.x * gridDim.x;
   int current = -1;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
-    int t = item_of(c, i);
+    int t = chunk_tensor_of(c.start, c.n, i);
     const mx_optim_item &it = c.items[t];
     if (t != current) {
       u.begin(it);
