@@ -218,7 +218,7 @@ Test(nn_module, forward_frees_its_temporaries) {
   mx_module *net = nested();
   mx_tensor *x = mx_randn(MX_SHAPE(5, 3), MX_F32, MX_CPU, NULL);
   mx_memory_stats before = mx_memory_stats_get(MX_CPU);
-  mx_tensor *y;
+  mx_tensor *y = NULL;
   MX_NO_GRAD { y = mx_module_forward(net, x); } /* outside any scope: only y is the caller's */
   cr_assert_not_null(y, "%s", mx_last_error());
   cr_expect_eq(mx_memory_stats_get(MX_CPU).live_tensors, before.live_tensors + 1);
