@@ -1,0 +1,112 @@
+#include "examples/train/flags.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *mx_demo_amp_name(mx_dtype amp) {
+  return amp == MX_F16 ? "f16" : amp == MX_BF16 ? "bf16" : "off";
+}
+
+void mx_demo_print_usage(const mx_demo_usage *u, const mx_demo_flags *d, FILE *out) {
+  fprintf(out, "usage: %s [flags]\n%s\n\n", u->program, u->summary);
+  fprintf(out, "  --model NAME       ");
+  for (int i = 0; i < u->n_models; i++) fprintf(out, "%s%s", i ? " | " : "", u->models[i]);
+  fprintf(out, " (default %s)\n", d->model);
+  fprintf(out, "  --amp MODE         off | f16 | bf16: autocast dtype; f16 adds a GradScaler (default %s)\n",
+          mx_demo_amp_name(d->amp));
+  fprintf(out, "  --device DEV       cpu | cuda (default cpu)\n");
+  fprintf(out, "  --epochs N         passes over the training set (default %d)\n", d->epochs);
+  fprintf(out, "  --batch N          samples per step (default %lld)\n", (long long)d->batch);
+  fprintf(out, "  --lr X             peak learning rate of the one-cycle schedule (default %g)\n", d->lr);
+  fprintf(out, "  --optimizer NAME   sgd (Nesterov momentum) | adam (AdamW) (default %s)\n", d->optimizer);
+  fprintf(out, "  --seed N           initialisation, shuffling and augmentation (default %llu)\n",
+          (unsigned long long)d->seed);
+  fprintf(out, "  --steps N          stop after N training steps, for smoke runs (default: all)\n");
+  fprintf(out, "  --save FILE        write a checkpoint after each epoch and at the end\n");
+  fprintf(out, "  --resume FILE      go on from a checkpoint written by --save with the same flags\n");
+  fprintf(out, "  --metrics FILE     write the curves as CSV\n");
+  fprintf(out, "  --plot FILE        draw the curves (.png or .svg) with gnuplot\n");
+  fprintf(out, "  --data DIR         %s\n", u->data_help);
+  fprintf(out, "  --synthetic N      train on N generated samples (and test on N/5) instead of data\n");
+  fprintf(out, "  --help             this text\n");
+}
+
+static int bad(const char *program, const char *flag, const char *value, const char *want) {
+  fprintf(stderr, "%s: %s '%s': expected %s (see --help)\n", program, flag, value, want);
+  return 2;
+}
+
+static bool parse_i64(const char *s, int64_t lo, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < lo) return false;
+  *out = v;
+  return true;
+}
+
+int mx_demo_parse_flags(int argc, char **argv, const mx_demo_usage *u, mx_demo_flags *f) {
+  const char *p = u->program;
+  for (int i = 1; i < argc; i++) {
+    const char *flag = argv[i];
+    if (!strcmp(flag, "--help") || !strcmp(flag, "-h")) {
+      mx_demo_print_usage(u, f, stdout);
+      return 1;
+    }
+    if (strncmp(flag, "--", 2) != 0) return bad(p, "argument", flag, "a flag");
+    if (i + 1 >= argc) {
+      fprintf(stderr, "%s: %s needs a value (see --help)\n", p, flag);
+      return 2;
+    }
+    const char *v = argv[++i];
+    int64_t n;
+    if (!strcmp(flag, "--model")) {
+      int k = 0;
+      while (k < u->n_models && strcmp(v, u->models[k])) k++;
+      if (k == u->n_models) return bad(p, flag, v, "one of the models --help lists");
+      f->model = u->models[k];
+    } else if (!strcmp(flag, "--amp")) {
+      if (!strcmp(v, "off")) f->amp = MX_F32;
+      else if (!strcmp(v, "f16")) f->amp = MX_F16;
+      else if (!strcmp(v, "bf16")) f->amp = MX_BF16;
+      else return bad(p, flag, v, "off, f16 or bf16");
+    } else if (!strcmp(flag, "--device")) {
+      if (!strcmp(v, "cpu")) f->device = MX_CPU;
+      else if (!strcmp(v, "cuda")) f->device = MX_CUDA;
+      else return bad(p, flag, v, "cpu or cuda");
+    } else if (!strcmp(flag, "--epochs")) {
+      if (!parse_i64(v, 1, &n) || n > 100000) return bad(p, flag, v, "a whole number from 1 to 100000");
+      f->epochs = (int)n;
+    } else if (!strcmp(flag, "--batch")) {
+      if (!parse_i64(v, 1, &n)) return bad(p, flag, v, "a whole number >= 1");
+      f->batch = n;
+    } else if (!strcmp(flag, "--lr")) {
+      char *end;
+      double x = strtod(v, &end);
+      if (end == v || *end || !(x > 0) || x > 1e3) return bad(p, flag, v, "a number in (0, 1000]");
+      f->lr = x;
+    } else if (!strcmp(flag, "--optimizer")) {
+      if (strcmp(v, "sgd") && strcmp(v, "adam")) return bad(p, flag, v, "sgd or adam");
+      f->optimizer = !strcmp(v, "sgd") ? "sgd" : "adam";
+    } else if (!strcmp(flag, "--seed")) {
+      if (!parse_i64(v, 0, &n)) return bad(p, flag, v, "a whole number >= 0");
+      f->seed = (uint64_t)n;
+    } else if (!strcmp(flag, "--steps")) {
+      if (!parse_i64(v, 1, &n)) return bad(p, flag, v, "a whole number >= 1");
+      f->steps = n;
+    } else if (!strcmp(flag, "--synthetic")) {
+      if (!parse_i64(v, 10, &n) || n > 10000000) return bad(p, flag, v, "a whole number from 10 to 10000000");
+      f->synthetic = n;
+    } else if (!strcmp(flag, "--save")) f->save = v;
+    else if (!strcmp(flag, "--resume")) f->resume = v;
+    else if (!strcmp(flag, "--metrics")) f->metrics = v;
+    else if (!strcmp(flag, "--plot")) f->plot = v;
+    else if (!strcmp(flag, "--data")) f->data = v;
+    else {
+      fprintf(stderr, "%s: unknown flag %s (see --help)\n", p, flag);
+      return 2;
+    }
+  }
+  return 0;
+}

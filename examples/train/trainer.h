@@ -1,0 +1,34 @@
+/* The training loop the demos share: an optimizer (Nesterov SGD or AdamW)
+ * under a one-cycle schedule, autocast and a GradScaler as --amp says,
+ * progress lines, a test pass after each epoch, checkpoints, the per-class
+ * accuracy table, and the curves as CSV and picture.
+ *
+ *     mx_demo_task task = {.title = "Fashion-MNIST CNN", .model = net, .train = train, .test = test, ...};
+ *     return mx_demo_train(&task, &flags);     // the process's exit code
+ */
+#ifndef MX_EXAMPLES_TRAIN_TRAINER_H
+#define MX_EXAMPLES_TRAIN_TRAINER_H
+
+#include "examples/data/data.h"
+#include "examples/train/flags.h"
+#include "nn/module.h"
+
+typedef struct {
+  const char *title;               /* names the run in the output and the picture */
+  mx_module *model;                /* logits (N, classes) from images (N, c, h, w) */
+  const mx_dataset *train, *test;  /* test NULL: no test passes */
+  const char *const *class_names;  /* train->classes of them */
+  /* The recipe. */
+  double label_smoothing;
+  double weight_decay;
+  double sgd_momentum;             /* Nesterov */
+  const float *mean, *std;         /* per channel, for the loaders */
+  int crop_padding;                /* training augmentation (the loader's) */
+  bool flip;
+} mx_demo_task;
+
+/* Trains task->model as flags say; prints progress and results to stdout,
+ * errors to stderr. Returns 0, or 1 after an error. */
+int mx_demo_train(const mx_demo_task *task, const mx_demo_flags *flags);
+
+#endif
