@@ -44,9 +44,22 @@ mx_status mx__fwd_bmm(mx__call *c) {
   return be->matmul(&ov, &av, &bv);
 }
 
+/* Whether each matrix of t is stored column by column, as a transposed
+ * view (a linear layer's weight.t()) is. */
+static bool column_major(const mx_tensor *t) {
+  return t->shape[1] > 1 && t->shape[2] > 1 && t->strides[1] == 1 && t->strides[2] == t->shape[1];
+}
+
+static mx_tensor *t12(const mx_tensor *t) { return mx_transpose(t, 1, 2); }
+
+/* dA = G B^T, dB = A^T G; an operand stored column-major gets its gradient
+ * in that layout too, as (B G^T)^T or (G^T A)^T (PyTorch's mm backward does
+ * the same), so that a weight's gradient comes back contiguous through the
+ * transpose and later casts, sums and optimizer steps read it densely. */
 mx_status mx__bwd_bmm(mx__bw *bw) {
-  GRAD(0, mx_bmm(G, mx_transpose(mx__saved_in(bw, 1), 1, 2)));
-  GRAD(1, mx_bmm(mx_transpose(mx__saved_in(bw, 0), 1, 2), G));
+  const mx_tensor *a = mx__saved_in(bw, 0), *b = mx__saved_in(bw, 1);
+  GRAD(0, column_major(a) ? t12(mx_bmm(b, t12(G))) : mx_bmm(G, t12(b)));
+  GRAD(1, column_major(b) ? t12(mx_bmm(t12(G), a)) : mx_bmm(t12(a), G));
   return MX_OK;
 }
 

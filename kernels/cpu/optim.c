@@ -4,6 +4,8 @@
 #include "kernels/cpu/optim.h"
 #include "kernels/cpu/strided.h"
 
+#include <math.h>
+
 /* One parameter's pass: its item, the arithmetic's precision, the unscaling,
  * and the optimizer's per-parameter values. */
 typedef struct {
@@ -28,10 +30,74 @@ static double grad_at(const step_ctx *c, const mx__row *row, int64_t i) {
   return c->unscale ? mx_optim_unscale(g, c->inv_scale, c->f64) : g;
 }
 
+/* float32 parameters and gradients in dense rows, the common case: the
+ * same updates as kernels/math.h's written in float, which rounds exactly
+ * as their float64 arithmetic rounded to float after every operation does
+ * (see mx_optim_round). The loops have no branches (the options are selects
+ * on constants, a gradient is always multiplied by the inverse scale, 1 when
+ * there is none), so the compiler vectorises them. AMSGrad takes the
+ * element path. */
+static bool dense_f32(const step_ctx *c, const mx__row *row) {
+  return c->item->param.dtype == MX_F32 && c->item->grad.dtype == MX_F32 && row->step[0] == 4 &&
+         row->step[1] == 4 && !(c->adam && c->adam->amsgrad);
+}
+
+static void sgd_row_f32(const step_ctx *c, const mx__row *row) {
+  const mx_sgd_hparams *h = c->sgd;
+  float *restrict p = (float *)row->ptr[0];
+  const float *restrict g = (const float *)row->ptr[1];
+  const float inv = c->inv_scale, sign = h->maximize ? -1.0f : 1.0f, wd = (float)h->weight_decay;
+  const float momentum = (float)h->momentum, keep = (float)(1 - h->dampening), neg_lr = (float)-h->lr;
+  const bool decay = h->weight_decay != 0, nesterov = h->nesterov, first = c->first;
+  if (h->momentum == 0) {
+    for (int64_t i = 0; i < row->n; i++) {
+      float d = sign * (g[i] * inv);
+      d = decay ? d + wd * p[i] : d;
+      p[i] = p[i] + neg_lr * d;
+    }
+    return;
+  }
+  float *restrict buf = (float *)c->item->state[0] + row->first;
+  for (int64_t i = 0; i < row->n; i++) {
+    float d = sign * (g[i] * inv);
+    d = decay ? d + wd * p[i] : d;
+    float b = buf[i]; /* read on the first step too (zeros), so that the choice below is a select */
+    b = first ? d : b * momentum + keep * d;
+    buf[i] = b;
+    d = nesterov ? d + momentum * b : b;
+    p[i] = p[i] + neg_lr * d;
+  }
+}
+
+static void adam_row_f32(const step_ctx *c, const mx__row *row) {
+  const mx_adam_hparams *h = c->adam;
+  float *restrict p = (float *)row->ptr[0];
+  const float *restrict g = (const float *)row->ptr[1];
+  float *restrict m = (float *)c->item->state[0] + row->first, *restrict v = (float *)c->item->state[1] + row->first;
+  const float inv = c->inv_scale, sign = h->maximize ? -1.0f : 1.0f, wd = (float)h->weight_decay;
+  const float shrink = (float)(1 - h->lr * h->weight_decay), b1 = (float)h->beta1, b2 = (float)h->beta2;
+  const float keep1 = (float)(1 - h->beta1), keep2 = (float)(1 - h->beta2), eps = (float)h->eps;
+  const float bc2 = (float)c->factors.bias_correction2_sqrt, neg_step = (float)-c->factors.step_size;
+  const bool decoupled = h->decoupled_decay, coupled = !decoupled && h->weight_decay != 0;
+  for (int64_t i = 0; i < row->n; i++) {
+    float gi = sign * (g[i] * inv), pi = p[i];
+    gi = coupled ? gi + wd * pi : gi;
+    pi = decoupled ? pi * shrink : pi;
+    float mi = m[i] * b1 + keep1 * gi, vi = v[i] * b2 + keep2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi + neg_step * mi / (sqrtf(vi) / bc2 + eps);
+  }
+}
+
 /* A row of the parameter (ptr[0]) and its gradient (ptr[1]); row->first is
  * the row-major index of its first element, hence of its state. */
 static void sgd_row(const mx__row *row, void *arg) {
   const step_ctx *c = arg;
+  if (dense_f32(c, row)) {
+    sgd_row_f32(c, row);
+    return;
+  }
   mx_dtype dtype = c->item->param.dtype;
   for (int64_t i = 0; i < row->n; i++) {
     char *p = row->ptr[0] + i * row->step[0];
@@ -43,6 +109,10 @@ static void sgd_row(const mx__row *row, void *arg) {
 
 static void adam_row(const mx__row *row, void *arg) {
   const step_ctx *c = arg;
+  if (dense_f32(c, row)) {
+    adam_row_f32(c, row);
+    return;
+  }
   mx_dtype dtype = c->item->param.dtype;
   for (int64_t i = 0; i < row->n; i++) {
     char *p = row->ptr[0] + i * row->step[0];
