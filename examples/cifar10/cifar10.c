@@ -9,36 +9,13 @@
 #include <string.h>
 
 #include "examples/data/data.h"
+#include "examples/train/models.h"
 #include "examples/train/trainer.h"
 #include "mixgrad.h"
 
 static const char *const models[] = {"resnet9"};
 static const char *const classes[] = {"airplane", "automobile", "bird", "cat", "deer",
                                       "dog",      "frog",       "horse", "ship", "truck"};
-
-/* conv3x3 (no bias: the batch norm has one) - batch norm - ReLU */
-static mx_module *conv_bn(int64_t in, int64_t out) {
-  return mx_sequential_new(3, (mx_module *[]){
-                                  mx_conv2d_new(in, out, MX_DIMS(3), MX_DEFAULT, MX_DIMS(1), MX_DEFAULT, 1, false, NULL),
-                                  mx_batch_norm2d_new(out, 1e-5, 0.1, true, true), mx_relu_new()});
-}
-
-static mx_module *max_pool(int64_t k) { return mx_max_pool2d_new(MX_DIMS(k), MX_DEFAULT, MX_DEFAULT, MX_DEFAULT); }
-
-/* x + (conv_bn, conv_bn)(x) */
-static mx_module *residual(int64_t c) {
-  return mx_residual_new(mx_sequential_new(2, (mx_module *[]){conv_bn(c, c), conv_bn(c, c)}), NULL);
-}
-
-/* prep 64 | 128, pool, residual | 256, pool | 512, pool, residual | pool 4x4, linear 10 */
-static mx_module *make_resnet9(void) {
-  return mx_sequential_new(11, (mx_module *[]){conv_bn(3, 64), conv_bn(64, 128), max_pool(2), residual(128),
-                                               conv_bn(128, 256), max_pool(2), conv_bn(256, 512), max_pool(2),
-                                               residual(512), max_pool(4),
-                                               mx_sequential_new(2, (mx_module *[]){
-                                                                        mx_flatten_new(1, -1),
-                                                                        mx_linear_new(512, 10, false, NULL)})});
-}
 
 int main(int argc, char **argv) {
   mx_demo_flags flags = {.model = "resnet9", .amp = MX_BF16, .device = MX_CPU, .epochs = 10, .batch = 128,
@@ -69,7 +46,7 @@ int main(int argc, char **argv) {
     mx_dataset_free(train);
     return 1;
   }
-  mx_module *net = make_resnet9();
+  mx_module *net = mx_demo_resnet9();
   int rc = 1;
   if (!net) fprintf(stderr, "cifar10: %s\n", mx_last_error());
   else {

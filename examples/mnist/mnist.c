@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "examples/data/data.h"
+#include "examples/train/models.h"
 #include "examples/train/trainer.h"
 #include "mixgrad.h"
 
@@ -20,26 +21,6 @@ static const char *const models[] = {"cnn", "mlp"};
 static const char *const fashion_classes[] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                                               "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
 static const char *const digit_classes[] = {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"};
-
-static mx_module *max_pool(void) { return mx_max_pool2d_new(MX_DIMS(2), MX_DEFAULT, MX_DEFAULT, MX_DEFAULT); }
-
-/* 784-512-512-10 with ReLUs. */
-static mx_module *make_mlp(void) {
-  return mx_sequential_new(6, (mx_module *[]){mx_flatten_new(1, -1), mx_linear_new(784, 512, true, NULL),
-                                              mx_relu_new(), mx_linear_new(512, 512, true, NULL), mx_relu_new(),
-                                              mx_linear_new(512, 10, true, NULL)});
-}
-
-/* conv3x3(32)-ReLU-pool, conv3x3(64)-ReLU-pool, 128 hidden units, 10 classes. */
-static mx_module *make_cnn(void) {
-  return mx_sequential_new(
-      10, (mx_module *[]){
-              mx_conv2d_new(1, 32, MX_DIMS(3), MX_DEFAULT, MX_DIMS(1), MX_DEFAULT, 1, true, NULL), mx_relu_new(),
-              max_pool(),
-              mx_conv2d_new(32, 64, MX_DIMS(3), MX_DEFAULT, MX_DIMS(1), MX_DEFAULT, 1, true, NULL), mx_relu_new(),
-              max_pool(), mx_flatten_new(1, -1), mx_linear_new(64 * 7 * 7, 128, true, NULL), mx_relu_new(),
-              mx_linear_new(128, 10, true, NULL)});
-}
 
 int main(int argc, char **argv) {
   mx_demo_flags flags = {.model = "cnn", .amp = MX_BF16, .device = MX_CPU, .epochs = 3, .batch = 128, .lr = 3e-3,
@@ -70,7 +51,7 @@ int main(int argc, char **argv) {
     mx_dataset_free(train);
     return 1;
   }
-  mx_module *net = !strcmp(flags.model, "mlp") ? make_mlp() : make_cnn();
+  mx_module *net = !strcmp(flags.model, "mlp") ? mx_demo_mlp() : mx_demo_cnn();
   int rc = 1;
   if (!net) fprintf(stderr, "mnist: %s\n", mx_last_error());
   else {

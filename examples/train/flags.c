@@ -46,6 +46,15 @@ static bool parse_i64(const char *s, int64_t lo, int64_t *out) {
   return true;
 }
 
+static bool known(const char *flag) {
+  static const char *const flags[] = {"--model", "--amp",   "--device",    "--epochs", "--batch",  "--lr",
+                                      "--optimizer", "--seed", "--steps", "--synthetic", "--save", "--resume",
+                                      "--metrics", "--plot", "--data"};
+  for (size_t i = 0; i < sizeof flags / sizeof *flags; i++)
+    if (!strcmp(flag, flags[i])) return true;
+  return false;
+}
+
 int mx_demo_parse_flags(int argc, char **argv, const mx_demo_usage *u, mx_demo_flags *f) {
   const char *p = u->program;
   for (int i = 1; i < argc; i++) {
@@ -55,6 +64,10 @@ int mx_demo_parse_flags(int argc, char **argv, const mx_demo_usage *u, mx_demo_f
       return 1;
     }
     if (strncmp(flag, "--", 2) != 0) return bad(p, "argument", flag, "a flag");
+    if (!known(flag)) {
+      fprintf(stderr, "%s: unknown flag %s (see --help)\n", p, flag);
+      return 2;
+    }
     if (i + 1 >= argc) {
       fprintf(stderr, "%s: %s needs a value (see --help)\n", p, flag);
       return 2;
@@ -102,11 +115,7 @@ int mx_demo_parse_flags(int argc, char **argv, const mx_demo_usage *u, mx_demo_f
     else if (!strcmp(flag, "--resume")) f->resume = v;
     else if (!strcmp(flag, "--metrics")) f->metrics = v;
     else if (!strcmp(flag, "--plot")) f->plot = v;
-    else if (!strcmp(flag, "--data")) f->data = v;
-    else {
-      fprintf(stderr, "%s: unknown flag %s (see --help)\n", p, flag);
-      return 2;
-    }
+    else f->data = v; /* --data, the last known flag */
   }
   return 0;
 }

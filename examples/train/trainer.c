@@ -48,10 +48,15 @@ static int make_optimizer(run_state *r, int64_t total_steps) {
   }
   free(params);
   if (!r->opt) return fail("optimizer");
-  mx_one_cycle_opts oc = mx_one_cycle_defaults(r->flags->lr, total_steps);
-  oc.pct_start = 0.25;
-  r->schedule = mx_one_cycle_lr_new(r->opt, &oc);
-  if (!r->schedule) return fail("schedule");
+  /* A quarter of the run warming up; OneCycleLR needs both phases to hold
+   * a step, so short runs warm up for half, and runs under 3 steps keep
+   * the peak lr. */
+  if (total_steps >= 3) {
+    mx_one_cycle_opts oc = mx_one_cycle_defaults(r->flags->lr, total_steps);
+    oc.pct_start = total_steps >= 8 ? 0.25 : 0.5;
+    r->schedule = mx_one_cycle_lr_new(r->opt, &oc);
+    if (!r->schedule) return fail("schedule");
+  }
   mx_scaler_opts so = mx_scaler_defaults();
   so.enabled = r->flags->amp == MX_F16;
   /* PyTorch's default waits 2000 clean steps before growing, longer than a
@@ -94,7 +99,7 @@ static int train_step(run_state *r, const mx_tensor *x, const mx_tensor *y, mx_d
   mx_scaler_step_info info = {.stepped = true, .scale = 1.0};
   if (!loss || mx_backward(mx_scaler_scale(r->scaler, loss), NULL, false) != MX_OK ||
       mx_scaler_step(r->scaler, r->opt, &info) != MX_OK || mx_scaler_update(r->scaler) != MX_OK ||
-      mx_schedule_step(r->schedule) != MX_OK) {
+      (r->schedule && mx_schedule_step(r->schedule) != MX_OK)) {
     rc = fail("training step");
   } else {
     row->loss = mx_item(loss);
@@ -303,8 +308,7 @@ int mx_demo_train(const mx_demo_task *task, const mx_demo_flags *flags) {
            (long long)flags->batch, mx_demo_amp_name(flags->amp), flags->optimizer, flags->lr);
     int64_t stop = flags->steps && flags->steps < total ? flags->steps : total;
     double t0 = mx_demo_now();
-    rc = train_epochs(&r, step, stop, &last);
-    if (rc == 0 && flags->save && r.metrics.n_steps && save_checkpoint(&r, stop, batches)) rc = 1;
+    rc = train_epochs(&r, step, stop, &last); /* which saves after each epoch, the last partial one too */
     if (rc == 0) rc = report(&r, &last, mx_demo_now() - t0);
   }
   free(counts);
