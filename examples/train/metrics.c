@@ -117,7 +117,7 @@ static void write_script(const mx_demo_metrics *m, FILE *g, const char *path, co
     double lo = INFINITY, hi = 0; /* a range with room, also when the scale never moved */
     for (int64_t i = 0; i < m->n_steps; i++) lo = fmin(lo, m->steps[i].scale), hi = fmax(hi, m->steps[i].scale);
     if (m->n_steps) fprintf(g, "set yrange [%.9g:%.9g]\n", lo / 2, hi * 2);
-    fprintf(g, "set ylabel 'loss scale'\nset xlabel 'step'\nset key top right\nset logscale y 2\nset format y '2^%%L'\n");
+    fprintf(g, "set ylabel 'loss scale'\nset xlabel 'step'\nset key bottom right\nset logscale y 2\nset format y '2^%%L'\n");
     fprintf(g, "plot $steps using 1:4 with steps lw 2 lc rgb '#54278f' title 'GradScaler scale'%s\n",
             skips ? ", $skips using 1:2 with points pt 2 ps 1.2 lc rgb '#d62728' title 'skipped step (inf/NaN)'" : "");
   }

@@ -1,0 +1,436 @@
+#!/usr/bin/python3
+"""Runs the training-step benchmark side by side: mixgrad (bench/train_step.c)
+and PyTorch (bench/train_step.py), alternating, and writes the comparison.
+
+    ninja -C build && /usr/bin/python3 bench/run_train.py --out train.md --json train.json
+    /usr/bin/python3 bench/run_train.py --quick --models mlp --out /tmp/t.md   # a smoke run
+
+Each configuration (model, amp, batch, threads) runs --rounds rounds; a round
+is one mixgrad process and one PyTorch process, in alternating order from
+round to round so that a slow phase of the machine hits both. The per-step
+times are pooled per implementation; the tables give medians, p10-p90 and
+the ratio of medians mixgrad/PyTorch next to the targets of issue #8, with
+PASS or MISS. Only the standard library is used; the two benchmark programs
+are subprocesses.
+"""
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+# (model, batch) of the main comparison, and the amp modes; PyTorch's CPU
+# autocast has no float16, so f16 is mixgrad's alone (PyTorch is asked once
+# so that the report quotes its own refusal).
+MAIN = [("mlp", 128), ("cnn", 128), ("resnet9", 64)]
+AMPS = ["off", "bf16", "f16"]
+SCALING_AMPS = ["off", "bf16"]
+SCALING_THREADS = [1, 2]
+SCALING_BATCHES = [32, 64, 128, 256, 512]
+
+# The targets of issue #8.
+STEP_TARGET = {"mlp": 0.8, "cnn": 1.0, "resnet9": 1.1}  # mixgrad/PyTorch step time, fp32 and bf16
+AMP_SPEEDUP_TARGET = {"mlp": 0.5, "cnn": 0.7}  # mixgrad bf16/fp32 step time
+RSS_TARGET = 1.0  # mixgrad/PyTorch peak RSS
+GRAPH_TARGET = {"cnn": 0.6, "resnet9": 0.6}  # graph bytes AMP/fp32
+
+
+def configs(args):
+    """The configurations, each once, in the order they run: the main
+    comparison, then cnn's thread and batch scaling."""
+    out = []
+    for model, batch in MAIN:
+        out += [(model, amp, batch, args.threads) for amp in AMPS]
+    out += [("cnn", amp, 128, t) for amp in SCALING_AMPS for t in SCALING_THREADS]
+    out += [("cnn", amp, b, args.threads) for amp in SCALING_AMPS for b in SCALING_BATCHES]
+    keep = set(args.models.split(","))
+    unique = []
+    for c in out:
+        if c[0] in keep and c not in unique:
+            unique.append(c)
+    return unique
+
+
+# --- running ----------------------------------------------------------------------------------
+
+def command(impl, cfg, args):
+    model, amp, batch, _ = cfg
+    flags = ["--model", model, "--amp", amp, "--batch", str(batch),
+             "--warmup", str(args.warmup), "--repeat", str(args.repeat)]
+    return ([args.mixgrad] if impl == "mixgrad" else [args.python, args.torch_script]) + flags
+
+
+# PyTorch's OpenMP wait policies: the issue names PASSIVE as its best here,
+# but which is faster depends on the model (OpenBLAS's and OpenMP's threads
+# spin against each other), so every PyTorch round runs under both and each
+# configuration keeps the faster (the tables say which).
+TORCH_POLICIES = ["PASSIVE", None]
+
+
+def environment(cfg, policy):
+    """OMP_NUM_THREADS, and OMP_WAIT_POLICY when given (None: libgomp's default)."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(cfg[3]))
+    env.pop("OMP_WAIT_POLICY", None)
+    if policy:
+        env["OMP_WAIT_POLICY"] = policy
+    return env
+
+
+def run_one(impl, cfg, args, policy):
+    """One process: its JSON result, or {"error": ...}."""
+    cmd = command(impl, cfg, args)
+    try:
+        p = subprocess.run(cmd, env=environment(cfg, policy), capture_output=True, text=True,
+                           timeout=args.timeout)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return {"error": f"{' '.join(cmd)}: {e}"}
+    lines = p.stdout.strip().splitlines()
+    if p.returncode != 0 or not lines:
+        return {"error": f"{' '.join(cmd)}: exit {p.returncode}: {p.stderr.strip()[-500:]}"}
+    return json.loads(lines[-1])
+
+
+def run_config(cfg, args):
+    """--rounds rounds, alternating which implementation goes first."""
+    runs = {"mixgrad": [], "pytorch": []}
+    for r in range(args.rounds):
+        order = ["mixgrad", "pytorch"] if r % 2 == 0 else ["pytorch", "mixgrad"]
+        for impl in order:
+            if impl == "pytorch" and cfg[1] == "f16" and runs["pytorch"]:
+                continue  # it refuses f16 without timing anything: once is enough
+            for policy in TORCH_POLICIES if impl == "pytorch" else [args.mixgrad_wait_policy]:
+                res = run_one(impl, cfg, args, policy)
+                res["round"], res["policy"] = r, policy or "default"
+                runs[impl].append(res)
+                print(f"  {impl:8s} round {r} {policy or 'default'}: " + (res.get("error") or res.get("skipped") or
+                      f"median {statistics.median(res['times_ms']):.3f} ms"), file=sys.stderr)
+    return runs
+
+
+def summarize_best(results):
+    """summarize() per wait policy, keeping the one with the lower median."""
+    by_policy = {}
+    for r in results:
+        by_policy.setdefault(r.get("policy"), []).append(r)
+    sums = []
+    for policy, rs in by_policy.items():
+        s = summarize(rs)
+        s["policy"] = policy
+        sums.append(s)
+    timed = [s for s in sums if "median" in s]
+    return min(timed, key=lambda s: s["median"]) if timed else sums[0]
+
+
+# --- statistics ---------------------------------------------------------------------------------
+
+def percentile(sorted_v, q):
+    """Linear interpolation between closest ranks (numpy's default)."""
+    pos = (len(sorted_v) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_v) - 1)
+    return sorted_v[lo] + (sorted_v[hi] - sorted_v[lo]) * (pos - lo)
+
+
+def summarize(results):
+    """Pools the steps of the good runs: median, p10, p90, mean; and the
+    per-process memory figures as their medians over the rounds."""
+    good = [r for r in results if "times_ms" in r]
+    if not good:
+        reason = next((r.get("skipped") or r.get("error") for r in results), "not run")
+        return {"missing": reason}
+    times = sorted(t for r in good for t in r["times_ms"])
+    out = {"n": len(times), "processes": len(good), "median": statistics.median(times),
+           "p10": percentile(times, 0.1), "p90": percentile(times, 0.9), "mean": statistics.fmean(times),
+           "threads": good[0]["threads"], "version": good[0].get("version")}
+    for key in ["peak_rss_kb", "base_rss_kb", "graph_bytes", "forward_bytes"]:
+        values = [r[key] for r in good if r.get(key) is not None]
+        out[key] = statistics.median(values) if values else None
+    return out
+
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+def fmt_ms(s):
+    return "—" if "missing" in s else f"{s['median']:.2f} [{s['p10']:.2f}–{s['p90']:.2f}]"
+
+
+def fmt_ratio(r):
+    return "—" if r is None else f"{r:.2f}"
+
+
+def verdict(r, target):
+    if target is None:
+        return "—"
+    return "n/a" if r is None else ("PASS" if r <= target else "MISS")
+
+
+def mib(kb_or_bytes, per_mib):
+    return "—" if kb_or_bytes is None else f"{kb_or_bytes / per_mib:.2f}"
+
+
+def fmt_us(ms):
+    return "—" if ms is None else f"{ms * 1e3:.1f}"
+
+
+def table(header, rows):
+    """A markdown table and the blank line after it."""
+    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] +
+            ["| " + " | ".join(str(c) for c in row) + " |" for row in rows] + [""])
+
+
+def median_of(s):
+    return None if "missing" in s else s["median"]
+
+
+class Report:
+    def __init__(self, summary, args):
+        self.s = summary  # (model, amp, batch, threads) -> {"mixgrad": stats, "pytorch": stats}
+        self.args = args
+        self.targets = []  # (what, value, target, verdict) for the summary table
+        self.lines = []
+
+    def get(self, model, amp, batch, threads=None):
+        return self.s.get((model, amp, batch, threads or self.args.threads))
+
+    def target(self, what, r, target):
+        v = verdict(r, target)
+        if target is not None:
+            self.targets.append((what, fmt_ratio(r), f"≤ {target}", v))
+        return v
+
+    def table(self, header, rows):
+        self.lines += table(header, rows)
+
+    def step_times(self):
+        rows = []
+        for model, batch in MAIN:
+            for amp in AMPS:
+                c = self.get(model, amp, batch)
+                if not c:
+                    continue
+                r = ratio(median_of(c["mixgrad"]), median_of(c["pytorch"]))
+                target = STEP_TARGET[model] if amp != "f16" else None
+                v = self.target(f"step time {model} {amp}, mixgrad/PyTorch", r, target)
+                torch = fmt_ms(c["pytorch"]) if amp != "f16" else "— (" + c["pytorch"].get("missing", "") + ")"
+                rows.append([model, batch, amp, fmt_ms(c["mixgrad"]), torch, c["pytorch"].get("policy", "—"),
+                             fmt_ratio(r), f"≤ {target}" if target else "—", v])
+        self.lines += ["### Step time (ms, median [p10–p90])", ""]
+        self.table(["model", "batch", "amp", "mixgrad", "PyTorch", "PyTorch's OMP_WAIT_POLICY", "ratio", "target",
+                    ""], rows)
+
+    def amp_speedup(self):
+        rows = []
+        for model, batch in MAIN:
+            cells = {amp: self.get(model, amp, batch) for amp in AMPS}
+            if not cells["off"]:
+                continue
+
+            def speedup(impl, amp):
+                return ratio(median_of(cells[amp][impl]), median_of(cells["off"][impl])) if cells[amp] else None
+
+            r = speedup("mixgrad", "bf16")
+            target = AMP_SPEEDUP_TARGET.get(model)
+            v = self.target(f"bf16/fp32 step time, mixgrad {model}", r, target)
+            rows.append([model, fmt_ratio(r), f"≤ {target}" if target else "—", v,
+                         fmt_ratio(speedup("pytorch", "bf16")), fmt_ratio(speedup("mixgrad", "f16"))])
+        self.lines += ["### AMP step time over fp32 step time (ratio of medians)", ""]
+        self.table(["model", "mixgrad bf16/fp32", "target", "", "PyTorch bf16/fp32", "mixgrad f16/fp32"], rows)
+
+    def memory(self):
+        rows = []
+        for model, batch in MAIN:
+            for amp in AMPS:
+                c = self.get(model, amp, batch)
+                if not c:
+                    continue
+                m, t = c["mixgrad"], c["pytorch"]
+                r = ratio(m.get("peak_rss_kb"), t.get("peak_rss_kb"))
+                target = RSS_TARGET if amp != "f16" else None
+                v = self.target(f"peak RSS {model} {amp}, mixgrad/PyTorch", r, target)
+                net = [None if s.get("peak_rss_kb") is None else s["peak_rss_kb"] - s["base_rss_kb"] for s in (m, t)]
+                rows.append([model, amp, mib(m.get("peak_rss_kb"), 1024), mib(t.get("peak_rss_kb"), 1024),
+                             fmt_ratio(r), f"≤ {target}" if target else "—", v,
+                             mib(net[0], 1024), mib(net[1], 1024), fmt_ratio(ratio(*net))])
+        self.lines += ["### Peak RSS (MiB, median over processes)", "",
+                       "Above start: peak RSS less the RSS at start (before the model: for PyTorch the "
+                       "interpreter and torch's libraries, for mixgrad its libraries), for information.", ""]
+        self.table(["model", "amp", "mixgrad", "PyTorch", "ratio", "target", "", "mixgrad above start",
+                    "PyTorch above start", "ratio above start"], rows)
+
+    def graph(self):
+        rows = []
+        for model, batch in MAIN:
+            cells = {amp: self.get(model, amp, batch) for amp in AMPS}
+            if not cells["off"]:
+                continue
+
+            def gb(impl, amp):
+                return cells[amp][impl].get("graph_bytes") if cells[amp] else None
+
+            r = ratio(gb("mixgrad", "bf16"), gb("mixgrad", "off"))
+            target = GRAPH_TARGET.get(model)
+            v = self.target(f"graph bytes bf16/fp32, mixgrad {model}", r, target)
+            mb = {(impl, amp): mib(gb(impl, amp), 2 ** 20) for impl in ("mixgrad", "pytorch") for amp in AMPS}
+            rows.append([model, mb["mixgrad", "off"], mb["mixgrad", "bf16"], fmt_ratio(r),
+                         f"≤ {target}" if target else "—", v,
+                         fmt_ratio(ratio(gb("mixgrad", "f16"), gb("mixgrad", "off"))),
+                         mb["pytorch", "off"], mb["pytorch", "bf16"],
+                         fmt_ratio(ratio(gb("pytorch", "bf16"), gb("pytorch", "off"))),
+                         fmt_ratio(ratio(gb("mixgrad", "off"), gb("pytorch", "off")))])
+        self.lines += ["### Autograd graph at the end of the forward pass (MiB)", "",
+                       "Storage allocated during the forward pass that the graph keeps for backward "
+                       "(saved activations, autocast's casts of weights and inputs; not the parameters or "
+                       "the batch). mixgrad: bytes in use after the loss, once the forward's handles are "
+                       "released, minus before the forward; PyTorch: unique storages seen by "
+                       "saved_tensors_hooks, less those that existed before the forward.", ""]
+        self.table(["model", "mixgrad fp32", "mixgrad bf16", "bf16/fp32", "target", "", "f16/fp32",
+                    "PyTorch fp32", "PyTorch bf16", "PyTorch bf16/fp32", "mixgrad/PyTorch fp32"], rows)
+
+    def thread_scaling(self):
+        rows = []
+        for amp in SCALING_AMPS:
+            c = [self.get("cnn", amp, 128, t) for t in SCALING_THREADS]
+            if not all(c):
+                continue
+            med = {impl: [median_of(x[impl]) for x in c] for impl in ("mixgrad", "pytorch")}
+            row = ["cnn", 128, amp]
+            for impl in ("mixgrad", "pytorch"):
+                row += [fmt_ms(x[impl]) for x in c] + [fmt_ratio(ratio(med[impl][0], med[impl][-1]))]
+            row += [fmt_ratio(ratio(m, t)) for m, t in zip(med["mixgrad"], med["pytorch"])]
+            rows.append(row)
+        if rows:
+            t = [f"{n} thr" for n in SCALING_THREADS]
+            self.lines += ["### Thread scaling (ms, median [p10–p90]; speedup = 1-thread / 2-thread median)", ""]
+            self.table(["model", "batch", "amp"] + [f"mixgrad {x}" for x in t] + ["mixgrad speedup"] +
+                       [f"PyTorch {x}" for x in t] + ["PyTorch speedup"] + [f"ratio {x}" for x in t], rows)
+
+    def batch_scaling(self):
+        rows = []
+        for amp in SCALING_AMPS:
+            for b in SCALING_BATCHES:
+                c = self.get("cnn", amp, b)
+                if not c:
+                    continue
+                m, t = median_of(c["mixgrad"]), median_of(c["pytorch"])
+                per = [fmt_us(None if x is None else x / b) for x in (m, t)]
+                rows.append(["cnn", b, amp, fmt_ms(c["mixgrad"]), per[0], fmt_ms(c["pytorch"]), per[1],
+                             fmt_ratio(ratio(m, t))])
+        if rows:
+            self.lines += ["### Batch scaling (ms per step, median [p10–p90]; µs per sample)", ""]
+            self.table(["model", "batch", "amp", "mixgrad", "mixgrad µs/sample", "PyTorch",
+                        "PyTorch µs/sample", "ratio"], rows)
+
+    def failures(self, errors):
+        if errors:
+            self.lines += ["### Runs that failed (their cells show —)", ""]
+            self.lines += [f"- {e['impl_run']} {' '.join(map(str, e['config']))} round {e['round']}: {e['error']}"
+                           for e in errors] + [""]
+
+    def render(self, meta, errors):
+        self.step_times()
+        self.amp_speedup()
+        self.memory()
+        self.graph()
+        self.thread_scaling()
+        self.batch_scaling()
+        self.failures(errors)
+        a = self.args
+        head = ["## Training step: mixgrad and PyTorch side by side", "",
+                f"{meta['date']}, {meta['cpu']} ({meta['cpus']} CPUs visible); mixgrad {meta['mixgrad']}, "
+                f"PyTorch {meta['pytorch']}." + (" **Quick smoke run: not a measurement.**" if a.quick else ""), "",
+                "A step is zero_grad(set_to_none) + forward under autocast + cross-entropy + backward + "
+                "optimizer step (f16: through an enabled GradScaler) on one random batch: mlp 784-512-512-10 "
+                "with SGD momentum 0.9; cnn conv32-pool-conv64-pool-fc128-fc10 with Adam; resnet9 as in "
+                "examples/cifar10 with Nesterov SGD and weight decay. "
+                f"Each configuration ran {a.rounds} round(s); a round is one mixgrad process and one PyTorch "
+                f"process, their order alternating between rounds, each with {a.warmup} warm-up and "
+                f"{a.repeat} timed steps; times are pooled per implementation. OMP_NUM_THREADS sets the "
+                f"threads of both ({a.threads} unless a table says otherwise; PyTorch also gets "
+                "torch.set_num_threads). PyTorch runs every round twice, with OMP_WAIT_POLICY=PASSIVE (the "
+                "issue's setting) and unset, and each configuration keeps its faster policy (the step-time "
+                "table names it); mixgrad runs with "
+                + (f"OMP_WAIT_POLICY={a.mixgrad_wait_policy}." if a.mixgrad_wait_policy else
+                   "OMP_WAIT_POLICY unset (libgomp's default).") +
+                " Ratios are mixgrad's median over PyTorch's (below 1: mixgrad is faster or smaller); each "
+                "verdict compares a ratio of medians with issue #8's target.", "",
+                "### Targets", ""]
+        return "\n".join(head + table(["target", "value", "goal", ""], self.targets) + self.lines)
+
+
+# --- main -----------------------------------------------------------------------------------------
+
+def machine():
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return cpu, os.cpu_count()
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description="mixgrad's and PyTorch's training step, side by side.")
+    p.add_argument("--mixgrad", default=os.path.join(ROOT, "build", "bench", "train_step"),
+                   help="the train_step program (default build/bench/train_step)")
+    p.add_argument("--python", default="/usr/bin/python3", help="the Python with torch (default /usr/bin/python3)")
+    p.add_argument("--torch-script", default=os.path.join(HERE, "train_step.py"))
+    p.add_argument("--models", default="mlp,cnn,resnet9", help="comma-separated subset (default all)")
+    p.add_argument("--threads", type=int, default=2, help="threads outside the thread-scaling table (default 2)")
+    p.add_argument("--rounds", type=int, help="processes per implementation and configuration (default 3)")
+    p.add_argument("--warmup", type=int, help="untimed steps per process (default 5)")
+    p.add_argument("--repeat", type=int, help="timed steps per process (default 30)")
+    p.add_argument("--mixgrad-wait-policy", choices=["ACTIVE", "PASSIVE"],
+                   help="OMP_WAIT_POLICY for mixgrad (default: unset)")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds per process (default 1800)")
+    p.add_argument("--quick", action="store_true", help="1 round, 1 warm-up and 3 timed steps: a smoke test")
+    p.add_argument("--out", help="write the markdown section here (it is printed too)")
+    p.add_argument("--json", help="write the raw results and the statistics here")
+    args = p.parse_args()
+    for name, full, quick in [("rounds", 3, 1), ("warmup", 5, 1), ("repeat", 30, 3)]:
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
+    if not os.access(args.mixgrad, os.X_OK):
+        p.error(f"{args.mixgrad} is not an executable: build it (ninja -C build) or pass --mixgrad")
+    return args
+
+
+def main():
+    args = parse_args()
+    cfgs = configs(args)
+    raw, summary = [], {}
+    for i, cfg in enumerate(cfgs):
+        print(f"[{i + 1}/{len(cfgs)}] {cfg[0]} amp {cfg[1]} batch {cfg[2]} threads {cfg[3]}", file=sys.stderr)
+        runs = run_config(cfg, args)
+        summary[cfg] = {impl: summarize_best(r) for impl, r in runs.items()}
+        raw += [dict(r, config=list(cfg), impl_run=impl) for impl, rs in runs.items() for r in rs]
+    cpu, cpus = machine()
+    versions = {impl: next((s[impl]["version"] for s in summary.values() if s[impl].get("version")), "?")
+                for impl in ("mixgrad", "pytorch")}
+    meta = {"date": datetime.date.today().isoformat(), "cpu": cpu, "cpus": cpus, "mixgrad": versions["mixgrad"],
+            "pytorch": versions["pytorch"], "rounds": args.rounds, "warmup": args.warmup, "repeat": args.repeat,
+            "quick": args.quick, "pytorch_env": "OMP_WAIT_POLICY=PASSIVE or unset, the faster per configuration",
+            "mixgrad_wait_policy": args.mixgrad_wait_policy}
+    report = Report(summary, args)
+    text = report.render(meta, [r for r in raw if "error" in r])
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "targets": report.targets,
+                       "summary": [{"config": list(k), **v} for k, v in summary.items()], "runs": raw}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,264 @@
+/* The training-step benchmark, mixgrad's side (bench/train_step.py is
+ * PyTorch's; bench/run_train.py runs both, alternating, and compares).
+ *
+ *     OMP_NUM_THREADS=2 build/bench/train_step --model cnn --amp bf16 --batch 128 --warmup 5 --repeat 30
+ *
+ * A step is what a training loop does per batch: zero_grad (set_to_none),
+ * forward under autocast, cross-entropy, backward (through an enabled
+ * GradScaler for f16), optimizer step, and the end of the step's scope,
+ * which frees its temporaries as PyTorch frees them when their last
+ * reference goes. Every step reuses one random batch, so the time is the
+ * framework's, not a data loader's. The result is one JSON line on stdout:
+ *
+ *     {"impl":"mixgrad","model":"cnn","amp":"bf16","batch":128,"threads":2,"warmup":5,
+ *      "times_ms":[...one per timed step...],"peak_rss_kb":...,"base_rss_kb":...,
+ *      "graph_bytes":...,"forward_bytes":...,"params":...,"version":"0.1.0"}
+ *
+ * and a one-line summary on stderr for people.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/bench_util.h"
+#include "examples/train/models.h"
+#include "mixgrad.h"
+#include "mx_config.h"
+
+typedef struct {
+  const char *model; /* mlp | cnn | resnet9 */
+  const char *amp;   /* off | bf16 | f16 */
+  int64_t batch, warmup, repeat, seed;
+} options;
+
+/* What a run makes, freed in one place. */
+typedef struct {
+  mx_module *net;
+  mx_optimizer *opt;
+  mx_scaler *scaler; /* f16 only: bf16 has float32's range and needs none */
+  mx_dtype amp;      /* MX_F32: autocast off */
+  mx_tensor *x, *y;  /* the batch: images, int64 labels */
+} bench_state;
+
+static int fail(const char *what) {
+  fprintf(stderr, "train_step: %s: %s\n", what, mx_last_error());
+  return 1;
+}
+
+/* mlp: SGD momentum 0.9, lr 0.05; cnn: Adam, lr 1e-3; resnet9: Nesterov SGD,
+ * lr 0.1, weight decay 5e-4 (the recipes of mnist.c and cifar10.c, without
+ * their schedules: a schedule's cost is not the step's). */
+static mx_optimizer *make_optimizer(const char *model, const mx_module *net) {
+  int n = mx_module_num_parameters(net);
+  mx_tensor **params = malloc((size_t)n * sizeof *params);
+  if (!params) return NULL;
+  for (int i = 0; i < n; i++) params[i] = mx_module_parameter(net, i, NULL);
+  mx_optimizer *opt;
+  if (!strcmp(model, "cnn")) {
+    mx_adam_opts o = mx_adam_defaults();
+    o.lr = 1e-3;
+    opt = mx_adam_new(n, params, &o);
+  } else {
+    bool resnet = !strcmp(model, "resnet9");
+    mx_sgd_opts o = mx_sgd_defaults();
+    o.lr = resnet ? 0.1 : 0.05, o.momentum = 0.9, o.nesterov = resnet, o.weight_decay = resnet ? 5e-4 : 0.0;
+    opt = mx_sgd_new(n, params, &o);
+  }
+  free(params);
+  return opt;
+}
+
+/* --- the step ------------------------------------------------------------------------------------------------- */
+
+/* The batch's mean cross-entropy under the run's autocast (NULL with the
+ * error set). */
+static mx_tensor *forward_loss(const bench_state *b) {
+  mx_tensor *loss = NULL;
+  MX_AUTOCAST(MX_CPU, b->amp == MX_F32 ? MX_AUTOCAST_DEFAULT_DTYPE : b->amp, b->amp != MX_F32, true) {
+    mx_tensor *logits = mx_module_forward(b->net, b->x);
+    loss = logits ? mx_cross_entropy(logits, b->y, NULL, MX_IGNORE_INDEX, MX_REDUCTION_MEAN, 0.0) : NULL;
+  }
+  return loss;
+}
+
+/* Backward and update: plain, or scaled, unscaled and checked by the
+ * GradScaler (f16). */
+static mx_status backward_step(bench_state *b, mx_tensor *loss) {
+  if (!b->scaler) {
+    mx_status st = mx_backward(loss, NULL, false);
+    return st == MX_OK ? mx_optimizer_step(b->opt) : st;
+  }
+  mx_status st = mx_backward(mx_scaler_scale(b->scaler, loss), NULL, false);
+  if (st == MX_OK) st = mx_scaler_step(b->scaler, b->opt, NULL);
+  return st == MX_OK ? mx_scaler_update(b->scaler) : st;
+}
+
+static mx_status train_step(bench_state *b) {
+  mx_scope *s = mx_scope_begin();
+  mx_status st = mx_optimizer_zero_grad(b->opt, true);
+  if (st == MX_OK) {
+    mx_tensor *loss = forward_loss(b);
+    st = loss ? backward_step(b, loss) : mx_last_status();
+  }
+  mx_scope_end(s);
+  return st;
+}
+
+/* One more step, untimed, that measures what the forward pass leaves in
+ * memory: mx_memory_stats_get(MX_CPU).bytes_in_use (storage bytes) after
+ * the loss is computed minus the value before the forward, taken after
+ * zero_grad so the last step's gradients are gone and only the
+ * parameters, optimizer state and batch are counted in "before".
+ *   forward_bytes: with every handle the forward made still open, as a
+ *     loop that holds its scope sees it (mx_module_forward already
+ *     releases each layer's temporaries, so this is graph_bytes plus the
+ *     logits);
+ *   graph_bytes: after those handles are released and only the loss is
+ *     kept, so what remains is what the autograd graph holds for backward
+ *     (saved activations, autocast's casts of weights and inputs) plus
+ *     the 0-d loss. PyTorch's side sums the storages its saved-tensor hooks
+ *     see, less the parameters and the batch: the same quantity. */
+static mx_status measure_graph(bench_state *b, int64_t *graph_bytes, int64_t *forward_bytes) {
+  mx_scope *s = mx_scope_begin();
+  mx_status st = mx_optimizer_zero_grad(b->opt, true);
+  if (st == MX_OK) {
+    int64_t before = mx_memory_stats_get(MX_CPU).bytes_in_use;
+    mx_scope *forward = mx_scope_begin();
+    mx_tensor *loss = forward_loss(b);
+    *forward_bytes = mx_memory_stats_get(MX_CPU).bytes_in_use - before;
+    if (loss) mx_keep(loss);
+    mx_scope_end(forward);
+    *graph_bytes = mx_memory_stats_get(MX_CPU).bytes_in_use - before;
+    st = loss ? backward_step(b, loss) : mx_last_status();
+  }
+  mx_scope_end(s);
+  return st;
+}
+
+/* --- a run ---------------------------------------------------------------------------------------------------- */
+
+static int setup(bench_state *b, const options *o) {
+  bool mnist = strcmp(o->model, "resnet9") != 0;
+  b->amp = !strcmp(o->amp, "f16") ? MX_F16 : !strcmp(o->amp, "bf16") ? MX_BF16 : MX_F32;
+  b->net = !strcmp(o->model, "mlp") ? mx_demo_mlp() : mnist ? mx_demo_cnn() : mx_demo_resnet9();
+  if (!b->net) return fail("model");
+  b->opt = make_optimizer(o->model, b->net);
+  if (!b->opt) return fail("optimizer");
+  if (b->amp == MX_F16) {
+    mx_scaler_opts so = mx_scaler_defaults();
+    so.enabled = true;
+    b->scaler = mx_scaler_new(&so);
+    if (!b->scaler) return fail("GradScaler");
+  }
+  mx_shape image = mnist ? MX_SHAPE(o->batch, 1, 28, 28) : MX_SHAPE(o->batch, 3, 32, 32);
+  b->x = mx_randn(image, MX_F32, MX_CPU, NULL);
+  b->y = mx_randint(0, 10, MX_SHAPE(o->batch), MX_I64, MX_CPU, NULL);
+  return b->x && b->y ? 0 : fail("batch");
+}
+
+static void free_state(bench_state *b) {
+  mx_release(b->x);
+  mx_release(b->y);
+  mx_scaler_free(b->scaler);
+  mx_optimizer_free(b->opt);
+  mx_module_free(b->net);
+}
+
+static void print_result(const bench_state *b, const options *o, const double *times, long base_rss_kb,
+                         int64_t graph_bytes, int64_t forward_bytes) {
+  printf("{\"impl\":\"mixgrad\",\"model\":\"%s\",\"amp\":\"%s\",\"batch\":%lld,\"threads\":%d,\"warmup\":%lld,",
+         o->model, o->amp, (long long)o->batch, bench_threads(), (long long)o->warmup);
+  bench_json_doubles(stdout, "times_ms", times, (int)o->repeat);
+  printf(",\"peak_rss_kb\":%ld,\"base_rss_kb\":%ld,\"graph_bytes\":%lld,\"forward_bytes\":%lld,\"params\":%lld,"
+         "\"version\":\"%s\"}\n",
+         bench_peak_rss_kb(), base_rss_kb, (long long)graph_bytes, (long long)forward_bytes,
+         (long long)mx_module_parameter_count(b->net), MX_VERSION);
+  fprintf(stderr, "train_step: mixgrad %s amp %s batch %lld, %d threads: median %.3f ms over %lld steps\n", o->model,
+          o->amp, (long long)o->batch, bench_threads(), bench_median(times, (int)o->repeat), (long long)o->repeat);
+}
+
+/* Warm-up steps, timed steps, the measuring step, the result. */
+static int run(bench_state *b, const options *o, long base_rss_kb) {
+  double *times = malloc((size_t)o->repeat * sizeof *times);
+  if (!times) return fail("out of memory");
+  int rc = 0;
+  for (int64_t i = 0; rc == 0 && i < o->warmup; i++)
+    if (train_step(b) != MX_OK) rc = fail("warm-up step");
+  for (int64_t i = 0; rc == 0 && i < o->repeat; i++) {
+    double t0 = bench_now_ms();
+    if (train_step(b) != MX_OK) rc = fail("timed step");
+    times[i] = bench_now_ms() - t0;
+  }
+  int64_t graph_bytes = 0, forward_bytes = 0;
+  if (rc == 0 && measure_graph(b, &graph_bytes, &forward_bytes) != MX_OK) rc = fail("measuring step");
+  if (rc == 0) print_result(b, o, times, base_rss_kb, graph_bytes, forward_bytes);
+  free(times);
+  return rc;
+}
+
+/* --- flags ---------------------------------------------------------------------------------------------------- */
+
+static void usage(FILE *out) {
+  fprintf(out, "usage: train_step [--model mlp|cnn|resnet9] [--amp off|bf16|f16] [--batch N] [--warmup N]\n"
+               "                  [--repeat N] [--seed N]\n"
+               "Times mixgrad's training step on a random batch and prints one JSON line.\n"
+               "Defaults: --model cnn --amp off --batch 128 --warmup 5 --repeat 30 --seed 1.\n"
+               "Threads: OMP_NUM_THREADS.\n");
+}
+
+/* value if it is one of the names (NULL-terminated), else NULL. */
+static const char *pick(const char *value, const char *const *names) {
+  for (; *names; names++)
+    if (!strcmp(value, *names)) return *names;
+  return NULL;
+}
+
+static bool parse_count(const char *s, int64_t lo, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > 1000000000) return false;
+  *out = v;
+  return true;
+}
+
+static bool parse_flag(const char *flag, const char *value, options *o) {
+  static const char *const models[] = {"mlp", "cnn", "resnet9", NULL}, *const amps[] = {"off", "bf16", "f16", NULL};
+  if (!strcmp(flag, "--model")) return (o->model = pick(value, models)) != NULL;
+  if (!strcmp(flag, "--amp")) return (o->amp = pick(value, amps)) != NULL;
+  if (!strcmp(flag, "--batch")) return parse_count(value, 1, &o->batch);
+  if (!strcmp(flag, "--warmup")) return parse_count(value, 0, &o->warmup);
+  if (!strcmp(flag, "--repeat")) return parse_count(value, 1, &o->repeat);
+  if (!strcmp(flag, "--seed")) return parse_count(value, 0, &o->seed);
+  return false;
+}
+
+/* 0: parsed; 1: --help printed; 2: a bad flag (reported). */
+static int parse_args(int argc, char **argv, options *o) {
+  for (int i = 1; i < argc; i += 2) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      usage(stdout);
+      return 1;
+    }
+    if (i + 1 >= argc || !parse_flag(argv[i], argv[i + 1], o)) {
+      fprintf(stderr, "train_step: bad flag or value: %s %s\n", argv[i], i + 1 < argc ? argv[i + 1] : "");
+      usage(stderr);
+      return 2;
+    }
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  options o = {.model = "cnn", .amp = "off", .batch = 128, .warmup = 5, .repeat = 30, .seed = 1};
+  int parsed = parse_args(argc, argv, &o);
+  if (parsed) return parsed == 1 ? 0 : 2;
+  long base_rss_kb = bench_current_rss_kb(); /* the process before the model: libraries, runtime */
+  mx_manual_seed((uint64_t)o.seed);
+  bench_state b = {0};
+  int rc = setup(&b, &o);
+  if (rc == 0) rc = run(&b, &o, base_rss_kb);
+  free_state(&b);
+  return rc;
+}

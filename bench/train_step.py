@@ -1,0 +1,180 @@
+#!/usr/bin/python3
+"""The training-step benchmark, PyTorch's side (bench/train_step.c is
+mixgrad's; bench/run_train.py runs both, alternating, and compares).
+
+    OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/train_step.py \\
+        --model cnn --amp bf16 --batch 128 --warmup 5 --repeat 30
+
+The same models, optimizers, step and JSON line as the C program: a step is
+zero_grad(set_to_none=True), forward under torch.autocast, cross-entropy,
+backward, optimizer step, on one random batch. Threads:
+torch.set_num_threads(OMP_NUM_THREADS, default 2), since torch's own default
+on these machines is 1. CPU autocast in PyTorch 1.13 runs bfloat16 only, so
+--amp f16 prints a line with "skipped" and times nothing.
+"""
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def current_rss_kb():
+    """VmRSS from /proc/self/status, or -1."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return -1
+
+
+# --- the models: mnist.c's MLP and CNN, cifar10.c's ResNet-9 -------------------------------
+
+def make_mlp():
+    """784-512-512-10 with ReLUs."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                         nn.Linear(512, 10))
+
+
+def make_cnn():
+    """conv3x3(32)-ReLU-pool, conv3x3(64)-ReLU-pool, 128 hidden units, 10 classes."""
+    return nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def conv_bn(c_in, c_out):
+    """conv3x3 (no bias: the batch norm has one) - batch norm - ReLU"""
+    return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1, bias=False),
+                         nn.BatchNorm2d(c_out, eps=1e-5, momentum=0.1), nn.ReLU())
+
+
+class Residual(nn.Module):
+    """x + body(x), as mx_residual_new(body, NULL)."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.body = nn.Sequential(conv_bn(c, c), conv_bn(c, c))
+
+    def forward(self, x):
+        return self.body(x) + x
+
+
+def make_resnet9():
+    """prep 64 | 128, pool, residual | 256, pool | 512, pool, residual | pool 4x4, linear 10"""
+    return nn.Sequential(conv_bn(3, 64), conv_bn(64, 128), nn.MaxPool2d(2), Residual(128),
+                         conv_bn(128, 256), nn.MaxPool2d(2), conv_bn(256, 512), nn.MaxPool2d(2),
+                         Residual(512), nn.MaxPool2d(4),
+                         nn.Sequential(nn.Flatten(), nn.Linear(512, 10, bias=False)))
+
+
+MODELS = {"mlp": make_mlp, "cnn": make_cnn, "resnet9": make_resnet9}
+
+
+def make_optimizer(model, params):
+    """mlp: SGD momentum 0.9, lr 0.05; cnn: Adam lr 1e-3; resnet9: Nesterov SGD lr 0.1, wd 5e-4."""
+    if model == "cnn":
+        return torch.optim.Adam(params, lr=1e-3)
+    if model == "resnet9":
+        return torch.optim.SGD(params, lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4)
+    return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+
+
+# --- the step ------------------------------------------------------------------------------
+
+class Bench:
+    def __init__(self, args):
+        torch.manual_seed(args.seed)
+        self.net = MODELS[args.model]()
+        self.opt = make_optimizer(args.model, self.net.parameters())
+        self.bf16 = args.amp == "bf16"
+        shape = (args.batch, 3, 32, 32) if args.model == "resnet9" else (args.batch, 1, 28, 28)
+        self.x = torch.randn(shape)
+        self.y = torch.randint(0, 10, (args.batch,), dtype=torch.int64)
+
+    def forward_loss(self):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+            return F.cross_entropy(self.net(self.x), self.y)
+
+    def step(self):
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.forward_loss()
+        loss.backward()
+        self.opt.step()
+
+    def measure_graph(self):
+        """One more step, untimed: the bytes of the unique storages autograd
+        saves for backward during the forward (saved_tensors_hooks see every
+        one), less those that existed before it (parameters, buffers, the
+        batch), so autocast's casts of weights and inputs count and the
+        weights themselves do not. train_step.c measures the same quantity
+        as the storage bytes still allocated once the forward's handles are
+        released and only the loss is kept."""
+        before = {t.storage().data_ptr()
+                  for t in [*self.net.parameters(), *self.net.buffers(), self.x, self.y]}
+        saved = {}
+
+        def pack(t):
+            s = t.storage()
+            if s.data_ptr() not in before:
+                saved[s.data_ptr()] = s.nbytes()
+            return t
+
+        self.opt.zero_grad(set_to_none=True)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = self.forward_loss()
+        loss.backward()
+        self.opt.step()
+        return sum(saved.values())
+
+
+def run(args, base_rss_kb):
+    b = Bench(args)
+    for _ in range(args.warmup):
+        b.step()
+    times = []
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        b.step()
+        times.append((time.perf_counter() - t0) * 1e3)
+    graph_bytes = b.measure_graph()
+    return {"times_ms": [round(t, 6) for t in times],
+            "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            "base_rss_kb": base_rss_kb, "graph_bytes": graph_bytes,
+            "params": sum(p.numel() for p in b.net.parameters())}
+
+
+def main():
+    p = argparse.ArgumentParser(description="Times PyTorch's training step on a random batch; prints one JSON line.")
+    p.add_argument("--model", choices=sorted(MODELS), default="cnn")
+    p.add_argument("--amp", choices=["off", "bf16", "f16"], default="off")
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--repeat", type=int, default=30)
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args()
+    base_rss_kb = current_rss_kb()  # the interpreter and torch, before the model
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
+    result = {"impl": "pytorch", "model": args.model, "amp": args.amp, "batch": args.batch,
+              "threads": torch.get_num_threads(), "warmup": args.warmup}
+    if args.amp == "f16":
+        result["skipped"] = f"CPU autocast in PyTorch {torch.__version__} supports bfloat16 only"
+    else:
+        result.update(run(args, base_rss_kb))
+        print(f"train_step.py: pytorch {args.model} amp {args.amp} batch {args.batch}, {result['threads']} threads: "
+              f"median {statistics.median(result['times_ms']):.3f} ms over {args.repeat} steps", file=sys.stderr)
+    result["version"] = torch.__version__
+    print(json.dumps(result, separators=(",", ":")))
+
+
+if __name__ == "__main__":
+    main()
