@@ -1,43 +1,11 @@
-/* Scratch files for the data suite: the temporary directory and the IDX and CIFAR-10 bytes written there. */
+/* Files for the data suite: the IDX and CIFAR-10 bytes the tests write into their temporary folder. */
 #include "data_files.h"
 
 #include <criterion/criterion.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <zlib.h>
-
-char tmp_dir[256];
-
-void make_tmp_dir(void) {
-  snprintf(tmp_dir, sizeof tmp_dir, "/tmp/mx_data_XXXXXX");
-  cr_assert_not_null(mkdtemp(tmp_dir));
-}
-
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw) {
-  (void)st, (void)type, (void)ftw;
-  return remove(path);
-}
-
-void remove_tmp_dir(void) {
-  if (tmp_dir[0]) nftw(tmp_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-const char *tmp_path(const char *name) {
-  static char buffers[8][1024];
-  static int next;
-  char *p = buffers[next++ % 8];
-  snprintf(p, 1024, "%s/%s", tmp_dir, name);
-  return p;
-}
-
-const char *tmp_subdir(const char *name) {
-  const char *p = tmp_path(name);
-  cr_assert_eq(mkdir(p, 0700), 0, "cannot make %s", p);
-  return p;
-}
 
 void write_raw(const char *path, const void *data, size_t n) {
   FILE *f = fopen(path, "wb");

@@ -1,21 +1,15 @@
-/* Scratch files for the data suite: a fresh directory per test, IDX and CIFAR-10 files written into it. */
+/* Files for the data suite: IDX and CIFAR-10 bytes, written into the test's
+ * temporary folder (tests/common/tmp_files.h). */
 #ifndef MX_TESTS_DATA_DATA_FILES_H
 #define MX_TESTS_DATA_DATA_FILES_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* The test's directory (made by make_tmp_dir, removed with everything in
- * it by remove_tmp_dir: the suites' .init and .fini). */
-extern char tmp_dir[];
+#include "tests/common/tmp_files.h"
+
 /* For %lld in Criterion's messages, which do not take a cast's parenthesis first. */
 #define LL(x) ((long long)(x))
-void make_tmp_dir(void);
-void remove_tmp_dir(void);
-/* "<tmp_dir>/<name>" in one of a few rotating buffers. */
-const char *tmp_path(const char *name);
-/* Makes the folder <tmp_dir>/<name>; returns its path. */
-const char *tmp_subdir(const char *name);
 
 /* Writes n bytes to path, as they are or gzip-compressed. */
 void write_raw(const char *path, const void *data, size_t n);

@@ -8,6 +8,7 @@
 #include "examples/data/batch.h"
 #include "examples/data/data.h"
 #include "tensor/scope.h"
+#include "tests/common/expect_error.h"
 
 TestSuite(loader);
 TestSuite(synthetic);
@@ -356,13 +357,6 @@ Test(loader, stops_cleanly_at_any_point) {
   }
   mx_dataset_free(ds);
 }
-
-#define EXPECT_ERROR(call, message)                 \
-  do {                                              \
-    mx_clear_error();                               \
-    cr_expect_not((call), "%s should fail", #call); \
-    cr_expect_str_eq(mx_last_error(), (message));   \
-  } while (0)
 
 Test(loader, errors) {
   mx_dataset *ds = indexed(10);

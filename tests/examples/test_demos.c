@@ -74,23 +74,6 @@ static const char *demo(const char *var) {
 #define MNIST demo("MX_MNIST_DEMO")
 #define CIFAR10 demo("MX_CIFAR10_DEMO")
 
-/* The whole file, NUL-terminated (malloc'ed); its size in *size unless NULL. */
-static char *read_text(const char *path, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  cr_assert_not_null(f, "cannot open %s", path);
-  cr_assert_eq(fseek(f, 0, SEEK_END), 0);
-  long n = ftell(f);
-  cr_assert_geq(n, 0);
-  rewind(f);
-  char *text = malloc((size_t)n + 1);
-  cr_assert_not_null(text);
-  cr_assert_eq(fread(text, 1, (size_t)n, f), (size_t)n, "cannot read %s", path);
-  fclose(f);
-  text[n] = '\0';
-  if (size) *size = (size_t)n;
-  return text;
-}
-
 typedef struct {
   int status; /* the exit code; 128 + the signal when one killed it */
   char *out, *err;
@@ -124,8 +107,8 @@ static run_result run_argv(const char *const *argv) {
   int status;
   cr_assert_eq(waitpid(pid, &status, 0), pid);
   run_result r = {.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)};
-  r.out = read_text(out_path, NULL);
-  r.err = read_text(err_path, NULL);
+  r.out = read_file(out_path, NULL);
+  r.err = read_file(err_path, NULL);
   return r;
 }
 
@@ -169,7 +152,7 @@ static csv_row parse_row(const char *line, const char *path) {
 
 /* The CSV --metrics wrote: the header, then step rows and epoch rows. */
 static metrics read_metrics(const char *path) {
-  char *text = read_text(path, NULL), *rest = text, *line;
+  char *text = read_file(path, NULL), *rest = text, *line;
   metrics m = {0};
   line = strsep(&rest, "\n");
   cr_assert_str_eq(line, csv_header, "%s: the header", path);
@@ -559,7 +542,7 @@ Test(mnist, plot_png) {
   const char *picture = fmt("\npicture: %s\n", png);
   cr_expect(n > strlen(picture) && !strcmp(r.out + n - strlen(picture), picture), "stdout:\n%s", tail(r.out));
   size_t size;
-  char *bytes = read_text(png, &size);
+  char *bytes = read_file(png, &size);
   cr_expect(size >= 8 && !memcmp(bytes, "\x89PNG\r\n\x1a\n", 8), "%s is not a PNG file", png);
   cr_expect_gt(size, 5000, "%s holds only %zu bytes", png, size);
   free(bytes);

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "test_files.h"
+#include "tests/common/tmp_files.h"
 
 #define OK(expr) cr_assert_eq((expr), MX_OK, "%s", mx_last_error())
 /* expr fails with status and exactly msg, where msg is printf-formatted */

@@ -6,22 +6,7 @@
 #include <string.h>
 
 #include <mixgrad.h>
-
-/* A call returning NULL with the message set ... */
-#define EXPECT_ERROR(call, message)                 \
-  do {                                              \
-    mx_clear_error();                               \
-    cr_expect_not((call), "%s should fail", #call); \
-    cr_expect_str_eq(mx_last_error(), (message));   \
-  } while (0)
-
-/* ... and one returning a status other than MX_OK. */
-#define EXPECT_STATUS_ERROR(call, message)                 \
-  do {                                                     \
-    mx_clear_error();                                      \
-    cr_expect_neq((call), MX_OK, "%s should fail", #call); \
-    cr_expect_str_eq(mx_last_error(), (message));          \
-  } while (0)
+#include "tests/common/expect_error.h"
 
 static mx_rnn_opts opts(int num_layers, bool bias, bool batch_first, double dropout, bool bidirectional) {
   return (mx_rnn_opts){num_layers, bias, batch_first, dropout, bidirectional};

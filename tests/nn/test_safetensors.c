@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "test_files.h"
+#include "tests/common/tmp_files.h"
 
 /* --- helpers ------------------------------------------------------------------------ */
 

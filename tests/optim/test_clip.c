@@ -10,6 +10,7 @@
 #include <mixgrad.h>
 
 #include "../ops/fixture_io.h"
+#include "tests/common/expect_error.h"
 
 #define CL_FIXTURES MX_FIXTURES_DIR "/clip_fixtures.txt"
 #define CL_MAX_PARAMS 4
@@ -272,13 +273,6 @@ Test(clip, records_no_graph) {
   cr_expect_float_eq(mx_at(mx_grad_of(p), MX_SHAPE(0)), 4 / (sqrt(48.0) + 1e-6), 1e-6);
   mx_release(p);
 }
-
-#define EXPECT_STATUS_ERROR(call, message)                 \
-  do {                                                     \
-    mx_clear_error();                                      \
-    cr_expect_neq((call), MX_OK, "%s should fail", #call); \
-    cr_expect_str_eq(mx_last_error(), (message));          \
-  } while (0)
 
 Test(clip, argument_errors) {
   mx_tensor *p = mx_ones(MX_SHAPE(2), MX_F32, MX_CPU);

@@ -4,22 +4,7 @@
 #include <string.h>
 
 #include "optim_cases.h"
-
-/* A call returning NULL (or 0) with the message set ... */
-#define EXPECT_ERROR(call, message)                 \
-  do {                                              \
-    mx_clear_error();                               \
-    cr_expect_not((call), "%s should fail", #call); \
-    cr_expect_str_eq(mx_last_error(), (message));   \
-  } while (0)
-
-/* ... and one returning a status other than MX_OK. */
-#define EXPECT_STATUS_ERROR(call, message)                       \
-  do {                                                           \
-    mx_clear_error();                                            \
-    cr_expect_neq((call), MX_OK, "%s should fail", #call);       \
-    cr_expect_str_eq(mx_last_error(), (message));                \
-  } while (0)
+#include "tests/common/expect_error.h"
 
 static mx_tensor *params[OC_PARAMS];
 

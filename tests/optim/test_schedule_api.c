@@ -6,20 +6,7 @@
 #include <string.h>
 
 #include "schedule_cases.h"
-
-#define EXPECT_NULL_ERROR(call, message)             \
-  do {                                               \
-    mx_clear_error();                                \
-    cr_expect_null((call), "%s should fail", #call); \
-    cr_expect_str_eq(mx_last_error(), (message));    \
-  } while (0)
-
-#define EXPECT_STATUS_ERROR(call, message)                 \
-  do {                                                     \
-    mx_clear_error();                                      \
-    cr_expect_neq((call), MX_OK, "%s should fail", #call); \
-    cr_expect_str_eq(mx_last_error(), (message));          \
-  } while (0)
+#include "tests/common/expect_error.h"
 
 Test(schedule_api, names_and_read_outs) {
   sc_setup s;
@@ -47,7 +34,7 @@ Test(schedule_api, names_and_read_outs) {
   mx_schedule_free(seq);
   for (int k = 4; k < 6; k++) mx_schedule_free(made[k]);
 
-  EXPECT_NULL_ERROR(mx_schedule_name(NULL), "mx_schedule_name: argument 's' is NULL");
+  EXPECT_ERROR(mx_schedule_name(NULL), "mx_schedule_name: argument 's' is NULL");
   mx_clear_error();
   cr_expect_eq(mx_schedule_last_epoch(NULL), -1);
   cr_expect_str_eq(mx_last_error(), "mx_schedule_last_epoch: argument 's' is NULL");
@@ -90,48 +77,48 @@ Test(schedule_api, base_lrs_are_the_initial_lrs) {
 Test(schedule_api, bad_arguments) {
   sc_setup s;
   sc_build_optimizer("sgd", &s);
-  EXPECT_NULL_ERROR(mx_step_lr_new(NULL, 3, 0.1), "mx_step_lr_new: argument 'opt' is NULL");
-  EXPECT_NULL_ERROR(mx_step_lr_new(s.opt, 0, 0.1), "mx_step_lr_new: invalid step_size 0 (must be > 0)");
-  EXPECT_NULL_ERROR(mx_step_lr_new(s.opt, 2, NAN), "mx_step_lr_new: invalid gamma nan (must be finite and >= 0)");
-  EXPECT_NULL_ERROR(mx_multistep_lr_new(s.opt, -1, NULL, 0.1),
+  EXPECT_ERROR(mx_step_lr_new(NULL, 3, 0.1), "mx_step_lr_new: argument 'opt' is NULL");
+  EXPECT_ERROR(mx_step_lr_new(s.opt, 0, 0.1), "mx_step_lr_new: invalid step_size 0 (must be > 0)");
+  EXPECT_ERROR(mx_step_lr_new(s.opt, 2, NAN), "mx_step_lr_new: invalid gamma nan (must be finite and >= 0)");
+  EXPECT_ERROR(mx_multistep_lr_new(s.opt, -1, NULL, 0.1),
                     "mx_multistep_lr_new: n_milestones is -1 (must be >= 0)");
-  EXPECT_NULL_ERROR(mx_multistep_lr_new(s.opt, 2, NULL, 0.1), "mx_multistep_lr_new: argument 'milestones' is NULL");
-  EXPECT_NULL_ERROR(mx_exponential_lr_new(s.opt, -0.5),
+  EXPECT_ERROR(mx_multistep_lr_new(s.opt, 2, NULL, 0.1), "mx_multistep_lr_new: argument 'milestones' is NULL");
+  EXPECT_ERROR(mx_exponential_lr_new(s.opt, -0.5),
                     "mx_exponential_lr_new: invalid gamma -0.5 (must be finite and >= 0)");
-  EXPECT_NULL_ERROR(mx_cosine_annealing_lr_new(s.opt, 0, 0),
+  EXPECT_ERROR(mx_cosine_annealing_lr_new(s.opt, 0, 0),
                     "mx_cosine_annealing_lr_new: invalid t_max 0 (must be > 0)");
-  EXPECT_NULL_ERROR(mx_cosine_annealing_lr_new(s.opt, 5, -1),
+  EXPECT_ERROR(mx_cosine_annealing_lr_new(s.opt, 5, -1),
                     "mx_cosine_annealing_lr_new: invalid eta_min -1 (must be finite and >= 0)");
-  EXPECT_NULL_ERROR(mx_linear_lr_new(s.opt, 0, 1, 5), "mx_linear_lr_new: invalid start_factor 0 (must be in (0, 1])");
-  EXPECT_NULL_ERROR(mx_linear_lr_new(s.opt, 0.5, 1.5, 5),
+  EXPECT_ERROR(mx_linear_lr_new(s.opt, 0, 1, 5), "mx_linear_lr_new: invalid start_factor 0 (must be in (0, 1])");
+  EXPECT_ERROR(mx_linear_lr_new(s.opt, 0.5, 1.5, 5),
                     "mx_linear_lr_new: invalid end_factor 1.5 (must be in [0, 1])");
-  EXPECT_NULL_ERROR(mx_linear_lr_new(s.opt, 0.5, 1, 0), "mx_linear_lr_new: invalid total_iters 0 (must be > 0)");
+  EXPECT_ERROR(mx_linear_lr_new(s.opt, 0.5, 1, 0), "mx_linear_lr_new: invalid total_iters 0 (must be > 0)");
 
   mx_one_cycle_opts o = mx_one_cycle_defaults(0.1, 0);
-  EXPECT_NULL_ERROR(mx_one_cycle_lr_new(s.opt, NULL), "mx_one_cycle_lr_new: argument 'opts' is NULL");
-  EXPECT_NULL_ERROR(mx_one_cycle_lr_new(s.opt, &o), "mx_one_cycle_lr_new: invalid total_steps 0 (must be > 0)");
+  EXPECT_ERROR(mx_one_cycle_lr_new(s.opt, NULL), "mx_one_cycle_lr_new: argument 'opts' is NULL");
+  EXPECT_ERROR(mx_one_cycle_lr_new(s.opt, &o), "mx_one_cycle_lr_new: invalid total_steps 0 (must be > 0)");
   o = mx_one_cycle_defaults(0.1, 10);
   o.pct_start = 1.5;
-  EXPECT_NULL_ERROR(mx_one_cycle_lr_new(s.opt, &o), "mx_one_cycle_lr_new: invalid pct_start 1.5 (must be in [0, 1])");
+  EXPECT_ERROR(mx_one_cycle_lr_new(s.opt, &o), "mx_one_cycle_lr_new: invalid pct_start 1.5 (must be in [0, 1])");
   o = mx_one_cycle_defaults(0.1, 10);
   o.max_momentum = 1;
-  EXPECT_NULL_ERROR(mx_one_cycle_lr_new(s.opt, &o), "mx_one_cycle_lr_new: invalid max_momentum 1 (must be in [0, 1))");
+  EXPECT_ERROR(mx_one_cycle_lr_new(s.opt, &o), "mx_one_cycle_lr_new: invalid max_momentum 1 (must be in [0, 1))");
   o = mx_one_cycle_defaults(0.1, 10);
   o.anneal_strategy = (mx_anneal_strategy)7;
-  EXPECT_NULL_ERROR(mx_one_cycle_lr_new(s.opt, &o),
+  EXPECT_ERROR(mx_one_cycle_lr_new(s.opt, &o),
                     "mx_one_cycle_lr_new: invalid anneal_strategy 7 (MX_ANNEAL_COS or MX_ANNEAL_LINEAR)");
   o = mx_one_cycle_defaults(0.1, 10);
   o.max_lrs = (const double[]){0.1, -2};
-  EXPECT_NULL_ERROR(mx_one_cycle_lr_new(s.opt, &o),
+  EXPECT_ERROR(mx_one_cycle_lr_new(s.opt, &o),
                     "mx_one_cycle_lr_new: invalid max_lr -2 for group 1 (must be finite and >= 0)");
   o = mx_one_cycle_defaults(0.1, 10);
   o.div_factor = 0;
-  EXPECT_NULL_ERROR(mx_one_cycle_lr_new(s.opt, &o),
+  EXPECT_ERROR(mx_one_cycle_lr_new(s.opt, &o),
                     "mx_one_cycle_lr_new: invalid div_factor 0 (must be finite and > 0)");
   /* pct_start 0.1 of 10 steps: the warm-up ends at step 0, where it starts (PyTorch divides by zero) */
   o = mx_one_cycle_defaults(0.1, 10);
   o.pct_start = 0.1;
-  EXPECT_NULL_ERROR(mx_one_cycle_lr_new(s.opt, &o),
+  EXPECT_ERROR(mx_one_cycle_lr_new(s.opt, &o),
                     "mx_one_cycle_lr_new: OneCycleLR's phase 1 (steps 0 to 0) is empty; choose another pct_start");
   sc_teardown(&s);
 }
@@ -142,28 +129,28 @@ Test(schedule_api, bad_chains) {
   sc_build_optimizer("sgd", &t);
   mx_schedule *a = mx_step_lr_new(s.opt, 3, 0.5), *b = mx_exponential_lr_new(s.opt, 0.9);
   mx_schedule *other = mx_exponential_lr_new(t.opt, 0.9);
-  EXPECT_NULL_ERROR(mx_chained_schedule_new(0, &a),
+  EXPECT_ERROR(mx_chained_schedule_new(0, &a),
                     "mx_chained_schedule_new: n is 0; a ChainedScheduler needs at least one schedule");
-  EXPECT_NULL_ERROR(mx_chained_schedule_new(1, NULL), "mx_chained_schedule_new: argument 'schedules' is NULL");
-  EXPECT_NULL_ERROR(mx_chained_schedule_new(2, (mx_schedule *[]){a, NULL}),
+  EXPECT_ERROR(mx_chained_schedule_new(1, NULL), "mx_chained_schedule_new: argument 'schedules' is NULL");
+  EXPECT_ERROR(mx_chained_schedule_new(2, (mx_schedule *[]){a, NULL}),
                     "mx_chained_schedule_new: argument 'schedules[1]' is NULL");
-  EXPECT_NULL_ERROR(mx_chained_schedule_new(2, (mx_schedule *[]){a, other}),
+  EXPECT_ERROR(mx_chained_schedule_new(2, (mx_schedule *[]){a, other}),
                     "mx_chained_schedule_new: schedules[1] works on another optimizer than schedules[0]");
-  EXPECT_NULL_ERROR(mx_chained_schedule_new(3, (mx_schedule *[]){a, b, a}),
+  EXPECT_ERROR(mx_chained_schedule_new(3, (mx_schedule *[]){a, b, a}),
                     "mx_chained_schedule_new: schedules[2] appears twice (it is already schedules[0])");
-  EXPECT_NULL_ERROR(mx_sequential_lr_new(s.opt, 2, (mx_schedule *[]){a, b}, NULL),
+  EXPECT_ERROR(mx_sequential_lr_new(s.opt, 2, (mx_schedule *[]){a, b}, NULL),
                     "mx_sequential_lr_new: argument 'milestones' is NULL");
-  EXPECT_NULL_ERROR(mx_sequential_lr_new(t.opt, 1, &a, NULL),
+  EXPECT_ERROR(mx_sequential_lr_new(t.opt, 1, &a, NULL),
                     "mx_sequential_lr_new: schedules[0] works on another optimizer than opt");
   mx_schedule *c = mx_cosine_annealing_lr_new(s.opt, 5, 0);
-  EXPECT_NULL_ERROR(mx_sequential_lr_new(s.opt, 3, (mx_schedule *[]){a, b, c}, (const int64_t[]){6, 4}),
+  EXPECT_ERROR(mx_sequential_lr_new(s.opt, 3, (mx_schedule *[]){a, b, c}, (const int64_t[]){6, 4}),
                     "mx_sequential_lr_new: milestones[1] is 4, below milestones[0] = 6");
 
   mx_schedule *chain = mx_chained_schedule_new(2, (mx_schedule *[]){a, b});
   cr_assert_not_null(chain, "%s", mx_last_error());
-  EXPECT_NULL_ERROR(mx_chained_schedule_new(1, &a),
+  EXPECT_ERROR(mx_chained_schedule_new(1, &a),
                     "mx_chained_schedule_new: schedules[0] already belongs to a ChainedScheduler");
-  EXPECT_NULL_ERROR(mx_sequential_lr_new(s.opt, 2, (mx_schedule *[]){c, chain}, (const int64_t[]){3}),
+  EXPECT_ERROR(mx_sequential_lr_new(s.opt, 2, (mx_schedule *[]){c, chain}, (const int64_t[]){3}),
                     "mx_sequential_lr_new: schedules[1] is a ChainedScheduler; SequentialLR takes plain schedules");
   /* a schedule a chain owns is freed with it, not alone */
   mx_clear_error();

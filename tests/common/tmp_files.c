@@ -1,16 +1,15 @@
-/* Scratch files for the checkpoint suite: a fresh directory per test. */
-#include "test_files.h"
+#include "tmp_files.h"
 
 #include <criterion/criterion.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
+#include <sys/stat.h>
 
 char tmp_dir[256];
 
 void make_tmp_dir(void) {
-  snprintf(tmp_dir, sizeof tmp_dir, "/tmp/mx_checkpoint_XXXXXX");
+  snprintf(tmp_dir, sizeof tmp_dir, "/tmp/mx_test_XXXXXX");
   cr_assert_not_null(mkdtemp(tmp_dir));
 }
 
@@ -24,22 +23,31 @@ void remove_tmp_dir(void) {
 }
 
 const char *tmp_path(const char *name) {
-  static char buffers[4][1024];
+  static char buffers[8][1024];
   static int next;
-  char *p = buffers[next++ % 4];
+  char *p = buffers[next++ % 8];
   snprintf(p, 1024, "%s/%s", tmp_dir, name);
+  return p;
+}
+
+const char *tmp_subdir(const char *name) {
+  const char *p = tmp_path(name);
+  cr_assert_eq(mkdir(p, 0700), 0, "cannot make %s", p);
   return p;
 }
 
 char *read_file(const char *path, size_t *size) {
   FILE *f = fopen(path, "rb");
   cr_assert_not_null(f, "cannot open %s", path);
-  fseek(f, 0, SEEK_END);
+  cr_assert_eq(fseek(f, 0, SEEK_END), 0);
   long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
+  cr_assert_geq(n, 0);
+  rewind(f);
   char *bytes = malloc((size_t)n + 1);
-  cr_assert_eq(fread(bytes, 1, (size_t)n, f), (size_t)n);
+  cr_assert_not_null(bytes);
+  cr_assert_eq(fread(bytes, 1, (size_t)n, f), (size_t)n, "cannot read %s", path);
   fclose(f);
+  bytes[n] = '\0';
   if (size) *size = (size_t)n;
   return bytes;
 }
