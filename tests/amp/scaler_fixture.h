@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OK(expr) cr_assert_eq((expr), MX_OK, "%s", mx_last_error())
-#define NOT_NULL(t) cr_assert_not_null((t), "%s", mx_last_error())
+#include "amp_suite.h"
+
 /* expr fails with status and exactly msg as the last error (then cleared,
  * as a caller that handled it would) */
 #define FAILS(expr, status, msg)                                                                   \

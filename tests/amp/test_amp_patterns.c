@@ -31,8 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OK(expr) cr_assert_eq((expr), MX_OK, "%s", mx_last_error())
-#define NOT_NULL(t) cr_assert_not_null((t), "%s", mx_last_error())
+#include "amp_suite.h"
+
 /* expects rel <= tol and keeps the worst rel seen (logged by each test) */
 #define CLOSE(worst, rel, tol, ...)                                                                \
   do {                                                                                             \
@@ -44,13 +44,7 @@
 enum { N = 64, IN = 8, HID = 32, OUT = 4, STEPS = 30 };
 static const double U_BF16 = 0x1p-8, U_F16 = 0x1p-11;
 
-static mx_scope *scope;
-static void open_scope(void) { scope = mx_scope_begin(); }
-static void close_scope(void) {
-  while (mx_autocast_depth() > 0) mx_autocast_end();
-  mx_scope_end(scope);
-}
-TestSuite(amp_patterns, .init = open_scope, .fini = close_scope);
+TestSuite(amp_patterns, .init = amp_suite_open, .fini = amp_suite_close);
 
 /* --- the model and the data ------------------------------------------------------------ */
 

@@ -6,20 +6,9 @@
 #include <pthread.h>
 #include <string.h>
 
-#define OK(expr) cr_assert_eq((expr), MX_OK, "%s", mx_last_error())
-#define NOT_NULL(t) cr_assert_not_null((t), "%s", mx_last_error())
+#include "amp_suite.h"
 
-static mx_scope *scope;
-static void open_scope(void) {
-  scope = mx_scope_begin();
-  mx_amp_report_reset();
-}
-static void close_scope(void) {
-  while (mx_autocast_depth() > 0) mx_autocast_end();
-  mx_autocast_reset_policies();
-  mx_scope_end(scope);
-}
-TestSuite(autocast, .init = open_scope, .fini = close_scope);
+TestSuite(autocast, .init = amp_suite_open, .fini = amp_suite_close);
 
 static mx_tensor *filled(mx_shape shape, double value, mx_dtype dtype) { return mx_full(shape, value, dtype, MX_CPU); }
 
