@@ -52,6 +52,9 @@ typedef struct mx_backend {
   /* memory: sizes in bytes; free is given the size for the statistics */
   mx_status (*alloc)(size_t bytes, void **out);
   void (*free)(void *ptr, size_t bytes);
+  /* gives freed memory the allocator keeps for reuse back to the system;
+   * NULL: it keeps none */
+  mx_status (*empty_cache)(void);
   /* copy bytes between this device and the host (to_host: device -> host) */
   mx_status (*copy_from_host)(void *dst, const void *src, size_t bytes);
   mx_status (*copy_to_host)(void *dst, const void *src, size_t bytes);

@@ -1,4 +1,4 @@
-/* Allocation statistics per device. */
+/* Allocation statistics per device, and emptying the allocators' caches. */
 #include "tensor/tensor_impl.h"
 
 typedef struct {
@@ -34,4 +34,10 @@ mx_memory_stats mx_memory_stats_get(mx_device device) {
 void mx_memory_reset_peak(mx_device device) {
   if ((unsigned)device >= MX_DEVICE_COUNT) return;
   atomic_store(&stats[device].peak_bytes, atomic_load(&stats[device].bytes_in_use));
+}
+
+mx_status mx_memory_empty_cache(mx_device device) {
+  const mx_backend *backend = mx__backend(device);
+  if (!backend) return mx__error_prefix("mx_memory_empty_cache");
+  return backend->empty_cache ? backend->empty_cache() : MX_OK;
 }

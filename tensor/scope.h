@@ -47,6 +47,12 @@ typedef struct {
 
 mx_memory_stats mx_memory_stats_get(mx_device device);
 void mx_memory_reset_peak(mx_device device);
+/* Gives the memory a device's allocator keeps for reuse back to the system
+ * (like torch.cuda.empty_cache). The CPU keeps freed blocks for the next
+ * tensors of their size, up to MX_CPU_CACHE_BYTES (default 1 GiB; 0: keep
+ * none); CUDA's stream-ordered pool keeps what it frees. bytes_in_use
+ * counts neither. */
+mx_status mx_memory_empty_cache(mx_device device);
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,7 @@
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/host_cache.h"
 #include "kernels/cpu/indexing.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/optim.h"
@@ -15,17 +16,18 @@
 #include "kernels/cpu/strided.h"
 #include "kernels/math.h"
 
-/* 64-byte alignment: a cache line, and what AVX-512 loads like best. */
-#define CPU_ALIGNMENT 64
-
 static mx_status cpu_alloc(size_t bytes, void **out) {
-  size_t rounded = (bytes + CPU_ALIGNMENT - 1) / CPU_ALIGNMENT * CPU_ALIGNMENT;
-  *out = aligned_alloc(CPU_ALIGNMENT, rounded ? rounded : CPU_ALIGNMENT);
+  *out = mx__host_cache_alloc(bytes);
   if (!*out) return mx__error(MX_OUT_OF_MEMORY, "cpu: out of memory allocating %zu bytes", bytes);
   return MX_OK;
 }
 
-static void cpu_free(void *ptr, size_t bytes) { free(ptr); }
+static void cpu_free(void *ptr, size_t bytes) { mx__host_cache_free(ptr, bytes); }
+
+static mx_status cpu_empty_cache(void) {
+  mx__host_cache_empty();
+  return MX_OK;
+}
 
 static mx_status cpu_copy(void *dst, const void *src, size_t bytes) {
   if (bytes) memcpy(dst, src, bytes);
@@ -151,6 +153,7 @@ const mx_backend mx__cpu_backend = {
     .device = MX_CPU,
     .alloc = cpu_alloc,
     .free = cpu_free,
+    .empty_cache = cpu_empty_cache,
     .copy_from_host = cpu_copy,
     .copy_to_host = cpu_copy,
     .synchronize = cpu_synchronize,

@@ -150,6 +150,16 @@ static void cuda_free(void *ptr, size_t bytes) {
     (void)cudaGetLastError();
 }
 
+/* The pool keeps freed blocks (release threshold: all); hand them back once
+ * the stream has reached every free queued on it. */
+static mx_status cuda_empty_cache(void) {
+  MX_CUDA_CHECK(cudaStreamSynchronize(cuda.stream));
+  cudaMemPool_t pool;
+  MX_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, cuda.device));
+  MX_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+  return MX_OK;
+}
+
 /* Host buffers are pageable user memory: wait for the copy before
  * returning, so the caller may reuse or free them at once. */
 static mx_status cuda_copy_from_host(void *dst, const void *src, size_t bytes) {
@@ -213,6 +223,7 @@ static mx_status cuda_init(void) {
   b->device = MX_CUDA;
   b->alloc = cuda_alloc;
   b->free = cuda_free;
+  b->empty_cache = cuda_empty_cache;
   b->copy_from_host = cuda_copy_from_host;
   b->copy_to_host = cuda_copy_to_host;
   b->synchronize = cuda_synchronize;

@@ -377,6 +377,24 @@ Test(scope, peak_bytes_and_reset) {
   mx_memory_reset_peak(MX_DEVICE_COUNT);
 }
 
+/* Freed CPU storage may sit in the allocator's cache; bytes_in_use never
+ * counts it, and emptying the cache leaves live tensors alone. */
+Test(scope, empty_cache_keeps_live_tensors_and_the_statistics) {
+  mx_clear_error();
+  mx_memory_stats base = cpu_stats();
+  mx_tensor *kept = mx_full(MX_SHAPE(1000), 3, MX_F32, MX_CPU);
+  mx_release(mx_zeros(MX_SHAPE(1 << 16), MX_F32, MX_CPU));
+  cr_expect_eq(cpu_stats().bytes_in_use, base.bytes_in_use + 4000, "a freed block is not in use, cached or not");
+  cr_assert_eq(mx_memory_empty_cache(MX_CPU), MX_OK, "%s", mx_last_error());
+  cr_expect_eq(cpu_stats().bytes_in_use, base.bytes_in_use + 4000);
+  cr_expect_eq(mx_at(kept, MX_SHAPE(999)), 3);
+  mx_release(kept);
+  cr_expect_eq(mx_memory_empty_cache(MX_DEVICE_COUNT), MX_DEVICE_ERROR);
+  cr_expect(strstr(mx_last_error(), "mx_memory_empty_cache: invalid device") != NULL, "%s", mx_last_error());
+  mx_clear_error();
+  ASSERT_BACK_TO(base);
+}
+
 Test(scope, allocations_counter_increases) {
   mx_clear_error();
   mx_memory_stats base = cpu_stats();
