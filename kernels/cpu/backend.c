@@ -43,10 +43,30 @@ typedef struct {
   char value[8]; /* one element of the out dtype */
 } fill_ctx;
 
+/* One element's bytes at a time, in a loop typed by their size so it
+ * compiles to plain stores (zeros in a dense row: memset). */
+#define FILL_LOOP(type)                                                  \
+  do {                                                                   \
+    type v;                                                              \
+    memcpy(&v, f->value, sizeof v);                                      \
+    for (int64_t i = 0; i < row->n; i++) *(type *)(p + i * step) = v;    \
+  } while (0)
+
 static void fill_row(const mx__row *row, void *ctx) {
   const fill_ctx *f = ctx;
   char *p = row->ptr[0];
-  for (int64_t i = 0; i < row->n; i++, p += row->step[0]) memcpy(p, f->value, f->size);
+  int64_t step = row->step[0];
+  static const char zeros[8];
+  if (step == (int64_t)f->size && !memcmp(f->value, zeros, f->size)) {
+    memset(p, 0, (size_t)row->n * f->size);
+    return;
+  }
+  switch (f->size) {
+  case 1: FILL_LOOP(uint8_t); break;
+  case 2: FILL_LOOP(uint16_t); break;
+  case 4: FILL_LOOP(uint32_t); break;
+  default: FILL_LOOP(uint64_t); break;
+  }
 }
 
 static mx_status cpu_fill(const mx_kview *out, double value) {
@@ -61,6 +81,25 @@ static mx_status cpu_fill(const mx_kview *out, double value) {
 typedef struct {
   mx_dtype out, in;
 } convert_ctx;
+
+/* A dense row into float16 or bfloat16 from another 16-bit float or bool
+ * (a mask), through a float32 block on the stack: what the element path
+ * does (the input is exact in float32), in bulk. */
+static void convert_to_16_via_f32(const mx__row *row, mx_dtype out, mx_dtype in) {
+  enum { BLOCK = 1024 };
+  float block[BLOCK];
+  for (int64_t k = 0; k < row->n; k += BLOCK) {
+    int64_t m = row->n - k < BLOCK ? row->n - k : BLOCK;
+    const uint16_t *src = (const uint16_t *)row->ptr[1] + k;
+    if (in == MX_BF16) mx__bf16_to_f32_n(src, block, m);
+    else if (in == MX_F16) mx__f16_to_f32_n(src, block, m);
+    else
+      for (int64_t i = 0; i < m; i++) block[i] = ((const bool *)row->ptr[1])[k + i];
+    uint16_t *dst = (uint16_t *)row->ptr[0] + k;
+    if (out == MX_F16) mx__f32_to_f16_n(block, dst, m);
+    else mx__f32_to_bf16_n(block, dst, m);
+  }
+}
 
 static void convert_row(const mx__row *row, void *ctx) {
   const convert_ctx *c = ctx;
@@ -86,6 +125,11 @@ static void convert_row(const mx__row *row, void *ctx) {
     }
     if (c->in == MX_BF16 && c->out == MX_F32) {
       mx__bf16_to_f32_n((const uint16_t *)row->ptr[1], (float *)row->ptr[0], row->n);
+      return;
+    }
+    bool out_16 = c->out == MX_F16 || c->out == MX_BF16;
+    if (out_16 && (c->in == MX_F16 || c->in == MX_BF16 || c->in == MX_BOOL)) {
+      convert_to_16_via_f32(row, c->out, c->in);
       return;
     }
   }

@@ -57,12 +57,61 @@ void mx__f16_to_f32_n(const uint16_t *src, float *dst, int64_t n) {
 }
 
 /* bfloat16 has no fast instruction that keeps subnormals (AVX512-BF16's
- * vcvtneps2bf16 flushes them to zero), so these are the scalar functions
- * in a loop. */
+ * vcvtneps2bf16 flushes them to zero), so these are plain loops, written
+ * branch-free so they vectorise: the rounding is mx_f32_to_bf16's, with the
+ * NaN test as a select. */
+static inline __attribute__((always_inline)) void f32_to_bf16_loop(const float *src, uint16_t *dst,
+                                                                     int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t x = mx_f32_bits(src[i]);
+    uint32_t rounded = x + 0x7fffu + ((x >> 16) & 1u), quiet = x | 0x400000u;
+    dst[i] = (uint16_t)(((x & 0x7fffffffu) > 0x7f800000u ? quiet : rounded) >> 16);
+  }
+}
+
+static inline __attribute__((always_inline)) void bf16_to_f32_loop(const uint16_t *src, float *dst,
+                                                                     int64_t n) {
+  for (int64_t i = 0; i < n; i++) dst[i] = mx_bf16_to_f32(src[i]);
+}
+
+#ifdef MX__X86
+/* The same loops for AVX2: twice the width, and the narrowing is one pack
+ * where SSE2 needs a shuffle sequence; with AVX-512 the narrowing is twice
+ * as fast again (masked ops, one vpmovdw). */
+__attribute__((target("avx512f,avx512bw"))) static void f32_to_bf16_avx512(const float *src, uint16_t *dst,
+                                                                            int64_t n) {
+  f32_to_bf16_loop(src, dst, n);
+}
+
+__attribute__((target("avx2"))) static void f32_to_bf16_avx2(const float *src, uint16_t *dst, int64_t n) {
+  f32_to_bf16_loop(src, dst, n);
+}
+
+__attribute__((target("avx2"))) static void bf16_to_f32_avx2(const uint16_t *src, float *dst, int64_t n) {
+  bf16_to_f32_loop(src, dst, n);
+}
+#endif
+
 void mx__f32_to_bf16_n(const float *src, uint16_t *dst, int64_t n) {
-  for (int64_t i = 0; i < n; i++) dst[i] = mx_f32_to_bf16(src[i]);
+#ifdef MX__X86
+  if (__builtin_cpu_supports("avx512bw")) {
+    f32_to_bf16_avx512(src, dst, n);
+    return;
+  }
+  if (__builtin_cpu_supports("avx2")) {
+    f32_to_bf16_avx2(src, dst, n);
+    return;
+  }
+#endif
+  f32_to_bf16_loop(src, dst, n);
 }
 
 void mx__bf16_to_f32_n(const uint16_t *src, float *dst, int64_t n) {
-  for (int64_t i = 0; i < n; i++) dst[i] = mx_bf16_to_f32(src[i]);
+#ifdef MX__X86
+  if (__builtin_cpu_supports("avx2")) {
+    bf16_to_f32_avx2(src, dst, n);
+    return;
+  }
+#endif
+  bf16_to_f32_loop(src, dst, n);
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <tgmath.h>
 
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/strided.h"
 #include "kernels/elementwise.h"
@@ -45,6 +46,8 @@ typedef struct {
 #define ROW_STORE(p, v) STORE_F16(p, v)
 #define ROW_SIZE 2
 #define ROW_NAME f16
+#define ROW_WIDEN(p, dst, n) mx__f16_to_f32_n((const uint16_t *)(p), dst, n)
+#define ROW_NARROW(src, p, n) mx__f32_to_f16_n(src, (uint16_t *)(p), n)
 #define ROW_INT 0
 #include "kernels/cpu/elementwise_rows.inc"
 
@@ -53,6 +56,8 @@ typedef struct {
 #define ROW_STORE(p, v) STORE_BF16(p, v)
 #define ROW_SIZE 2
 #define ROW_NAME bf16
+#define ROW_WIDEN(p, dst, n) mx__bf16_to_f32_n((const uint16_t *)(p), dst, n)
+#define ROW_NARROW(src, p, n) mx__f32_to_bf16_n(src, (uint16_t *)(p), n)
 #define ROW_INT 0
 #include "kernels/cpu/elementwise_rows.inc"
 
