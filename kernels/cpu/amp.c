@@ -8,36 +8,66 @@ typedef struct {
   float inv_scale;
   float *found_inf;
   int64_t *stats; /* this gradient's three counters */
+  int64_t copies; /* how many logical values each stored one stands for */
 } unscale_ctx;
 
-/* One element: counted as it was (scaled), then unscaled in place. f64
- * multiplies in f64, the others in f32 (PyTorch's opmath). */
-static void unscale_row(const mx__row *row, void *ctx) {
-  const unscale_ctx *c = ctx;
-  int64_t infs = 0, nans = 0, tiny = 0;
+/* A dense float32 run, the common case: typed, and without branches so
+ * it vectorises. Classified by bits: exponent all ones is inf or NaN, and
+ * a NaN has mantissa bits too. */
+static void unscale_f32(float *x, int64_t n, float inv_scale, int64_t *infs, int64_t *nans, int64_t *tiny) {
+  int64_t nonfinite = 0, nan = 0, small = 0;
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t bits = mx_f32_bits(x[i]) & 0x7fffffffu;
+    nonfinite += bits >= 0x7f800000u;
+    nan += bits > 0x7f800000u;
+    small += bits < 0x38800000u; /* |v| < 2^-14, mx_amp_underflows_f16 */
+    x[i] *= inv_scale;
+  }
+  *infs = nonfinite - nan, *nans = nan, *tiny = small;
+}
+
+/* Any dtype and stride, one element at a time: counted as it was (scaled),
+ * then unscaled in place. f64 multiplies in f64, the others in f32
+ * (PyTorch's opmath). */
+static void unscale_strided(const mx__row *row, const unscale_ctx *c, int64_t *infs, int64_t *nans, int64_t *tiny) {
   char *p = row->ptr[0];
   for (int64_t i = 0; i < row->n; i++, p += row->step[0]) {
     double v = mx_element_load(p, c->dtype);
-    infs += v - v != 0 && v == v;
-    nans += v != v;
-    tiny += mx_amp_underflows_f16(v);
+    *infs += v - v != 0 && v == v;
+    *nans += v != v;
+    *tiny += mx_amp_underflows_f16(v);
     double unscaled = c->dtype == MX_F64 ? v * (double)c->inv_scale : (double)((float)v * c->inv_scale);
     mx_element_store(p, c->dtype, unscaled);
   }
+}
+
+static void unscale_row(const mx__row *row, void *ctx) {
+  const unscale_ctx *c = ctx;
+  int64_t infs = 0, nans = 0, tiny = 0;
+  if (c->dtype == MX_F32 && row->step[0] == sizeof(float))
+    unscale_f32((float *)row->ptr[0], row->n, c->inv_scale, &infs, &nans, &tiny);
+  else
+    unscale_strided(row, c, &infs, &nans, &tiny);
   if (infs + nans) {
     float one = 1.0f;
     __atomic_store(c->found_inf, &one, __ATOMIC_RELAXED);
   }
   if (!c->stats) return;
-  __atomic_fetch_add(&c->stats[0], infs, __ATOMIC_RELAXED);
-  __atomic_fetch_add(&c->stats[1], nans, __ATOMIC_RELAXED);
-  __atomic_fetch_add(&c->stats[2], tiny, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&c->stats[0], infs * c->copies, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&c->stats[1], nans * c->copies, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&c->stats[2], tiny * c->copies, __ATOMIC_RELAXED);
 }
 
 mx_status mx__cpu_amp_unscale(int n, const mx_kview *grads, const float *scale, float *found_inf, int64_t *stats) {
   for (int t = 0; t < n; t++) {
-    unscale_ctx ctx = {grads[t].dtype, mx_amp_inv_scale(*scale), found_inf, stats ? stats + 3 * t : NULL};
-    mx__cpu_foreach_row(&grads[t], NULL, unscale_row, &ctx);
+    /* A broadcast gradient (stride 0, as the backward of a sum leaves it)
+     * is unscaled once per stored value, not once per view position. */
+    mx_kview stored = grads[t];
+    int64_t copies = 1;
+    for (int d = 0; d < stored.ndim; d++)
+      if (stored.strides[d] == 0 && stored.shape[d] > 1) copies *= stored.shape[d], stored.shape[d] = 1;
+    unscale_ctx ctx = {grads[t].dtype, mx_amp_inv_scale(*scale), found_inf, stats ? stats + 3 * t : NULL, copies};
+    mx__cpu_foreach_row(&stored, NULL, unscale_row, &ctx);
   }
   return MX_OK;
 }

@@ -65,35 +65,64 @@ static void store_f32_or_bf16(void *out, int64_t i, float v, bool bf16) {
   else ((float *)out)[i] = v;
 }
 
+/* a where mask is all ones, b elsewhere: a float select the compiler
+ * cannot turn into a branch (it does for `take ? a : b` outside vector
+ * loops, and random data mispredicts it). */
+static float select_f32(uint32_t mask, float a, float b) {
+  return mx_bits_f32((mx_f32_bits(a) & mask) | (mx_f32_bits(b) & ~mask));
+}
+
 /* The search's step: v at flat index i replaces the best so far when it is
- * larger or NaN (a NaN wins, the last one). */
-#define MX__MAX_STEP(v, i)                     \
-  do {                                         \
-    bool take_ = (v) > best || isnan(v);       \
-    best = take_ ? (v) : best;                 \
-    where = take_ ? (i) : where;               \
+ * larger or NaN (a NaN wins, the last one; a tie keeps the first). */
+#define MX__MAX_STEP(v, i)                                      \
+  do {                                                          \
+    uint32_t take_ = -(uint32_t)(((v) > best) | ((v) != (v)));  \
+    best = select_f32(take_, (v), best);                        \
+    where = take_ ? (i) : where;                                \
   } while (0)
 
-/* 2x2 windows with stride 2 and no padding, the CNNs' pooling: four loads
- * and three steps per output. */
+static float f32_of_f32(float v) { return v; }
+static float f32_of_bf16(uint16_t v) { return mx_bf16_to_f32(v); }
+static float f32_store(float v) { return v; }
+static uint16_t bf16_store(float v) { return mx_f32_to_bf16(v); } /* exact: v is a bfloat16 value */
+
+/* 2x2 windows with stride 2 and no padding, the CNNs' pooling: one row of
+ * outputs from input rows top and top + W, four loads and three steps per
+ * output. The max's offset in the window is an int32 (0, 1, W or W + 1),
+ * which lets the loop vectorise across the row (SSE2 has no 64-bit select
+ * on float compares). */
+#define MX__MAX_POOL_ROW_2X2(name, type, load, store)                                                  \
+  static void name(const type *restrict top, int64_t W, type *restrict out, int64_t *restrict indices, int64_t n, \
+                   int64_t first) {                                                                  \
+    const int32_t below = (int32_t)W;                                                                \
+    for (int64_t ow = 0; ow < n; ow++) {                                                             \
+      float best = load(top[2 * ow]), b = load(top[2 * ow + 1]);                                     \
+      float c = load(top[W + 2 * ow]), d = load(top[W + 2 * ow + 1]);                                \
+      int32_t where = 0;                                                                             \
+      MX__MAX_STEP(b, 1);                                                                            \
+      MX__MAX_STEP(c, below);                                                                        \
+      MX__MAX_STEP(d, below + 1);                                                                    \
+      out[ow] = store(best);                                                                         \
+      indices[ow] = first + 2 * ow + where;                                                          \
+    }                                                                                                \
+  }
+MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_f32, float, f32_of_f32, f32_store)
+MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_bf16, uint16_t, f32_of_bf16, bf16_store)
+
 static void max_pool_plane_2x2(const geometry *g, const void *x, void *out, int64_t *indices, bool bf16) {
-  const int64_t W = g->in[2];
-  for (int64_t oh = 0; oh < g->out[1]; oh++)
-    for (int64_t ow = 0; ow < g->out[2]; ow++) {
-      int64_t i = 2 * oh * W + 2 * ow, where = i;
-      float best = load_f32_or_bf16(x, i, bf16), b = load_f32_or_bf16(x, i + 1, bf16);
-      float c = load_f32_or_bf16(x, i + W, bf16), d = load_f32_or_bf16(x, i + W + 1, bf16);
-      MX__MAX_STEP(b, i + 1);
-      MX__MAX_STEP(c, i + W);
-      MX__MAX_STEP(d, i + W + 1);
-      store_f32_or_bf16(out, oh * g->out[2] + ow, best, bf16);
-      indices[oh * g->out[2] + ow] = where;
-    }
+  const int64_t W = g->in[2], OW = g->out[2];
+  for (int64_t oh = 0; oh < g->out[1]; oh++) {
+    int64_t first = 2 * oh * W;
+    if (bf16)
+      max_pool_row_2x2_bf16((const uint16_t *)x + first, W, (uint16_t *)out + oh * OW, indices + oh * OW, OW, first);
+    else
+      max_pool_row_2x2_f32((const float *)x + first, W, (float *)out + oh * OW, indices + oh * OW, OW, first);
+  }
 }
 
 static bool is_2x2(const geometry *g) {
   return g->k[1] == 2 && g->k[2] == 2 && g->s[1] == 2 && g->s[2] == 2 && g->p[1] == 0 && g->p[2] == 0 &&
-         g->d[1] == 1 && g->d[2] == 1;
+         g->d[1] == 1 && g->d[2] == 1 && g->in[2] < INT32_MAX;
 }
 
 static void max_pool_plane(const geometry *g, const void *x, void *out, int64_t *indices, bool bf16) {
@@ -155,15 +184,36 @@ mx_status mx__cpu_max_pool(const mx_kview *out, const mx_kview *indices, const m
   return MX_OK;
 }
 
+/* dx[indices[o]] += dy[o] over one float32 or bfloat16 plane. Adding in
+ * float32 rounds as the generic path's add in double does: the double sum
+ * of two floats rounds to the same float. */
+static void scatter_plane(void *dx, const void *dy, const int64_t *indices, int64_t n, bool bf16) {
+  if (bf16) {
+    uint16_t *d = dx;
+    const uint16_t *g = dy;
+    for (int64_t o = 0; o < n; o++) d[indices[o]] = mx_f32_to_bf16(mx_bf16_to_f32(d[indices[o]]) + mx_bf16_to_f32(g[o]));
+  } else {
+    float *d = dx;
+    const float *g = dy;
+    for (int64_t o = 0; o < n; o++) d[indices[o]] += g[o];
+  }
+}
+
 mx_status mx__cpu_max_pool_backward(const mx_kview *dx, const mx_kview *dy, const mx_kview *indices,
                                     const mx_pool_params *params) {
   geometry g = geometry_of(dx, dy, params);
   int64_t in_plane = volume(g.in), out_plane = volume(g.out);
   size_t size = mx_dtype_size(dx->dtype);
   memset(dx->data, 0, (size_t)(g.planes * in_plane) * size);
+  bool typed = dx->dtype == dy->dtype && (dx->dtype == MX_F32 || dx->dtype == MX_BF16);
   MX_PARALLEL_FOR(g.planes * out_plane)
   for (int64_t pl = 0; pl < g.planes; pl++) { /* planes never share elements */
     char *dp = (char *)dx->data + pl * in_plane * (int64_t)size;
+    if (typed) {
+      scatter_plane(dp, (const char *)dy->data + pl * out_plane * (int64_t)size,
+                    (const int64_t *)indices->data + pl * out_plane, out_plane, dx->dtype == MX_BF16);
+      continue;
+    }
     for (int64_t o = 0; o < out_plane; o++) {
       int64_t flat = ((const int64_t *)indices->data)[pl * out_plane + o];
       char *target = dp + flat * (int64_t)size;

@@ -465,3 +465,56 @@ Test(ops_matmul16, f32_matmul_within_the_reduction_bound) {
     }
   mx_scope_end(s);
 }
+
+/* The sums the CPU takes dense fast paths for (per channel of NCHW, column
+ * sums, last-dim sums, a full sum long enough to be split into chunks),
+ * in every float dtype, against a double reference rounded once: the
+ * values are multiples of 2^-7 in [0.5, 1.5), so any double accumulation
+ * is exact (the small tensor's values are the big one's first ones). */
+static mx_tensor *multiples_of_2_7(int64_t n, mx_dtype dtype) {
+  mx_tensor *i = mx_remainder(mx_arange(0, (double)n, 1, MX_F64, MX_CPU), mx_scalar(128, MX_F64, MX_CPU));
+  return mx_to_dtype(mx_div_scalar(mx_add_scalar(i, 64), 128), dtype);
+}
+
+Test(ops_dtypes, dense_sums_round_the_exact_sum_once) {
+  const mx_dtype dtypes[] = {MX_F32, MX_F64, MX_BF16, MX_F16};
+  const int64_t N = 3, C = 5, H = 7, W = 9, big = 70000 * 3;
+  for (int k = 0; k < 4; k++) {
+    mx_scope *s = mx_scope_begin();
+    mx_tensor *x = multiples_of_2_7(big, dtypes[k]), *small = multiples_of_2_7(N * C * H * W, dtypes[k]);
+    cr_assert_not_null(x, "%s", mx_last_error());
+    cr_assert_not_null(small, "%s", mx_last_error());
+    double *v = malloc(sizeof(double) * (size_t)big);
+    cr_assert_eq(mx_to_host(mx_to_dtype(x, MX_F64), v, sizeof(double) * (size_t)big), MX_OK, "%s", mx_last_error());
+    struct {
+      const char *what;
+      mx_tensor *got;
+      int64_t n_out, n_in, out_step, in_step, run, run_step; /* output o sums v[o * out_step + r * run_step + i * in_step] */
+    } cases[] = {
+        {"NCHW over (0, 2, 3)", mx_sum(mx_reshape(small, MX_SHAPE(N, C, H, W)), MX_DIMS(0, 2, 3), false), C, H * W, H * W, 1, N, C * H * W},
+        {"(N, C) over dim 0", mx_sum(mx_reshape(small, MX_SHAPE(N * H, C * W)), MX_DIMS(0), false), C * W, 1, 1, 0, N * H, C * W},
+        {"last dim", mx_sum(mx_reshape(small, MX_SHAPE(N * C, H * W)), MX_DIMS(-1), false), N * C, H * W, H * W, 1, 1, 0},
+        {"all of it", mx_sum(x, MX_ALL_DIMS, false), 1, big, 0, 1, 1, 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+      cr_assert_not_null(cases[c].got, "%s: %s", cases[c].what, mx_last_error());
+      cr_expect_eq(mx_dtype_of(cases[c].got), dtypes[k]);
+      double *want = malloc(sizeof(double) * (size_t)cases[c].n_out), *got = malloc(sizeof(double) * (size_t)cases[c].n_out);
+      for (int64_t o = 0; o < cases[c].n_out; o++) {
+        want[o] = 0;
+        for (int64_t r = 0; r < cases[c].run; r++)
+          for (int64_t i = 0; i < cases[c].n_in; i++) want[o] += v[o * cases[c].out_step + r * cases[c].run_step + i * cases[c].in_step];
+      }
+      mx_tensor *rounded = mx_to_dtype(mx_from_data(want, MX_SHAPE(cases[c].n_out), MX_F64, MX_CPU), dtypes[k]);
+      cr_assert_eq(mx_to_host(mx_to_dtype(rounded, MX_F64), want, sizeof(double) * (size_t)cases[c].n_out), MX_OK);
+      cr_assert_eq(mx_to_host(mx_to_dtype(mx_reshape(cases[c].got, MX_SHAPE(-1)), MX_F64), got,
+                              sizeof(double) * (size_t)cases[c].n_out), MX_OK, "%s", mx_last_error());
+      for (int64_t o = 0; o < cases[c].n_out; o++)
+        cr_expect_eq(got[o], want[o], "%s %s: output %lld is %.17g, want %.17g", mx_dtype_name(dtypes[k]), cases[c].what,
+                     (long long)o, got[o], want[o]);
+      free(want), free(got);
+    }
+    free(v);
+    mx_scope_end(s);
+  }
+}
