@@ -117,6 +117,16 @@ static mx_tensor *run_hooks(mx__hook *hooks, int slot, mx_tensor *grad) {
   return grad;
 }
 
+/* A leaf's first gradient becomes its own memory, as PyTorch's
+ * AccumulateGrad steals or clones it: optimizers and the GradScaler update
+ * .grad in place, so it must neither share storage with another tensor (the
+ * same gradient handed to two leaves by an add) nor be a broadcast view
+ * (sum's gradient) whose one stored value stands for many. */
+static mx_tensor *owned_grad(mx_tensor *grad) {
+  bool alone = atomic_load(&grad->storage->refs) == 1;
+  return alone && mx_is_contiguous(grad) ? mx_detach(grad) : mx_clone(grad);
+}
+
 static mx_status accumulate_leaf(run_state *st, mx__node *acc, mx_tensor *grad) {
   mx_tensor *leaf = acc->leaf;
   grad = run_hooks(leaf->autograd ? leaf->autograd->hooks : NULL, 0, grad);
@@ -125,7 +135,7 @@ static mx_status accumulate_leaf(run_state *st, mx__node *acc, mx_tensor *grad) 
     if (st->captures[c].node == acc) st->captures[c].grad = mx__retain(grad);
   if (!st->accumulate) return MX_OK;
   mx__autograd_meta *meta = leaf->autograd;
-  mx_tensor *total = meta->grad ? mx_add(meta->grad, grad) : st->create_graph ? grad : mx_detach(grad);
+  mx_tensor *total = meta->grad ? mx_add(meta->grad, grad) : st->create_graph ? grad : owned_grad(grad);
   if (!total) return mx_last_status();
   mx__retain(total);
   if (meta->grad) mx__decref(meta->grad);

@@ -100,22 +100,25 @@ mx_status mx_register_hook(mx_tensor *t, mx_grad_hook hook, void *ctx) {
 
 /* --- nodes ------------------------------------------------------------------------ */
 
+/* A node and its four arrays are one allocation (every op that records
+ * makes one): the arrays follow the struct, each at least one entry long. */
 mx__node *mx__node_new(const char *name, mx__node_apply apply, int n_inputs, int n_outputs, int n_saved) {
-  mx__node *n = calloc(1, sizeof *n);
-  if (n) {
-    n->next = calloc((size_t)n_inputs + 1, sizeof *n->next);
-    n->in_meta = calloc((size_t)n_inputs + 1, sizeof *n->in_meta);
-    n->out_meta = calloc((size_t)n_outputs + 1, sizeof *n->out_meta);
-    n->saved = calloc((size_t)n_saved + 1, sizeof *n->saved);
-  }
-  if (!n || !n->next || !n->in_meta || !n->out_meta || !n->saved) {
-    if (n) {
-      free(n->next), free(n->in_meta), free(n->out_meta), free(n->saved);
-      free(n);
-    }
+  size_t edges = sizeof(mx__edge) * ((size_t)n_inputs + 1), in_meta = sizeof(mx__meta) * ((size_t)n_inputs + 1);
+  size_t out_meta = sizeof(mx__meta) * ((size_t)n_outputs + 1), saved = sizeof(mx__saved) * ((size_t)n_saved + 1);
+  _Static_assert(sizeof(mx__node) % 8 == 0 && sizeof(mx__edge) % 8 == 0 && sizeof(mx__meta) % 8 == 0 &&
+                     _Alignof(mx__edge) <= 8 && _Alignof(mx__meta) <= 8 && _Alignof(mx__saved) <= 8,
+                 "the carved arrays stay aligned");
+  char *block = calloc(1, sizeof(mx__node) + edges + in_meta + out_meta + saved);
+  if (!block) {
     mx__error(MX_OUT_OF_MEMORY, "autograd: out of memory for a %s node", name);
     return NULL;
   }
+  mx__node *n = (mx__node *)block;
+  block += sizeof *n;
+  n->next = (mx__edge *)block;
+  n->in_meta = (mx__meta *)(block += edges);
+  n->out_meta = (mx__meta *)(block += in_meta);
+  n->saved = (mx__saved *)(block += out_meta);
   atomic_init(&n->refs, 1);
   n->deps = -1; /* the engine's "not seen yet" */
   n->name = name;
@@ -156,8 +159,7 @@ void mx__node_decref(mx__node *node) {
     }
     free_hooks(node->hooks);
     if (node->free_payload) node->free_payload(node->payload);
-    free(node->next), free(node->in_meta), free(node->out_meta), free(node->saved);
-    free(node);
+    free(node); /* its arrays with it */
     node = first;
   }
 }

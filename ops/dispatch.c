@@ -23,9 +23,8 @@ static mx_status check_inputs(mx_op op, int n_in, mx_tensor *const *in) {
   const mx__op_def *def = &mx__ops[op];
   for (int i = 0; i < n_in; i++) {
     if (in[i]) continue;
-    char op_name[64], arg[32];
-    snprintf(op_name, sizeof op_name, "mx_%s", def->name);
-    return mx__null_input(op_name, mx__input_name(op, i, arg, sizeof arg));
+    char arg[32];
+    return mx__null_input(def->api_name, mx__input_name(op, i, arg, sizeof arg));
   }
   /* one device; 0-d CPU tensors (scalars) may join any device */
   mx_device device = MX_CPU;
@@ -154,11 +153,7 @@ mx_tensor *mx__call3(mx_op op, const mx_tensor *a, const mx_tensor *b, const mx_
 
 const mx_backend *mx__backend_of(mx_op op, mx_device device) {
   const mx_backend *be = mx__backend(device);
-  if (!be) {
-    char name[64];
-    snprintf(name, sizeof name, "mx_%s", mx__ops[op].name);
-    mx__error_prefix(name);
-  }
+  if (!be) mx__error_prefix(mx__ops[op].api_name);
   return be;
 }
 

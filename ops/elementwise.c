@@ -7,9 +7,7 @@
 #include "ops/op_table.h"
 
 static mx_tensor *alloc_out(mx_op op, mx_shape shape, mx_dtype dtype, mx_device device) {
-  char name[64];
-  snprintf(name, sizeof name, "mx_%s", mx__ops[op].name);
-  return mx__tensor_alloc(name, shape, dtype, device);
+  return mx__tensor_alloc(mx__ops[op].api_name, shape, dtype, device);
 }
 
 /* The device of the call: that of its first input that is not a CPU
@@ -40,8 +38,7 @@ mx_status mx__unary_forward(mx__call *c) {
 
 mx_status mx__binary_forward(mx__call *c) {
   int code = mx__ops[c->op].code;
-  char name[64];
-  snprintf(name, sizeof name, "mx_%s", mx__ops[c->op].name);
+  const char *name = mx__ops[c->op].api_name;
   mx_shape shape;
   mx_status status = mx__broadcast_shape(name, 2, c->in, &shape);
   if (status != MX_OK) return status;

@@ -57,9 +57,7 @@ static mx_status target_mismatch(mx__call *c, const mx_tensor *target, const mx_
 static mx_status check_fits(mx__call *c, const char *what, mx_tensor *w, mx_tensor *x) {
   mx_tensor *pair[2] = {x, w};
   mx_shape shape;
-  char name[64];
-  snprintf(name, sizeof name, "mx_%s", OP_NAME(c));
-  mx_status status = mx__broadcast_shape(name, 2, pair, &shape);
+  mx_status status = mx__broadcast_shape(mx__ops[c->op].api_name, 2, pair, &shape);
   if (status != MX_OK || shape.ndim == x->ndim) return status;
   char a[MX__DIMS_STR], b[MX__DIMS_STR];
   return mx__error(MX_SHAPE_ERROR, "mx_%s: %s of shape %s does not broadcast to the input's shape %s", OP_NAME(c),

@@ -58,6 +58,7 @@ typedef enum { MX__GRAD_FORMULA, MX__GRAD_NONE, MX__GRAD_BODY } mx__grad_kind;
 
 typedef struct {
   const char *name;        /* "add" */
+  const char *api_name;    /* "mx_add": how errors name it */
   const char *node_name;   /* "AddBackward" */
   const char *inputs;      /* "cond, a, b": the names of the tensor inputs */
   int n_out;

@@ -40,8 +40,7 @@ static mx_shape dropped_shape(const mx_tensor *t, uint32_t mask) {
 /* Allocates out (and index) in keepdim layout, runs the kernel, then views
  * the results without the reduced dims unless keepdim. */
 static mx_status reduce(mx__call *c, int code, mx_dtype out_dtype, bool values, bool want_index, uint32_t mask) {
-  char op[64];
-  snprintf(op, sizeof op, "mx_%s", mx__ops[c->op].name);
+  const char *op = mx__ops[c->op].api_name;
   mx_tensor *x = c->in[0];
   const mx_backend *be = mx__backend_of(c->op, x->device);
   if (!be) return mx_last_status();
@@ -96,8 +95,7 @@ mx_status mx__fwd_amin(mx__call *c) {
 }
 
 static mx_status one_dim(mx__call *c, int code, bool values) {
-  char op[64];
-  snprintf(op, sizeof op, "mx_%s", mx__ops[c->op].name);
+  const char *op = mx__ops[c->op].api_name;
   int dim = (int)c->args->i[0];
   uint32_t mask;
   if (dim == MX_FLAT) { /* over the flattened tensor */
@@ -126,8 +124,7 @@ mx_status mx__fwd_any(mx__call *c) {
 }
 
 static mx_status scan(mx__call *c, int code) {
-  char op[64];
-  snprintf(op, sizeof op, "mx_%s", mx__ops[c->op].name);
+  const char *op = mx__ops[c->op].api_name;
   mx_tensor *x = c->in[0];
   int dim = mx__wrap_dim(op, (int)c->args->i[0], x->ndim);
   if (dim < 0) return mx_last_status();

@@ -36,35 +36,51 @@ static merged_dims merge_dims(int n, const mx_kview *const *views) {
   return m;
 }
 
+/* The rows of the views, cut into tasks of at most `chunk` elements. */
+typedef struct {
+  merged_dims m;
+  int n;
+  const mx_kview *const *views;
+  int64_t row_len, chunk, chunks_per_row;
+} row_tasks;
+
+static void run_task(const row_tasks *p, int64_t t, mx__row_fn fn, void *ctx) {
+  int inner = p->m.ndim - 1;
+  int64_t r = t / p->chunks_per_row, start = (t % p->chunks_per_row) * p->chunk;
+  mx__row row = {.n = p->row_len - start < p->chunk ? p->row_len - start : p->chunk, .first = r * p->row_len + start};
+  for (int k = 0; k < p->n; k++) {
+    row.ptr[k] = (char *)p->views[k]->data + start * p->m.stride[k][inner];
+    row.step[k] = p->m.stride[k][inner];
+  }
+  int64_t rest = r;
+  for (int d = inner - 1; d >= 0; d--) {
+    int64_t i = rest % p->m.shape[d];
+    rest /= p->m.shape[d];
+    for (int k = 0; k < p->n; k++) row.ptr[k] += i * p->m.stride[k][d];
+  }
+  fn(&row, ctx);
+}
+
 void mx__cpu_foreach(int n, const mx_kview *const *views, mx__row_fn fn, void *ctx) {
   int64_t numel = mx__kview_numel(views[0]);
   if (numel == 0) return;
-  merged_dims m = merge_dims(n, views);
-  int inner = m.ndim - 1;
-  int64_t row_len = m.shape[inner];
-  int64_t rows = numel / row_len;
+  row_tasks p = {.m = merge_dims(n, views), .n = n, .views = views};
+  p.row_len = p.m.shape[p.m.ndim - 1];
+  int64_t rows = numel / p.row_len;
   /* Long rows are split into chunks so a single contiguous row still uses
    * every thread. */
-  int64_t chunk = row_len;
-  if (rows == 1 && row_len >= 2 * MX_PARALLEL_MIN_ELEMENTS) chunk = MX_PARALLEL_MIN_ELEMENTS;
-  int64_t chunks_per_row = (row_len + chunk - 1) / chunk;
-  int64_t tasks = rows * chunks_per_row;
-  MX_PARALLEL_FOR(numel)
-  for (int64_t t = 0; t < tasks; t++) {
-    int64_t r = t / chunks_per_row, start = (t % chunks_per_row) * chunk;
-    mx__row row = {.n = row_len - start < chunk ? row_len - start : chunk, .first = r * row_len + start};
-    for (int k = 0; k < n; k++) {
-      row.ptr[k] = (char *)views[k]->data + start * m.stride[k][inner];
-      row.step[k] = m.stride[k][inner];
-    }
-    int64_t rest = r;
-    for (int d = inner - 1; d >= 0; d--) {
-      int64_t i = rest % m.shape[d];
-      rest /= m.shape[d];
-      for (int k = 0; k < n; k++) row.ptr[k] += i * m.stride[k][d];
-    }
-    fn(&row, ctx);
+  p.chunk = p.row_len;
+  if (rows == 1 && p.row_len >= 2 * MX_PARALLEL_MIN_ELEMENTS) p.chunk = MX_PARALLEL_MIN_ELEMENTS;
+  p.chunks_per_row = (p.row_len + p.chunk - 1) / p.chunk;
+  int64_t tasks = rows * p.chunks_per_row;
+  /* Small views skip the parallel region altogether: even with its `if`
+   * false, entering one costs more than a tiny op's whole kernel. */
+  if (numel < MX_PARALLEL_MIN_ELEMENTS) {
+    for (int64_t t = 0; t < tasks; t++) run_task(&p, t, fn, ctx);
+    return;
   }
+  MX_PARALLEL_FOR(numel)
+  for (int64_t t = 0; t < tasks; t++) run_task(&p, t, fn, ctx);
 }
 
 void mx__cpu_foreach_row(const mx_kview *out, const mx_kview *in, mx__row_fn fn, void *ctx) {

@@ -45,6 +45,23 @@ Test(engine, gradients_accumulate_and_zero_grad_clears) {
   mx_scope_end(s);
 }
 
+/* Optimizers and the GradScaler change .grad in place, so each leaf's
+ * gradient must be memory of its own, each element stored once. */
+Test(engine, leaf_gradients_own_dense_memory) {
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *a = param(3, (double[]){1, 2, 3}), *b = param(3, (double[]){4, 5, 6});
+  /* sum's gradient is one value broadcast to every element; add hands that
+   * same tensor to both leaves */
+  cr_assert_eq(mx_backward(mx_sum(mx_add(a, b), MX_ALL_DIMS, false), NULL, false), MX_OK, "%s", mx_last_error());
+  mx_tensor *ga = mx_grad_of(a), *gb = mx_grad_of(b);
+  cr_assert(mx_is_contiguous(ga) && mx_is_contiguous(gb));
+  cr_assert_eq(mx_mul_scalar_(ga, 0.5), MX_OK, "%s", mx_last_error());
+  cr_assert_eq(mx_add_(gb, vec(3, (double[]){0, 1, 2})), MX_OK, "%s", mx_last_error());
+  expect_values(ga, 3, (double[]){0.5, 0.5, 0.5}, 0);
+  expect_values(gb, 3, (double[]){1, 2, 3}, 0);
+  mx_scope_end(s);
+}
+
 Test(engine, second_backward_through_a_freed_graph_fails) {
   mx_scope *s = mx_scope_begin();
   mx_tensor *w = param(2, (double[]){1, 2});
