@@ -52,7 +52,9 @@ mx_status mx__bwd_sigmoid(mx__bw *bw) {
   GRAD(0, mx_mul(G, mx_mul(s, mx_rsub_scalar(1, s))));
   return MX_OK;
 }
-mx_status mx__bwd_relu(mx__bw *bw) { GRAD(0, mx_mul(G, mx_gt_scalar(OUT, 0))); return MX_OK; }
+mx_status mx__bwd_relu(mx__bw *bw) { GRAD(0, mx_relu_backward(G, OUT)); return MX_OK; }
+/* linear in the gradient; piecewise constant in the output, so none there */
+mx_status mx__bwd_relu_backward(mx__bw *bw) { GRAD(0, mx_relu_backward(G, mx__saved_in(bw, 1))); return MX_OK; }
 mx_status mx__bwd_leaky_relu(mx__bw *bw) {
   GRAD(0, mx_where(mx_gt_scalar(X, 0), G, mx_mul_scalar(G, A0)));
   return MX_OK;

@@ -68,7 +68,9 @@ mx_status mx__fwd_mm(mx__call *c) {
   if (need_dims("mx_mm", a, 2, "the first operand") || need_dims("mx_mm", b, 2, "the second operand"))
     return mx_last_status();
   if (a->shape[1] != b->shape[0]) return cannot_multiply("mx_mm", a, b, a->shape[1], b->shape[0]);
-  return OUT0(c, mx_select(mx_bmm(mx_unsqueeze(a, 0), mx_unsqueeze(b, 0)), 0, 0));
+  /* squeeze, not select: its backward is a view of the gradient, where
+   * select's would write it into a zero-filled copy of the batch */
+  return OUT0(c, mx_squeeze(mx_bmm(mx_unsqueeze(a, 0), mx_unsqueeze(b, 0)), 0));
 }
 
 mx_status mx__fwd_mv(mx__call *c) {

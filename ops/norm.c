@@ -1,6 +1,6 @@
-/* Normalisation as composites: batch_norm (with running statistics),
- * layer_norm and group_norm. Optional tensors (weight, bias, running
- * statistics) are passed only when given; args.i[0] says which. */
+/* Normalisation: batch_norm (with running statistics) over two primitives,
+ * layer_norm and group_norm as composites. Optional tensors (weight, bias,
+ * running statistics) are passed only when given; args.i[0] says which. */
 #include "ops/op_table.h"
 
 enum { HAS_WEIGHT = 1, HAS_BIAS = 2, HAS_RUNNING_MEAN = 4, HAS_RUNNING_VAR = 8 };
@@ -25,6 +25,101 @@ static mx_tensor *affine(mx_tensor *y, const mx_tensor *weight, const mx_tensor 
   return y;
 }
 
+/* Batch norm: two primitives split at the per-channel statistics, as
+ * PyTorch's CUDA kernels split it (batch_norm_stats, batch_norm_elemt):
+ *
+ *   batch_norm_stats(x) -> (mean, var)                     saves x, mean, var
+ *   invstd = rsqrt(var + eps)                               (C) ops
+ *   batch_norm_elemt(x, mean, invstd, weight, bias) -> y    saves its inputs
+ *
+ * so the graph holds x once (both nodes save the same tensor) and vectors
+ * of C, where a composite of elementwise ops held x - mean and the
+ * normalised x as well. One node could not: a node saves all its inputs or
+ * all its outputs (ops/ops.def), and y is not needed. Each formula is its
+ * own op's exact gradient, so gradients of gradients need nothing more; in
+ * eval mode the statistics are the running ones and need no gradient. */
+
+/* The statistics' dtype: float32 for 16- and 32-bit floats, as PyTorch's saved mean and invstd. */
+static mx_dtype stats_dtype(mx_dtype x) { return x == MX_F64 ? MX_F64 : MX_F32; }
+
+/* Every dim of an ndim-d input but the channels (1). */
+static mx_shape all_but_channels(int ndim) {
+  mx_shape dims = {0};
+  for (int d = 0; d < ndim; d++)
+    if (d != 1) dims.d[dims.ndim++] = d;
+  return dims;
+}
+
+/* The values per channel of an input of shape s. */
+static double per_channel_count(mx_shape s) {
+  double n = 1;
+  for (int d = 0; d < s.ndim; d++)
+    if (d != 1) n *= (double)s.d[d];
+  return n;
+}
+
+/* mean and biased variance per channel, in the statistics' dtype, as (C) vectors; two passes
+ * (centred before squaring) for precision. */
+mx_status mx__fwd_batch_norm_stats(mx__call *c) {
+  mx_tensor *x = mx__prepare(c->in[0], stats_dtype(c->in[0]->dtype), c->in[0]->device);
+  if (!x) return mx_last_status();
+  mx_shape dims = all_but_channels(x->ndim);
+  double n = per_channel_count(mx_shape_get(x));
+  mx_tensor *mean = mx_div_scalar(mx_sum(x, dims, true), n);
+  mx_tensor *centered = mx_sub(x, mean);
+  c->out[0] = mx_reshape(mean, MX_SHAPE(-1));
+  c->out[1] = mx_div_scalar(mx_sum(mx_mul(centered, centered), dims, false), n);
+  return c->out[0] && c->out[1] ? MX_OK : mx_last_status();
+}
+
+/* dx = (gmean + 2 gvar (x - mean)) / n: var's own dependence on the mean sums to zero. */
+mx_status mx__bwd_batch_norm_stats(mx__bw *bw) {
+  mx_shape shape = mx__in_shape(bw, 0);
+  double n = per_channel_count(shape);
+  mx_tensor *centered = mx_sub(mx__saved_in(bw, 0), per_channel(mx__saved_out(bw, 0), shape.ndim));
+  mx_tensor *k = per_channel(mx_mul_scalar(bw->grad_out[1], 2 / n), shape.ndim);
+  GRAD(0, mx_add(mx_mul(centered, k), per_channel(mx_div_scalar(bw->grad_out[0], n), shape.ndim)));
+  return MX_OK;
+}
+
+/* y = x scale + shift with scale = weight invstd, shift = bias - mean scale (two passes, as
+ * PyTorch's CPU kernel), in args.dtype: what the elementwise ops would give. */
+mx_status mx__fwd_batch_norm_elemt(mx__call *c) {
+  mx_tensor *x = c->in[0], *mean = c->in[1], *invstd = c->in[2], *weight = c->in[3], *bias = c->in[4];
+  mx_tensor *scale = mx_mul(weight, invstd);
+  mx_tensor *shift = mx_sub(bias, mx_mul(mean, scale));
+  mx_tensor *y = mx_add(mx_mul(x, per_channel(scale, x->ndim)), per_channel(shift, x->ndim));
+  return OUT0(c, y && y->dtype != c->args->dtype ? mx_to_dtype(y, c->args->dtype) : y);
+}
+
+/* With xc = x - mean: dx = g weight invstd, dmean = -sum(g) weight invstd,
+ * dinvstd = sum(g xc) weight, dweight = sum(g xc) invstd, dbias = sum(g), the sums over
+ * every dim but the channels; each only when needed. */
+mx_status mx__bwd_batch_norm_elemt(mx__bw *bw) {
+  int ndim = mx__in_shape(bw, 0).ndim;
+  mx_shape dims = all_but_channels(ndim);
+  mx_tensor *mean = mx__saved_in(bw, 1), *invstd = mx__saved_in(bw, 2), *weight = mx__saved_in(bw, 3);
+  mx_tensor *scale = mx_mul(weight, invstd);
+  mx_tensor *sum_g = mx__needs_grad(bw, 1) || mx__needs_grad(bw, 4) ? mx_sum(G, dims, false) : NULL;
+  mx_tensor *sum_gxc = NULL;
+  if (mx__needs_grad(bw, 2) || mx__needs_grad(bw, 3))
+    sum_gxc = mx_sum(mx_mul(G, mx_sub(mx__saved_in(bw, 0), per_channel(mean, ndim))), dims, false);
+  GRAD(0, mx_mul(G, per_channel(scale, ndim)));
+  GRAD(1, mx_neg(mx_mul(sum_g, scale)));
+  GRAD(2, mx_mul(sum_gxc, weight));
+  GRAD(3, mx_mul(sum_gxc, invstd));
+  GRAD(4, sum_g);
+  return MX_OK;
+}
+
+/* A per-channel input as a (C) vector, or an error naming it. */
+static mx_tensor *channels(const mx_tensor *t, int64_t n_channels, const char *what) {
+  if (mx_numel(t) == n_channels) return mx_reshape(t, MX_SHAPE(-1));
+  mx__error(MX_SHAPE_ERROR, "mx_batch_norm: %s has %lld elements, expected one per channel (%lld)", what,
+            (long long)mx_numel(t), (long long)n_channels);
+  return NULL;
+}
+
 mx_status mx__fwd_batch_norm(mx__call *c) {
   mx_tensor *x = c->in[0];
   if (x->ndim < 2) return mx__error(MX_SHAPE_ERROR, "mx_batch_norm: expected (N, C, ...) input, got %d dims", x->ndim);
@@ -32,30 +127,44 @@ mx_status mx__fwd_batch_norm(mx__call *c) {
   mx_tensor *running_mean = optional(c, HAS_RUNNING_MEAN), *running_var = optional(c, HAS_RUNNING_VAR);
   bool training = c->args->keepdim;
   double momentum = c->args->f[0], eps = c->args->f[1];
-  mx_shape dims = {0};
-  int64_t count = 1;
-  for (int d = 0; d < x->ndim; d++)
-    if (d != 1) dims.d[dims.ndim++] = d, count *= x->shape[d];
-  mx_tensor *mean, *var;
+  int64_t n_channels = x->shape[1];
+  double count = per_channel_count(mx_shape_get(x));
+  if (training && count <= 1)
+    return mx__error(MX_SHAPE_ERROR, "mx_batch_norm: training needs more than one value per channel");
+  mx_dtype dtype = stats_dtype(x->dtype);
+  /* the output's dtype: x's, promoted by weight and bias as multiplying and adding them would */
+  mx_tensor *typed[3] = {x};
+  int n_typed = 1;
+  if (weight) typed[n_typed++] = weight;
+  if (bias) typed[n_typed++] = bias;
+  mx__args elemt = {.dtype = mx__result_type(n_typed, typed)};
+  weight = weight ? channels(weight, n_channels, "weight") : mx_ones(MX_SHAPE(n_channels), dtype, x->device);
+  bias = bias ? channels(bias, n_channels, "bias") : mx_zeros(MX_SHAPE(n_channels), dtype, x->device);
+  if (!weight || !bias) return mx_last_status();
+  mx_tensor *stats[MX__MAX_OUTPUTS] = {0};
   if (training || !running_mean || !running_var) {
-    if (training && count <= 1)
-      return mx__error(MX_SHAPE_ERROR, "mx_batch_norm: training needs more than one value per channel");
-    mean = mx_mean(x, dims, true);
-    var = mx_var(x, dims, 0, true);
+    mx_status status = mx__dispatch(MX_OP_BATCH_NORM_STATS, 1, (const mx_tensor *const[]){x}, NULL, stats);
+    if (status != MX_OK) return status;
     if (training && running_mean && running_var) { /* running statistics, outside the graph */
       MX_NO_GRAD {
-        mx_tensor *m = mx_reshape(mean, MX_SHAPE(-1));
-        mx_tensor *v = mx_mul_scalar(mx_reshape(var, MX_SHAPE(-1)), (double)count / (double)(count - 1));
-        mx_copy_(running_mean, mx_add(mx_mul_scalar(running_mean, 1 - momentum), mx_mul_scalar(m, momentum)));
-        mx_copy_(running_var, mx_add(mx_mul_scalar(running_var, 1 - momentum), mx_mul_scalar(v, momentum)));
+        mx_tensor *unbiased = mx_mul_scalar(stats[1], count / (count - 1));
+        mx_copy_(running_mean, mx_add(mx_mul_scalar(running_mean, 1 - momentum), mx_mul_scalar(stats[0], momentum)));
+        mx_copy_(running_var, mx_add(mx_mul_scalar(running_var, 1 - momentum), mx_mul_scalar(unbiased, momentum)));
       }
     }
   } else {
-    mean = per_channel(running_mean, x->ndim);
-    var = per_channel(running_var, x->ndim);
+    stats[0] = channels(running_mean, n_channels, "running_mean");
+    stats[1] = channels(running_var, n_channels, "running_var");
+    stats[0] = stats[0] ? mx_to_dtype(stats[0], dtype) : NULL;
+    stats[1] = stats[1] ? mx_to_dtype(stats[1], dtype) : NULL;
   }
-  mx_tensor *y = mx_mul(mx_sub(x, mean), mx_rsqrt(mx_add_scalar(var, eps)));
-  return OUT0(c, affine(y, weight, bias, x->ndim, true));
+  mx_tensor *invstd = mx_rsqrt(mx_add_scalar(stats[1], eps));
+  if (!stats[0] || !invstd) return mx_last_status();
+  const mx_tensor *in[5] = {x, stats[0], invstd, weight, bias};
+  mx_tensor *out[MX__MAX_OUTPUTS] = {0};
+  mx_status status = mx__dispatch(MX_OP_BATCH_NORM_ELEMT, 5, in, &elemt, out);
+  c->out[0] = out[0];
+  return status;
 }
 
 mx_status mx__fwd_layer_norm(mx__call *c) {

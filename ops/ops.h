@@ -100,6 +100,8 @@ mx_tensor *mx_remainder(const mx_tensor *a, const mx_tensor *b); /* Python's % *
 mx_tensor *mx_maximum(const mx_tensor *a, const mx_tensor *b);
 mx_tensor *mx_minimum(const mx_tensor *a, const mx_tensor *b);
 mx_tensor *mx_atan2(const mx_tensor *a, const mx_tensor *b);
+/* grad where out > 0, else 0: relu's backward, given its output. */
+mx_tensor *mx_relu_backward(const mx_tensor *grad, const mx_tensor *out);
 mx_tensor *mx_eq(const mx_tensor *a, const mx_tensor *b);
 mx_tensor *mx_ne(const mx_tensor *a, const mx_tensor *b);
 mx_tensor *mx_lt(const mx_tensor *a, const mx_tensor *b);

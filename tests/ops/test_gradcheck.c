@@ -109,6 +109,52 @@ Test(ops_grad, gradgradcheck_of_a_saved_output) {
   mx_scope_end(s);
 }
 
+/* batch_norm's formulas (ops/norm.c: batch_norm_stats and batch_norm_elemt) where the fixture
+ * cases do not reach: weight or bias alone, eval on a 4-d input, eval without running statistics
+ * (the batch's, with their gradient, as in training); gradients and gradients of gradients in
+ * float64 against finite differences. */
+typedef struct {
+  bool training, running, weight, bias;
+  mx_shape shape;
+} bn_mode;
+
+/* in: x, then the weight and the bias the mode has */
+static mx_tensor *batch_norm_of(int n, mx_tensor *const *in, void *ctx) {
+  const bn_mode *m = ctx;
+  (void)n;
+  mx_tensor *mean = NULL, *var = NULL;
+  if (m->running) {
+    mean = mx_from_data((const double[]){0.5, -0.25, 1.0}, MX_SHAPE(3), MX_F64, MX_CPU);
+    var = mx_from_data((const double[]){0.5, 2.0, 1.5}, MX_SHAPE(3), MX_F64, MX_CPU);
+  }
+  return mx_batch_norm(in[0], mean, var, m->weight ? in[1] : NULL, m->bias ? in[1 + m->weight] : NULL, m->training,
+                       0.1, 1e-5);
+}
+
+Test(ops_grad, batch_norm_modes) {
+  bn_mode modes[] = {
+      {.training = true, .running = true, .weight = true, .shape = MX_SHAPE(3, 3, 2)},
+      {.training = true, .bias = true, .shape = MX_SHAPE(5, 3)},
+      {.running = true, .weight = true, .bias = true, .shape = MX_SHAPE(2, 3, 2, 2)},
+      {.weight = true, .bias = true, .shape = MX_SHAPE(3, 3, 2)},
+  };
+  for (size_t k = 0; k < sizeof modes / sizeof *modes; k++) {
+    bn_mode *m = &modes[k];
+    mx_scope *s = mx_scope_begin();
+    mx_generator *gen = mx_generator_new(30 + k);
+    int n = 1 + m->weight + m->bias;
+    mx_tensor *inputs[3] = {op_case_input(m->shape, DOM_ANY, gen), op_case_input(MX_SHAPE(3), DOM_ANY, gen),
+                            op_case_input(MX_SHAPE(3), DOM_ANY, gen)};
+    mx_generator_free(gen);
+    for (int i = 0; i < n; i++) cr_assert_eq(mx_set_requires_grad(inputs[i], true), MX_OK);
+    cr_expect_eq(mx_gradcheck(batch_norm_of, n, inputs, m, EPS, ATOL, RTOL), MX_OK, "mode %zu: %s", k,
+                 mx_last_error());
+    cr_expect_eq(mx_gradgradcheck(batch_norm_of, n, inputs, m, EPS, ATOL, RTOL), MX_OK, "mode %zu: %s", k,
+                 mx_last_error());
+    mx_scope_end(s);
+  }
+}
+
 /* The checker itself must be able to fail: a function whose recorded
  * gradient is wrong is caught. */
 static mx_tensor *wrong_gradient(int n, mx_tensor *const *in, void *ctx) {
@@ -192,8 +238,8 @@ Test(ops_grad, every_differentiable_op_has_a_case) {
                {"var", "var_"}, {"std", "std_"}, {"sum", "sum_"}, {"mean", "mean_"}, {"prod", "prod_"},
                {"amax", "amax_"}, {"amin", "amin_"}, {"logsumexp", "logsumexp_"}, {"cumsum", "cumsum_"},
                {"cumprod", "cumprod_"}, {"matmul", "matmul_"},
-               /* the primitive under every conv and conv_transpose case */
-               {"convolution", "conv"}};
+               /* the primitives under every conv and conv_transpose case, and under batch_norm's */
+               {"convolution", "conv"}, {"batch_norm_stats", "batch_norm_train"}, {"batch_norm_elemt", "batch_norm"}};
   int covered = 0;
   for (int op = 0; op < mx_op_count(); op++) {
     const char *name = mx_op_name(op);

@@ -2,7 +2,7 @@
  * masks (their statistics, the 1/(1-p) scaling, the gradient being the mask
  * times the scale, reproducibility from a seeded generator), the pieces of
  * split and chunk, and the side effects of batch_norm on its running
- * statistics. */
+ * statistics and what its graph holds. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -255,6 +255,33 @@ Test(nn_ops, batch_norm_running_statistics_side_effects) {
   mx_scope_end(s);
 }
 
+/* The graph keeps x itself and a few vectors of C (mean, var, invstd; ones and zeros for a missing
+ * weight and bias), where a composite of elementwise ops kept x - mean and the normalised x as well:
+ * the storage alive after the forward, beyond its inputs and y, is per-channel only. */
+Test(nn_ops, batch_norm_graph_saves_x_and_per_channel_statistics) {
+  const int64_t channels = 4, per_channel = channels * (int64_t)sizeof(float);
+  for (int mode = 0; mode < 4; mode++) {
+    bool training = mode & 1, affine = mode & 2;
+    mx_scope *s = mx_scope_begin();
+    mx_tensor *x = positive(MX_SHAPE(8, channels, 16, 16), MX_F32, 12);
+    mx_tensor *weight = positive(MX_SHAPE(channels), MX_F32, 13), *bias = positive(MX_SHAPE(channels), MX_F32, 14);
+    mx_tensor *mean = mx_zeros(MX_SHAPE(channels), MX_F32, MX_CPU), *var = mx_ones(MX_SHAPE(channels), MX_F32, MX_CPU);
+    cr_assert_eq(mx_set_requires_grad(x, true), MX_OK);
+    cr_assert_eq(mx_set_requires_grad(weight, true), MX_OK);
+    cr_assert_eq(mx_set_requires_grad(bias, true), MX_OK);
+    int64_t before = mx_memory_stats_get(MX_CPU).bytes_in_use;
+    mx_tensor *y = mx_batch_norm(x, mean, var, affine ? weight : NULL, affine ? bias : NULL, training, 0.1, 1e-5);
+    cr_assert_not_null(y, "%s", mx_last_error());
+    int64_t held = mx_memory_stats_get(MX_CPU).bytes_in_use - before - mx_numel(y) * (int64_t)sizeof(float);
+    cr_expect_leq(held, 6 * per_channel + 64, "training %d, affine %d: the graph holds %lld bytes beyond x and y "
+                  "(x is %lld)", training, affine, (long long)held, (long long)(mx_numel(x) * (int64_t)sizeof(float)));
+    /* and what it holds is enough for backward */
+    mx_tensor *loss = mx_sum(mx_mul(y, y), MX_ALL_DIMS, false), *g = NULL;
+    cr_expect_eq(mx_grad(1, &loss, 1, &x, NULL, false, false, false, &g), MX_OK, "%s", mx_last_error());
+    mx_scope_end(s);
+  }
+}
+
 /* max_pool's indices are int64, flat within each (N, C) plane, and either output may be skipped. */
 Test(nn_ops, max_pool_indices) {
   mx_scope *s = mx_scope_begin();
@@ -272,4 +299,25 @@ Test(nn_ops, max_pool_indices) {
   cr_expect_eq(mx_max_pool_with_indices(x, 2, MX_SHAPE(2), MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, NULL, &only), MX_OK);
   cr_expect_not_null(only);
   mx_scope_end(s);
+}
+
+/* The 2x2 stride-2 fast path in float32 and bfloat16: a tie keeps the first
+ * index, a NaN wins over larger numbers and the last NaN wins; an odd last
+ * column is left out. */
+Test(nn_ops, max_pool_2x2_ties_and_nan) {
+  const float data[2 * 5] = {1, 1, NAN, 5, 9, 1, 1, NAN, 2, 9};
+  const mx_dtype dtypes[2] = {MX_F32, MX_BF16};
+  for (int k = 0; k < 2; k++) {
+    mx_scope *s = mx_scope_begin();
+    mx_tensor *x = mx_to_dtype(mx_from_data(data, MX_SHAPE(1, 1, 2, 5), MX_F32, MX_CPU), dtypes[k]), *v = NULL, *i = NULL;
+    cr_assert_eq(mx_max_pool_with_indices(x, 2, MX_SHAPE(2), MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, &v, &i), MX_OK, "%s",
+                 mx_last_error());
+    double *values = host(v), *indices = host(i);
+    cr_expect_eq(indices[0], 0, "tie: first index (dtype %d)", k);
+    cr_expect_eq(values[0], 1);
+    cr_expect_eq(indices[1], 7, "the last NaN (dtype %d), got %g", k, indices[1]);
+    cr_expect(isnan(values[1]));
+    free(values), free(indices);
+    mx_scope_end(s);
+  }
 }
