@@ -132,12 +132,16 @@ mx_status mx__fwd_batch_norm(mx__call *c) {
   if (training && count <= 1)
     return mx__error(MX_SHAPE_ERROR, "mx_batch_norm: training needs more than one value per channel");
   mx_dtype dtype = stats_dtype(x->dtype);
-  /* the output's dtype: x's, promoted by weight and bias as multiplying and adding them would */
+  /* The output's dtype: a 16-bit float x keeps its own under float32
+   * weight and bias (PyTorch's mixed-type batch norm: under autocast the
+   * activations stay bf16); otherwise x's, promoted by weight and bias as
+   * multiplying and adding them would. */
   mx_tensor *typed[3] = {x};
   int n_typed = 1;
   if (weight) typed[n_typed++] = weight;
   if (bias) typed[n_typed++] = bias;
-  mx__args elemt = {.dtype = mx__result_type(n_typed, typed)};
+  bool half = x->dtype == MX_F16 || x->dtype == MX_BF16;
+  mx__args elemt = {.dtype = half ? x->dtype : mx__result_type(n_typed, typed)};
   weight = weight ? channels(weight, n_channels, "weight") : mx_ones(MX_SHAPE(n_channels), dtype, x->device);
   bias = bias ? channels(bias, n_channels, "bias") : mx_zeros(MX_SHAPE(n_channels), dtype, x->device);
   if (!weight || !bias) return mx_last_status();

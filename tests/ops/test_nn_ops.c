@@ -282,6 +282,25 @@ Test(nn_ops, batch_norm_graph_saves_x_and_per_channel_statistics) {
   }
 }
 
+/* A bfloat16 input under float32 weight and bias keeps its dtype (PyTorch's
+ * mixed-type batch norm, what autocast's bf16 activations meet): computed
+ * in float32 and rounded once, so it equals the float32 result rounded. */
+Test(nn_ops, batch_norm_keeps_a_16_bit_input_dtype) {
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *x = mx_to_dtype(positive(MX_SHAPE(4, 3, 5, 5), MX_F32, 21), MX_BF16);
+  mx_tensor *weight = positive(MX_SHAPE(3), MX_F32, 22), *bias = positive(MX_SHAPE(3), MX_F32, 23);
+  mx_tensor *y = mx_batch_norm(x, NULL, NULL, weight, bias, true, 0.1, 1e-5);
+  cr_assert_not_null(y, "%s", mx_last_error());
+  cr_expect_eq(mx_dtype_of(y), MX_BF16);
+  mx_tensor *want = mx_to_dtype(mx_batch_norm(mx_to_dtype(x, MX_F32), NULL, NULL, weight, bias, true, 0.1, 1e-5), MX_BF16);
+  double *got = host(y), *ref = host(want);
+  for (int64_t i = 0; i < mx_numel(y); i++) cr_expect_eq(got[i], ref[i], "element %lld", (long long)i);
+  free(got), free(ref);
+  cr_expect_eq(mx_dtype_of(mx_batch_norm(mx_to_dtype(x, MX_F32), NULL, NULL, mx_to_dtype(weight, MX_BF16), NULL, true,
+                                        0.1, 1e-5)), MX_F32, "a float32 input keeps float32");
+  mx_scope_end(s);
+}
+
 /* max_pool's indices are int64, flat within each (N, C) plane, and either output may be skipped. */
 Test(nn_ops, max_pool_indices) {
   mx_scope *s = mx_scope_begin();
