@@ -99,7 +99,8 @@ typedef struct mx_backend {
   mx_status (*conv_backward_weight)(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
                                     const mx_conv_params *p);
 
-  /* pooling (contiguous tensors) */
+  /* pooling (contiguous tensors); max pooling's indices are flat within
+   * each (N, C) plane, int32 or int64 */
   mx_status (*max_pool)(const mx_kview *out, const mx_kview *indices, const mx_kview *x, const mx_pool_params *p);
   mx_status (*max_pool_backward)(const mx_kview *dx, const mx_kview *dy, const mx_kview *indices,
                                  const mx_pool_params *p);

@@ -31,8 +31,14 @@ mx_status mx__fwd_max_pool(mx__call *c) {
   const mx_backend *be = x ? mx__backend_of(c->op, x->device) : NULL;
   if (!be) return mx_last_status();
   if (!be->max_pool) return mx__no_kernel(c->op, x->device, "max_pool");
+  /* Indices within a plane, int32 while they fit: the graph saves them
+   * for backward, where int64 would outweigh bf16 activations 4:1. The
+   * public function hands out int64, as PyTorch does. */
+  int64_t plane = 1;
+  for (int d = 2; d < x->ndim; d++) plane *= x->shape[d];
+  mx_dtype index_dtype = plane <= INT32_MAX ? MX_I32 : MX_I64;
   c->out[0] = mx__tensor_alloc("mx_max_pool", shape, x->dtype, x->device);
-  c->out[1] = mx__tensor_alloc("mx_max_pool", shape, MX_I64, x->device);
+  c->out[1] = mx__tensor_alloc("mx_max_pool", shape, index_dtype, x->device);
   if (!c->out[0] || !c->out[1]) return mx_last_status();
   mx_kview ov = mx__kview_of(c->out[0]), iv = mx__kview_of(c->out[1]), xv = mx__kview_of(x);
   return be->max_pool(&ov, &iv, &xv, &c->args->pool);
@@ -61,9 +67,9 @@ mx_status mx__bwd_max_pool(mx__bw *bw) {
   return MX_OK;
 }
 
-/* The adjoint of scattering by indices is gathering by them. */
+/* The adjoint of scattering by indices is gathering by them (gather takes int64). */
 mx_status mx__bwd_max_pool_backward(mx__bw *bw) {
-  mx_tensor *indices = mx__saved_in(bw, 1);
+  mx_tensor *indices = mx_to_dtype(mx__saved_in(bw, 1), MX_I64);
   mx_shape out = mx_shape_get(indices);
   GRAD(0, mx_reshape(mx_gather(mx_flatten(G, 2, -1), 2, mx_flatten(indices, 2, -1)), out));
   return MX_OK;
@@ -154,8 +160,8 @@ mx_status mx_max_pool_with_indices(const mx_tensor *x, int spatial, mx_shape ker
   mx_status status = mx__dispatch(MX_OP_MAX_POOL, 1, in, &args, out);
   if (values) *values = out[0];
   else mx_release(out[0]);
-  if (indices) *indices = out[1];
-  else mx_release(out[1]);
+  if (indices) *indices = out[1] ? mx_to_dtype(out[1], MX_I64) : NULL;
+  mx_release(out[1]);
   return status;
 }
 

@@ -33,6 +33,17 @@ static geometry geometry_of(const mx_kview *in, const mx_kview *out, const mx_po
 
 static int64_t volume(const int64_t *v) { return v[0] * v[1] * v[2]; }
 
+/* Max pooling's indices are int32 (what its op saves for backward, half
+ * the bytes) or int64 (planes of 2^31 elements or more). */
+static void set_index(void *indices, int64_t i, int64_t v, bool i32) {
+  if (i32) ((int32_t *)indices)[i] = (int32_t)v;
+  else ((int64_t *)indices)[i] = v;
+}
+
+static int64_t index_at(const void *indices, int64_t i, bool i32) {
+  return i32 ? ((const int32_t *)indices)[i] : ((const int64_t *)indices)[i];
+}
+
 #define FOR_WINDOW(g, o0, o1, o2, BODY)                                                      \
   for (int64_t k0 = 0; k0 < (g).k[0]; k0++) {                                                \
     int64_t i0 = (o0) * (g).s[0] - (g).p[0] + k0 * (g).d[0];                                  \
@@ -91,8 +102,8 @@ static uint16_t bf16_store(float v) { return mx_f32_to_bf16(v); } /* exact: v is
  * output. The max's offset in the window is an int32 (0, 1, W or W + 1),
  * which lets the loop vectorise across the row (SSE2 has no 64-bit select
  * on float compares). */
-#define MX__MAX_POOL_ROW_2X2(name, type, load, store)                                                  \
-  static void name(const type *restrict top, int64_t W, type *restrict out, int64_t *restrict indices, int64_t n, \
+#define MX__MAX_POOL_ROW_2X2(name, type, itype, load, store)                                           \
+  static void name(const type *restrict top, int64_t W, type *restrict out, itype *restrict indices, int64_t n, \
                    int64_t first) {                                                                  \
     const int32_t below = (int32_t)W;                                                                \
     for (int64_t ow = 0; ow < n; ow++) {                                                             \
@@ -103,20 +114,24 @@ static uint16_t bf16_store(float v) { return mx_f32_to_bf16(v); } /* exact: v is
       MX__MAX_STEP(c, below);                                                                        \
       MX__MAX_STEP(d, below + 1);                                                                    \
       out[ow] = store(best);                                                                         \
-      indices[ow] = first + 2 * ow + where;                                                          \
+      indices[ow] = (itype)(first + 2 * ow + where);                                                 \
     }                                                                                                \
   }
-MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_f32, float, f32_of_f32, f32_store)
-MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_bf16, uint16_t, f32_of_bf16, bf16_store)
+MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_f32, float, int64_t, f32_of_f32, f32_store)
+MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_bf16, uint16_t, int64_t, f32_of_bf16, bf16_store)
+MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_f32_i32, float, int32_t, f32_of_f32, f32_store)
+MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_bf16_i32, uint16_t, int32_t, f32_of_bf16, bf16_store)
 
-static void max_pool_plane_2x2(const geometry *g, const void *x, void *out, int64_t *indices, bool bf16) {
+static void max_pool_plane_2x2(const geometry *g, const void *x, void *out, void *indices, bool bf16, bool i32) {
   const int64_t W = g->in[2], OW = g->out[2];
   for (int64_t oh = 0; oh < g->out[1]; oh++) {
-    int64_t first = 2 * oh * W;
-    if (bf16)
-      max_pool_row_2x2_bf16((const uint16_t *)x + first, W, (uint16_t *)out + oh * OW, indices + oh * OW, OW, first);
-    else
-      max_pool_row_2x2_f32((const float *)x + first, W, (float *)out + oh * OW, indices + oh * OW, OW, first);
+    int64_t first = 2 * oh * W, o = oh * OW;
+    const uint16_t *x16 = (const uint16_t *)x + first;
+    const float *x32 = (const float *)x + first;
+    if (bf16 && i32) max_pool_row_2x2_bf16_i32(x16, W, (uint16_t *)out + o, (int32_t *)indices + o, OW, first);
+    else if (bf16) max_pool_row_2x2_bf16(x16, W, (uint16_t *)out + o, (int64_t *)indices + o, OW, first);
+    else if (i32) max_pool_row_2x2_f32_i32(x32, W, (float *)out + o, (int32_t *)indices + o, OW, first);
+    else max_pool_row_2x2_f32(x32, W, (float *)out + o, (int64_t *)indices + o, OW, first);
   }
 }
 
@@ -125,9 +140,9 @@ static bool is_2x2(const geometry *g) {
          g->d[1] == 1 && g->d[2] == 1 && g->in[2] < INT32_MAX;
 }
 
-static void max_pool_plane(const geometry *g, const void *x, void *out, int64_t *indices, bool bf16) {
+static void max_pool_plane(const geometry *g, const void *x, void *out, void *indices, bool bf16, bool i32) {
   if (is_2x2(g)) {
-    max_pool_plane_2x2(g, x, out, indices, bf16);
+    max_pool_plane_2x2(g, x, out, indices, bf16, i32);
     return;
   }
   const int64_t H = g->in[1], W = g->in[2];
@@ -147,7 +162,7 @@ static void max_pool_plane(const geometry *g, const void *x, void *out, int64_t 
         }
       }
       store_f32_or_bf16(out, oh * g->out[2] + ow, best, bf16);
-      indices[oh * g->out[2] + ow] = where < 0 ? 0 : where;
+      set_index(indices, oh * g->out[2] + ow, where < 0 ? 0 : where, i32);
     }
 }
 
@@ -155,12 +170,15 @@ mx_status mx__cpu_max_pool(const mx_kview *out, const mx_kview *indices, const m
   geometry g = geometry_of(x, out, params);
   int64_t in_plane = volume(g.in), out_plane = volume(g.out);
   size_t xs = mx_dtype_size(x->dtype), os = mx_dtype_size(out->dtype);
+  bool i32 = indices->dtype == MX_I32;
+  int64_t is = i32 ? 4 : 8;
   if (planar(&g, x, out)) {
     bool bf16 = x->dtype == MX_BF16;
     MX_PARALLEL_FOR(g.planes * out_plane * volume(g.k))
     for (int64_t pl = 0; pl < g.planes; pl++)
       max_pool_plane(&g, (const char *)x->data + pl * in_plane * (int64_t)xs,
-                     (char *)out->data + pl * out_plane * (int64_t)os, (int64_t *)indices->data + pl * out_plane, bf16);
+                     (char *)out->data + pl * out_plane * (int64_t)os, (char *)indices->data + pl * out_plane * is, bf16,
+                     i32);
     return MX_OK;
   }
   MX_PARALLEL_FOR(g.planes * out_plane * volume(g.k))
@@ -178,7 +196,7 @@ mx_status mx__cpu_max_pool(const mx_kview *out, const mx_kview *indices, const m
         }
       })
       mx_element_store((char *)out->data + (pl * out_plane + o) * (int64_t)os, out->dtype, best);
-      ((int64_t *)indices->data)[pl * out_plane + o] = where < 0 ? 0 : where;
+      set_index(indices->data, pl * out_plane + o, where < 0 ? 0 : where, i32);
     }
   }
   return MX_OK;
@@ -187,15 +205,18 @@ mx_status mx__cpu_max_pool(const mx_kview *out, const mx_kview *indices, const m
 /* dx[indices[o]] += dy[o] over one float32 or bfloat16 plane. Adding in
  * float32 rounds as the generic path's add in double does: the double sum
  * of two floats rounds to the same float. */
-static void scatter_plane(void *dx, const void *dy, const int64_t *indices, int64_t n, bool bf16) {
+static void scatter_plane(void *dx, const void *dy, const void *indices, int64_t n, bool bf16, bool i32) {
   if (bf16) {
     uint16_t *d = dx;
     const uint16_t *g = dy;
-    for (int64_t o = 0; o < n; o++) d[indices[o]] = mx_f32_to_bf16(mx_bf16_to_f32(d[indices[o]]) + mx_bf16_to_f32(g[o]));
+    for (int64_t o = 0; o < n; o++) {
+      int64_t i = index_at(indices, o, i32);
+      d[i] = mx_f32_to_bf16(mx_bf16_to_f32(d[i]) + mx_bf16_to_f32(g[o]));
+    }
   } else {
     float *d = dx;
     const float *g = dy;
-    for (int64_t o = 0; o < n; o++) d[indices[o]] += g[o];
+    for (int64_t o = 0; o < n; o++) d[index_at(indices, o, i32)] += g[o];
   }
 }
 
@@ -206,16 +227,18 @@ mx_status mx__cpu_max_pool_backward(const mx_kview *dx, const mx_kview *dy, cons
   size_t size = mx_dtype_size(dx->dtype);
   memset(dx->data, 0, (size_t)(g.planes * in_plane) * size);
   bool typed = dx->dtype == dy->dtype && (dx->dtype == MX_F32 || dx->dtype == MX_BF16);
+  bool i32 = indices->dtype == MX_I32;
+  int64_t is = i32 ? 4 : 8;
   MX_PARALLEL_FOR(g.planes * out_plane)
   for (int64_t pl = 0; pl < g.planes; pl++) { /* planes never share elements */
     char *dp = (char *)dx->data + pl * in_plane * (int64_t)size;
     if (typed) {
       scatter_plane(dp, (const char *)dy->data + pl * out_plane * (int64_t)size,
-                    (const int64_t *)indices->data + pl * out_plane, out_plane, dx->dtype == MX_BF16);
+                    (const char *)indices->data + pl * out_plane * is, out_plane, dx->dtype == MX_BF16, i32);
       continue;
     }
     for (int64_t o = 0; o < out_plane; o++) {
-      int64_t flat = ((const int64_t *)indices->data)[pl * out_plane + o];
+      int64_t flat = index_at(indices->data, pl * out_plane + o, i32);
       char *target = dp + flat * (int64_t)size;
       double grad = mx_element_load((const char *)dy->data + (pl * out_plane + o) * (int64_t)size, dy->dtype);
       mx_element_store(target, dx->dtype, mx_element_load(target, dx->dtype) + grad);

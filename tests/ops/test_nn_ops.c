@@ -320,6 +320,28 @@ Test(nn_ops, max_pool_indices) {
   mx_scope_end(s);
 }
 
+/* What the graph keeps: max pooling its values and int32 indices (int64
+ * would outweigh bf16 activations 4:1), an add of a bias nothing at all. */
+Test(nn_ops, the_graph_keeps_int32_pool_indices_and_nothing_for_an_add) {
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *x = positive(MX_SHAPE(2, 3, 8, 8), MX_BF16, 31), *bias = positive(MX_SHAPE(3, 1, 1), MX_BF16, 32);
+  cr_assert_eq(mx_set_requires_grad(x, true), MX_OK);
+  cr_assert_eq(mx_set_requires_grad(bias, true), MX_OK);
+  int64_t before = mx_memory_stats_get(MX_CPU).bytes_in_use;
+  mx_tensor *y = mx_add(x, bias);
+  cr_expect_eq(mx_memory_stats_get(MX_CPU).bytes_in_use - before, mx_numel(y) * 2, "the add holds only its output");
+  before = mx_memory_stats_get(MX_CPU).bytes_in_use;
+  mx_tensor *pooled = mx_max_pool(y, 2, MX_SHAPE(2), MX_DEFAULT, MX_DEFAULT);
+  cr_assert_not_null(pooled, "%s", mx_last_error());
+  cr_expect_eq(mx_memory_stats_get(MX_CPU).bytes_in_use - before, mx_numel(pooled) * (2 + 4),
+               "bf16 values and int32 indices");
+  mx_tensor *loss = mx_sum(pooled, MX_ALL_DIMS, false), *g = NULL;
+  cr_assert_eq(mx_grad(1, &loss, 1, &bias, NULL, false, false, false, &g), MX_OK, "%s", mx_last_error());
+  /* each channel's bias reaches 2 x 16 window maxima: a gradient of 32 */
+  for (int c = 0; c < 3; c++) cr_expect_eq(mx_at(g, MX_SHAPE(c, 0, 0)), 32);
+  mx_scope_end(s);
+}
+
 /* The 2x2 stride-2 fast path in float32 and bfloat16: a tie keeps the first
  * index, a NaN wins over larger numbers and the last NaN wins; an odd last
  * column is left out. */
