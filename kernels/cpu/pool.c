@@ -95,7 +95,12 @@ static float select_f32(uint32_t mask, float a, float b) {
 static float f32_of_f32(float v) { return v; }
 static float f32_of_bf16(uint16_t v) { return mx_bf16_to_f32(v); }
 static float f32_store(float v) { return v; }
-static uint16_t bf16_store(float v) { return mx_f32_to_bf16(v); } /* exact: v is a bfloat16 value */
+/* v is a bfloat16 value, so rounding is truncation; a NaN is made quiet as
+ * mx_f32_to_bf16 makes it, without its branch, so the row loop vectorises. */
+static uint16_t bf16_store(float v) {
+  uint32_t bits = mx_f32_bits(v);
+  return (uint16_t)((bits >> 16) | (uint32_t)((bits & 0x7fffffffu) > 0x7f800000u) << 6);
+}
 
 /* 2x2 windows with stride 2 and no padding, the CNNs' pooling: one row of
  * outputs from input rows top and top + W, four loads and three steps per
@@ -122,16 +127,46 @@ MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_bf16, uint16_t, int64_t, f32_of_bf16, bf16
 MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_f32_i32, float, int32_t, f32_of_f32, f32_store)
 MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_bf16_i32, uint16_t, int32_t, f32_of_bf16, bf16_store)
 
+/* bfloat16 planes go through float32 rows: a block of input rows widened
+ * in one vectorised pass, the float32 search (its vector loop covers more
+ * of a short row than the 16-bit one, which leaves a 14-wide row to its
+ * scalar tail), the maxima narrowed back in one pass: exact, since each is
+ * one of the inputs. Rows wider than the block search in bfloat16. */
+enum { WIDE_BLOCK = 4096 };
+
+static void max_pool_plane_2x2_bf16(const geometry *g, const uint16_t *x, uint16_t *out, void *indices, bool i32) {
+  const int64_t W = g->in[2], OW = g->out[2], OH = g->out[1], rows = WIDE_BLOCK / (2 * W);
+  if (rows == 0) {
+    for (int64_t oh = 0; oh < OH; oh++) {
+      int64_t first = 2 * oh * W, o = oh * OW;
+      if (i32) max_pool_row_2x2_bf16_i32(x + first, W, out + o, (int32_t *)indices + o, OW, first);
+      else max_pool_row_2x2_bf16(x + first, W, out + o, (int64_t *)indices + o, OW, first);
+    }
+    return;
+  }
+  float in[WIDE_BLOCK], maxima[WIDE_BLOCK / 2];
+  for (int64_t oh0 = 0; oh0 < OH; oh0 += rows) {
+    int64_t n = OH - oh0 < rows ? OH - oh0 : rows;
+    mx__bf16_to_f32_n(x + 2 * oh0 * W, in, 2 * n * W);
+    for (int64_t r = 0; r < n; r++) {
+      int64_t oh = oh0 + r, first = 2 * oh * W, o = oh * OW;
+      if (i32) max_pool_row_2x2_f32_i32(in + 2 * r * W, W, maxima + r * OW, (int32_t *)indices + o, OW, first);
+      else max_pool_row_2x2_f32(in + 2 * r * W, W, maxima + r * OW, (int64_t *)indices + o, OW, first);
+    }
+    mx__f32_to_bf16_n(maxima, out + oh0 * OW, n * OW);
+  }
+}
+
 static void max_pool_plane_2x2(const geometry *g, const void *x, void *out, void *indices, bool bf16, bool i32) {
+  if (bf16) {
+    max_pool_plane_2x2_bf16(g, x, out, indices, i32);
+    return;
+  }
   const int64_t W = g->in[2], OW = g->out[2];
   for (int64_t oh = 0; oh < g->out[1]; oh++) {
     int64_t first = 2 * oh * W, o = oh * OW;
-    const uint16_t *x16 = (const uint16_t *)x + first;
-    const float *x32 = (const float *)x + first;
-    if (bf16 && i32) max_pool_row_2x2_bf16_i32(x16, W, (uint16_t *)out + o, (int32_t *)indices + o, OW, first);
-    else if (bf16) max_pool_row_2x2_bf16(x16, W, (uint16_t *)out + o, (int64_t *)indices + o, OW, first);
-    else if (i32) max_pool_row_2x2_f32_i32(x32, W, (float *)out + o, (int32_t *)indices + o, OW, first);
-    else max_pool_row_2x2_f32(x32, W, (float *)out + o, (int64_t *)indices + o, OW, first);
+    if (i32) max_pool_row_2x2_f32_i32((const float *)x + first, W, (float *)out + o, (int32_t *)indices + o, OW, first);
+    else max_pool_row_2x2_f32((const float *)x + first, W, (float *)out + o, (int64_t *)indices + o, OW, first);
   }
 }
 

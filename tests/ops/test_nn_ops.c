@@ -342,6 +342,27 @@ Test(nn_ops, the_graph_keeps_int32_pool_indices_and_nothing_for_an_add) {
   mx_scope_end(s);
 }
 
+/* bfloat16 planes pool through float32 blocks of rows, and rows wider than
+ * a block directly: both give the float32 result's values and indices. */
+Test(nn_ops, max_pool_bf16_short_and_wide_rows_match_float32) {
+  const int64_t widths[2] = {28, 4100};
+  for (int k = 0; k < 2; k++) {
+    mx_scope *s = mx_scope_begin();
+    mx_tensor *x = mx_to_dtype(mx_randn(MX_SHAPE(2, 2, 6, widths[k]), MX_F32, MX_CPU, NULL), MX_BF16), *v = NULL,
+              *i = NULL, *v32 = NULL, *i32 = NULL;
+    cr_assert_eq(mx_max_pool_with_indices(x, 2, MX_SHAPE(2), MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, &v, &i), MX_OK);
+    cr_assert_eq(mx_max_pool_with_indices(mx_to_dtype(x, MX_F32), 2, MX_SHAPE(2), MX_DEFAULT, MX_DEFAULT, MX_DEFAULT,
+                                          &v32, &i32), MX_OK);
+    double *got = host(v), *want = host(v32), *gi = host(i), *wi = host(i32);
+    for (int64_t e = 0; e < mx_numel(v); e++) {
+      cr_expect_eq(got[e], want[e], "width %lld, output %lld", (long long)widths[k], (long long)e);
+      cr_expect_eq(gi[e], wi[e], "width %lld, index %lld", (long long)widths[k], (long long)e);
+    }
+    free(got), free(want), free(gi), free(wi);
+    mx_scope_end(s);
+  }
+}
+
 /* The 2x2 stride-2 fast path in float32 and bfloat16: a tie keeps the first
  * index, a NaN wins over larger numbers and the last NaN wins; an odd last
  * column is left out. */
