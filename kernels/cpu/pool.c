@@ -239,19 +239,26 @@ mx_status mx__cpu_max_pool(const mx_kview *out, const mx_kview *indices, const m
 
 /* dx[indices[o]] += dy[o] over one float32 or bfloat16 plane. Adding in
  * float32 rounds as the generic path's add in double does: the double sum
- * of two floats rounds to the same float. */
-static void scatter_plane(void *dx, const void *dy, const void *indices, int64_t n, bool bf16, bool i32) {
+ * of two floats rounds to the same float. When windows are disjoint each
+ * sum is 0 + dy[o], exact, so bfloat16 needs no rounding, only the quiet
+ * NaN (bf16_store). */
+static void scatter_plane(void *dx, const void *dy, const void *indices, int64_t n, bool bf16, bool i32,
+                          bool disjoint) {
   if (bf16) {
     uint16_t *d = dx;
     const uint16_t *g = dy;
     for (int64_t o = 0; o < n; o++) {
       int64_t i = index_at(indices, o, i32);
-      d[i] = mx_f32_to_bf16(mx_bf16_to_f32(d[i]) + mx_bf16_to_f32(g[o]));
+      float sum = (disjoint ? 0.0f : mx_bf16_to_f32(d[i])) + mx_bf16_to_f32(g[o]); /* d[i] is still 0 */
+      d[i] = disjoint ? bf16_store(sum) : mx_f32_to_bf16(sum);
     }
   } else {
     float *d = dx;
     const float *g = dy;
-    for (int64_t o = 0; o < n; o++) d[index_at(indices, o, i32)] += g[o];
+    for (int64_t o = 0; o < n; o++) {
+      int64_t i = index_at(indices, o, i32);
+      d[i] = (disjoint ? 0.0f : d[i]) + g[o];
+    }
   }
 }
 
@@ -262,14 +269,16 @@ mx_status mx__cpu_max_pool_backward(const mx_kview *dx, const mx_kview *dy, cons
   size_t size = mx_dtype_size(dx->dtype);
   memset(dx->data, 0, (size_t)(g.planes * in_plane) * size);
   bool typed = dx->dtype == dy->dtype && (dx->dtype == MX_F32 || dx->dtype == MX_BF16);
-  bool i32 = indices->dtype == MX_I32;
+  bool i32 = indices->dtype == MX_I32, disjoint = true;
   int64_t is = i32 ? 4 : 8;
+  for (int i = 0; i < 3; i++) disjoint &= g.s[i] >= (g.k[i] - 1) * g.d[i] + 1;
   MX_PARALLEL_FOR(g.planes * out_plane)
   for (int64_t pl = 0; pl < g.planes; pl++) { /* planes never share elements */
     char *dp = (char *)dx->data + pl * in_plane * (int64_t)size;
     if (typed) {
       scatter_plane(dp, (const char *)dy->data + pl * out_plane * (int64_t)size,
-                    (const char *)indices->data + pl * out_plane * is, out_plane, dx->dtype == MX_BF16, i32);
+                    (const char *)indices->data + pl * out_plane * is, out_plane, dx->dtype == MX_BF16, i32,
+                    disjoint);
       continue;
     }
     for (int64_t o = 0; o < out_plane; o++) {
