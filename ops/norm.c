@@ -61,11 +61,10 @@ static double per_channel_count(mx_shape s) {
 /* mean and biased variance per channel, in the statistics' dtype, as (C) vectors; two passes
  * (centred before squaring) for precision. */
 mx_status mx__fwd_batch_norm_stats(mx__call *c) {
-  mx_tensor *x = mx__prepare(c->in[0], stats_dtype(c->in[0]->dtype), c->in[0]->device);
-  if (!x) return mx_last_status();
+  mx_tensor *x = c->in[0]; /* 16-bit x is summed and centred as it is: both widen it exactly */
   mx_shape dims = all_but_channels(x->ndim);
   double n = per_channel_count(mx_shape_get(x));
-  mx_tensor *mean = mx_div_scalar(mx_sum(x, dims, true), n);
+  mx_tensor *mean = mx_div_scalar(mx_sum_dtype(x, dims, true, stats_dtype(x->dtype)), n);
   mx_tensor *centered = mx_sub(x, mean);
   c->out[0] = mx_reshape(mean, MX_SHAPE(-1));
   c->out[1] = mx_div_scalar(mx_sum(mx_mul(centered, centered), dims, false), n);
