@@ -16,12 +16,18 @@ typedef struct {
  * a NaN has mantissa bits too. */
 static void unscale_f32(float *x, int64_t n, float inv_scale, int64_t *infs, int64_t *nans, int64_t *tiny) {
   int64_t nonfinite = 0, nan = 0, small = 0;
-  for (int64_t i = 0; i < n; i++) {
-    uint32_t bits = mx_f32_bits(x[i]) & 0x7fffffffu;
-    nonfinite += bits >= 0x7f800000u;
-    nan += bits > 0x7f800000u;
-    small += bits < 0x38800000u; /* |v| < 2^-14, mx_amp_underflows_f16 */
-    x[i] *= inv_scale;
+  /* 32-bit counts per block keep the vector lanes as wide as the floats' */
+  for (int64_t start = 0; start < n; start += 1 << 20) {
+    int64_t end = n - start < 1 << 20 ? n : start + (1 << 20);
+    uint32_t block_nonfinite = 0, block_nan = 0, block_small = 0;
+    for (int64_t i = start; i < end; i++) {
+      uint32_t bits = mx_f32_bits(x[i]) & 0x7fffffffu;
+      block_nonfinite += bits >= 0x7f800000u;
+      block_nan += bits > 0x7f800000u;
+      block_small += bits < 0x38800000u; /* |v| < 2^-14, mx_amp_underflows_f16 */
+      x[i] *= inv_scale;
+    }
+    nonfinite += block_nonfinite, nan += block_nan, small += block_small;
   }
   *infs = nonfinite - nan, *nans = nan, *tiny = small;
 }
