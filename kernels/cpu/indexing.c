@@ -111,6 +111,61 @@ mx_status mx__cpu_index_add(const mx_kview *out, const mx_kview *index, const mx
   return MX_OK;
 }
 
+/* e^x for the x <= 0 of a shifted softmax line, written so the loop
+ * vectorises (libm's expf is a call per element): Cephes' expf, 2^n times
+ * a degree-5 polynomial on [-ln2/2, ln2/2], within 2 ulp. Below -87.33
+ * (the smallest normal result) it gives 0, and NaN stays NaN. The choices
+ * are bit-mask selects: GCC leaves a loop with ?: on floats unvectorised. */
+static float select_bits(uint32_t mask, float a, float b) {
+  return mx_bits_f32((mx_f32_bits(a) & mask) | (mx_f32_bits(b) & ~mask));
+}
+
+static float exp_nonpositive(float x) {
+  float clamped = select_bits(-(uint32_t)(x > -88.0f), x, -88.0f); /* NaN too: the int conversion needs a number */
+  float y = clamped * 1.44269504088896341f + 0.5f;
+  float t = (float)(int32_t)y, n = t - (float)(t > y); /* floor(y), as vector code can */
+  float r = clamped - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  float e = (p * r * r + r + 1.0f) * mx_bits_f32((uint32_t)((int32_t)n + 127) << 23);
+  return select_bits(-(uint32_t)(x != x), x, select_bits(-(uint32_t)(x < -87.33654f), 0.0f, e));
+}
+
+/* A float32 line with unit strides (a row-major tensor's last dim): float
+ * loads and exponentials, as PyTorch's float kernel computes, the sum and
+ * the normalisation in double. The max and the sum keep LANES partial
+ * results, so the compiler vectorises them without reassociating. */
+enum { LANES = 8 };
+
+static void softmax_line_f32(float *out, const float *x, int64_t len, bool log_softmax) {
+  float lane_max[LANES];
+  double lane_sum[LANES] = {0};
+  for (int j = 0; j < LANES; j++) lane_max[j] = -INFINITY;
+  int64_t body = len / LANES * LANES;
+  for (int64_t k = 0; k < body; k += LANES)
+    for (int j = 0; j < LANES; j++) lane_max[j] = x[k + j] > lane_max[j] || x[k + j] != x[k + j] ? x[k + j] : lane_max[j];
+  float m = -INFINITY;
+  for (int j = 0; j < LANES; j++) m = lane_max[j] > m || lane_max[j] != lane_max[j] ? lane_max[j] : m;
+  for (int64_t k = body; k < len; k++) m = x[k] > m || x[k] != x[k] ? x[k] : m;
+  if (isinf(m) && m < 0) m = 0; /* a line of -inf: no shift */
+  for (int64_t k = 0; k < len; k++) out[k] = exp_nonpositive(x[k] - m);
+  for (int64_t k = 0; k < body; k += LANES)
+    for (int j = 0; j < LANES; j++) lane_sum[j] += out[k + j];
+  double sum = 0;
+  for (int j = 0; j < LANES; j++) sum += lane_sum[j];
+  for (int64_t k = body; k < len; k++) sum += out[k];
+  if (log_softmax) {
+    double log_sum = log(sum);
+    for (int64_t k = 0; k < len; k++) out[k] = (float)((double)x[k] - m - log_sum);
+  } else {
+    for (int64_t k = 0; k < len; k++) out[k] = (float)(out[k] / sum);
+  }
+}
+
 /* Each line along dim: shift by the max, exponentiate, normalise (or take
  * logs), in double. */
 mx_status mx__cpu_softmax(const mx_kview *out, const mx_kview *x, int dim, bool log_softmax) {
@@ -119,11 +174,16 @@ mx_status mx__cpu_softmax(const mx_kview *out, const mx_kview *x, int dim, bool 
   int64_t line_shape[MX_MAX_DIMS];
   memcpy(line_shape, x->shape, sizeof line_shape);
   line_shape[dim] = 1;
+  bool f32_lines = x->dtype == MX_F32 && out->dtype == MX_F32 && x->strides[dim] == 1 && out->strides[dim] == 1;
   MX_PARALLEL_FOR(lines * len)
   for (int64_t l = 0; l < lines; l++) {
     int64_t c[MX_MAX_DIMS];
     unravel(l, x->ndim, line_shape, c);
     int64_t xo = offset_of(x->ndim, c, x->strides), oo = offset_of(out->ndim, c, out->strides);
+    if (f32_lines) {
+      softmax_line_f32((float *)at(out, oo), (const float *)at(x, xo), len, log_softmax);
+      continue;
+    }
     int64_t xs = x->strides[dim], os = out->strides[dim];
     double m = -INFINITY, sum = 0;
     for (int64_t k = 0; k < len; k++) {
