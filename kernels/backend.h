@@ -99,6 +99,12 @@ typedef struct mx_backend {
   mx_status (*conv_backward_weight)(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
                                     const mx_conv_params *p);
 
+  /* batch norm's scale and shift: y = x * scale[c] + shift[c] over
+   * contiguous (N, C, *) x and y of one floating dtype, c along dim 1;
+   * scale and shift are contiguous (C) vectors, float64 for float64 x and
+   * float32 otherwise, and the arithmetic is in their dtype */
+  mx_status (*channel_affine)(const mx_kview *y, const mx_kview *x, const mx_kview *scale, const mx_kview *shift);
+
   /* pooling (contiguous tensors); max pooling's indices are flat within
    * each (N, C) plane, int32 or int64 */
   mx_status (*max_pool)(const mx_kview *out, const mx_kview *indices, const mx_kview *x, const mx_pool_params *p);

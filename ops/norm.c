@@ -81,14 +81,31 @@ mx_status mx__bwd_batch_norm_stats(mx__bw *bw) {
   return MX_OK;
 }
 
-/* y = x scale + shift with scale = weight invstd, shift = bias - mean scale (two passes, as
- * PyTorch's CPU kernel), in args.dtype: what the elementwise ops would give. */
+/* x * scale[c] + shift[c], in dtype: one kernel pass where the backend has
+ * it, the dtypes are its own and nothing records (a backward that builds a
+ * graph for double backward takes the ops, whose arithmetic it repeats). */
+static mx_tensor *channel_affine(mx_op op, mx_tensor *x, mx_tensor *scale, mx_tensor *shift, mx_dtype dtype) {
+  const mx_backend *be = mx__backend_of(op, x->device);
+  if (!be) return NULL;
+  if (be->channel_affine && !mx_is_grad_enabled() && x->dtype == dtype && scale->dtype == stats_dtype(x->dtype) &&
+      shift->dtype == scale->dtype) {
+    mx_tensor *xc = mx__tensor_contiguous(x), *sc = mx__tensor_contiguous(scale), *sh = mx__tensor_contiguous(shift);
+    mx_tensor *y = xc && sc && sh ? mx__tensor_alloc(mx__ops[op].api_name, mx_shape_get(x), dtype, x->device) : NULL;
+    if (!y) return NULL;
+    mx_kview yv = mx__kview_of(y), xv = mx__kview_of(xc), scv = mx__kview_of(sc), shv = mx__kview_of(sh);
+    return be->channel_affine(&yv, &xv, &scv, &shv) == MX_OK ? y : NULL;
+  }
+  mx_tensor *y = mx_add(mx_mul(x, per_channel(scale, x->ndim)), per_channel(shift, x->ndim));
+  return y && y->dtype != dtype ? mx_to_dtype(y, dtype) : y;
+}
+
+/* y = x scale + shift with scale = weight invstd, shift = bias - mean scale, in args.dtype:
+ * what the elementwise ops would give. */
 mx_status mx__fwd_batch_norm_elemt(mx__call *c) {
   mx_tensor *x = c->in[0], *mean = c->in[1], *invstd = c->in[2], *weight = c->in[3], *bias = c->in[4];
   mx_tensor *scale = mx_mul(weight, invstd);
-  mx_tensor *shift = mx_sub(bias, mx_mul(mean, scale));
-  mx_tensor *y = mx_add(mx_mul(x, per_channel(scale, x->ndim)), per_channel(shift, x->ndim));
-  return OUT0(c, y && y->dtype != c->args->dtype ? mx_to_dtype(y, c->args->dtype) : y);
+  mx_tensor *shift = scale ? mx_sub(bias, mx_mul(mean, scale)) : NULL;
+  return OUT0(c, shift ? channel_affine(c->op, x, scale, shift, c->args->dtype) : NULL);
 }
 
 /* With xc = x - mean: dx = g weight invstd, dmean = -sum(g) weight invstd,
@@ -103,7 +120,10 @@ mx_status mx__bwd_batch_norm_elemt(mx__bw *bw) {
   mx_tensor *sum_gxc = NULL;
   if (mx__needs_grad(bw, 2) || mx__needs_grad(bw, 3))
     sum_gxc = mx_sum(mx_mul(G, mx_sub(mx__saved_in(bw, 0), per_channel(mean, ndim))), dims, false);
-  GRAD(0, mx_mul(G, per_channel(scale, ndim)));
+  if (mx__needs_grad(bw, 0)) { /* g scale + (-0): the product's bits, -0 kept */
+    mx_tensor *minus_zero = scale ? mx_full_like(scale, -0.0) : NULL;
+    GRAD(0, minus_zero ? channel_affine(bw->op, G, scale, minus_zero, G->dtype) : NULL);
+  }
   GRAD(1, mx_neg(mx_mul(sum_g, scale)));
   GRAD(2, mx_mul(sum_gxc, weight));
   GRAD(3, mx_mul(sum_gxc, invstd));

@@ -4,6 +4,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/amp.h"
+#include "kernels/cpu/channel_affine.h"
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/elementwise.h"
@@ -219,6 +220,7 @@ const mx_backend mx__cpu_backend = {
     .conv_forward = mx__cpu_conv_forward,
     .conv_backward_data = mx__cpu_conv_backward_data,
     .conv_backward_weight = mx__cpu_conv_backward_weight,
+    .channel_affine = mx__cpu_channel_affine,
     .max_pool = mx__cpu_max_pool,
     .max_pool_backward = mx__cpu_max_pool_backward,
     .avg_pool = mx__cpu_avg_pool,
