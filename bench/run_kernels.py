@@ -299,9 +299,11 @@ def header(args, metas, threads):
                                                                        pt.get("cpu_capability", "?"),
                                                                        pt.get("mkldnn", "?"))]
     if pt.get("blas") == "generic":
-        lines.append("- caution: this PyTorch's f32 matmul goes to the system's generic BLAS (Debian's reference "
-                     "BLAS unless an alternative is installed), not MKL or OpenBLAS; its f32 GEMM is far from "
-                     "PyTorch's best, so compare mixgrad's GEMM with oneDNN's")
+        # Debian's torch calls whatever libblas.so.3 the alternatives system points at
+        blas = os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
+        lines.append("- PyTorch's f32 matmul goes to the system's BLAS, here %s%s" % (
+            blas, "" if "openblas" in blas else " (not OpenBLAS: its f32 GEMM is far from PyTorch's best, so compare "
+            "mixgrad's GEMM with oneDNN's)"))
     return "\n".join(lines) + "\n\n"
 
 
