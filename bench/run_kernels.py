@@ -203,6 +203,11 @@ def bandwidth_rows(stats, benches, copy_bw, verdicts):
     return rows
 
 
+# The columns of the tables measured against the copy bandwidth (bandwidth_rows).
+BANDWIDTH_COLUMNS = ["op", "dtype", "mixgrad GB/s", "PyTorch GB/s", "time mixgrad/PyTorch", "mixgrad % of copy",
+                     "PyTorch % of copy", "target"]
+
+
 def elementwise_section(stats, copy_bw, verdicts):
     rows = bandwidth_rows(stats, {"add", "mul", "relu", "add_", "relu_", "clone", "copy_", "cast"}, copy_bw,
                           verdicts)
@@ -214,8 +219,7 @@ def elementwise_section(stats, copy_bw, verdicts):
             "PyTorch); add_, relu_ and copy_ write into the existing tensor (each call from the same random values). "
             "Target: >= 70%% of the copy "
             "bandwidth.\n\n" % n +
-            table(["op", "dtype", "mixgrad GB/s", "PyTorch GB/s", "time mixgrad/PyTorch", "mixgrad % of copy",
-                   "PyTorch % of copy", "target"], rows))
+            table(BANDWIDTH_COLUMNS, rows))
 
 
 def softmax_section(stats, copy_bw):
@@ -248,8 +252,7 @@ def amp_section(stats, copy_bw, verdicts):
             "the parameter and the momentum buffer (20); Adam reads the gradient and reads and writes the "
             "parameter, exp_avg and exp_avg_sq (28). PyTorch 1.13's default step is foreach=False; the _foreach "
             "rows are foreach=True. Target: >= 70%% of the copy bandwidth.\n\n" % shape +
-            table(["op", "dtype", "mixgrad GB/s", "PyTorch GB/s", "time mixgrad/PyTorch", "mixgrad % of copy",
-                   "PyTorch % of copy", "target"], rows + extra) +
+            table(BANDWIDTH_COLUMNS, rows + extra) +
             "".join("\nNote (PyTorch unscale): %s\n" % n for n in notes))
 
 

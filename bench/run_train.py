@@ -210,29 +210,37 @@ class Report:
     def table(self, header, rows):
         self.lines += table(header, rows)
 
-    def step_times(self):
-        rows = []
+    def main_cells(self):
+        """(model, batch, amp, cell) of every main configuration that ran."""
         for model, batch in MAIN:
             for amp in AMPS:
                 c = self.get(model, amp, batch)
-                if not c:
-                    continue
-                r = ratio(median_of(c["mixgrad"]), median_of(c["pytorch"]))
-                target = STEP_TARGET[model] if amp != "f16" else None
-                v = self.target(f"step time {model} {amp}, mixgrad/PyTorch", r, target)
-                torch = fmt_ms(c["pytorch"]) if amp != "f16" else "— (" + c["pytorch"].get("missing", "") + ")"
-                rows.append([model, batch, amp, fmt_ms(c["mixgrad"]), torch, c["pytorch"].get("policy", "—"),
-                             fmt_ratio(r), f"≤ {target}" if target else "—", v])
+                if c:
+                    yield model, batch, amp, c
+
+    def main_models(self):
+        """(model, {amp: cell or None}) of the main models whose fp32 configuration ran."""
+        for model, batch in MAIN:
+            cells = {amp: self.get(model, amp, batch) for amp in AMPS}
+            if cells["off"]:
+                yield model, cells
+
+    def step_times(self):
+        rows = []
+        for model, batch, amp, c in self.main_cells():
+            r = ratio(median_of(c["mixgrad"]), median_of(c["pytorch"]))
+            target = STEP_TARGET[model] if amp != "f16" else None
+            v = self.target(f"step time {model} {amp}, mixgrad/PyTorch", r, target)
+            torch = fmt_ms(c["pytorch"]) if amp != "f16" else "— (" + c["pytorch"].get("missing", "") + ")"
+            rows.append([model, batch, amp, fmt_ms(c["mixgrad"]), torch, c["pytorch"].get("policy", "—"),
+                         fmt_ratio(r), f"≤ {target}" if target else "—", v])
         self.lines += ["### Step time (ms, median [p10–p90])", ""]
         self.table(["model", "batch", "amp", "mixgrad", "PyTorch", "PyTorch's OMP_WAIT_POLICY", "ratio", "target",
                     ""], rows)
 
     def amp_speedup(self):
         rows = []
-        for model, batch in MAIN:
-            cells = {amp: self.get(model, amp, batch) for amp in AMPS}
-            if not cells["off"]:
-                continue
+        for model, cells in self.main_models():
 
             def speedup(impl, amp):
                 return ratio(median_of(cells[amp][impl]), median_of(cells["off"][impl])) if cells[amp] else None
@@ -247,19 +255,15 @@ class Report:
 
     def memory(self):
         rows = []
-        for model, batch in MAIN:
-            for amp in AMPS:
-                c = self.get(model, amp, batch)
-                if not c:
-                    continue
-                m, t = c["mixgrad"], c["pytorch"]
-                r = ratio(m.get("peak_rss_kb"), t.get("peak_rss_kb"))
-                target = RSS_TARGET if amp != "f16" else None
-                v = self.target(f"peak RSS {model} {amp}, mixgrad/PyTorch", r, target)
-                net = [None if s.get("peak_rss_kb") is None else s["peak_rss_kb"] - s["base_rss_kb"] for s in (m, t)]
-                rows.append([model, amp, mib(m.get("peak_rss_kb"), 1024), mib(t.get("peak_rss_kb"), 1024),
-                             fmt_ratio(r), f"≤ {target}" if target else "—", v,
-                             mib(net[0], 1024), mib(net[1], 1024), fmt_ratio(ratio(*net))])
+        for model, _, amp, c in self.main_cells():
+            m, t = c["mixgrad"], c["pytorch"]
+            r = ratio(m.get("peak_rss_kb"), t.get("peak_rss_kb"))
+            target = RSS_TARGET if amp != "f16" else None
+            v = self.target(f"peak RSS {model} {amp}, mixgrad/PyTorch", r, target)
+            net = [None if s.get("peak_rss_kb") is None else s["peak_rss_kb"] - s["base_rss_kb"] for s in (m, t)]
+            rows.append([model, amp, mib(m.get("peak_rss_kb"), 1024), mib(t.get("peak_rss_kb"), 1024),
+                         fmt_ratio(r), f"≤ {target}" if target else "—", v,
+                         mib(net[0], 1024), mib(net[1], 1024), fmt_ratio(ratio(*net))])
         self.lines += ["### Peak RSS (MiB, median over processes)", "",
                        "Above start: peak RSS less the RSS at start (before the model: for PyTorch the "
                        "interpreter and torch's libraries, for mixgrad its libraries), for information.", ""]
@@ -268,10 +272,7 @@ class Report:
 
     def graph(self):
         rows = []
-        for model, batch in MAIN:
-            cells = {amp: self.get(model, amp, batch) for amp in AMPS}
-            if not cells["off"]:
-                continue
+        for model, cells in self.main_models():
 
             def gb(impl, amp):
                 return cells[amp][impl].get("graph_bytes") if cells[amp] else None
