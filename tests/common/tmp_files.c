@@ -2,6 +2,7 @@
 
 #include <criterion/criterion.h>
 #include <ftw.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -22,13 +23,18 @@ void remove_tmp_dir(void) {
   if (tmp_dir[0]) nftw(tmp_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-const char *tmp_path(const char *name) {
-  static char buffers[8][1024];
+const char *fmt(const char *format, ...) {
+  static char buffers[16][4096];
   static int next;
-  char *p = buffers[next++ % 8];
-  snprintf(p, 1024, "%s/%s", tmp_dir, name);
-  return p;
+  char *buf = buffers[next++ % 16];
+  va_list ap;
+  va_start(ap, format);
+  vsnprintf(buf, sizeof buffers[0], format, ap);
+  va_end(ap);
+  return buf;
 }
+
+const char *tmp_path(const char *name) { return fmt("%s/%s", tmp_dir, name); }
 
 const char *tmp_subdir(const char *name) {
   const char *p = tmp_path(name);

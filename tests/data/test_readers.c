@@ -1,6 +1,5 @@
 /* The dataset readers: IDX and CIFAR-10 files, good, gzipped, truncated, wrong or missing, word for word. */
 #include <criterion/criterion.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,18 +10,6 @@
 
 TestSuite(idx, .init = make_tmp_dir, .fini = remove_tmp_dir);
 TestSuite(cifar, .init = make_tmp_dir, .fini = remove_tmp_dir);
-
-/* The message fmt makes. */
-static const char *message(const char *fmt, ...) {
-  static char buffers[8][4096];
-  static int next;
-  char *buf = buffers[next++ % 8];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buffers[0], fmt, ap);
-  va_end(ap);
-  return buf;
-}
 
 /* A load that fails with exactly this message (and allocates nothing the caller must free). */
 #define EXPECT_LOAD_ERROR(call, expected)                         \
@@ -81,12 +68,12 @@ Test(idx, reads_raw_and_gzipped_files) {
 
 Test(idx, mnist_folders_gzipped_or_raw) {
   const char *dir = tmp_subdir("mnist");
-  write_idx_pair(message("%s/train-images-idx3-ubyte.gz", dir), message("%s/train-labels-idx1-ubyte.gz", dir),
+  write_idx_pair(fmt("%s/train-images-idx3-ubyte.gz", dir), fmt("%s/train-labels-idx1-ubyte.gz", dir),
                  true, true);
-  write_idx_pair(message("%s/t10k-images-idx3-ubyte", dir), message("%s/t10k-labels-idx1-ubyte", dir), false,
+  write_idx_pair(fmt("%s/t10k-images-idx3-ubyte", dir), fmt("%s/t10k-labels-idx1-ubyte", dir), false,
                  false);
   /* a broken raw file beside the .gz one: the .gz is the one read */
-  write_raw(message("%s/train-images-idx3-ubyte", dir), "junk", 4);
+  write_raw(fmt("%s/train-images-idx3-ubyte", dir), "junk", 4);
   mx_dataset *train = mx_mnist_load(dir, true), *test = mx_mnist_load(dir, false);
   expect_dataset(train, 3, 1, 2, 3, three_labels, 0);
   expect_dataset(test, 3, 1, 2, 3, three_labels, 0);
@@ -98,18 +85,18 @@ Test(idx, missing_files) {
   const char *images = tmp_path("images"), *labels = tmp_path("labels"), *nothing = tmp_path("nothing");
   write_idx_pair(images, labels, false, false);
   EXPECT_LOAD_ERROR(mx_idx_load(nothing, labels),
-                    message("mx_idx_load: %s: cannot open: No such file or directory", nothing));
+                    fmt("mx_idx_load: %s: cannot open: No such file or directory", nothing));
   EXPECT_LOAD_ERROR(mx_idx_load(images, nothing),
-                    message("mx_idx_load: %s: cannot open: No such file or directory", nothing));
-  EXPECT_LOAD_ERROR(mx_idx_load(tmp_dir, labels), message("mx_idx_load: %s: not a regular file", tmp_dir));
+                    fmt("mx_idx_load: %s: cannot open: No such file or directory", nothing));
+  EXPECT_LOAD_ERROR(mx_idx_load(tmp_dir, labels), fmt("mx_idx_load: %s: not a regular file", tmp_dir));
   EXPECT_LOAD_ERROR(mx_idx_load(NULL, labels), "mx_idx_load: argument 'images_path' is NULL");
   EXPECT_LOAD_ERROR(mx_mnist_load(NULL, true), "mx_mnist_load: argument 'dir' is NULL");
   EXPECT_LOAD_ERROR(mx_mnist_load(tmp_dir, true),
-                    message("mx_mnist_load: %s: no train-images-idx3-ubyte.gz or train-images-idx3-ubyte there",
+                    fmt("mx_mnist_load: %s: no train-images-idx3-ubyte.gz or train-images-idx3-ubyte there",
                             tmp_dir));
   write_raw(tmp_path("t10k-images-idx3-ubyte"), "x", 1);
   EXPECT_LOAD_ERROR(mx_mnist_load(tmp_dir, false),
-                    message("mx_mnist_load: %s: no t10k-labels-idx1-ubyte.gz or t10k-labels-idx1-ubyte there",
+                    fmt("mx_mnist_load: %s: no t10k-labels-idx1-ubyte.gz or t10k-labels-idx1-ubyte there",
                             tmp_dir));
 }
 
@@ -123,9 +110,9 @@ Test(idx, truncated_raw_files) {
     write_raw(images, bytes, cuts[k]);
     EXPECT_LOAD_ERROR(
         mx_idx_load(images, labels),
-        cuts[k] < 16 ? message("mx_idx_load: %s: expected an IDX header of 16 bytes (images), got %zu", images,
+        cuts[k] < 16 ? fmt("mx_idx_load: %s: expected an IDX header of 16 bytes (images), got %zu", images,
                                cuts[k])
-                     : message("mx_idx_load: %s: expected 34 bytes (a 16-byte header and 3 images of 2x3), got %zu",
+                     : fmt("mx_idx_load: %s: expected 34 bytes (a 16-byte header and 3 images of 2x3), got %zu",
                                images, cuts[k]));
   }
   free(bytes);
@@ -134,9 +121,9 @@ Test(idx, truncated_raw_files) {
   for (size_t cut = 0; cut < len; cut += 3) {
     write_raw(labels, bytes, cut);
     EXPECT_LOAD_ERROR(mx_idx_load(images, labels),
-                      cut < 8 ? message("mx_idx_load: %s: expected an IDX header of 8 bytes (labels), got %zu",
+                      cut < 8 ? fmt("mx_idx_load: %s: expected an IDX header of 8 bytes (labels), got %zu",
                                         labels, cut)
-                              : message("mx_idx_load: %s: expected 11 bytes (an 8-byte header and 3 labels), got %zu",
+                              : fmt("mx_idx_load: %s: expected 11 bytes (an 8-byte header and 3 labels), got %zu",
                                         labels, cut));
   }
   free(bytes);
@@ -153,14 +140,14 @@ Test(idx, truncated_gzip_files) {
   for (size_t k = 0; k < 3; k++) {
     write_raw(images, gz, header_cuts[k]);
     EXPECT_LOAD_ERROR(mx_idx_load(images, labels),
-                      message("mx_idx_load: %s: expected an IDX header of 16 bytes (images), got 0 "
+                      fmt("mx_idx_load: %s: expected an IDX header of 16 bytes (images), got 0 "
                               "(the gzip stream ends early)",
                               images));
   }
   for (size_t cut = gz_len - 8; cut < gz_len; cut += 3) {
     write_raw(images, gz, cut);
     EXPECT_LOAD_ERROR(mx_idx_load(images, labels),
-                      message("mx_idx_load: %s: the gzip stream ends early, after 34 bytes", images));
+                      fmt("mx_idx_load: %s: the gzip stream ends early, after 34 bytes", images));
   }
   free(bytes);
   free(gz);
@@ -171,7 +158,7 @@ Test(idx, truncated_gzip_files) {
   write_raw(images, gz, gz_len / 2);
   mx_clear_error();
   cr_expect_null(mx_idx_load(images, labels));
-  const char *prefix = message("mx_idx_load: %s: expected 78416 bytes (a 16-byte header and 100 images of 28x28), got ",
+  const char *prefix = fmt("mx_idx_load: %s: expected 78416 bytes (a 16-byte header and 100 images of 28x28), got ",
                                images);
   const char *err = mx_last_error(), *suffix = " (the gzip stream ends early)";
   cr_expect_eq(strncmp(err, prefix, strlen(prefix)), 0, "%s", err);
@@ -201,7 +188,7 @@ Test(idx, corrupt_gzip_files) {
     write_raw(images, gz, gz_len);
     gz[damage[k].at] ^= damage[k].xor;
     EXPECT_LOAD_ERROR(mx_idx_load(images, labels),
-                      message("mx_idx_load: %s: corrupt gzip data (%s)", images, damage[k].why));
+                      fmt("mx_idx_load: %s: corrupt gzip data (%s)", images, damage[k].why));
   }
   free(bytes);
   free(gz);
@@ -211,15 +198,15 @@ Test(idx, wrong_magic) {
   const char *images = tmp_path("images"), *labels = tmp_path("labels");
   write_idx_pair(images, labels, false, false);
   EXPECT_LOAD_ERROR(mx_idx_load(labels, labels),
-                    message("mx_idx_load: %s: bad magic 0x00000801 (labels) where images (0x00000803) were expected",
+                    fmt("mx_idx_load: %s: bad magic 0x00000801 (labels) where images (0x00000803) were expected",
                             labels));
   EXPECT_LOAD_ERROR(mx_idx_load(images, images),
-                    message("mx_idx_load: %s: bad magic 0x00000803 (images) where labels (0x00000801) were expected",
+                    fmt("mx_idx_load: %s: bad magic 0x00000803 (images) where labels (0x00000801) were expected",
                             images));
   const char *other = tmp_path("other.gz");
   write_gz(other, "\x12\x34\x56\x78 and then some bytes", 25);
   EXPECT_LOAD_ERROR(mx_idx_load(other, labels),
-                    message("mx_idx_load: %s: bad magic 0x12345678 where images (0x00000803) were expected", other));
+                    fmt("mx_idx_load: %s: bad magic 0x12345678 where images (0x00000803) were expected", other));
 }
 
 Test(idx, wrong_sizes) {
@@ -231,10 +218,10 @@ Test(idx, wrong_sizes) {
   longer[len] = 0;
   write_raw(images, longer, len + 1);
   EXPECT_LOAD_ERROR(mx_idx_load(images, labels),
-                    message("mx_idx_load: %s: expected 34 bytes (a 16-byte header and 3 images of 2x3), got 35", images));
+                    fmt("mx_idx_load: %s: expected 34 bytes (a 16-byte header and 3 images of 2x3), got 35", images));
   write_gz(gz_images, longer, len + 1);
   EXPECT_LOAD_ERROR(mx_idx_load(gz_images, labels),
-                    message("mx_idx_load: %s: expected 34 bytes (a 16-byte header and 3 images of 2x3), got more",
+                    fmt("mx_idx_load: %s: expected 34 bytes (a 16-byte header and 3 images of 2x3), got more",
                             gz_images));
   free(bytes);
   free(longer);
@@ -244,19 +231,19 @@ Test(idx, wrong_sizes) {
   bytes = idx_bytes(0x803, 3, zero_rows, NULL, 0, &len);
   write_raw(images, bytes, len);
   free(bytes);
-  EXPECT_LOAD_ERROR(mx_idx_load(images, labels), message("mx_idx_load: %s: the header says 3 images of 0x3", images));
+  EXPECT_LOAD_ERROR(mx_idx_load(images, labels), fmt("mx_idx_load: %s: the header says 3 images of 0x3", images));
   bytes = idx_bytes(0x803, 3, huge, NULL, 0, &len);
   write_gz(gz_images, bytes, len);
   free(bytes);
   EXPECT_LOAD_ERROR(mx_idx_load(gz_images, labels),
-                    message("mx_idx_load: %s: the header says 60000 images of 1000x1000, more than the "
+                    fmt("mx_idx_load: %s: the header says 60000 images of 1000x1000, more than the "
                             "100000000-byte limit",
                             gz_images));
   bytes = idx_bytes(0x803, 3, wide, NULL, 0, &len);
   write_raw(images, bytes, len);
   free(bytes);
   EXPECT_LOAD_ERROR(mx_idx_load(images, labels),
-                    message("mx_idx_load: %s: the header says 1 images of 4294967295x4294967295, more than the "
+                    fmt("mx_idx_load: %s: the header says 1 images of 4294967295x4294967295, more than the "
                             "100000000-byte limit",
                             images));
   write_idx_pair(images, labels, false, false);
@@ -264,12 +251,12 @@ Test(idx, wrong_sizes) {
   bytes = idx_bytes(0x801, 1, &no_labels, NULL, 0, &len);
   write_raw(labels, bytes, len);
   free(bytes);
-  EXPECT_LOAD_ERROR(mx_idx_load(images, labels), message("mx_idx_load: %s: the header says 0 labels", labels));
+  EXPECT_LOAD_ERROR(mx_idx_load(images, labels), fmt("mx_idx_load: %s: the header says 0 labels", labels));
   bytes = idx_bytes(0x801, 1, &many_labels, NULL, 0, &len);
   write_raw(labels, bytes, len);
   free(bytes);
   EXPECT_LOAD_ERROR(mx_idx_load(images, labels),
-                    message("mx_idx_load: %s: the header says 4294967295 labels, more than the 100000000-byte limit",
+                    fmt("mx_idx_load: %s: the header says 4294967295 labels, more than the 100000000-byte limit",
                             labels));
 }
 
@@ -281,19 +268,19 @@ Test(idx, labels_must_match_and_lie_in_range) {
   write_raw(labels, bytes, len);
   free(bytes);
   EXPECT_LOAD_ERROR(mx_idx_load(images, labels),
-                    message("mx_idx_load: %s holds 3 images but %s holds 2 labels", images, labels));
+                    fmt("mx_idx_load: %s holds 3 images but %s holds 2 labels", images, labels));
   uint8_t bad[3] = {0, 10, 255};
   bytes = idx_labels(3, bad, &len);
   write_gz(labels, bytes, len);
   free(bytes);
   EXPECT_LOAD_ERROR(mx_idx_load(images, labels),
-                    message("mx_idx_load: %s: label 10 of sample 1 is outside 0..9", labels));
+                    fmt("mx_idx_load: %s: label 10 of sample 1 is outside 0..9", labels));
 }
 
 /* Debian's dataset-fashion-mnist (scripts/setup installs it). */
 Test(idx, fashion_mnist_as_debian_installs_it) {
   const char *dir = "/usr/share/datasets/fashion-mnist";
-  if (access(message("%s/t10k-images-idx3-ubyte.gz", dir), R_OK) != 0) cr_skip_test("dataset-fashion-mnist is not installed");
+  if (access(fmt("%s/t10k-images-idx3-ubyte.gz", dir), R_OK) != 0) cr_skip_test("dataset-fashion-mnist is not installed");
   mx_dataset *test = mx_mnist_load(dir, false);
   cr_assert_not_null(test, "%s", mx_last_error());
   cr_expect_eq(test->n, 10000);
@@ -330,8 +317,8 @@ Test(cifar, folders) {
   char sub_dir[1024];
   snprintf(sub_dir, sizeof sub_dir, "%s", tmp_subdir("cifar-10-batches-bin"));
   for (int b = 1; b <= 5; b++)
-    write_cifar(message("%s/data_batch_%d.bin", sub_dir, b), 1, five_labels + b - 1, b - 1, false);
-  write_cifar(message("%s/test_batch.bin", sub_dir), 2, five_labels, 7, false);
+    write_cifar(fmt("%s/data_batch_%d.bin", sub_dir, b), 1, five_labels + b - 1, b - 1, false);
+  write_cifar(fmt("%s/test_batch.bin", sub_dir), 2, five_labels, 7, false);
   mx_dataset *train = mx_cifar_load(tmp_dir, true), *test = mx_cifar_load(tmp_dir, false);
   expect_dataset(train, 5, 3, 32, 32, five_labels, 0);
   expect_dataset(test, 2, 3, 32, 32, five_labels, 7);
@@ -341,10 +328,10 @@ Test(cifar, folders) {
   mx_dataset *direct = mx_cifar_load(sub_dir, true);
   expect_dataset(direct, 5, 3, 32, 32, five_labels, 0);
   mx_dataset_free(direct);
-  const char *missing = message("%s/data_batch_3.bin", sub_dir);
+  const char *missing = fmt("%s/data_batch_3.bin", sub_dir);
   remove(missing);
   EXPECT_LOAD_ERROR(mx_cifar_load(tmp_dir, true),
-                    message("mx_cifar_load: %s: cannot open: No such file or directory", missing));
+                    fmt("mx_cifar_load: %s: cannot open: No such file or directory", missing));
   EXPECT_LOAD_ERROR(mx_cifar_load(NULL, true), "mx_cifar_load: argument 'dir' is NULL");
   EXPECT_LOAD_ERROR(mx_cifar_load_files(NULL, 1), "mx_cifar_load: expected at least one batch file, got 0");
 }
@@ -358,31 +345,31 @@ Test(cifar, truncated_and_wrong_files) {
   for (size_t k = 0; k < sizeof cuts / sizeof *cuts; k++) {
     write_raw(path, bytes, cuts[k]);
     EXPECT_LOAD_ERROR(mx_cifar_load_files(paths, 1),
-                      message("mx_cifar_load: %s: expected a whole number of 3073-byte records (a label byte and "
+                      fmt("mx_cifar_load: %s: expected a whole number of 3073-byte records (a label byte and "
                               "3072 pixels), got %zu bytes",
                               path, cuts[k]));
   }
   /* gzipped: the length is known only once read */
   write_gz(path, bytes, 3073 + 100);
   EXPECT_LOAD_ERROR(mx_cifar_load_files(paths, 1),
-                    message("mx_cifar_load: %s: expected a whole number of 3073-byte records (a label byte and "
+                    fmt("mx_cifar_load: %s: expected a whole number of 3073-byte records (a label byte and "
                             "3072 pixels), got 3173 bytes",
                             path));
   size_t gz_len;
   uint8_t *gz = gzip_bytes(bytes, len, &gz_len);
   write_raw(path, gz, gz_len - 3);
   EXPECT_LOAD_ERROR(mx_cifar_load_files(paths, 1),
-                    message("mx_cifar_load: %s: the gzip stream ends early, after 6146 bytes", path));
+                    fmt("mx_cifar_load: %s: the gzip stream ends early, after 6146 bytes", path));
   write_raw(path, gz, gz_len / 2);
   mx_clear_error();
   cr_expect_null(mx_cifar_load_files(paths, 1));
-  const char *prefix = message("mx_cifar_load: %s: the gzip stream ends early, after ", path);
+  const char *prefix = fmt("mx_cifar_load: %s: the gzip stream ends early, after ", path);
   cr_expect_eq(strncmp(mx_last_error(), prefix, strlen(prefix)), 0, "%s", mx_last_error());
   free(gz);
   /* a label out of range in the second record */
   bytes[3073] = 10;
   write_raw(path, bytes, len);
   EXPECT_LOAD_ERROR(mx_cifar_load_files(paths, 1),
-                    message("mx_cifar_load: %s: label 10 of record 1 is outside 0..9", path));
+                    fmt("mx_cifar_load: %s: label 10 of record 1 is outside 0..9", path));
   free(bytes);
 }

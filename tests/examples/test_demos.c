@@ -15,7 +15,6 @@
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <spawn.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,18 +49,6 @@ static void skip(const char *why) {
 /* For the tests whose demo trains (see the top of the file). */
 static void skip_training_under_valgrind(void) {
   if (RUNNING_ON_VALGRIND) skip("under valgrind: oneDNN's JIT kernels make a traced demo fail");
-}
-
-/* The text fmt makes, in one of a few rotating buffers. */
-static const char *fmt(const char *format, ...) {
-  static char buffers[16][1024];
-  static int next;
-  char *buf = buffers[next++ % 16];
-  va_list ap;
-  va_start(ap, format);
-  vsnprintf(buf, sizeof buffers[0], format, ap);
-  va_end(ap);
-  return buf;
 }
 
 /* The demo's path from the environment meson sets. */
