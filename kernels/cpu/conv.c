@@ -186,8 +186,7 @@ static mx_status via_f32(mx_conv_kind kind, const mx_kview *const *v, const mx_c
   mx_status status = MX_OK;
   for (int r = 0; r < 3 && status == MX_OK; r++) {
     if (r == out) {
-      int64_t n = mx__kview_numel(v[r]);
-      buf[r] = malloc(sizeof(float) * (size_t)(n ? n : 1));
+      buf[r] = mx__cpu_f32_alloc(mx__kview_numel(v[r]));
     } else {
       buf[r] = mx__cpu_dense_f32(v[r]);
     }
@@ -205,7 +204,7 @@ static mx_status via_f32(mx_conv_kind kind, const mx_kview *const *v, const mx_c
     }
     if (status == MX_OK) mx__cpu_store_f32(v[out], buf[out]);
   }
-  for (int r = 0; r < 3; r++) free(buf[r]);
+  for (int r = 0; r < 3; r++) mx__cpu_f32_free(buf[r], mx__kview_numel(v[r]));
   return status;
 }
 

@@ -43,7 +43,7 @@ mx_status mx__cpu_matmul_reference(const mx_kview *out, const mx_kview *a, const
 /* float16 as the GPU does it: f32 products and sums, one rounding at the end. */
 static mx_status matmul_via_f32(const mx_kview *out, const mx_kview *a, const mx_kview *b) {
   float *fa = mx__cpu_dense_f32(a), *fb = mx__cpu_dense_f32(b);
-  float *fo = malloc(sizeof(float) * (size_t)(mx__kview_numel(out) ? mx__kview_numel(out) : 1));
+  float *fo = mx__cpu_f32_alloc(mx__kview_numel(out));
   mx_status status = MX_OK;
   if (!fa || !fb || !fo) {
     status = mx__error(MX_OUT_OF_MEMORY, "mx_matmul: out of memory converting %s operands", mx_dtype_name(a->dtype));
@@ -54,7 +54,8 @@ static mx_status matmul_via_f32(const mx_kview *out, const mx_kview *a, const mx
     if (status == MX_NOT_BUILT) status = mx__cpu_matmul_reference(&vo, &va, &vb);
     if (status == MX_OK) mx__cpu_store_f32(out, fo);
   }
-  free(fa), free(fb), free(fo);
+  mx__cpu_f32_free(fa, mx__kview_numel(a)), mx__cpu_f32_free(fb, mx__kview_numel(b));
+  mx__cpu_f32_free(fo, mx__kview_numel(out));
   return status;
 }
 

@@ -2,9 +2,12 @@
  * kernel (bulk F16C where the CPU has it, threads for large tensors). */
 #include "kernels/cpu/via_f32.h"
 
-#include <stdlib.h>
-
 #include "kernels/backend.h"
+#include "kernels/cpu/host_cache.h"
+
+float *mx__cpu_f32_alloc(int64_t n) { return mx__host_cache_alloc(sizeof(float) * (size_t)(n ? n : 1)); }
+
+void mx__cpu_f32_free(float *buf, int64_t n) { mx__host_cache_free(buf, sizeof(float) * (size_t)(n ? n : 1)); }
 
 mx_kview mx__cpu_dense_f32_view(float *data, const mx_kview *like) {
   mx_kview v = *like;
@@ -19,8 +22,7 @@ mx_kview mx__cpu_dense_f32_view(float *data, const mx_kview *like) {
 }
 
 float *mx__cpu_dense_f32(const mx_kview *v) {
-  int64_t n = mx__kview_numel(v);
-  float *data = malloc(sizeof(float) * (size_t)(n ? n : 1));
+  float *data = mx__cpu_f32_alloc(mx__kview_numel(v));
   if (!data) return NULL;
   mx_kview dense = mx__cpu_dense_f32_view(data, v);
   mx__cpu_backend.convert(&dense, v);

@@ -6,8 +6,14 @@
 
 #include "kernels/base_internal.h"
 
-/* A malloc'ed dense (row-major) float32 copy of v, any dtype and strides;
- * NULL when out of memory (no error set). */
+/* A float32 staging buffer of n elements from the CPU's block cache (a
+ * fresh malloc would fault its pages in on every call); NULL when out of
+ * memory (no error set). Give it back with mx__cpu_f32_free. */
+float *mx__cpu_f32_alloc(int64_t n);
+void mx__cpu_f32_free(float *buf, int64_t n);
+
+/* A dense (row-major) float32 copy of v, any dtype and strides, in a buffer
+ * from mx__cpu_f32_alloc(numel(v)); NULL when out of memory. */
 float *mx__cpu_dense_f32(const mx_kview *v);
 
 /* The dense row-major float32 view of data with like's shape. */
