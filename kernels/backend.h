@@ -105,8 +105,10 @@ typedef struct mx_backend {
    * float32 otherwise, and the arithmetic is in their dtype */
   mx_status (*channel_affine)(const mx_kview *y, const mx_kview *x, const mx_kview *scale, const mx_kview *shift);
 
-  /* pooling (contiguous tensors); max pooling's indices are flat within
-   * each (N, C) plane, int32 or int64 */
+  /* pooling (contiguous tensors). Max pooling's indices say where each
+   * max came from, in the encoding their dtype names: uint8, its offset in
+   * the window, row-major over the kernel (used for kernels of at most 256
+   * elements); int64, its flat position in the (N, C) plane */
   mx_status (*max_pool)(const mx_kview *out, const mx_kview *indices, const mx_kview *x, const mx_pool_params *p);
   mx_status (*max_pool_backward)(const mx_kview *dx, const mx_kview *dy, const mx_kview *indices,
                                  const mx_pool_params *p);

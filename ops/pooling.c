@@ -1,6 +1,8 @@
 /* Pooling: max (with indices) and average over 1-3 spatial dims, with
  * backward kernels that are ops themselves; adaptive average pooling as
  * two small matrix products. */
+#include <stdlib.h>
+
 #include "ops/op_table.h"
 
 /* The output shape, or an error naming op. */
@@ -24,6 +26,62 @@ static mx_status pooled_shape(const char *op, const mx_tensor *x, const mx_pool_
   return MX_OK;
 }
 
+/* Whether max pooling's indices can be offsets in the window (uint8): a
+ * kernel of at most 256 elements, and no dilation, so that every window
+ * holds an input element (padding is at most half the kernel). */
+static bool window_offsets_fit(const mx_pool_params *p) {
+  int64_t volume = 1;
+  for (int i = 0; i < p->spatial; i++) {
+    if (p->dilation[i] > 1) return false;
+    volume *= p->kernel[i];
+  }
+  return volume <= 256;
+}
+
+/* PyTorch's indices, int64 flat positions in each input plane, from the
+ * op's: a uint8 offset decodes as the window's corner, a function of the
+ * output position, plus the offset's displacement in the plane (both
+ * linear, so they are two small tables and an add, on any device); int64
+ * ones already are. in: the input's spatial sizes. */
+static mx_tensor *flat_indices(const mx_tensor *indices, const mx_pool_params *p, const int64_t *in) {
+  if (indices->dtype != MX_U8) return mx_to_dtype(indices, MX_I64);
+  int sp = p->spatial;
+  mx_shape out = mx_shape_get(indices), corner_shape = {.ndim = sp}, delta_shape = {.ndim = 1, .d = {1}};
+  int64_t plane_stride[3], corners = 1;
+  for (int i = sp - 1; i >= 0; i--) plane_stride[i] = i == sp - 1 ? 1 : plane_stride[i + 1] * in[i + 1];
+  for (int i = 0; i < sp; i++) {
+    corner_shape.d[i] = out.d[2 + i];
+    corners *= out.d[2 + i];
+    delta_shape.d[0] *= p->kernel[i];
+  }
+  int64_t *corner = malloc(sizeof(int64_t) * (size_t)(corners + delta_shape.d[0]));
+  if (!corner) {
+    mx__error(MX_OUT_OF_MEMORY, "mx_max_pool: out of memory decoding indices");
+    return NULL;
+  }
+  int64_t *delta = corner + corners;
+  for (int64_t o = 0; o < corners; o++) { /* sum over dims of (o_i s_i - p_i) * plane_stride_i */
+    int64_t rest = o, flat = 0;
+    for (int i = sp - 1; i >= 0; rest /= out.d[2 + i], i--)
+      flat += (rest % out.d[2 + i] * p->stride[i] - p->padding[i]) * plane_stride[i];
+    corner[o] = flat;
+  }
+  for (int64_t r = 0; r < delta_shape.d[0]; r++) { /* sum over dims of k_i * plane_stride_i */
+    int64_t rest = r, flat = 0;
+    for (int i = sp - 1; i >= 0; rest /= p->kernel[i], i--) flat += rest % p->kernel[i] * plane_stride[i];
+    delta[r] = flat;
+  }
+  mx_scope *scope = mx_scope_begin();
+  mx_tensor *corner_t = mx_from_data(corner, corner_shape, MX_I64, indices->device);
+  mx_tensor *delta_t = mx_from_data(delta, delta_shape, MX_I64, indices->device);
+  free(corner);
+  mx_tensor *offsets = mx_reshape(mx_to_dtype(indices, MX_I64), MX_SHAPE(mx_numel(indices)));
+  mx_tensor *flat = mx_add(mx_reshape(mx_gather(delta_t, 0, offsets), out), corner_t);
+  if (flat) mx_keep(flat);
+  mx_scope_end(scope);
+  return flat;
+}
+
 mx_status mx__fwd_max_pool(mx__call *c) {
   mx_shape shape;
   if (pooled_shape("mx_max_pool", c->in[0], &c->args->pool, &shape)) return mx_last_status();
@@ -31,12 +89,10 @@ mx_status mx__fwd_max_pool(mx__call *c) {
   const mx_backend *be = x ? mx__backend_of(c->op, x->device) : NULL;
   if (!be) return mx_last_status();
   if (!be->max_pool) return mx__no_kernel(c->op, x->device, "max_pool");
-  /* Indices within a plane, int32 while they fit: the graph saves them
-   * for backward, where int64 would outweigh bf16 activations 4:1. The
-   * public function hands out int64, as PyTorch does. */
-  int64_t plane = 1;
-  for (int d = 2; d < x->ndim; d++) plane *= x->shape[d];
-  mx_dtype index_dtype = plane <= INT32_MAX ? MX_I32 : MX_I64;
+  /* uint8 offsets in the window where the kernel allows: the graph saves
+   * them for backward, where int64 positions would outweigh bf16
+   * activations 4:1. The public function hands out PyTorch's int64. */
+  mx_dtype index_dtype = window_offsets_fit(&c->args->pool) ? MX_U8 : MX_I64;
   c->out[0] = mx__tensor_alloc("mx_max_pool", shape, x->dtype, x->device);
   c->out[1] = mx__tensor_alloc("mx_max_pool", shape, index_dtype, x->device);
   if (!c->out[0] || !c->out[1]) return mx_last_status();
@@ -67,9 +123,10 @@ mx_status mx__bwd_max_pool(mx__bw *bw) {
   return MX_OK;
 }
 
-/* The adjoint of scattering by indices is gathering by them (gather takes int64). */
+/* The adjoint of scattering by indices is gathering by them (at flat positions). */
 mx_status mx__bwd_max_pool_backward(mx__bw *bw) {
-  mx_tensor *indices = mx_to_dtype(mx__saved_in(bw, 1), MX_I64);
+  const mx_shape in = bw->args->shape;
+  mx_tensor *indices = flat_indices(mx__saved_in(bw, 1), &bw->args->pool, in.d + 2);
   mx_shape out = mx_shape_get(indices);
   GRAD(0, mx_reshape(mx_gather(mx_flatten(G, 2, -1), 2, mx_flatten(indices, 2, -1)), out));
   return MX_OK;
@@ -160,7 +217,11 @@ mx_status mx_max_pool_with_indices(const mx_tensor *x, int spatial, mx_shape ker
   mx_status status = mx__dispatch(MX_OP_MAX_POOL, 1, in, &args, out);
   if (values) *values = out[0];
   else mx_release(out[0]);
-  if (indices) *indices = out[1] ? mx_to_dtype(out[1], MX_I64) : NULL;
+  if (indices) {
+    mx_shape x_shape = out[1] ? mx_shape_get(x) : (mx_shape){0};
+    *indices = out[1] ? flat_indices(out[1], &args.pool, x_shape.d + 2) : NULL;
+    if (out[1] && !*indices) status = mx_last_status();
+  }
   mx_release(out[1]);
   return status;
 }

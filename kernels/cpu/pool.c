@@ -33,15 +33,29 @@ static geometry geometry_of(const mx_kview *in, const mx_kview *out, const mx_po
 
 static int64_t volume(const int64_t *v) { return v[0] * v[1] * v[2]; }
 
-/* Max pooling's indices are int32 (what its op saves for backward, half
- * the bytes) or int64 (planes of 2^31 elements or more). */
-static void set_index(void *indices, int64_t i, int64_t v, bool i32) {
-  if (i32) ((int32_t *)indices)[i] = (int32_t)v;
-  else ((int64_t *)indices)[i] = v;
+/* Max pooling's indices come in two encodings, told apart by dtype (see
+ * kernels/backend.h): uint8 holds the max's offset in its window, row-major
+ * over the kernel; int64 holds its flat position in the input plane. The
+ * two meet in window_corner + window_deltas[offset]. */
+static void set_index(void *indices, int64_t i, int64_t flat, int64_t offset, bool offsets) {
+  if (offsets) ((uint8_t *)indices)[i] = (uint8_t)offset;
+  else ((int64_t *)indices)[i] = flat;
 }
 
-static int64_t index_at(const void *indices, int64_t i, bool i32) {
-  return i32 ? ((const int32_t *)indices)[i] : ((const int64_t *)indices)[i];
+/* The flat position of the window's (0, 0, 0) element for output (o0, o1, o2);
+ * it may lie in the padding, but corner + delta is exact wherever the sum
+ * lands inside the input, the flat position being linear in each coordinate. */
+static int64_t window_corner(const geometry *g, int64_t o0, int64_t o1, int64_t o2) {
+  return ((o0 * g->s[0] - g->p[0]) * g->in[1] + (o1 * g->s[1] - g->p[1])) * g->in[2] + (o2 * g->s[2] - g->p[2]);
+}
+
+/* delta[offset]: each window element's flat displacement from the corner. */
+static void window_deltas(const geometry *g, int64_t *delta) {
+  int64_t r = 0;
+  for (int64_t k0 = 0; k0 < g->k[0]; k0++)
+    for (int64_t k1 = 0; k1 < g->k[1]; k1++)
+      for (int64_t k2 = 0; k2 < g->k[2]; k2++)
+        delta[r++] = (k0 * g->d[0] * g->in[1] + k1 * g->d[1]) * g->in[2] + k2 * g->d[2];
 }
 
 #define FOR_WINDOW(g, o0, o1, o2, BODY)                                                      \
@@ -104,28 +118,33 @@ static uint16_t bf16_store(float v) {
 
 /* 2x2 windows with stride 2 and no padding, the CNNs' pooling: one row of
  * outputs from input rows top and top + W, four loads and three steps per
- * output. The max's offset in the window is an int32 (0, 1, W or W + 1),
- * which lets the loop vectorise across the row (SSE2 has no 64-bit select
- * on float compares). */
-#define MX__MAX_POOL_ROW_2X2(name, type, itype, load, store)                                           \
+ * output. The max's offset in the window (0 to 3) is an int32 in the loop,
+ * which lets it vectorise across the row (SSE2 has no 64-bit select on
+ * float compares); OFFSETS stores it as is, otherwise its flat position. */
+#define MX__MAX_POOL_ROW_2X2(name, type, itype, OFFSETS, load, store)                                   \
   static void name(const type *restrict top, int64_t W, type *restrict out, itype *restrict indices, int64_t n, \
                    int64_t first) {                                                                  \
-    const int32_t below = (int32_t)W;                                                                \
     for (int64_t ow = 0; ow < n; ow++) {                                                             \
       float best = load(top[2 * ow]), b = load(top[2 * ow + 1]);                                     \
       float c = load(top[W + 2 * ow]), d = load(top[W + 2 * ow + 1]);                                \
       int32_t where = 0;                                                                             \
       MX__MAX_STEP(b, 1);                                                                            \
-      MX__MAX_STEP(c, below);                                                                        \
-      MX__MAX_STEP(d, below + 1);                                                                    \
+      MX__MAX_STEP(c, 2);                                                                            \
+      MX__MAX_STEP(d, 3);                                                                            \
       out[ow] = store(best);                                                                         \
-      indices[ow] = (itype)(first + 2 * ow + where);                                                 \
+      indices[ow] = OFFSETS ? (itype)where : (itype)(first + 2 * ow + (where & 1) + (where >> 1) * W); \
     }                                                                                                \
   }
-MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_f32, float, int64_t, f32_of_f32, f32_store)
-MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_bf16, uint16_t, int64_t, f32_of_bf16, bf16_store)
-MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_f32_i32, float, int32_t, f32_of_f32, f32_store)
-MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_bf16_i32, uint16_t, int32_t, f32_of_bf16, bf16_store)
+MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_f32_u8, float, uint8_t, true, f32_of_f32, f32_store)
+MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_bf16_u8, uint16_t, uint8_t, true, f32_of_bf16, bf16_store)
+MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_f32_i64, float, int64_t, false, f32_of_f32, f32_store)
+MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_bf16_i64, uint16_t, int64_t, false, f32_of_bf16, bf16_store)
+
+static void max_pool_row_2x2_f32(const float *top, int64_t W, float *out, void *indices, int64_t o, int64_t n,
+                                 int64_t first, bool offsets) {
+  if (offsets) max_pool_row_2x2_f32_u8(top, W, out, (uint8_t *)indices + o, n, first);
+  else max_pool_row_2x2_f32_i64(top, W, out, (int64_t *)indices + o, n, first);
+}
 
 /* bfloat16 planes go through float32 rows: a block of input rows widened
  * in one vectorised pass, the float32 search (its vector loop covers more
@@ -134,13 +153,13 @@ MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_bf16_i32, uint16_t, int32_t, f32_of_bf16, 
  * one of the inputs. Rows wider than the block search in bfloat16. */
 enum { WIDE_BLOCK = 4096 };
 
-static void max_pool_plane_2x2_bf16(const geometry *g, const uint16_t *x, uint16_t *out, void *indices, bool i32) {
+static void max_pool_plane_2x2_bf16(const geometry *g, const uint16_t *x, uint16_t *out, void *indices, bool offsets) {
   const int64_t W = g->in[2], OW = g->out[2], OH = g->out[1], rows = WIDE_BLOCK / (2 * W);
   if (rows == 0) {
     for (int64_t oh = 0; oh < OH; oh++) {
       int64_t first = 2 * oh * W, o = oh * OW;
-      if (i32) max_pool_row_2x2_bf16_i32(x + first, W, out + o, (int32_t *)indices + o, OW, first);
-      else max_pool_row_2x2_bf16(x + first, W, out + o, (int64_t *)indices + o, OW, first);
+      if (offsets) max_pool_row_2x2_bf16_u8(x + first, W, out + o, (uint8_t *)indices + o, OW, first);
+      else max_pool_row_2x2_bf16_i64(x + first, W, out + o, (int64_t *)indices + o, OW, first);
     }
     return;
   }
@@ -149,42 +168,39 @@ static void max_pool_plane_2x2_bf16(const geometry *g, const uint16_t *x, uint16
     int64_t n = OH - oh0 < rows ? OH - oh0 : rows;
     mx__bf16_to_f32_n(x + 2 * oh0 * W, in, 2 * n * W);
     for (int64_t r = 0; r < n; r++) {
-      int64_t oh = oh0 + r, first = 2 * oh * W, o = oh * OW;
-      if (i32) max_pool_row_2x2_f32_i32(in + 2 * r * W, W, maxima + r * OW, (int32_t *)indices + o, OW, first);
-      else max_pool_row_2x2_f32(in + 2 * r * W, W, maxima + r * OW, (int64_t *)indices + o, OW, first);
+      int64_t oh = oh0 + r;
+      max_pool_row_2x2_f32(in + 2 * r * W, W, maxima + r * OW, indices, oh * OW, OW, 2 * oh * W, offsets);
     }
     mx__f32_to_bf16_n(maxima, out + oh0 * OW, n * OW);
   }
 }
 
-static void max_pool_plane_2x2(const geometry *g, const void *x, void *out, void *indices, bool bf16, bool i32) {
+static void max_pool_plane_2x2(const geometry *g, const void *x, void *out, void *indices, bool bf16, bool offsets) {
   if (bf16) {
-    max_pool_plane_2x2_bf16(g, x, out, indices, i32);
+    max_pool_plane_2x2_bf16(g, x, out, indices, offsets);
     return;
   }
   const int64_t W = g->in[2], OW = g->out[2];
-  for (int64_t oh = 0; oh < g->out[1]; oh++) {
-    int64_t first = 2 * oh * W, o = oh * OW;
-    if (i32) max_pool_row_2x2_f32_i32((const float *)x + first, W, (float *)out + o, (int32_t *)indices + o, OW, first);
-    else max_pool_row_2x2_f32((const float *)x + first, W, (float *)out + o, (int64_t *)indices + o, OW, first);
-  }
+  for (int64_t oh = 0; oh < g->out[1]; oh++)
+    max_pool_row_2x2_f32((const float *)x + 2 * oh * W, W, (float *)out + oh * OW, indices, oh * OW, OW, 2 * oh * W,
+                         offsets);
 }
 
 static bool is_2x2(const geometry *g) {
   return g->k[1] == 2 && g->k[2] == 2 && g->s[1] == 2 && g->s[2] == 2 && g->p[1] == 0 && g->p[2] == 0 &&
-         g->d[1] == 1 && g->d[2] == 1 && g->in[2] < INT32_MAX;
+         g->d[1] == 1 && g->d[2] == 1;
 }
 
-static void max_pool_plane(const geometry *g, const void *x, void *out, void *indices, bool bf16, bool i32) {
+static void max_pool_plane(const geometry *g, const void *x, void *out, void *indices, bool bf16, bool offsets) {
   if (is_2x2(g)) {
-    max_pool_plane_2x2(g, x, out, indices, bf16, i32);
+    max_pool_plane_2x2(g, x, out, indices, bf16, offsets);
     return;
   }
   const int64_t H = g->in[1], W = g->in[2];
   for (int64_t oh = 0; oh < g->out[1]; oh++)
     for (int64_t ow = 0; ow < g->out[2]; ow++) {
       float best = -INFINITY;
-      int64_t where = -1;
+      int64_t where = -1, offset = 0;
       for (int64_t kh = 0; kh < g->k[1]; kh++) {
         int64_t h = oh * g->s[1] - g->p[1] + kh * g->d[1];
         if (h < 0 || h >= H) continue;
@@ -192,12 +208,14 @@ static void max_pool_plane(const geometry *g, const void *x, void *out, void *in
           int64_t w = ow * g->s[2] - g->p[2] + kw * g->d[2];
           if (w < 0 || w >= W) continue;
           float v = load_f32_or_bf16(x, h * W + w, bf16);
+          int64_t was = where;
           if (where < 0) best = v, where = h * W + w;
           else MX__MAX_STEP(v, h * W + w);
+          if (where != was) offset = kh * g->k[2] + kw;
         }
       }
       store_f32_or_bf16(out, oh * g->out[2] + ow, best, bf16);
-      set_index(indices, oh * g->out[2] + ow, where < 0 ? 0 : where, i32);
+      set_index(indices, oh * g->out[2] + ow, where < 0 ? 0 : where, offset, offsets);
     }
 }
 
@@ -205,15 +223,15 @@ mx_status mx__cpu_max_pool(const mx_kview *out, const mx_kview *indices, const m
   geometry g = geometry_of(x, out, params);
   int64_t in_plane = volume(g.in), out_plane = volume(g.out);
   size_t xs = mx_dtype_size(x->dtype), os = mx_dtype_size(out->dtype);
-  bool i32 = indices->dtype == MX_I32;
-  int64_t is = i32 ? 4 : 8;
+  bool offsets = indices->dtype == MX_U8;
+  int64_t is = (int64_t)mx_dtype_size(indices->dtype);
   if (planar(&g, x, out)) {
     bool bf16 = x->dtype == MX_BF16;
     MX_PARALLEL_FOR(g.planes * out_plane * volume(g.k))
     for (int64_t pl = 0; pl < g.planes; pl++)
       max_pool_plane(&g, (const char *)x->data + pl * in_plane * (int64_t)xs,
                      (char *)out->data + pl * out_plane * (int64_t)os, (char *)indices->data + pl * out_plane * is, bf16,
-                     i32);
+                     offsets);
     return MX_OK;
   }
   MX_PARALLEL_FOR(g.planes * out_plane * volume(g.k))
@@ -222,43 +240,40 @@ mx_status mx__cpu_max_pool(const mx_kview *out, const mx_kview *indices, const m
     for (int64_t o = 0; o < out_plane; o++) {
       int64_t o2 = o % g.out[2], o1 = (o / g.out[2]) % g.out[1], o0 = o / (g.out[2] * g.out[1]);
       double best = -INFINITY;
-      int64_t where = -1;
+      int64_t where = -1, offset = 0;
       FOR_WINDOW(g, o0, o1, o2, {
         double v = mx_element_load(xp + flat * (int64_t)xs, x->dtype);
         if (where < 0 || v > best || isnan(v)) {
           best = v;
           where = flat;
+          offset = (k0 * g.k[1] + k1) * g.k[2] + k2;
         }
       })
       mx_element_store((char *)out->data + (pl * out_plane + o) * (int64_t)os, out->dtype, best);
-      set_index(indices->data, pl * out_plane + o, where < 0 ? 0 : where, i32);
+      set_index(indices->data, pl * out_plane + o, where < 0 ? 0 : where, offset, offsets);
     }
   }
   return MX_OK;
 }
 
-/* dx[indices[o]] += dy[o] over one float32 or bfloat16 plane. Adding in
- * float32 rounds as the generic path's add in double does: the double sum
- * of two floats rounds to the same float. When windows are disjoint each
- * sum is 0 + dy[o], exact, so bfloat16 needs no rounding, only the quiet
- * NaN (bf16_store). */
-static void scatter_plane(void *dx, const void *dy, const void *indices, int64_t n, bool bf16, bool i32,
-                          bool disjoint) {
-  if (bf16) {
-    uint16_t *d = dx;
-    const uint16_t *g = dy;
-    for (int64_t o = 0; o < n; o++) {
-      int64_t i = index_at(indices, o, i32);
-      float sum = (disjoint ? 0.0f : mx_bf16_to_f32(d[i])) + mx_bf16_to_f32(g[o]); /* d[i] is still 0 */
-      d[i] = disjoint ? bf16_store(sum) : mx_f32_to_bf16(sum);
-    }
+/* dx[flat] += dy[o]. Adding in float32 rounds as the generic path's add in
+ * double does: the double sum of two floats rounds to the same float. When
+ * windows are disjoint each sum is 0 + dy[o], exact, so bfloat16 needs no
+ * rounding, only the quiet NaN (bf16_store), and nothing is read. */
+static inline void scatter_one(char *dx, int64_t flat, const char *dy, int64_t o, mx_dtype dx_dtype,
+                               mx_dtype dy_dtype, bool typed, bool disjoint) {
+  if (typed && dx_dtype == MX_F32) {
+    float *d = (float *)dx;
+    d[flat] = (disjoint ? 0.0f : d[flat]) + ((const float *)dy)[o];
+  } else if (typed) {
+    uint16_t *d = (uint16_t *)dx;
+    float sum = (disjoint ? 0.0f : mx_bf16_to_f32(d[flat])) + mx_bf16_to_f32(((const uint16_t *)dy)[o]);
+    d[flat] = disjoint ? bf16_store(sum) : mx_f32_to_bf16(sum);
   } else {
-    float *d = dx;
-    const float *g = dy;
-    for (int64_t o = 0; o < n; o++) {
-      int64_t i = index_at(indices, o, i32);
-      d[i] = (disjoint ? 0.0f : d[i]) + g[o];
-    }
+    size_t size = mx_dtype_size(dx_dtype);
+    char *target = dx + flat * (int64_t)size;
+    double grad = mx_element_load(dy + o * (int64_t)mx_dtype_size(dy_dtype), dy_dtype);
+    mx_element_store(target, dx_dtype, mx_element_load(target, dx_dtype) + grad);
   }
 }
 
@@ -266,27 +281,28 @@ mx_status mx__cpu_max_pool_backward(const mx_kview *dx, const mx_kview *dy, cons
                                     const mx_pool_params *params) {
   geometry g = geometry_of(dx, dy, params);
   int64_t in_plane = volume(g.in), out_plane = volume(g.out);
-  size_t size = mx_dtype_size(dx->dtype);
+  size_t size = mx_dtype_size(dx->dtype), dy_size = mx_dtype_size(dy->dtype);
   memset(dx->data, 0, (size_t)(g.planes * in_plane) * size);
   bool typed = dx->dtype == dy->dtype && (dx->dtype == MX_F32 || dx->dtype == MX_BF16);
-  bool i32 = indices->dtype == MX_I32, disjoint = true;
-  int64_t is = i32 ? 4 : 8;
+  bool offsets = indices->dtype == MX_U8, disjoint = true;
   for (int i = 0; i < 3; i++) disjoint &= g.s[i] >= (g.k[i] - 1) * g.d[i] + 1;
+  int64_t delta[256];
+  if (offsets) window_deltas(&g, delta); /* the op uses offsets for kernels of at most 256 */
   MX_PARALLEL_FOR(g.planes * out_plane)
   for (int64_t pl = 0; pl < g.planes; pl++) { /* planes never share elements */
     char *dp = (char *)dx->data + pl * in_plane * (int64_t)size;
-    if (typed) {
-      scatter_plane(dp, (const char *)dy->data + pl * out_plane * (int64_t)size,
-                    (const char *)indices->data + pl * out_plane * is, out_plane, dx->dtype == MX_BF16, i32,
-                    disjoint);
-      continue;
-    }
-    for (int64_t o = 0; o < out_plane; o++) {
-      int64_t flat = index_at(indices->data, pl * out_plane + o, i32);
-      char *target = dp + flat * (int64_t)size;
-      double grad = mx_element_load((const char *)dy->data + (pl * out_plane + o) * (int64_t)size, dy->dtype);
-      mx_element_store(target, dx->dtype, mx_element_load(target, dx->dtype) + grad);
-    }
+    const char *gp = (const char *)dy->data + pl * out_plane * (int64_t)dy_size;
+    const uint8_t *window_offsets = (const uint8_t *)indices->data + pl * out_plane;
+    const int64_t *flat_indices = (const int64_t *)indices->data + pl * out_plane;
+    int64_t o = 0;
+    for (int64_t o0 = 0; o0 < g.out[0]; o0++)
+      for (int64_t o1 = 0; o1 < g.out[1]; o1++) {
+        int64_t corner = window_corner(&g, o0, o1, 0);
+        for (int64_t o2 = 0; o2 < g.out[2]; o2++, o++) {
+          int64_t flat = offsets ? corner + o2 * g.s[2] + delta[window_offsets[o]] : flat_indices[o];
+          scatter_one(dp, flat, gp, o, dx->dtype, dy->dtype, typed, disjoint);
+        }
+      }
   }
   return MX_OK;
 }

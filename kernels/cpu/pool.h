@@ -1,5 +1,5 @@
 /* The CPU's pooling kernels (slots of the CPU backend). Tensors are
- * contiguous; indices hold the flat position in each input plane. */
+ * contiguous; max pooling's indices are encoded as kernels/backend.h says. */
 #ifndef MX_KERNELS_CPU_POOL_H
 #define MX_KERNELS_CPU_POOL_H
 

@@ -320,9 +320,10 @@ Test(nn_ops, max_pool_indices) {
   mx_scope_end(s);
 }
 
-/* What the graph keeps: max pooling its values and int32 indices (int64
- * would outweigh bf16 activations 4:1), an add of a bias nothing at all. */
-Test(nn_ops, the_graph_keeps_int32_pool_indices_and_nothing_for_an_add) {
+/* What the graph keeps: max pooling its values and uint8 offsets in the
+ * window (int64 would outweigh bf16 activations 4:1), an add of a bias
+ * nothing at all. */
+Test(nn_ops, the_graph_keeps_uint8_pool_offsets_and_nothing_for_an_add) {
   mx_scope *s = mx_scope_begin();
   mx_tensor *x = positive(MX_SHAPE(2, 3, 8, 8), MX_BF16, 31), *bias = positive(MX_SHAPE(3, 1, 1), MX_BF16, 32);
   cr_assert_eq(mx_set_requires_grad(x, true), MX_OK);
@@ -333,12 +334,38 @@ Test(nn_ops, the_graph_keeps_int32_pool_indices_and_nothing_for_an_add) {
   before = mx_memory_stats_get(MX_CPU).bytes_in_use;
   mx_tensor *pooled = mx_max_pool(y, 2, MX_SHAPE(2), MX_DEFAULT, MX_DEFAULT);
   cr_assert_not_null(pooled, "%s", mx_last_error());
-  cr_expect_eq(mx_memory_stats_get(MX_CPU).bytes_in_use - before, mx_numel(pooled) * (2 + 4),
-               "bf16 values and int32 indices");
+  cr_expect_eq(mx_memory_stats_get(MX_CPU).bytes_in_use - before, mx_numel(pooled) * (2 + 1),
+               "bf16 values and uint8 offsets");
   mx_tensor *loss = mx_sum(pooled, MX_ALL_DIMS, false), *g = NULL;
   cr_assert_eq(mx_grad(1, &loss, 1, &bias, NULL, false, false, false, &g), MX_OK, "%s", mx_last_error());
   /* each channel's bias reaches 2 x 16 window maxima: a gradient of 32 */
   for (int c = 0; c < 3; c++) cr_expect_eq(mx_at(g, MX_SHAPE(c, 0, 0)), 32);
+  mx_scope_end(s);
+}
+
+/* A window of more than 256 elements has no uint8 offset: the op keeps
+ * int64 positions instead, and indices and gradient still land on the max. */
+Test(nn_ops, max_pool_over_a_window_of_300) {
+  mx_scope *s = mx_scope_begin();
+  float data[2 * 300];
+  for (int i = 0; i < 600; i++) data[i] = (float)((i * 37) % 600); /* distinct values */
+  mx_tensor *x = mx_from_data(data, MX_SHAPE(1, 2, 300), MX_F32, MX_CPU), *v = NULL, *i = NULL;
+  cr_assert_eq(mx_set_requires_grad(x, true), MX_OK);
+  cr_assert_eq(mx_max_pool_with_indices(x, 1, MX_SHAPE(300), MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, &v, &i), MX_OK, "%s",
+               mx_last_error());
+  int64_t where[2];
+  for (int c = 0; c < 2; c++) {
+    where[c] = 0;
+    for (int k = 1; k < 300; k++)
+      if (data[c * 300 + k] > data[c * 300 + where[c]]) where[c] = k;
+    cr_expect_eq(mx_at(v, MX_SHAPE(0, c, 0)), data[c * 300 + where[c]]);
+    cr_expect_eq(mx_at(i, MX_SHAPE(0, c, 0)), (double)where[c], "channel %d: index %g, max at %lld", c,
+                 mx_at(i, MX_SHAPE(0, c, 0)), (long long)where[c]);
+  }
+  mx_tensor *loss = mx_sum(v, MX_ALL_DIMS, false), *g = NULL;
+  cr_assert_eq(mx_grad(1, &loss, 1, &x, NULL, false, false, false, &g), MX_OK, "%s", mx_last_error());
+  for (int c = 0; c < 2; c++)
+    for (int k = 0; k < 300; k++) cr_expect_eq(mx_at(g, MX_SHAPE(0, c, k)), k == where[c] ? 1 : 0);
   mx_scope_end(s);
 }
 
