@@ -116,11 +116,13 @@ mx_status mx__cpu_index_add(const mx_kview *out, const mx_kview *index, const mx
  * a degree-5 polynomial on [-ln2/2, ln2/2], within 2 ulp. Below -87.33
  * (the smallest normal result) it gives 0, and NaN stays NaN. The choices
  * are bit-mask selects: GCC leaves a loop with ?: on floats unvectorised. */
-static float select_bits(uint32_t mask, float a, float b) {
+#define MX__INLINE static inline __attribute__((always_inline)) /* into each ISA's clone below */
+
+MX__INLINE float select_bits(uint32_t mask, float a, float b) {
   return mx_bits_f32((mx_f32_bits(a) & mask) | (mx_f32_bits(b) & ~mask));
 }
 
-static float exp_nonpositive(float x) {
+MX__INLINE float exp_nonpositive(float x) {
   float clamped = select_bits(-(uint32_t)(x > -88.0f), x, -88.0f); /* NaN too: the int conversion needs a number */
   float y = clamped * 1.44269504088896341f + 0.5f;
   float t = (float)(int32_t)y, n = t - (float)(t > y); /* floor(y), as vector code can */
@@ -141,7 +143,7 @@ static float exp_nonpositive(float x) {
  * results, so the compiler vectorises them without reassociating. */
 enum { LANES = 8 };
 
-static void softmax_line_f32(float *out, const float *x, int64_t len, bool log_softmax) {
+MX__INLINE void softmax_line_f32_body(float *out, const float *x, int64_t len, bool log_softmax) {
   float lane_max[LANES];
   double lane_sum[LANES] = {0};
   for (int j = 0; j < LANES; j++) lane_max[j] = -INFINITY;
@@ -162,8 +164,38 @@ static void softmax_line_f32(float *out, const float *x, int64_t len, bool log_s
     double log_sum = log(sum);
     for (int64_t k = 0; k < len; k++) out[k] = (float)((double)x[k] - m - log_sum);
   } else {
-    for (int64_t k = 0; k < len; k++) out[k] = (float)(out[k] / sum);
+    double inverse = 1.0 / sum;
+    for (int64_t k = 0; k < len; k++) out[k] = (float)(out[k] * inverse);
   }
+}
+
+/* The same line compiled for wider vectors: the baseline build's SSE2 is
+ * 4 floats wide. No FMA: ISO C mode does not contract, so every clone
+ * rounds as the baseline does and results do not depend on the CPU. */
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f"))) static void softmax_line_f32_avx512(float *out, const float *x, int64_t len,
+                                                                       bool log_softmax) {
+  softmax_line_f32_body(out, x, len, log_softmax);
+}
+
+__attribute__((target("avx2"))) static void softmax_line_f32_avx2(float *out, const float *x, int64_t len,
+                                                                  bool log_softmax) {
+  softmax_line_f32_body(out, x, len, log_softmax);
+}
+#endif
+
+static void softmax_line_f32(float *out, const float *x, int64_t len, bool log_softmax) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (__builtin_cpu_supports("avx512f")) {
+    softmax_line_f32_avx512(out, x, len, log_softmax);
+    return;
+  }
+  if (__builtin_cpu_supports("avx2")) {
+    softmax_line_f32_avx2(out, x, len, log_softmax);
+    return;
+  }
+#endif
+  softmax_line_f32_body(out, x, len, log_softmax);
 }
 
 /* Each line along dim: shift by the max, exponentiate, normalise (or take
