@@ -120,10 +120,10 @@ static uint16_t bf16_store(float v) {
  * outputs from input rows top and top + W, four loads and three steps per
  * output. The max's offset in the window (0 to 3) is an int32 in the loop,
  * which lets it vectorise across the row (SSE2 has no 64-bit select on
- * float compares); OFFSETS stores it as is, otherwise its flat position. */
-#define MX__MAX_POOL_ROW_2X2(name, type, itype, OFFSETS, load, store)                                   \
-  static void name(const type *restrict top, int64_t W, type *restrict out, itype *restrict indices, int64_t n, \
-                   int64_t first) {                                                                  \
+ * float compares, and a uint8 store next to float selects stops GCC);
+ * store_row_indices encodes the offsets afterwards. */
+#define MX__MAX_POOL_ROW_2X2(name, type, load, store)                                                    \
+  static void name(const type *restrict top, int64_t W, type *restrict out, int32_t *restrict offset, int64_t n) { \
     for (int64_t ow = 0; ow < n; ow++) {                                                             \
       float best = load(top[2 * ow]), b = load(top[2 * ow + 1]);                                     \
       float c = load(top[W + 2 * ow]), d = load(top[W + 2 * ow + 1]);                                \
@@ -132,18 +132,44 @@ static uint16_t bf16_store(float v) {
       MX__MAX_STEP(c, 2);                                                                            \
       MX__MAX_STEP(d, 3);                                                                            \
       out[ow] = store(best);                                                                         \
-      indices[ow] = OFFSETS ? (itype)where : (itype)(first + 2 * ow + (where & 1) + (where >> 1) * W); \
+      offset[ow] = where;                                                                            \
     }                                                                                                \
   }
-MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_f32_u8, float, uint8_t, true, f32_of_f32, f32_store)
-MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_bf16_u8, uint16_t, uint8_t, true, f32_of_bf16, bf16_store)
-MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_f32_i64, float, int64_t, false, f32_of_f32, f32_store)
-MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_bf16_i64, uint16_t, int64_t, false, f32_of_bf16, bf16_store)
+MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_f32_search, float, f32_of_f32, f32_store)
+MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_bf16_search, uint16_t, f32_of_bf16, bf16_store)
+
+/* Indices o.. of a row of 2x2 windows whose first input is at first. */
+static void store_row_indices(const int32_t *offset, int64_t n, void *indices, int64_t o, int64_t first, int64_t W,
+                              bool offsets) {
+  if (offsets) {
+    uint8_t *u8 = (uint8_t *)indices + o;
+    for (int64_t i = 0; i < n; i++) u8[i] = (uint8_t)offset[i];
+  } else {
+    int64_t *i64 = (int64_t *)indices + o;
+    for (int64_t i = 0; i < n; i++) i64[i] = first + 2 * i + (offset[i] & 1) + (offset[i] >> 1) * W;
+  }
+}
+
+enum { ROW_CHUNK = 1024 }; /* outputs per search, the offsets' stack buffer */
 
 static void max_pool_row_2x2_f32(const float *top, int64_t W, float *out, void *indices, int64_t o, int64_t n,
                                  int64_t first, bool offsets) {
-  if (offsets) max_pool_row_2x2_f32_u8(top, W, out, (uint8_t *)indices + o, n, first);
-  else max_pool_row_2x2_f32_i64(top, W, out, (int64_t *)indices + o, n, first);
+  int32_t offset[ROW_CHUNK];
+  for (int64_t c = 0; c < n; c += ROW_CHUNK) {
+    int64_t m = n - c < ROW_CHUNK ? n - c : ROW_CHUNK;
+    max_pool_row_2x2_f32_search(top + 2 * c, W, out + c, offset, m);
+    store_row_indices(offset, m, indices, o + c, first + 2 * c, W, offsets);
+  }
+}
+
+static void max_pool_row_2x2_bf16(const uint16_t *top, int64_t W, uint16_t *out, void *indices, int64_t o, int64_t n,
+                                  int64_t first, bool offsets) {
+  int32_t offset[ROW_CHUNK];
+  for (int64_t c = 0; c < n; c += ROW_CHUNK) {
+    int64_t m = n - c < ROW_CHUNK ? n - c : ROW_CHUNK;
+    max_pool_row_2x2_bf16_search(top + 2 * c, W, out + c, offset, m);
+    store_row_indices(offset, m, indices, o + c, first + 2 * c, W, offsets);
+  }
 }
 
 /* bfloat16 planes go through float32 rows: a block of input rows widened
@@ -156,11 +182,8 @@ enum { WIDE_BLOCK = 4096 };
 static void max_pool_plane_2x2_bf16(const geometry *g, const uint16_t *x, uint16_t *out, void *indices, bool offsets) {
   const int64_t W = g->in[2], OW = g->out[2], OH = g->out[1], rows = WIDE_BLOCK / (2 * W);
   if (rows == 0) {
-    for (int64_t oh = 0; oh < OH; oh++) {
-      int64_t first = 2 * oh * W, o = oh * OW;
-      if (offsets) max_pool_row_2x2_bf16_u8(x + first, W, out + o, (uint8_t *)indices + o, OW, first);
-      else max_pool_row_2x2_bf16_i64(x + first, W, out + o, (int64_t *)indices + o, OW, first);
-    }
+    for (int64_t oh = 0; oh < OH; oh++)
+      max_pool_row_2x2_bf16(x + 2 * oh * W, W, out + oh * OW, indices, oh * OW, OW, 2 * oh * W, offsets);
     return;
   }
   float in[WIDE_BLOCK], maxima[WIDE_BLOCK / 2];
@@ -277,23 +300,43 @@ static inline void scatter_one(char *dx, int64_t flat, const char *dy, int64_t o
   }
 }
 
+/* The 2x2 stride-2 windows of one float32 or bfloat16 plane (D = 1) with
+ * offsets: the scatter with the offset decoded in place. The windows are
+ * disjoint, so each store is 0 + dy (-0 becomes +0, a NaN quiet) and
+ * nothing is read from dx. */
+static void max_pool_backward_plane_2x2(const geometry *g, void *dx, const void *dy, const uint8_t *offset,
+                                        bool bf16) {
+  const int64_t W = g->in[2], OH = g->out[1], OW = g->out[2];
+  for (int64_t oh = 0, o = 0; oh < OH; oh++)
+    for (int64_t ow = 0; ow < OW; ow++, o++) {
+      int64_t flat = 2 * oh * W + 2 * ow + (offset[o] & 1) + (offset[o] >> 1) * W;
+      if (bf16) ((uint16_t *)dx)[flat] = bf16_store(0.0f + mx_bf16_to_f32(((const uint16_t *)dy)[o]));
+      else ((float *)dx)[flat] = 0.0f + ((const float *)dy)[o];
+    }
+}
+
 mx_status mx__cpu_max_pool_backward(const mx_kview *dx, const mx_kview *dy, const mx_kview *indices,
                                     const mx_pool_params *params) {
   geometry g = geometry_of(dx, dy, params);
   int64_t in_plane = volume(g.in), out_plane = volume(g.out);
   size_t size = mx_dtype_size(dx->dtype), dy_size = mx_dtype_size(dy->dtype);
-  memset(dx->data, 0, (size_t)(g.planes * in_plane) * size);
   bool typed = dx->dtype == dy->dtype && (dx->dtype == MX_F32 || dx->dtype == MX_BF16);
   bool offsets = indices->dtype == MX_U8, disjoint = true;
+  bool windows_2x2 = typed && offsets && g.in[0] == 1 && is_2x2(&g);
   for (int i = 0; i < 3; i++) disjoint &= g.s[i] >= (g.k[i] - 1) * g.d[i] + 1;
   int64_t delta[256];
   if (offsets) window_deltas(&g, delta); /* the op uses offsets for kernels of at most 256 */
   MX_PARALLEL_FOR(g.planes * out_plane)
   for (int64_t pl = 0; pl < g.planes; pl++) { /* planes never share elements */
     char *dp = (char *)dx->data + pl * in_plane * (int64_t)size;
+    memset(dp, 0, (size_t)in_plane * size); /* plane by plane: the scatter finds it in cache */
     const char *gp = (const char *)dy->data + pl * out_plane * (int64_t)dy_size;
     const uint8_t *window_offsets = (const uint8_t *)indices->data + pl * out_plane;
     const int64_t *flat_indices = (const int64_t *)indices->data + pl * out_plane;
+    if (windows_2x2) {
+      max_pool_backward_plane_2x2(&g, dp, gp, window_offsets, dx->dtype == MX_BF16);
+      continue;
+    }
     int64_t o = 0;
     for (int64_t o0 = 0; o0 < g.out[0]; o0++)
       for (int64_t o1 = 0; o1 < g.out[1]; o1++) {

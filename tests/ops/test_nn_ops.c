@@ -390,6 +390,37 @@ Test(nn_ops, max_pool_bf16_short_and_wide_rows_match_float32) {
   }
 }
 
+/* The 2x2 stride-2 backward in float32 and bfloat16 decodes the window
+ * offsets in place: each gradient lands at its window's max as 0 + dy (a
+ * -0 becomes +0, as PyTorch's scatter into zeros makes it), zeros
+ * elsewhere, the odd last column included. */
+Test(nn_ops, max_pool_2x2_backward_places_each_gradient_at_its_max) {
+  const float data[2 * 5 * 2] = {0, 9, 1, 2, 7, /**/ 3, 1, 8, 0, 9, /**/ 4, 0, 0, 6, 1, /**/ 0, 0, 0, 0, 9};
+  const float dy[2 * 2] = {-0.0f, NAN, 2.5f, -3};
+  const int64_t at[4] = {1, 7, 10, 13}; /* the maxima 9, 8, 4, 6 */
+  const mx_dtype dtypes[2] = {MX_F32, MX_BF16};
+  for (int k = 0; k < 2; k++) {
+    mx_scope *s = mx_scope_begin();
+    mx_tensor *x = mx_to_dtype(mx_from_data(data, MX_SHAPE(1, 1, 4, 5), MX_F32, MX_CPU), dtypes[k]), *g = NULL;
+    cr_assert_eq(mx_set_requires_grad(x, true), MX_OK);
+    mx_tensor *v = mx_max_pool(x, 2, MX_SHAPE(2), MX_DEFAULT, MX_DEFAULT);
+    mx_tensor *grad_out = mx_to_dtype(mx_from_data(dy, MX_SHAPE(1, 1, 2, 2), MX_F32, MX_CPU), dtypes[k]);
+    cr_assert_eq(mx_grad(1, &v, 1, &x, &grad_out, false, false, false, &g), MX_OK, "%s", mx_last_error());
+    double *dx = host(g);
+    for (int64_t e = 0; e < 20; e++) {
+      int w = -1;
+      for (int j = 0; j < 4; j++)
+        if (at[j] == e) w = j;
+      if (w == 1) cr_expect(isnan(dx[e]), "dtype %d: NaN at %lld", k, (long long)e);
+      else if (w >= 0) cr_expect_eq(dx[e], dy[w], "dtype %d: dx[%lld] = %g", k, (long long)e, dx[e]);
+      else cr_expect(dx[e] == 0 && !signbit(dx[e]), "dtype %d: dx[%lld] = %g, not +0", k, (long long)e, dx[e]);
+    }
+    cr_expect(!signbit(dx[at[0]]), "dtype %d: 0 + -0 is +0", k);
+    free(dx);
+    mx_scope_end(s);
+  }
+}
+
 /* The 2x2 stride-2 fast path in float32 and bfloat16: a tie keeps the first
  * index, a NaN wins over larger numbers and the last NaN wins; an odd last
  * column is left out. */
