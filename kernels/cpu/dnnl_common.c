@@ -91,6 +91,10 @@ dnnl_status_t mx__dnnl_md_strided(mx__dnnl_md *md, int n, const dnnl_dims_t dims
 dnnl_status_t mx__dnnl_md_any(mx__dnnl_md *md, int n, const dnnl_dims_t dims, dnnl_data_type_t dt) {
   return dnnl_memory_desc_create_with_tag(md, n, dims, dt, dnnl_format_tag_any);
 }
+dnnl_status_t mx__dnnl_md_tag(mx__dnnl_md *md, int n, const dnnl_dims_t dims, dnnl_data_type_t dt,
+                              dnnl_format_tag_t tag) {
+  return dnnl_memory_desc_create_with_tag(md, n, dims, dt, tag);
+}
 void mx__dnnl_md_free(mx__dnnl_md md) {
   if (md) dnnl_memory_desc_destroy(md);
 }
@@ -110,6 +114,10 @@ dnnl_status_t mx__dnnl_md_strided(mx__dnnl_md *md, int n, const dnnl_dims_t dims
 }
 dnnl_status_t mx__dnnl_md_any(mx__dnnl_md *md, int n, const dnnl_dims_t dims, dnnl_data_type_t dt) {
   return dnnl_memory_desc_init_by_tag(md, n, dims, dt, dnnl_format_tag_any);
+}
+dnnl_status_t mx__dnnl_md_tag(mx__dnnl_md *md, int n, const dnnl_dims_t dims, dnnl_data_type_t dt,
+                              dnnl_format_tag_t tag) {
+  return dnnl_memory_desc_init_by_tag(md, n, dims, dt, tag);
 }
 void mx__dnnl_md_free(mx__dnnl_md md) { (void)md; }
 bool mx__dnnl_md_query(mx__dnnl_md *md, const_dnnl_primitive_desc_t pd, dnnl_query_t what, int idx) {

@@ -63,7 +63,9 @@ typedef dnnl_memory_desc_t mx__dnnl_md;
 dnnl_status_t mx__dnnl_md_strided(mx__dnnl_md *md, int n, const dnnl_dims_t dims, dnnl_data_type_t dt,
                                   const dnnl_dims_t strides);
 dnnl_status_t mx__dnnl_md_any(mx__dnnl_md *md, int n, const dnnl_dims_t dims, dnnl_data_type_t dt);
-/* Frees what md_strided, md_any or md_query made (nothing in 2.x); an
+dnnl_status_t mx__dnnl_md_tag(mx__dnnl_md *md, int n, const dnnl_dims_t dims, dnnl_data_type_t dt,
+                              dnnl_format_tag_t tag);
+/* Frees what md_strided, md_any, md_tag or md_query made (nothing in 2.x); an
  * MX__DNNL_MD_NONE or zeroed md is fine. */
 void mx__dnnl_md_free(mx__dnnl_md md);
 /* A copy of the md a primitive descriptor has for `what` (index idx). */

@@ -3,7 +3,8 @@
  *
  * The primitives choose their own layouts (format_any: blocked, e.g.
  * nChw16c), and operands whose layout differs from the view's are reordered
- * on the way in and out; that is faster than asking oneDNN to work on the
+ * on the way in and out (bf16 activations by mixgrad's own transpose,
+ * channel_blocks.h); that is faster than asking oneDNN to work on the
  * views' plain strides (see LAYOUT below). Every primitive runs with a
  * user-provided scratchpad from the thread's workspace (dnnl_common.h, shared
  * with matmul), so the cached primitives can run on any thread, at once on
@@ -12,6 +13,7 @@
 
 #include <string.h>
 
+#include "kernels/cpu/channel_blocks.h"
 #include "kernels/cpu/dnnl_common.h"
 #include "mx_config.h"
 
@@ -111,10 +113,14 @@ typedef struct {
 } conv_key;
 
 typedef struct {
-  dnnl_primitive_t primitive; /* NULL: none needed (the layouts agree) */
+  dnnl_primitive_t primitive; /* NULL: none needed (the layouts agree), or channel_blocks */
+  bool channel_blocks;        /* bf16 plain <-> blocks of 16 channels: mixgrad's transpose, not oneDNN's */
   md_t scratch_md;
   size_t scratch_size;
 } step;
+
+/* Whether role r goes through the workspace in the primitive's layout. */
+static bool moved(const step *reorder) { return reorder->primitive || reorder->channel_blocks; }
 
 typedef struct {
   conv_key key;
@@ -193,6 +199,25 @@ static mx_status fail(int kind, const char *what, dnnl_status_t s) {
 
 /* Creates the primitives for key into e. MX_NOT_BUILT (e->primitive NULL)
  * when oneDNN has no kernel; MX_BACKEND_ERROR for any other failure. */
+/* Whether role r's reorder is mx__to/from_channel_blocks16: a bf16
+ * activation (not the weights) in a dense view, channels a multiple of 16,
+ * and the primitive's layout exactly their blocks (nChw16c and its 1-d and
+ * 3-d forms). oneDNN 2.6 reorders these with a generic kernel, at half the
+ * bytes per second of its f32 one. */
+static bool channel_blocks_fit(const conv_key *key, int r, const md_t *prim) {
+  static const dnnl_format_tag_t tags[6] = {[3] = dnnl_aBc16b, [4] = dnnl_aBcd16b, [5] = dnnl_aBcde16b};
+  int nd = key->nd[r];
+  if (key->dtype != MX_BF16 || r == ROLE_W || nd < 3 || nd > 5 || key->dims[r][1] % 16) return false;
+  dnnl_dim_t dense = 1;
+  for (int d = nd - 1; d >= 0; dense *= key->dims[r][d], d--)
+    if (key->strides[r][d] != dense) return false;
+  md_t blocks = MD_NONE;
+  bool fit = mx__dnnl_md_tag(&blocks, nd, key->dims[r], dnnl_bf16, tags[nd]) == dnnl_success &&
+             mx__dnnl_md_equal(&blocks, prim);
+  mx__dnnl_md_free(blocks);
+  return fit;
+}
+
 static mx_status create(void *p, const void *k) {
   conv_entry *e = p;
   const conv_key *key = k;
@@ -237,6 +262,7 @@ static mx_status create(void *p, const void *k) {
     }
     e->prim_size[r] = mx__dnnl_md_size(&e->prim_md[r]);
     if (mx__dnnl_md_equal(&e->prim_md[r], &e->user_md[r])) continue;
+    if ((e->reorder[r].channel_blocks = channel_blocks_fit(key, r, &e->prim_md[r]))) continue;
     dnnl_primitive_desc_t rpd;
     s = r == out ? reorder_pd(&rpd, &e->prim_md[r], &e->user_md[r]) : reorder_pd(&rpd, &e->user_md[r], &e->prim_md[r]);
     if (s != dnnl_success) {
@@ -263,13 +289,21 @@ static mx__dnnl_cache cache = MX__DNNL_CACHE_INIT("mx_conv", conv_key, conv_entr
 
 /* --- execution ------------------------------------------------------------------------ */
 
+/* Role r between its view (plain) and the workspace (blocks of 16 channels). */
+static void channel_blocks(const conv_key *key, int r, void *blocked, void *plain, bool to_blocked) {
+  int64_t spatial = 1;
+  for (int d = 2; d < key->nd[r]; d++) spatial *= key->dims[r][d];
+  if (to_blocked) mx__to_channel_blocks16(blocked, plain, key->dims[r][0], key->dims[r][1], spatial);
+  else mx__from_channel_blocks16(plain, blocked, key->dims[r][0], key->dims[r][1], spatial);
+}
+
 /* Reorders the inputs whose layouts differ into the workspace, runs the
  * convolution, and reorders its output back into the view when needed. */
 static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx_kview *const *v) {
   int out = output_role[kind];
   size_t offset[3] = {0, 0, 0}, total = 0, scratch_max = e->scratch_size;
   for (int r = 0; r < 3; r++)
-    if (e->reorder[r].primitive) {
+    if (moved(&e->reorder[r])) {
       offset[r] = total;
       total += MX__DNNL_ALIGN_UP(e->prim_size[r]);
       if (e->reorder[r].scratch_size > scratch_max) scratch_max = e->reorder[r].scratch_size;
@@ -285,12 +319,16 @@ static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx
   dnnl_status_t s = dnnl_success;
   for (int r = 0; r < 3 && s == dnnl_success; r++) {
     s = mx__dnnl_memory_make(&user[r], &e->user_md[r], v[r]->data);
-    if (s == dnnl_success && e->reorder[r].primitive)
+    if (s == dnnl_success && moved(&e->reorder[r]))
       s = mx__dnnl_memory_make(&prim[r], &e->prim_md[r], ws + offset[r]);
   }
   if (s != dnnl_success) status = fail(kind, "wrapping an operand", s);
   for (int r = 0; r < 3 && status == MX_OK; r++) { /* inputs into the primitive's layouts */
-    if (r == out || !e->reorder[r].primitive) continue;
+    if (r == out || !moved(&e->reorder[r])) continue;
+    if (e->reorder[r].channel_blocks) {
+      channel_blocks(&e->key, r, ws + offset[r], v[r]->data, true);
+      continue;
+    }
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, user[r]}, {DNNL_ARG_TO, prim[r]}};
     s = mx__dnnl_execute(t->stream, e->reorder[r].primitive, 2, args, &e->reorder[r].scratch_md,
                          e->reorder[r].scratch_size, ws + scratch_at);
@@ -302,7 +340,11 @@ static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx
     s = mx__dnnl_execute(t->stream, e->primitive, 3, args, &e->scratch_md, e->scratch_size, ws + scratch_at);
     if (s != dnnl_success) status = fail(kind, "executing", s);
   }
-  if (status == MX_OK && e->reorder[out].primitive) { /* the output back into the view */
+  if (status == MX_OK && e->reorder[out].channel_blocks) { /* the output back into the view, ours */
+    if ((s = dnnl_stream_wait(t->stream)) != dnnl_success) status = fail(kind, "waiting", s);
+    else channel_blocks(&e->key, out, ws + offset[out], v[out]->data, false);
+  }
+  if (status == MX_OK && e->reorder[out].primitive) { /* the output back into the view, oneDNN's */
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, prim[out]}, {DNNL_ARG_TO, user[out]}};
     s = mx__dnnl_execute(t->stream, e->reorder[out].primitive, 2, args, &e->reorder[out].scratch_md,
                          e->reorder[out].scratch_size, ws + scratch_at);

@@ -115,6 +115,10 @@ static const conv_case cases[] = {
     {"3d stride 2 pad 1 dil 2 groups 2", 3, 2, 4, 4, 2, {6, 7, 8}, {3, 3, 3}, {2, 2, 2}, {1, 1, 1}, {1, 2, 1},
      {1, 0, 1}},
     {"3d depthwise", 3, 1, 4, 4, 4, {5, 6, 5}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}},
+    /* 16 channels in and out, 1-d and 3-d: bf16 activations through mixgrad's transpose into
+     * oneDNN's channel blocks (2-d: the channels-32 cases), spatial sizes not a multiple of 8 */
+    {"1d channels 16", 1, 2, 16, 32, 1, {19}, {3}, {1}, {1}, {1}, {0}},
+    {"3d channels 16", 3, 2, 16, 16, 1, {3, 4, 5}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}},
 };
 #define NCASES (sizeof cases / sizeof *cases)
 
