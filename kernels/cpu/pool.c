@@ -152,22 +152,15 @@ static void store_row_indices(const int32_t *offset, int64_t n, void *indices, i
 
 enum { ROW_CHUNK = 1024 }; /* outputs per search, the offsets' stack buffer */
 
-static void max_pool_row_2x2_f32(const float *top, int64_t W, float *out, void *indices, int64_t o, int64_t n,
-                                 int64_t first, bool offsets) {
+/* A row of n 2x2 windows from input rows top and top + W (float32, or
+ * bfloat16 searched as is), in chunks of ROW_CHUNK; indices from o. */
+static void max_pool_row_2x2(const void *top, int64_t W, void *out, void *indices, int64_t o, int64_t n, int64_t first,
+                             bool offsets, bool bf16) {
   int32_t offset[ROW_CHUNK];
   for (int64_t c = 0; c < n; c += ROW_CHUNK) {
     int64_t m = n - c < ROW_CHUNK ? n - c : ROW_CHUNK;
-    max_pool_row_2x2_f32_search(top + 2 * c, W, out + c, offset, m);
-    store_row_indices(offset, m, indices, o + c, first + 2 * c, W, offsets);
-  }
-}
-
-static void max_pool_row_2x2_bf16(const uint16_t *top, int64_t W, uint16_t *out, void *indices, int64_t o, int64_t n,
-                                  int64_t first, bool offsets) {
-  int32_t offset[ROW_CHUNK];
-  for (int64_t c = 0; c < n; c += ROW_CHUNK) {
-    int64_t m = n - c < ROW_CHUNK ? n - c : ROW_CHUNK;
-    max_pool_row_2x2_bf16_search(top + 2 * c, W, out + c, offset, m);
+    if (bf16) max_pool_row_2x2_bf16_search((const uint16_t *)top + 2 * c, W, (uint16_t *)out + c, offset, m);
+    else max_pool_row_2x2_f32_search((const float *)top + 2 * c, W, (float *)out + c, offset, m);
     store_row_indices(offset, m, indices, o + c, first + 2 * c, W, offsets);
   }
 }
@@ -183,7 +176,7 @@ static void max_pool_plane_2x2_bf16(const geometry *g, const uint16_t *x, uint16
   const int64_t W = g->in[2], OW = g->out[2], OH = g->out[1], rows = WIDE_BLOCK / (2 * W);
   if (rows == 0) {
     for (int64_t oh = 0; oh < OH; oh++)
-      max_pool_row_2x2_bf16(x + 2 * oh * W, W, out + oh * OW, indices, oh * OW, OW, 2 * oh * W, offsets);
+      max_pool_row_2x2(x + 2 * oh * W, W, out + oh * OW, indices, oh * OW, OW, 2 * oh * W, offsets, true);
     return;
   }
   float in[WIDE_BLOCK], maxima[WIDE_BLOCK / 2];
@@ -192,7 +185,7 @@ static void max_pool_plane_2x2_bf16(const geometry *g, const uint16_t *x, uint16
     mx__bf16_to_f32_n(x + 2 * oh0 * W, in, 2 * n * W);
     for (int64_t r = 0; r < n; r++) {
       int64_t oh = oh0 + r;
-      max_pool_row_2x2_f32(in + 2 * r * W, W, maxima + r * OW, indices, oh * OW, OW, 2 * oh * W, offsets);
+      max_pool_row_2x2(in + 2 * r * W, W, maxima + r * OW, indices, oh * OW, OW, 2 * oh * W, offsets, false);
     }
     mx__f32_to_bf16_n(maxima, out + oh0 * OW, n * OW);
   }
@@ -205,8 +198,8 @@ static void max_pool_plane_2x2(const geometry *g, const void *x, void *out, void
   }
   const int64_t W = g->in[2], OW = g->out[2];
   for (int64_t oh = 0; oh < g->out[1]; oh++)
-    max_pool_row_2x2_f32((const float *)x + 2 * oh * W, W, (float *)out + oh * OW, indices, oh * OW, OW, 2 * oh * W,
-                         offsets);
+    max_pool_row_2x2((const float *)x + 2 * oh * W, W, (float *)out + oh * OW, indices, oh * OW, OW, 2 * oh * W,
+                     offsets, false);
 }
 
 static bool is_2x2(const geometry *g) {
