@@ -31,7 +31,8 @@ static inline __attribute__((always_inline)) void transpose8x8(const __m128i a[8
 #endif
 
 /* One block of 16 channels: plain holds 16 rows of s values, blocked s rows
- * of 16; to_blocked says which is read (the other is written). */
+ * of 16. to_blocks reads plain and from_blocks writes it; the two mirror
+ * each other, kept apart so each has its restrict pointers and no branch. */
 static void to_blocks(uint16_t *restrict blocked, const uint16_t *restrict plain, int64_t s) {
   int64_t j = 0;
 #ifdef MX__SSE2

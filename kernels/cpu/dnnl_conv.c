@@ -197,8 +197,6 @@ static mx_status fail(int kind, const char *what, dnnl_status_t s) {
                    dnnl_status2str(s));
 }
 
-/* Creates the primitives for key into e. MX_NOT_BUILT (e->primitive NULL)
- * when oneDNN has no kernel; MX_BACKEND_ERROR for any other failure. */
 /* Whether role r's reorder is mx__to/from_channel_blocks16: a bf16
  * activation (not the weights) in a dense view, channels a multiple of 16,
  * and the primitive's layout exactly their blocks (nChw16c and its 1-d and
@@ -218,6 +216,8 @@ static bool channel_blocks_fit(const conv_key *key, int r, const md_t *prim) {
   return fit;
 }
 
+/* Creates the primitives for key into e. MX_NOT_BUILT (e->primitive NULL)
+ * when oneDNN has no kernel; MX_BACKEND_ERROR for any other failure. */
 static mx_status create(void *p, const void *k) {
   conv_entry *e = p;
   const conv_key *key = k;
