@@ -293,6 +293,12 @@ static inline void scatter_one(char *dx, int64_t flat, const char *dy, int64_t o
   }
 }
 
+/* 0 + d in bfloat16, on the bits: d itself, but -0 becomes +0 and a NaN
+ * gets its quiet bit. */
+static uint16_t bf16_plus_zero(uint16_t d) {
+  return d == 0x8000u ? 0u : (uint16_t)(d | (uint32_t)((d & 0x7fffu) > 0x7f80u) << 6);
+}
+
 /* The 2x2 stride-2 windows of one float32 or bfloat16 plane (D = 1) with
  * offsets: the scatter with the offset decoded in place. The windows are
  * disjoint, so each store is 0 + dy (-0 becomes +0, a NaN quiet) and
@@ -303,7 +309,7 @@ static void max_pool_backward_plane_2x2(const geometry *g, void *dx, const void 
   for (int64_t oh = 0, o = 0; oh < OH; oh++)
     for (int64_t ow = 0; ow < OW; ow++, o++) {
       int64_t flat = 2 * oh * W + 2 * ow + (offset[o] & 1) + (offset[o] >> 1) * W;
-      if (bf16) ((uint16_t *)dx)[flat] = bf16_store(0.0f + mx_bf16_to_f32(((const uint16_t *)dy)[o]));
+      if (bf16) ((uint16_t *)dx)[flat] = bf16_plus_zero(((const uint16_t *)dy)[o]);
       else ((float *)dx)[flat] = 0.0f + ((const float *)dy)[o];
     }
 }

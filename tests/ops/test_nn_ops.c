@@ -421,6 +421,28 @@ Test(nn_ops, max_pool_2x2_backward_places_each_gradient_at_its_max) {
   }
 }
 
+/* The 2x2 stride-2 backward writes whole row pairs: on random planes with an
+ * odd last row and column, each input gets its window's gradient where the
+ * forward's index points and +0 everywhere else, in float32 and bfloat16. */
+Test(nn_ops, max_pool_2x2_backward_fills_planes_with_odd_edges) {
+  const mx_dtype dtypes[2] = {MX_F32, MX_BF16};
+  for (int k = 0; k < 2; k++) {
+    mx_scope *s = mx_scope_begin();
+    mx_tensor *x = mx_to_dtype(mx_randn(MX_SHAPE(2, 3, 7, 9), MX_F32, MX_CPU, NULL), dtypes[k]), *g = NULL, *v, *i;
+    cr_assert_eq(mx_set_requires_grad(x, true), MX_OK);
+    cr_assert_eq(mx_max_pool_with_indices(x, 2, MX_SHAPE(2), MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, &v, &i), MX_OK);
+    mx_tensor *grad_out = mx_to_dtype(mx_randn(MX_SHAPE(2, 3, 3, 4), MX_F32, MX_CPU, NULL), dtypes[k]);
+    cr_assert_eq(mx_grad(1, &v, 1, &x, &grad_out, false, false, false, &g), MX_OK, "%s", mx_last_error());
+    double *dx = host(g), *dy = host(grad_out), *at = host(i), want[2 * 3 * 7 * 9] = {0};
+    for (int64_t o = 0; o < 2 * 3 * 3 * 4; o++) want[o / 12 * 63 + (int64_t)at[o]] = dy[o];
+    for (int64_t e = 0; e < 2 * 3 * 7 * 9; e++)
+      cr_expect(dx[e] == want[e] && !signbit(dx[e]) == !signbit(want[e]), "dtype %d: dx[%lld] = %g, want %g", k,
+                (long long)e, dx[e], want[e]);
+    free(dx), free(dy), free(at);
+    mx_scope_end(s);
+  }
+}
+
 /* The 2x2 stride-2 fast path in float32 and bfloat16: a tie keeps the first
  * index, a NaN wins over larger numbers and the last NaN wins; an odd last
  * column is left out. */
