@@ -99,11 +99,19 @@ typedef struct mx_backend {
   mx_status (*conv_backward_weight)(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
                                     const mx_conv_params *p);
 
-  /* batch norm's scale and shift: y = x * scale[c] + shift[c] over
-   * contiguous (N, C, *) x and y of one floating dtype, c along dim 1;
-   * scale and shift are contiguous (C) vectors, float64 for float64 x and
-   * float32 otherwise, and the arithmetic is in their dtype */
-  mx_status (*channel_affine)(const mx_kview *y, const mx_kview *x, const mx_kview *scale, const mx_kview *shift);
+  /* batch norm's per-channel kernels over contiguous (N, C, *) tensors of
+   * one floating dtype, c along dim 1. The (C) vectors (center, scale,
+   * shift, sum, dot) are contiguous, float64 for float64 data and float32
+   * otherwise, and the arithmetic is in their dtype, rounded step by step
+   * as the elementwise ops round it. A NULL center is zeros.
+   *   channel_affine: y = (x - center[c]) * scale[c] + shift[c]
+   *   channel_sums:   sum[c] = sum of a, dot[c] = sum of (a - a_center[c])
+   *                   (b - b_center[c]), over every dim but c; sum or dot
+   *                   may be NULL (not wanted; b is NULL without dot) */
+  mx_status (*channel_affine)(const mx_kview *y, const mx_kview *x, const mx_kview *center, const mx_kview *scale,
+                              const mx_kview *shift);
+  mx_status (*channel_sums)(const mx_kview *sum, const mx_kview *dot, const mx_kview *a, const mx_kview *b,
+                            const mx_kview *a_center, const mx_kview *b_center);
 
   /* pooling (contiguous tensors). Max pooling's indices say where each
    * max came from, in the encoding their dtype names: uint8, its offset in

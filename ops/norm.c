@@ -58,12 +58,53 @@ static double per_channel_count(mx_shape s) {
   return n;
 }
 
+/* A contiguous (C) tensor's view, or NULL for none. */
+static const mx_kview *vector_view(mx_kview *v, const mx_tensor *t) {
+  if (!t) return NULL;
+  *v = mx__kview_of(t);
+  return v;
+}
+
+/* The backend's per-channel sums (its channel_sums) of a, and of
+ * (a - a_center)(b - b_center) when dot is wanted, as (C) vectors in the
+ * statistics' dtype (NULL on failure). False when the backend has no such
+ * kernel, an input is not one it takes, or the caller records a graph (a
+ * backward building one for double backward): the caller takes the ops. */
+static bool channel_sums(mx_op op, const mx_tensor *a, const mx_tensor *b, const mx_tensor *a_center,
+                         const mx_tensor *b_center, mx_tensor **sum, mx_tensor **dot) {
+  const mx_backend *be = mx__backend_of(op, a->device);
+  mx_dtype dtype = stats_dtype(a->dtype);
+  if (!be || !be->channel_sums || mx_is_grad_enabled() || !mx_dtype_is_floating(a->dtype) ||
+      (dot && b->dtype != a->dtype) || (a_center && a_center->dtype != dtype) || (b_center && b_center->dtype != dtype))
+    return false;
+  const char *name = mx__ops[op].api_name;
+  mx_tensor *ac = mx__tensor_contiguous(a), *bc = dot ? mx__tensor_contiguous(b) : NULL;
+  mx_tensor *s = sum ? mx__tensor_alloc(name, MX_SHAPE(a->shape[1]), dtype, a->device) : NULL;
+  mx_tensor *d = dot ? mx__tensor_alloc(name, MX_SHAPE(a->shape[1]), dtype, a->device) : NULL;
+  if (ac && (!dot || (bc && d)) && (!sum || s)) {
+    mx_kview v[6];
+    if (be->channel_sums(vector_view(&v[0], s), vector_view(&v[1], d), vector_view(&v[2], ac),
+                         vector_view(&v[3], bc), vector_view(&v[4], a_center), vector_view(&v[5], b_center)) != MX_OK)
+      s = d = NULL;
+  }
+  if (sum) *sum = s;
+  if (dot) *dot = d;
+  return true;
+}
+
 /* mean and biased variance per channel, in the statistics' dtype, as (C) vectors; two passes
  * (centred before squaring) for precision. */
 mx_status mx__fwd_batch_norm_stats(mx__call *c) {
   mx_tensor *x = c->in[0]; /* 16-bit x is summed and centred as it is: both widen it exactly */
-  mx_shape dims = all_but_channels(x->ndim);
   double n = per_channel_count(mx_shape_get(x));
+  mx_tensor *sum = NULL, *squares = NULL;
+  if (channel_sums(c->op, x, NULL, NULL, NULL, &sum, NULL)) {
+    c->out[0] = sum ? mx_div_scalar(sum, n) : NULL;
+    if (c->out[0] && channel_sums(c->op, x, x, c->out[0], c->out[0], NULL, &squares))
+      c->out[1] = squares ? mx_div_scalar(squares, n) : NULL;
+    return c->out[0] && c->out[1] ? MX_OK : mx_last_status();
+  }
+  mx_shape dims = all_but_channels(x->ndim);
   mx_tensor *mean = mx_div_scalar(mx_sum_dtype(x, dims, true, stats_dtype(x->dtype)), n);
   mx_tensor *centered = mx_sub(x, mean);
   c->out[0] = mx_reshape(mean, MX_SHAPE(-1));
@@ -71,31 +112,41 @@ mx_status mx__fwd_batch_norm_stats(mx__call *c) {
   return c->out[0] && c->out[1] ? MX_OK : mx_last_status();
 }
 
-/* dx = (gmean + 2 gvar (x - mean)) / n: var's own dependence on the mean sums to zero. */
+static mx_tensor *channel_affine(mx_op op, mx_tensor *x, mx_tensor *center, mx_tensor *scale, mx_tensor *shift,
+                                 mx_dtype dtype);
+
+/* dx = (x - mean) 2 gvar / n + gmean / n: var's own dependence on the mean sums to zero. */
 mx_status mx__bwd_batch_norm_stats(mx__bw *bw) {
-  mx_shape shape = mx__in_shape(bw, 0);
-  double n = per_channel_count(shape);
-  mx_tensor *centered = mx_sub(mx__saved_in(bw, 0), per_channel(mx__saved_out(bw, 0), shape.ndim));
-  mx_tensor *k = per_channel(mx_mul_scalar(bw->grad_out[1], 2 / n), shape.ndim);
-  GRAD(0, mx_add(mx_mul(centered, k), per_channel(mx_div_scalar(bw->grad_out[0], n), shape.ndim)));
+  double n = per_channel_count(mx__in_shape(bw, 0));
+  mx_tensor *x = mx__saved_in(bw, 0);
+  mx_tensor *k = mx_mul_scalar(bw->grad_out[1], 2 / n), *shift = mx_div_scalar(bw->grad_out[0], n);
+  GRAD(0, x && k && shift ? channel_affine(bw->op, x, mx__saved_out(bw, 0), k, shift, x->dtype) : NULL);
   return MX_OK;
 }
 
-/* x * scale[c] + shift[c], in dtype: one kernel pass where the backend has
- * it, the dtypes are its own and nothing records (a backward that builds a
- * graph for double backward takes the ops, whose arithmetic it repeats). */
-static mx_tensor *channel_affine(mx_op op, mx_tensor *x, mx_tensor *scale, mx_tensor *shift, mx_dtype dtype) {
+/* (x - center[c]) * scale[c] + shift[c] in dtype (a NULL center is zeros):
+ * one kernel pass where the backend has it, the dtypes are its own and
+ * nothing records (a backward that builds a graph for double backward
+ * takes the ops, whose arithmetic it repeats). */
+static mx_tensor *channel_affine(mx_op op, mx_tensor *x, mx_tensor *center, mx_tensor *scale, mx_tensor *shift,
+                                 mx_dtype dtype) {
   const mx_backend *be = mx__backend_of(op, x->device);
-  if (!be) return NULL;
-  if (be->channel_affine && !mx_is_grad_enabled() && x->dtype == dtype && scale->dtype == stats_dtype(x->dtype) &&
-      shift->dtype == scale->dtype) {
+  if (!be || !scale || !shift) return NULL;
+  mx_dtype stats = stats_dtype(x->dtype);
+  if (be->channel_affine && !mx_is_grad_enabled() && x->dtype == dtype && scale->dtype == stats &&
+      shift->dtype == stats && (!center || center->dtype == stats)) {
     mx_tensor *xc = mx__tensor_contiguous(x), *sc = mx__tensor_contiguous(scale), *sh = mx__tensor_contiguous(shift);
-    mx_tensor *y = xc && sc && sh ? mx__tensor_alloc(mx__ops[op].api_name, mx_shape_get(x), dtype, x->device) : NULL;
+    mx_tensor *cc = center ? mx__tensor_contiguous(center) : NULL;
+    mx_tensor *y = xc && sc && sh && (!center || cc)
+                       ? mx__tensor_alloc(mx__ops[op].api_name, mx_shape_get(x), dtype, x->device)
+                       : NULL;
     if (!y) return NULL;
     mx_kview yv = mx__kview_of(y), xv = mx__kview_of(xc), scv = mx__kview_of(sc), shv = mx__kview_of(sh);
-    return be->channel_affine(&yv, &xv, &scv, &shv) == MX_OK ? y : NULL;
+    mx_kview cv = cc ? mx__kview_of(cc) : xv;
+    return be->channel_affine(&yv, &xv, cc ? &cv : NULL, &scv, &shv) == MX_OK ? y : NULL;
   }
-  mx_tensor *y = mx_add(mx_mul(x, per_channel(scale, x->ndim)), per_channel(shift, x->ndim));
+  mx_tensor *centered = center ? mx_sub(x, per_channel(center, x->ndim)) : x;
+  mx_tensor *y = mx_add(mx_mul(centered, per_channel(scale, x->ndim)), per_channel(shift, x->ndim));
   return y && y->dtype != dtype ? mx_to_dtype(y, dtype) : y;
 }
 
@@ -105,24 +156,29 @@ mx_status mx__fwd_batch_norm_elemt(mx__call *c) {
   mx_tensor *x = c->in[0], *mean = c->in[1], *invstd = c->in[2], *weight = c->in[3], *bias = c->in[4];
   mx_tensor *scale = mx_mul(weight, invstd);
   mx_tensor *shift = scale ? mx_sub(bias, mx_mul(mean, scale)) : NULL;
-  return OUT0(c, shift ? channel_affine(c->op, x, scale, shift, c->args->dtype) : NULL);
+  return OUT0(c, channel_affine(c->op, x, NULL, scale, shift, c->args->dtype));
 }
 
 /* With xc = x - mean: dx = g weight invstd, dmean = -sum(g) weight invstd,
  * dinvstd = sum(g xc) weight, dweight = sum(g xc) invstd, dbias = sum(g), the sums over
- * every dim but the channels; each only when needed. */
+ * every dim but the channels in the statistics' dtype; each only when needed. */
 mx_status mx__bwd_batch_norm_elemt(mx__bw *bw) {
   int ndim = mx__in_shape(bw, 0).ndim;
   mx_shape dims = all_but_channels(ndim);
-  mx_tensor *mean = mx__saved_in(bw, 1), *invstd = mx__saved_in(bw, 2), *weight = mx__saved_in(bw, 3);
+  mx_tensor *x = mx__saved_in(bw, 0), *mean = mx__saved_in(bw, 1), *invstd = mx__saved_in(bw, 2);
+  mx_tensor *weight = mx__saved_in(bw, 3);
   mx_tensor *scale = mx_mul(weight, invstd);
-  mx_tensor *sum_g = mx__needs_grad(bw, 1) || mx__needs_grad(bw, 4) ? mx_sum(G, dims, false) : NULL;
-  mx_tensor *sum_gxc = NULL;
-  if (mx__needs_grad(bw, 2) || mx__needs_grad(bw, 3))
-    sum_gxc = mx_sum(mx_mul(G, mx_sub(mx__saved_in(bw, 0), per_channel(mean, ndim))), dims, false);
+  bool want_g = mx__needs_grad(bw, 1) || mx__needs_grad(bw, 4);
+  bool want_gxc = mx__needs_grad(bw, 2) || mx__needs_grad(bw, 3);
+  mx_tensor *sum_g = NULL, *sum_gxc = NULL;
+  if ((want_g || want_gxc) && x && mean &&
+      !channel_sums(bw->op, G, x, NULL, mean, &sum_g, want_gxc ? &sum_gxc : NULL)) {
+    if (want_g) sum_g = mx_sum_dtype(G, dims, false, stats_dtype(G->dtype));
+    if (want_gxc) sum_gxc = mx_sum(mx_mul(G, mx_sub(x, per_channel(mean, ndim))), dims, false);
+  }
   if (mx__needs_grad(bw, 0)) { /* g scale + (-0): the product's bits, -0 kept */
     mx_tensor *minus_zero = scale ? mx_full_like(scale, -0.0) : NULL;
-    GRAD(0, minus_zero ? channel_affine(bw->op, G, scale, minus_zero, G->dtype) : NULL);
+    GRAD(0, channel_affine(bw->op, G, NULL, scale, minus_zero, G->dtype));
   }
   GRAD(1, mx_neg(mx_mul(sum_g, scale)));
   GRAD(2, mx_mul(sum_gxc, weight));

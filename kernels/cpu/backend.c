@@ -4,7 +4,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/amp.h"
-#include "kernels/cpu/channel_affine.h"
+#include "kernels/cpu/batch_norm.h"
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/elementwise.h"
@@ -221,6 +221,7 @@ const mx_backend mx__cpu_backend = {
     .conv_backward_data = mx__cpu_conv_backward_data,
     .conv_backward_weight = mx__cpu_conv_backward_weight,
     .channel_affine = mx__cpu_channel_affine,
+    .channel_sums = mx__cpu_channel_sums,
     .max_pool = mx__cpu_max_pool,
     .max_pool_backward = mx__cpu_max_pool_backward,
     .avg_pool = mx__cpu_avg_pool,

@@ -301,6 +301,42 @@ Test(nn_ops, batch_norm_keeps_a_16_bit_input_dtype) {
   mx_scope_end(s);
 }
 
+/* Batch norm's backward runs the backend's per-channel kernels (one pass
+ * for both sums, one for the statistics' gradient) when it records no
+ * graph, and the elementwise ops when it builds one for double backward.
+ * Both give the same gradients for x, weight and bias: to float32
+ * rounding (the sums add in another order), and for a bfloat16 x to one
+ * of its ulps. The means put every channel far from zero, where a
+ * gradient computed from x * k - mean * k instead of (x - mean) * k would
+ * lose its digits. */
+Test(nn_ops, batch_norm_backward_kernels_match_the_ops) {
+  const mx_dtype dtypes[2] = {MX_F32, MX_BF16};
+  const double tolerance[2] = {2e-5, 1.0 / 128}, spacing[2] = {1e5, 30}; /* bfloat16 keeps 8 bits */
+  for (int k = 0; k < 2; k++) {
+    mx_scope *s = mx_scope_begin();
+    mx_tensor *means = mx_mul_scalar(mx_reshape(mx_arange(1, 4, 1, MX_F32, MX_CPU), MX_SHAPE(1, 3, 1, 1)), spacing[k]);
+    mx_tensor *x = mx_to_dtype(mx_add(mx_randn(MX_SHAPE(4, 3, 5, 6), MX_F32, MX_CPU, NULL), means), dtypes[k]);
+    mx_tensor *weight = positive(MX_SHAPE(3), MX_F32, 31), *bias = positive(MX_SHAPE(3), MX_F32, 32);
+    mx_tensor *inputs[3] = {x, weight, bias};
+    for (int i = 0; i < 3; i++) cr_assert_eq(mx_set_requires_grad(inputs[i], true), MX_OK);
+    mx_tensor *y = mx_batch_norm(x, NULL, NULL, weight, bias, true, 0.1, 1e-5);
+    mx_tensor *g = mx_to_dtype(mx_randn(MX_SHAPE(4, 3, 5, 6), MX_F32, MX_CPU, NULL), dtypes[k]);
+    mx_tensor *kernels[3] = {0}, *ops[3] = {0};
+    cr_assert_eq(mx_grad(1, &y, 3, inputs, &g, true, false, false, kernels), MX_OK, "%s", mx_last_error());
+    cr_assert_eq(mx_grad(1, &y, 3, inputs, &g, false, true, false, ops), MX_OK, "%s", mx_last_error());
+    for (int i = 0; i < 3; i++) {
+      cr_expect_eq(mx_dtype_of(kernels[i]), mx_dtype_of(ops[i]), "dtype %d, input %d", k, i);
+      double *got = host(kernels[i]), *want = host(ops[i]), scale = 0;
+      for (int64_t e = 0; e < mx_numel(ops[i]); e++) scale = fmax(scale, fabs(want[e]));
+      for (int64_t e = 0; e < mx_numel(ops[i]); e++)
+        cr_expect(fabs(got[e] - want[e]) <= tolerance[k] * scale, "dtype %d, input %d, element %lld: %g, ops %g", k,
+                  i, (long long)e, got[e], want[e]);
+      free(got), free(want);
+    }
+    mx_scope_end(s);
+  }
+}
+
 /* max_pool's indices are int64, flat within each (N, C) plane, and either output may be skipped. */
 Test(nn_ops, max_pool_indices) {
   mx_scope *s = mx_scope_begin();

@@ -1,0 +1,152 @@
+/* Batch norm's per-channel kernels over contiguous (N, C, *) tensors.
+ *
+ * channel_affine: y = (x - center[c]) * scale[c] + shift[c], one plane of
+ * one channel at a time: what batch norm's sub, mul, add and cast did in
+ * four passes, in one. The arithmetic is theirs, so the bits are too:
+ * float32 (float64 for float64), the difference rounded, then the product,
+ * then the sum, then the store into y's dtype; no FMA (C11 mode does not
+ * contract). Without a center it subtracts 0, which changes no value
+ * (-0 - 0 is -0). */
+#include "kernels/cpu/batch_norm.h"
+
+#include "kernels/cpu/convert.h"
+#include "kernels/cpu/parallel.h"
+
+enum { BLOCK = 512 };
+
+static void plane_f32(float *y, const float *x, int64_t n, float m, float s, float b) {
+  for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) * s + b;
+}
+
+static void plane_f64(double *y, const double *x, int64_t n, double m, double s, double b) {
+  for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) * s + b;
+}
+
+static void widen(float *out, const uint16_t *in, int64_t n, bool bf16) {
+  if (bf16) mx__bf16_to_f32_n(in, out, n);
+  else mx__f16_to_f32_n(in, out, n);
+}
+
+/* 16-bit planes go through float32 blocks: widened, computed, rounded back. */
+static void plane_16(uint16_t *y, const uint16_t *x, int64_t n, float m, float s, float b, bool bf16) {
+  float block[BLOCK];
+  for (int64_t i = 0; i < n; i += BLOCK) {
+    int64_t k = n - i < BLOCK ? n - i : BLOCK;
+    widen(block, x + i, k, bf16);
+    plane_f32(block, block, k, m, s, b);
+    if (bf16) mx__f32_to_bf16_n(block, y + i, k);
+    else mx__f32_to_f16_n(block, y + i, k);
+  }
+}
+
+/* Element c of a (C) vector in its dtype, or 0 for a missing one. */
+static double at(const mx_kview *v, int64_t c) {
+  if (!v) return 0;
+  return v->dtype == MX_F64 ? ((const double *)v->data)[c] : ((const float *)v->data)[c];
+}
+
+mx_status mx__cpu_channel_affine(const mx_kview *y, const mx_kview *x, const mx_kview *center, const mx_kview *scale,
+                                 const mx_kview *shift) {
+  int64_t channels = x->shape[1], planes = x->shape[0] * channels;
+  int64_t n = planes ? mx__kview_numel(x) / planes : 0;
+  size_t size = mx_dtype_size(x->dtype);
+  MX_PARALLEL_FOR(planes * n)
+  for (int64_t p = 0; p < planes; p++) {
+    int64_t c = p % channels;
+    const char *xp = (const char *)x->data + p * n * (int64_t)size;
+    char *yp = (char *)y->data + p * n * (int64_t)size;
+    double m = at(center, c), s = at(scale, c), b = at(shift, c);
+    if (x->dtype == MX_F64) plane_f64((double *)yp, (const double *)xp, n, m, s, b);
+    else if (x->dtype == MX_F32) plane_f32((float *)yp, (const float *)xp, n, (float)m, (float)s, (float)b);
+    else plane_16((uint16_t *)yp, (const uint16_t *)xp, n, (float)m, (float)s, (float)b, x->dtype == MX_BF16);
+  }
+  return MX_OK;
+}
+
+/* --- sums ------------------------------------------------------------------------------------------ */
+
+/* channel_sums: sum[c] = sum of a and dot[c] = sum of (a - a_center[c])
+ * (b - b_center[c]) over every dim but the channels: what batch norm's
+ * subtractions, product and sums did in several passes, with a float32 (or
+ * float64) temporary for each, in one pass that reads a and b once. Each
+ * difference and product is rounded in the sums' dtype as the elementwise
+ * ops round it; only the order of the additions differs: 16 lanes in
+ * float32 over blocks of 512 (float16 and bfloat16 widened a block at a
+ * time), the blocks' sums added in double. */
+enum { LANES = 16 };
+
+typedef struct {
+  double sum, dot;
+} sums;
+
+/* A block of at most BLOCK float32 values, in LANES partial sums the
+ * vectoriser keeps in registers (it does not reassociate a float sum);
+ * b NULL: only the sum. */
+static void sums_block_f32(sums *s, const float *a, const float *b, int64_t n, float ca, float cb) {
+  float sum[LANES] = {0}, dot[LANES] = {0};
+  int64_t full = n - n % LANES;
+  if (b) {
+    for (int64_t i = 0; i < full; i += LANES)
+      for (int l = 0; l < LANES; l++) {
+        sum[l] += a[i + l];
+        dot[l] += (a[i + l] - ca) * (b[i + l] - cb);
+      }
+    for (int64_t i = full; i < n; i++) dot[i - full] += (a[i] - ca) * (b[i] - cb);
+  } else {
+    for (int64_t i = 0; i < full; i += LANES)
+      for (int l = 0; l < LANES; l++) sum[l] += a[i + l];
+  }
+  for (int64_t i = full; i < n; i++) sum[i - full] += a[i];
+  for (int l = 0; l < LANES; l++) s->sum += sum[l], s->dot += dot[l];
+}
+
+static void sums_plane_f32(sums *s, const float *a, const float *b, int64_t n, float ca, float cb) {
+  for (int64_t i = 0; i < n; i += BLOCK)
+    sums_block_f32(s, a + i, b ? b + i : NULL, n - i < BLOCK ? n - i : BLOCK, ca, cb);
+}
+
+static void sums_plane_f64(sums *s, const double *a, const double *b, int64_t n, double ca, double cb) {
+  for (int64_t i = 0; i < n; i++) {
+    s->sum += a[i];
+    if (b) s->dot += (a[i] - ca) * (b[i] - cb);
+  }
+}
+
+static void sums_plane_16(sums *s, const uint16_t *a, const uint16_t *b, int64_t n, float ca, float cb, bool bf16) {
+  float wa[BLOCK], wb[BLOCK];
+  for (int64_t i = 0; i < n; i += BLOCK) {
+    int64_t m = n - i < BLOCK ? n - i : BLOCK;
+    widen(wa, a + i, m, bf16);
+    if (b) widen(wb, b + i, m, bf16);
+    sums_block_f32(s, wa, b ? wb : NULL, m, ca, cb);
+  }
+}
+
+static void store(const mx_kview *v, int64_t c, double value) {
+  if (!v) return;
+  if (v->dtype == MX_F64) ((double *)v->data)[c] = value;
+  else ((float *)v->data)[c] = (float)value;
+}
+
+mx_status mx__cpu_channel_sums(const mx_kview *sum, const mx_kview *dot, const mx_kview *a, const mx_kview *b,
+                               const mx_kview *a_center, const mx_kview *b_center) {
+  int64_t channels = a->shape[1], batch = a->shape[0];
+  int64_t planes = batch * channels, n = planes ? mx__kview_numel(a) / planes : 0;
+  size_t size = mx_dtype_size(a->dtype);
+  const char *bp0 = dot ? (const char *)b->data : NULL;
+  MX_PARALLEL_FOR(planes * n)
+  for (int64_t c = 0; c < channels; c++) {
+    sums s = {0, 0};
+    double ca = at(a_center, c), cb = at(b_center, c);
+    for (int64_t k = 0; k < batch; k++) {
+      int64_t offset = (k * channels + c) * n * (int64_t)size;
+      const char *ap = (const char *)a->data + offset, *bp = bp0 ? bp0 + offset : NULL;
+      if (a->dtype == MX_F64) sums_plane_f64(&s, (const double *)ap, (const double *)bp, n, ca, cb);
+      else if (a->dtype == MX_F32) sums_plane_f32(&s, (const float *)ap, (const float *)bp, n, (float)ca, (float)cb);
+      else sums_plane_16(&s, (const uint16_t *)ap, (const uint16_t *)bp, n, (float)ca, (float)cb, a->dtype == MX_BF16);
+    }
+    store(sum, c, s.sum);
+    store(dot, c, s.dot);
+  }
+  return MX_OK;
+}
