@@ -94,7 +94,8 @@ typedef struct mx_backend {
                          bool accumulate);
 
   /* convolution (kernels/cpu/conv.h says what each computes) */
-  mx_status (*conv_forward)(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_conv_params *p);
+  mx_status (*conv_forward)(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
+                            const mx_conv_params *p);
   mx_status (*conv_backward_data)(const mx_kview *dx, const mx_kview *dy, const mx_kview *w, const mx_conv_params *p);
   mx_status (*conv_backward_weight)(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
                                     const mx_conv_params *p);

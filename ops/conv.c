@@ -1,7 +1,8 @@
-/* Convolution over 1-3 spatial dims: the forward and its two gradients
- * are primitives (oneDNN on the CPU), each the others' backward, so
- * gradients of gradients work; conv1d/2d/3d with bias and the transposed
- * convolutions are composites. */
+/* Convolution over 1-3 spatial dims: the forward (with its optional bias,
+ * added inside the kernel as oneDNN and cuDNN fuse it) and its two
+ * gradients are primitives, each the others' backward, so gradients of
+ * gradients work; conv1d/2d/3d and the transposed convolutions are
+ * composites. */
 #include "ops/op_table.h"
 
 static mx_status same_dtype(const char *op, const mx_tensor *a, const mx_tensor *b) {
@@ -44,18 +45,36 @@ static mx_status conv_out_shape(const char *op, const mx_tensor *x, const mx_ten
   return MX_OK;
 }
 
+/* The bias as PyTorch takes it: a vector of one element per output channel,
+ * in x's dtype; contiguous for the kernels. */
+static mx_tensor *bias_vector(const mx_tensor *bias, const mx_tensor *x, int64_t channels) {
+  if (bias->ndim != 1 || bias->shape[0] != channels) {
+    char b[MX__DIMS_STR];
+    mx__error(MX_SHAPE_ERROR, "mx_conv: bias of shape %s for %lld output channels (expected (%lld))",
+              mx__dims_str(b, bias->ndim, bias->shape), (long long)channels, (long long)channels);
+    return NULL;
+  }
+  if (bias->dtype != x->dtype) {
+    mx__error(MX_DTYPE_ERROR, "mx_conv: bias of %s for an input of %s (expected one dtype)", mx_dtype_name(bias->dtype),
+              mx_dtype_name(x->dtype));
+    return NULL;
+  }
+  return mx__tensor_contiguous(bias);
+}
+
 mx_status mx__fwd_convolution(mx__call *c) {
-  mx_tensor *x = c->in[0], *w = c->in[1];
+  mx_tensor *x = c->in[0], *w = c->in[1], *bias = c->n_in > 2 ? c->in[2] : NULL;
   const mx_conv_params *p = &c->args->conv;
   mx_shape shape;
   if (same_dtype("mx_conv", x, w) || shapes_fit("mx_conv", x, w, p) || conv_out_shape("mx_conv", x, w, p, &shape))
     return mx_last_status();
+  if (bias && !(bias = bias_vector(bias, x, w->shape[0]))) return mx_last_status();
   const mx_backend *be = MX__BACKEND_WITH(c->op, x->device, conv_forward);
   mx_tensor *y = be ? mx__tensor_alloc("mx_conv", shape, x->dtype, x->device) : NULL;
   if (!y) return mx_last_status();
   c->out[0] = y;
-  mx_kview yv = mx__kview_of(y), xv = mx__kview_of(x), wv = mx__kview_of(w);
-  return be->conv_forward(&yv, &xv, &wv, p);
+  mx_kview yv = mx__kview_of(y), xv = mx__kview_of(x), wv = mx__kview_of(w), bv = bias ? mx__kview_of(bias) : xv;
+  return be->conv_forward(&yv, &xv, &wv, bias ? &bv : NULL, p);
 }
 
 mx_status mx__fwd_conv_backward_data(mx__call *c) {
@@ -88,8 +107,17 @@ static mx_tensor *backward_weight(const mx_tensor *g, const mx_tensor *x, mx_sha
   return mx__call2(MX_OP_CONV_BACKWARD_WEIGHT, g, x, &(mx__args){.shape = w_shape, .conv = *p});
 }
 
-static mx_tensor *convolution(const mx_tensor *x, const mx_tensor *w, const mx_conv_params *p) {
-  return mx__call2(MX_OP_CONVOLUTION, x, w, &(mx__args){.conv = *p});
+static mx_tensor *convolution(const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias, const mx_conv_params *p) {
+  mx__args args = {.conv = *p};
+  return bias ? mx__call3(MX_OP_CONVOLUTION, x, w, bias, &args) : mx__call2(MX_OP_CONVOLUTION, x, w, &args);
+}
+
+/* The bias's gradient: g summed over every dim but the channels. */
+static mx_tensor *bias_grad(const mx_tensor *g) {
+  mx_shape dims = {0};
+  for (int d = 0; d < g->ndim; d++)
+    if (d != 1) dims.d[dims.ndim++] = d;
+  return mx_sum(g, dims, false);
 }
 
 mx_status mx__bwd_convolution(mx__bw *bw) {
@@ -97,6 +125,7 @@ mx_status mx__bwd_convolution(mx__bw *bw) {
   mx_tensor *x = mx__saved_in(bw, 0), *w = mx__saved_in(bw, 1);
   GRAD(0, backward_data(G, w, mx__in_shape(bw, 0), p));
   GRAD(1, backward_weight(G, x, mx__in_shape(bw, 1), p));
+  GRAD(2, bias_grad(G));
   return MX_OK;
 }
 
@@ -105,7 +134,7 @@ mx_status mx__bwd_convolution(mx__bw *bw) {
 mx_status mx__bwd_conv_backward_data(mx__bw *bw) {
   const mx_conv_params *p = &bw->args->conv;
   mx_tensor *g = mx__saved_in(bw, 0), *w = mx__saved_in(bw, 1);
-  GRAD(0, convolution(G, w, p));
+  GRAD(0, convolution(G, w, NULL, p));
   GRAD(1, backward_weight(g, G, mx__in_shape(bw, 1), p));
   return MX_OK;
 }
@@ -113,7 +142,7 @@ mx_status mx__bwd_conv_backward_data(mx__bw *bw) {
 mx_status mx__bwd_conv_backward_weight(mx__bw *bw) {
   const mx_conv_params *p = &bw->args->conv;
   mx_tensor *g = mx__saved_in(bw, 0), *x = mx__saved_in(bw, 1);
-  GRAD(0, convolution(x, G, p));
+  GRAD(0, convolution(x, G, NULL, p));
   GRAD(1, backward_data(g, G, mx__in_shape(bw, 1), p));
   return MX_OK;
 }
@@ -127,7 +156,7 @@ static mx_tensor *add_bias(mx_tensor *y, const mx_tensor *bias) {
 }
 
 mx_status mx__fwd_conv(mx__call *c) {
-  return OUT0(c, add_bias(convolution(c->in[0], c->in[1], &c->args->conv), c->n_in > 2 ? c->in[2] : NULL));
+  return OUT0(c, convolution(c->in[0], c->in[1], c->n_in > 2 ? c->in[2] : NULL, &c->args->conv));
 }
 
 /* The transposed convolution is the gradient of a convolution with respect

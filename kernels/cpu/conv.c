@@ -89,6 +89,7 @@ typedef struct {
   int64_t stride[3], pad[3], dil[3];
   int64_t xs[5], ws[5], ys[5]; /* element strides: (n, c, d, h, w), (o, i, d, h, w) */
   void *x, *w, *y;
+  const void *bias; /* forward: NULL or (C_out), contiguous */
 } conv_geom;
 
 static conv_geom make_geom(const mx_kview *x, const mx_kview *w, const mx_kview *y, const mx_conv_params *p) {
@@ -155,9 +156,11 @@ static bool tap_source(int64_t i, int64_t out, int64_t stride, int64_t off, int6
 #define REF_NAME f64
 #include "kernels/cpu/conv_reference.inc"
 
-/* views[ROLE_*]: the loops for float32 or float64 views. */
-static void reference_typed(mx_conv_kind kind, const mx_kview *const *v, const mx_conv_params *p) {
+/* views[ROLE_*] (and the forward's bias): the loops for float32 or float64 views. */
+static void reference_typed(mx_conv_kind kind, const mx_kview *const *v, const mx_kview *bias,
+                            const mx_conv_params *p) {
   conv_geom g = make_geom(v[ROLE_X], v[ROLE_W], v[ROLE_Y], p);
+  g.bias = bias ? bias->data : NULL;
   bool f64 = v[ROLE_X]->dtype == MX_F64;
   switch (kind) {
   case MX_CONV_FORWARD: f64 ? ref_forward_f64(&g) : ref_forward_f32(&g); break;
@@ -167,23 +170,26 @@ static void reference_typed(mx_conv_kind kind, const mx_kview *const *v, const m
 }
 
 /* oneDNN on float32 or bfloat16 views, by kind. */
-static mx_status dnnl_run(mx_conv_kind kind, const mx_kview *const *v, const mx_conv_params *p) {
+static mx_status dnnl_run(mx_conv_kind kind, const mx_kview *const *v, const mx_kview *bias, const mx_conv_params *p) {
   switch (kind) {
-  case MX_CONV_FORWARD: return mx__dnnl_conv_forward(v[ROLE_Y], v[ROLE_X], v[ROLE_W], p);
+  case MX_CONV_FORWARD: return mx__dnnl_conv_forward(v[ROLE_Y], v[ROLE_X], v[ROLE_W], bias, p);
   case MX_CONV_BACKWARD_DATA: return mx__dnnl_conv_backward_data(v[ROLE_X], v[ROLE_Y], v[ROLE_W], p);
   default: return mx__dnnl_conv_backward_weight(v[ROLE_W], v[ROLE_Y], v[ROLE_X], p);
   }
 }
 
 /* float16 and bfloat16 as the GPU does them: dense float32 copies of the
- * inputs, float32 products and sums (oneDNN, or the loops when reference),
- * one rounding of the result. */
-static mx_status via_f32(mx_conv_kind kind, const mx_kview *const *v, const mx_conv_params *p, bool reference) {
+ * inputs (the bias too), float32 products and sums (oneDNN, or the loops
+ * when reference), one rounding of the result. */
+static mx_status via_f32(mx_conv_kind kind, const mx_kview *const *v, const mx_kview *bias, const mx_conv_params *p,
+                         bool reference) {
   int out = output_role(kind);
-  float *buf[3] = {NULL, NULL, NULL};
-  mx_kview dense[3];
+  float *buf[3] = {NULL, NULL, NULL}, *bias_buf = bias ? mx__cpu_dense_f32(bias) : NULL;
+  mx_kview dense[3], dense_bias;
   const mx_kview *dv[3] = {&dense[0], &dense[1], &dense[2]};
   mx_status status = MX_OK;
+  if (bias && !bias_buf) status = mx__error(MX_OUT_OF_MEMORY, "mx_conv: out of memory converting the bias to float32");
+  if (bias_buf) dense_bias = mx__cpu_dense_f32_view(bias_buf, bias);
   for (int r = 0; r < 3 && status == MX_OK; r++) {
     if (r == out) {
       buf[r] = mx__cpu_f32_alloc(mx__kview_numel(v[r]));
@@ -196,21 +202,38 @@ static mx_status via_f32(mx_conv_kind kind, const mx_kview *const *v, const mx_c
     else
       dense[r] = mx__cpu_dense_f32_view(buf[r], v[r]);
   }
+  const mx_kview *db = bias ? &dense_bias : NULL;
   if (status == MX_OK) {
-    status = reference ? MX_NOT_BUILT : dnnl_run(kind, dv, p);
+    status = reference ? MX_NOT_BUILT : dnnl_run(kind, dv, db, p);
     if (status == MX_NOT_BUILT) {
-      reference_typed(kind, dv, p);
+      reference_typed(kind, dv, db, p);
       status = MX_OK;
     }
     if (status == MX_OK) mx__cpu_store_f32(v[out], buf[out]);
   }
   for (int r = 0; r < 3; r++) mx__cpu_f32_free(buf[r], mx__kview_numel(v[r]));
+  if (bias) mx__cpu_f32_free(bias_buf, mx__kview_numel(bias));
   return status;
 }
 
-static mx_status run(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, const mx_kview *y,
+/* The forward's bias: NULL, or a contiguous (C_out) vector of y's dtype. */
+static mx_status check_bias(const mx_kview *bias, const mx_kview *y) {
+  if (!bias) return MX_OK;
+  if (bias->ndim != 1 || bias->shape[0] != y->shape[1] || (bias->shape[0] > 1 && bias->strides[0] != 1))
+    return mx__error(MX_SHAPE_ERROR, "mx_conv: a bias of %d dims, %lld elements, stride %lld for %lld output "
+                     "channels (expected a contiguous vector of one per channel)", bias->ndim,
+                     (long long)(bias->ndim ? bias->shape[0] : 0), (long long)(bias->ndim ? bias->strides[0] : 0),
+                     (long long)y->shape[1]);
+  if (bias->dtype != y->dtype)
+    return mx__error(MX_DTYPE_ERROR, "mx_conv: a %s bias for %s operands", mx_dtype_name(bias->dtype),
+                     mx_dtype_name(y->dtype));
+  return MX_OK;
+}
+
+static mx_status run(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, const mx_kview *y, const mx_kview *bias,
                      const mx_conv_params *p, bool reference) {
   mx_status status = mx__cpu_conv_check(kind, x, w, y, p);
+  if (status == MX_OK) status = check_bias(bias, y);
   if (status != MX_OK) return status;
   const mx_kview *v[3] = {x, w, y};
   if (mx__kview_numel(v[output_role(kind)]) == 0) return MX_OK;
@@ -220,46 +243,47 @@ static mx_status run(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, co
   for (int r = 0; r < 3; r++) empty |= mx__kview_numel(v[r]) == 0;
   mx_dtype dt = x->dtype;
   if (dt == MX_F64 || (dt == MX_F32 && (reference || empty))) {
-    reference_typed(kind, v, p);
+    reference_typed(kind, v, bias, p);
     return MX_OK;
   }
   if (dt == MX_F32 || (dt == MX_BF16 && !reference && !empty)) {
-    status = dnnl_run(kind, v, p);
+    status = dnnl_run(kind, v, bias, p);
     if (status != MX_NOT_BUILT) return status;
     if (dt == MX_F32) {
-      reference_typed(kind, v, p);
+      reference_typed(kind, v, bias, p);
       return MX_OK;
     }
   }
   /* float16 always, bfloat16 where oneDNN has no kernel */
-  return via_f32(kind, v, p, reference || empty);
+  return via_f32(kind, v, bias, p, reference || empty);
 }
 
-mx_status mx__cpu_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_conv_params *p) {
-  return run(MX_CONV_FORWARD, x, w, y, p, false);
+mx_status mx__cpu_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
+                               const mx_conv_params *p) {
+  return run(MX_CONV_FORWARD, x, w, y, bias, p, false);
 }
 
 mx_status mx__cpu_conv_backward_data(const mx_kview *dx, const mx_kview *dy, const mx_kview *w,
                                      const mx_conv_params *p) {
-  return run(MX_CONV_BACKWARD_DATA, dx, w, dy, p, false);
+  return run(MX_CONV_BACKWARD_DATA, dx, w, dy, NULL, p, false);
 }
 
 mx_status mx__cpu_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
                                        const mx_conv_params *p) {
-  return run(MX_CONV_BACKWARD_WEIGHT, x, dw, dy, p, false);
+  return run(MX_CONV_BACKWARD_WEIGHT, x, dw, dy, NULL, p, false);
 }
 
 mx_status mx__cpu_conv_forward_reference(const mx_kview *y, const mx_kview *x, const mx_kview *w,
-                                         const mx_conv_params *p) {
-  return run(MX_CONV_FORWARD, x, w, y, p, true);
+                                         const mx_kview *bias, const mx_conv_params *p) {
+  return run(MX_CONV_FORWARD, x, w, y, bias, p, true);
 }
 
 mx_status mx__cpu_conv_backward_data_reference(const mx_kview *dx, const mx_kview *dy, const mx_kview *w,
                                                const mx_conv_params *p) {
-  return run(MX_CONV_BACKWARD_DATA, dx, w, dy, p, true);
+  return run(MX_CONV_BACKWARD_DATA, dx, w, dy, NULL, p, true);
 }
 
 mx_status mx__cpu_conv_backward_weight_reference(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
                                                  const mx_conv_params *p) {
-  return run(MX_CONV_BACKWARD_WEIGHT, x, dw, dy, p, true);
+  return run(MX_CONV_BACKWARD_WEIGHT, x, dw, dy, NULL, p, true);
 }

@@ -28,8 +28,11 @@ typedef struct {
 } mx_conv_params;
 #endif
 
-/* y = conv(x, w). */
-mx_status mx__cpu_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_conv_params *p);
+/* y = conv(x, w) + bias: bias is NULL or a contiguous (C_out) vector of the
+ * operands' dtype, added to each sum before its one rounding to y's dtype
+ * (oneDNN's fused bias, cuDNN's too). */
+mx_status mx__cpu_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
+                               const mx_conv_params *p);
 /* dx = the gradient of x given dy (also the transposed convolution). dx's
  * spatial shape is its view's: it may exceed the smallest input that gives
  * dy's shape (output_padding); every element of dx is written. */
@@ -43,7 +46,7 @@ mx_status mx__cpu_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, c
  * float otherwise: used for f64, as the fallback, and as the reference in
  * tests. float16/bfloat16 operands are converted to float32 first. */
 mx_status mx__cpu_conv_forward_reference(const mx_kview *y, const mx_kview *x, const mx_kview *w,
-                                         const mx_conv_params *p);
+                                         const mx_kview *bias, const mx_conv_params *p);
 mx_status mx__cpu_conv_backward_data_reference(const mx_kview *dx, const mx_kview *dy, const mx_kview *w,
                                                const mx_conv_params *p);
 mx_status mx__cpu_conv_backward_weight_reference(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,

@@ -19,7 +19,8 @@ mx_status mx__dnnl_matmul(const mx_kview *out, const mx_kview *a, const mx_kview
  * when oneDNN is absent or has no kernel for these operands (the caller falls
  * back); MX_BACKEND_ERROR when a oneDNN call fails. Primitives are cached by
  * shape, strides, dtype and params, and may run on several threads at once. */
-mx_status mx__dnnl_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_conv_params *p);
+mx_status mx__dnnl_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
+                                const mx_conv_params *p);
 mx_status mx__dnnl_conv_backward_data(const mx_kview *dx, const mx_kview *dy, const mx_kview *w,
                                       const mx_conv_params *p);
 mx_status mx__dnnl_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,

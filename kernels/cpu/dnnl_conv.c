@@ -51,17 +51,18 @@ typedef mx__dnnl_md md_t;
 #define MD_NONE MX__DNNL_MD_NONE
 
 /* --- the two API generations ------------------------------------------------------ */
+/* md[ROLE_*] and, for the forward, bias (NULL: none). */
 #if DNNL_VERSION_MAJOR >= 3
-static dnnl_status_t conv_pd(dnnl_primitive_desc_t *pd, int kind, const md_t *md, const dnnl_dims_t strides,
-                             const dnnl_dims_t dil, const dnnl_dims_t pad_l, const dnnl_dims_t pad_r,
-                             const_dnnl_primitive_desc_t hint) {
+static dnnl_status_t conv_pd(dnnl_primitive_desc_t *pd, int kind, const md_t *md, const md_t *bias,
+                             const dnnl_dims_t strides, const dnnl_dims_t dil, const dnnl_dims_t pad_l,
+                             const dnnl_dims_t pad_r, const_dnnl_primitive_desc_t hint) {
   dnnl_engine_t engine = mx__dnnl_engine();
   const_dnnl_primitive_attr_t attr = mx__dnnl_attr();
   switch (kind) {
   case KIND_FWD:
     return dnnl_convolution_forward_primitive_desc_create(pd, engine, dnnl_forward_training, dnnl_convolution_direct,
-                                                          md[ROLE_X], md[ROLE_W], NULL, md[ROLE_Y], strides, dil, pad_l,
-                                                          pad_r, attr);
+                                                          md[ROLE_X], md[ROLE_W], bias ? *bias : NULL, md[ROLE_Y],
+                                                          strides, dil, pad_l, pad_r, attr);
   case KIND_BWD_DATA:
     return dnnl_convolution_backward_data_primitive_desc_create(pd, engine, dnnl_convolution_direct, md[ROLE_X],
                                                                 md[ROLE_W], md[ROLE_Y], strides, dil, pad_l, pad_r,
@@ -76,15 +77,15 @@ static dnnl_status_t reorder_pd(dnnl_primitive_desc_t *pd, const md_t *from, con
   return dnnl_reorder_primitive_desc_create(pd, *from, mx__dnnl_engine(), *to, mx__dnnl_engine(), mx__dnnl_attr());
 }
 #else
-static dnnl_status_t conv_pd(dnnl_primitive_desc_t *pd, int kind, const md_t *md, const dnnl_dims_t strides,
-                             const dnnl_dims_t dil, const dnnl_dims_t pad_l, const dnnl_dims_t pad_r,
-                             const_dnnl_primitive_desc_t hint) {
+static dnnl_status_t conv_pd(dnnl_primitive_desc_t *pd, int kind, const md_t *md, const md_t *bias,
+                             const dnnl_dims_t strides, const dnnl_dims_t dil, const dnnl_dims_t pad_l,
+                             const dnnl_dims_t pad_r, const_dnnl_primitive_desc_t hint) {
   dnnl_convolution_desc_t desc;
   dnnl_status_t s;
   switch (kind) {
   case KIND_FWD:
     s = dnnl_dilated_convolution_forward_desc_init(&desc, dnnl_forward_training, dnnl_convolution_direct, &md[ROLE_X],
-                                                   &md[ROLE_W], NULL, &md[ROLE_Y], strides, dil, pad_l, pad_r);
+                                                   &md[ROLE_W], bias, &md[ROLE_Y], strides, dil, pad_l, pad_r);
     break;
   case KIND_BWD_DATA:
     s = dnnl_dilated_convolution_backward_data_desc_init(&desc, dnnl_convolution_direct, &md[ROLE_X], &md[ROLE_W],
@@ -107,6 +108,7 @@ static dnnl_status_t reorder_pd(dnnl_primitive_desc_t *pd, const md_t *from, con
 typedef struct {
   int kind;
   mx_dtype dtype;
+  int bias;                              /* forward: whether it adds one */
   int nd[3];                             /* per role; weights get a groups dim when groups > 1 */
   dnnl_dims_t dims[3], strides[3];       /* per role, as oneDNN sees them: up to (G, O, I, D, H, W) */
   dnnl_dims_t stride, dil, pad_l, pad_r; /* spatial, oneDNN's conventions */
@@ -127,6 +129,7 @@ typedef struct {
   dnnl_primitive_t primitive; /* NULL: oneDNN has no kernel for this */
   dnnl_primitive_desc_t hint; /* the forward descriptor a backward one was made with */
   md_t user_md[3], prim_md[3], scratch_md;
+  md_t bias_md; /* the forward's bias, a plain vector; MD_NONE without one */
   size_t prim_size[3], scratch_size;
   step reorder[3]; /* user -> primitive layout for inputs, back for the output */
 } conv_entry;
@@ -142,15 +145,17 @@ static void entry_clear(void *p) {
     mx__dnnl_md_free(e->reorder[r].scratch_md);
   }
   mx__dnnl_md_free(e->scratch_md);
+  mx__dnnl_md_free(e->bias_md);
   memset(e, 0, sizeof *e);
 }
 
 /* Fills the key from the views in their roles; false when oneDNN cannot
  * describe them (a stride that is zero or negative). */
-static bool make_key(conv_key *key, int kind, const mx_kview *const *v, const mx_conv_params *p) {
+static bool make_key(conv_key *key, int kind, const mx_kview *const *v, bool bias, const mx_conv_params *p) {
   memset(key, 0, sizeof *key);
   key->kind = kind;
   key->dtype = v[ROLE_X]->dtype;
+  key->bias = bias;
   int64_t G = p->groups;
   for (int r = 0; r < 3; r++) {
     const mx_kview *view = v[r];
@@ -228,6 +233,9 @@ static mx_status create(void *p, const void *k) {
   for (int r = 0; r < 3; r++)
     if (mx__dnnl_md_strided(&e->user_md[r], key->nd[r], key->dims[r], dt, key->strides[r]) != dnnl_success)
       return MX_NOT_BUILT;
+  const dnnl_dims_t channels = {key->dims[ROLE_Y][1]};
+  if (key->bias && mx__dnnl_md_tag(&e->bias_md, 1, channels, dt, dnnl_a) != dnnl_success) return MX_NOT_BUILT;
+  const md_t *bias = key->bias ? &e->bias_md : NULL;
   mx_status status = MX_OK;
   dnnl_primitive_desc_t pd = NULL;
   dnnl_status_t s = dnnl_unimplemented;
@@ -247,8 +255,9 @@ static mx_status create(void *p, const void *k) {
     e->hint = NULL;
     s = ok ? dnnl_success : dnnl_unimplemented;
     if (s == dnnl_success && kind != KIND_FWD)
-      s = conv_pd(&e->hint, KIND_FWD, conv_md, key->stride, key->dil, key->pad_l, key->pad_r, NULL);
-    if (s == dnnl_success) s = conv_pd(&pd, kind, conv_md, key->stride, key->dil, key->pad_l, key->pad_r, e->hint);
+      s = conv_pd(&e->hint, KIND_FWD, conv_md, NULL, key->stride, key->dil, key->pad_l, key->pad_r, NULL);
+    if (s == dnnl_success)
+      s = conv_pd(&pd, kind, conv_md, bias, key->stride, key->dil, key->pad_l, key->pad_r, e->hint);
     if (layout != LAYOUT_USER)
       for (int r = 0; r < 3; r++) mx__dnnl_md_free(conv_md[r]);
   }
@@ -298,8 +307,10 @@ static void channel_blocks(const conv_key *key, int r, void *blocked, void *plai
 }
 
 /* Reorders the inputs whose layouts differ into the workspace, runs the
- * convolution, and reorders its output back into the view when needed. */
-static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx_kview *const *v) {
+ * convolution (with the forward's bias, NULL for none), and reorders its
+ * output back into the view when needed. */
+static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx_kview *const *v,
+                     const mx_kview *bias) {
   int out = output_role[kind];
   size_t offset[3] = {0, 0, 0}, total = 0, scratch_max = e->scratch_size;
   for (int r = 0; r < 3; r++)
@@ -315,8 +326,8 @@ static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx
     return mx__error(MX_OUT_OF_MEMORY, "mx_conv: out of memory for a %zu-byte oneDNN workspace", total);
 
   mx_status status = MX_OK;
-  dnnl_memory_t user[3] = {NULL, NULL, NULL}, prim[3] = {NULL, NULL, NULL};
-  dnnl_status_t s = dnnl_success;
+  dnnl_memory_t user[3] = {NULL, NULL, NULL}, prim[3] = {NULL, NULL, NULL}, bias_mem = NULL;
+  dnnl_status_t s = bias ? mx__dnnl_memory_make(&bias_mem, &e->bias_md, bias->data) : dnnl_success;
   for (int r = 0; r < 3 && s == dnnl_success; r++) {
     s = mx__dnnl_memory_make(&user[r], &e->user_md[r], v[r]->data);
     if (s == dnnl_success && moved(&e->reorder[r]))
@@ -335,9 +346,11 @@ static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx
     if (s != dnnl_success) status = fail(kind, "reordering an input", s);
   }
   if (status == MX_OK) {
-    dnnl_exec_arg_t args[4];
+    dnnl_exec_arg_t args[5]; /* and the scratchpad, added by mx__dnnl_execute */
     for (int r = 0; r < 3; r++) args[r] = (dnnl_exec_arg_t){exec_arg[kind][r], prim[r] ? prim[r] : user[r]};
-    s = mx__dnnl_execute(t->stream, e->primitive, 3, args, &e->scratch_md, e->scratch_size, ws + scratch_at);
+    if (bias_mem) args[3] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, bias_mem};
+    s = mx__dnnl_execute(t->stream, e->primitive, bias_mem ? 4 : 3, args, &e->scratch_md, e->scratch_size,
+                         ws + scratch_at);
     if (s != dnnl_success) status = fail(kind, "executing", s);
   }
   if (status == MX_OK && e->reorder[out].channel_blocks) { /* the output back into the view, ours */
@@ -355,45 +368,48 @@ static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx
     if (user[r]) dnnl_memory_destroy(user[r]);
     if (prim[r]) dnnl_memory_destroy(prim[r]);
   }
+  if (bias_mem) dnnl_memory_destroy(bias_mem);
   return status;
 }
 
-static mx_status conv(int kind, const mx_kview *const *v, const mx_conv_params *p) {
+static mx_status conv(int kind, const mx_kview *const *v, const mx_kview *bias, const mx_conv_params *p) {
   mx_dtype dt = v[ROLE_X]->dtype;
   if (dt != MX_F32 && dt != MX_BF16) return MX_NOT_BUILT;
   if (!mx__dnnl_init()) return MX_NOT_BUILT;
   mx__dnnl_thread *t = mx__dnnl_thread_get();
   if (!t) return MX_NOT_BUILT;
   conv_key key;
-  if (!make_key(&key, kind, v, p)) return MX_NOT_BUILT;
+  if (!make_key(&key, kind, v, bias != NULL, p)) return MX_NOT_BUILT;
   mx_status status = MX_OK;
   conv_entry *e = mx__dnnl_cache_acquire(&cache, &key, &status);
   if (!e) return status;
-  status = run(t, e, kind, v);
+  status = run(t, e, kind, v, bias);
   mx__dnnl_cache_release(&cache, e);
   return status;
 }
 
-mx_status mx__dnnl_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_conv_params *p) {
+mx_status mx__dnnl_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
+                                const mx_conv_params *p) {
   const mx_kview *v[3] = {x, w, y};
-  return conv(KIND_FWD, v, p);
+  return conv(KIND_FWD, v, bias, p);
 }
 
 mx_status mx__dnnl_conv_backward_data(const mx_kview *dx, const mx_kview *dy, const mx_kview *w,
                                       const mx_conv_params *p) {
   const mx_kview *v[3] = {dx, w, dy};
-  return conv(KIND_BWD_DATA, v, p);
+  return conv(KIND_BWD_DATA, v, NULL, p);
 }
 
 mx_status mx__dnnl_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
                                         const mx_conv_params *p) {
   const mx_kview *v[3] = {x, dw, dy};
-  return conv(KIND_BWD_WEIGHTS, v, p);
+  return conv(KIND_BWD_WEIGHTS, v, NULL, p);
 }
 
 #else /* built without oneDNN */
 
-mx_status mx__dnnl_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_conv_params *p) {
+mx_status mx__dnnl_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
+                                const mx_conv_params *p) {
   return MX_NOT_BUILT;
 }
 mx_status mx__dnnl_conv_backward_data(const mx_kview *dx, const mx_kview *dy, const mx_kview *w,

@@ -179,9 +179,9 @@ static mx_status run_kind(int which, mx_conv_kind kind, const mx_kview *x, const
                           const mx_conv_params *p) {
   switch (kind) {
   case MX_CONV_FORWARD:
-    return which == 0   ? mx__cpu_conv_forward(y, x, w, p)
-           : which == 1 ? mx__cpu_conv_forward_reference(y, x, w, p)
-                        : mx__dnnl_conv_forward(y, x, w, p);
+    return which == 0   ? mx__cpu_conv_forward(y, x, w, NULL, p)
+           : which == 1 ? mx__cpu_conv_forward_reference(y, x, w, NULL, p)
+                        : mx__dnnl_conv_forward(y, x, w, NULL, p);
   case MX_CONV_BACKWARD_DATA:
     return which == 0   ? mx__cpu_conv_backward_data(x, y, w, p)
            : which == 1 ? mx__cpu_conv_backward_data_reference(x, y, w, p)
@@ -407,6 +407,74 @@ static void check_16bit(mx_dtype dt) {
 Test(conv, bf16_within_rounding_of_f32) { check_16bit(MX_BF16); }
 Test(conv, f16_within_rounding_of_f32) { check_16bit(MX_F16); }
 
+/* --- (c) the forward's bias ------------------------------------------------------------------ */
+
+/* y = conv(x, w) + bias in every dtype, through the dispatcher, the loops
+ * and oneDNN: within the same bounds as without one, the bias being one more
+ * term of each float32 sum (and the 16-bit results rounded once, after it). */
+static void check_bias(mx_dtype dt) {
+  double u = dt == MX_F64 ? 0x1p-53 : 0x1p-24, u16 = dt == MX_BF16 ? 0x1p-8 : dt == MX_F16 ? 0x1p-11 : 0;
+  double tiny = dt == MX_BF16 ? 0x1p-134 : dt == MX_F16 ? 0x1p-25 : 0;
+  for (size_t ci = 0; ci < NCASES; ci++) {
+    const conv_case *c = &cases[ci];
+    mx_conv_params p = params_of(c);
+    case_shapes s = shapes_of(c);
+    rng_state = 4242 + ci;
+    tens t[3], bias = tens_new(dt, 1, (int64_t[]){c->C_out});
+    make_operands(t, c, MX_CONV_FORWARD, dt);
+    fill_random(&bias.v);
+    tens e[4] = {tens_convert(&t[0].v, MX_F64), tens_convert(&t[1].v, MX_F64), tens_new(MX_F64, s.nd, s.y),
+                 tens_convert(&bias.v, MX_F64)};
+    tens b[4] = {tens_abs(&t[0].v), tens_abs(&t[1].v), tens_new(MX_F64, s.nd, s.y), tens_abs(&bias.v)};
+    cr_assert_eq(mx__cpu_conv_forward_reference(&e[2].v, &e[0].v, &e[1].v, &e[3].v, &p), MX_OK, "%s", mx_last_error());
+    cr_assert_eq(mx__cpu_conv_forward_reference(&b[2].v, &b[0].v, &b[1].v, &b[3].v, &p), MX_OK, "%s", mx_last_error());
+    double eu = ((double)reduction_length(c, MX_CONV_FORWARD, &s) + 2) * u;
+    for (int which = 0; which < 3; which++) {
+      fill(&t[2].v, NAN);
+      mx_status st = which == 0   ? mx__cpu_conv_forward(&t[2].v, &t[0].v, &t[1].v, &bias.v, &p)
+                     : which == 1 ? mx__cpu_conv_forward_reference(&t[2].v, &t[0].v, &t[1].v, &bias.v, &p)
+                                  : mx__dnnl_conv_forward(&t[2].v, &t[0].v, &t[1].v, &bias.v, &p);
+      if (st == MX_NOT_BUILT && which == 2) continue; /* oneDNN: float32 and bfloat16 only */
+      cr_assert_eq(st, MX_OK, "%s", mx_last_error());
+      char what[200];
+      snprintf(what, sizeof what, "%s %s with bias (%s)", c->name, mx_dtype_name(dt),
+               which == 0 ? "dispatcher" : which == 1 ? "loops" : "oneDNN");
+      int bad = 0;
+      for (int64_t i = 0; i < numel(&e[2].v); i++) {
+        double g = get(&t[2].v, i), w = get(&e[2].v, i), eb = eu * get(&b[2].v, i);
+        double tol = u16 * (fabs(w) + eb) + eb + tiny;
+        if (!(fabs(g - w) <= tol) && ++bad <= 5)
+          cr_log_error("%s: element %lld: got %.9g, want %.9g (tolerance %.3g)", what, (long long)i, g, w, tol);
+      }
+      cr_expect_eq(bad, 0, "%s", what);
+    }
+    for (int r = 0; r < 4; r++) tens_free(&e[r]), tens_free(&b[r]);
+    for (int r = 0; r < 3; r++) tens_free(&t[r]);
+    tens_free(&bias);
+  }
+}
+
+Test(conv, bias_f32) { check_bias(MX_F32); }
+Test(conv, bias_f64) { check_bias(MX_F64); }
+Test(conv, bias_bf16) { check_bias(MX_BF16); }
+Test(conv, bias_f16) { check_bias(MX_F16); }
+
+/* A bias that is not one contiguous element per output channel of the
+ * operands' dtype is refused, naming what it is. */
+Test(conv, bias_errors) {
+  const conv_case *c = &cases[2];
+  mx_conv_params p = params_of(c);
+  tens t[3], wrong_size = tens_new(MX_F32, 1, (int64_t[]){c->C_out + 1}),
+             wrong_dtype = tens_new(MX_F64, 1, (int64_t[]){c->C_out});
+  make_operands(t, c, MX_CONV_FORWARD, MX_F32);
+  cr_expect_eq(mx__cpu_conv_forward(&t[2].v, &t[0].v, &t[1].v, &wrong_size.v, &p), MX_SHAPE_ERROR);
+  cr_expect(strstr(mx_last_error(), "bias of 1 dims, 9 elements") != NULL, "%s", mx_last_error());
+  cr_expect_eq(mx__cpu_conv_forward(&t[2].v, &t[0].v, &t[1].v, &wrong_dtype.v, &p), MX_DTYPE_ERROR);
+  cr_expect(strstr(mx_last_error(), "a float64 bias for float32 operands") != NULL, "%s", mx_last_error());
+  for (int r = 0; r < 3; r++) tens_free(&t[r]);
+  tens_free(&wrong_size), tens_free(&wrong_dtype);
+}
+
 /* --- edges ---------------------------------------------------------------------------------- */
 
 /* dx larger than the forward formula by more than the stride (output_padding
@@ -436,7 +504,7 @@ Test(conv, empty_operands) {
     int64_t xs[4] = {2, 0, 5, 5}, ws[4] = {3, 0, 3, 3}, ys[4] = {2, 3, 3, 3};
     tens x = tens_new(dts[di], 4, xs), w = tens_new(dts[di], 4, ws), y = tens_new(dts[di], 4, ys);
     fill(&y.v, NAN);
-    cr_expect_eq(mx__cpu_conv_forward(&y.v, &x.v, &w.v, &p), MX_OK, "%s", mx_last_error());
+    cr_expect_eq(mx__cpu_conv_forward(&y.v, &x.v, &w.v, NULL, &p), MX_OK, "%s", mx_last_error());
     for (int64_t i = 0; i < numel(&y.v); i++) cr_expect_eq(get(&y.v, i), 0.0);
     tens_free(&x), tens_free(&w), tens_free(&y);
     /* no batch: dw = 0, y empty */
@@ -445,7 +513,7 @@ Test(conv, empty_operands) {
     fill(&w.v, NAN);
     cr_expect_eq(mx__cpu_conv_backward_weight(&w.v, &y.v, &x.v, &p), MX_OK, "%s", mx_last_error());
     for (int64_t i = 0; i < numel(&w.v); i++) cr_expect_eq(get(&w.v, i), 0.0);
-    cr_expect_eq(mx__cpu_conv_forward(&y.v, &x.v, &w.v, &p), MX_OK, "%s", mx_last_error());
+    cr_expect_eq(mx__cpu_conv_forward(&y.v, &x.v, &w.v, NULL, &p), MX_OK, "%s", mx_last_error());
     tens_free(&x), tens_free(&w), tens_free(&y);
   }
 }
@@ -456,20 +524,20 @@ Test(conv, shape_and_dtype_errors) {
   tens x = tens_new(MX_F32, 4, xs), w = tens_new(MX_F32, 4, ws), y = tens_new(MX_F32, 4, ys);
   tens yb = tens_new(MX_F32, 4, bad_ys), yd = tens_new(MX_F64, 4, ys), xi = tens_new(MX_I32, 4, xs);
   mx_clear_error();
-  cr_expect_eq(mx__cpu_conv_forward(&y.v, &x.v, &w.v, &p), MX_OK);
-  cr_expect_eq(mx__cpu_conv_forward(&yb.v, &x.v, &w.v, &p), MX_SHAPE_ERROR);
+  cr_expect_eq(mx__cpu_conv_forward(&y.v, &x.v, &w.v, NULL, &p), MX_OK);
+  cr_expect_eq(mx__cpu_conv_forward(&yb.v, &x.v, &w.v, NULL, &p), MX_SHAPE_ERROR);
   cr_expect(strstr(mx_last_error(), "mx_conv:") != NULL, "%s", mx_last_error());
-  cr_expect_eq(mx__cpu_conv_forward(&yd.v, &x.v, &w.v, &p), MX_DTYPE_ERROR);
+  cr_expect_eq(mx__cpu_conv_forward(&yd.v, &x.v, &w.v, NULL, &p), MX_DTYPE_ERROR);
   cr_expect_eq(mx__cpu_conv_backward_weight(&w.v, &y.v, &xi.v, &p), MX_DTYPE_ERROR);
   mx_conv_params g = p;
   g.groups = 2; /* 3 output channels do not split in 2 */
-  cr_expect_eq(mx__cpu_conv_forward(&y.v, &x.v, &w.v, &g), MX_SHAPE_ERROR);
+  cr_expect_eq(mx__cpu_conv_forward(&y.v, &x.v, &w.v, NULL, &g), MX_SHAPE_ERROR);
   mx_conv_params s3 = p;
   s3.spatial = 3;
-  cr_expect_eq(mx__cpu_conv_forward(&y.v, &x.v, &w.v, &s3), MX_SHAPE_ERROR);
+  cr_expect_eq(mx__cpu_conv_forward(&y.v, &x.v, &w.v, NULL, &s3), MX_SHAPE_ERROR);
   mx_conv_params z = p;
   z.stride[0] = 0;
-  cr_expect_eq(mx__cpu_conv_forward(&y.v, &x.v, &w.v, &z), MX_INVALID_ARGUMENT);
+  cr_expect_eq(mx__cpu_conv_forward(&y.v, &x.v, &w.v, NULL, &z), MX_INVALID_ARGUMENT);
   /* dx smaller than dy needs */
   int64_t small[4] = {1, 2, 4, 5};
   tens dxs = tens_new(MX_F32, 4, small);

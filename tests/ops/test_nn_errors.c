@@ -308,7 +308,13 @@ Test(nn_errors, convolution) {
   EXPECT_NULL(mx_conv2d(zeros(MX_SHAPE(1, 2, 5)), w, NULL, MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, 1), MX_SHAPE_ERROR,
               "mx_conv2d: input [1,2,5] and weight [2,2,3,3] must both be 4-d for 2 spatial dims");
   EXPECT_NULL(mx_conv2d(zeros(MX_SHAPE(1, 2, 5, 5)), w, zeros(MX_SHAPE(3)), MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, 1),
-              MX_SHAPE_ERROR, "mx_conv2d: shapes [1,2,3,3] and [1,3,1,1] cannot be broadcast together (dim 1: 2 vs 3)");
+              MX_SHAPE_ERROR, "mx_conv2d: bias of shape [3] for 2 output channels (expected (2))");
+  EXPECT_NULL(mx_conv2d(zeros(MX_SHAPE(1, 2, 5, 5)), w, zeros(MX_SHAPE(1, 2, 1, 1)), MX_DEFAULT, MX_DEFAULT, MX_DEFAULT,
+                        1),
+              MX_SHAPE_ERROR, "mx_conv2d: bias of shape [1,2,1,1] for 2 output channels (expected (2))");
+  EXPECT_NULL(mx_conv2d(zeros(MX_SHAPE(1, 2, 5, 5)), w, mx_zeros(MX_SHAPE(2), MX_F32, MX_CPU), MX_DEFAULT, MX_DEFAULT,
+                        MX_DEFAULT, 1),
+              MX_DTYPE_ERROR, "mx_conv2d: bias of float32 for an input of float64 (expected one dtype)");
   EXPECT_NULL(mx_conv(img, w, NULL, 4, MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, 1), MX_INVALID_ARGUMENT,
               "mx_conv: 4 spatial dims (1 to 3 are supported)");
   /* transposed: weight (C_in, C_out / groups, *K) */
