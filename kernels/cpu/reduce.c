@@ -126,8 +126,8 @@ static double load_f64(double v) { return v; }
 
 /* The sum of n contiguous elements in double: LANES independent partial
  * sums let the compiler vectorise without reassociating one accumulator. */
-#define MX__SUM_RUN(name, type, load)                             \
-  static double name(const type *x, int64_t n) {                  \
+#define MX__SUM_RUN(qualifiers, name, type, load)                 \
+  qualifiers double name(const type *x, int64_t n) {              \
     double acc[LANES] = {0};                                      \
     int64_t i = 0;                                                \
     for (; i + LANES <= n; i += LANES)                            \
@@ -137,8 +137,24 @@ static double load_f64(double v) { return v; }
     for (int j = 0; j < LANES; j++) s += acc[j];                  \
     return s;                                                     \
   }
-MX__SUM_RUN(sum_f32, float, load_f32)
-MX__SUM_RUN(sum_f64, double, load_f64)
+MX__SUM_RUN(static, sum_f64, double, load_f64)
+
+/* float32 runs (a bias's gradient, bfloat16 blocks) also in wider vectors:
+ * the baseline build's SSE2 widens two floats at a time. The lanes fix the
+ * order of the additions, so every clone gives the baseline's bits. */
+#if defined(__x86_64__) && defined(__GNUC__)
+MX__SUM_RUN(static inline __attribute__((always_inline)), sum_f32_body, float, load_f32)
+__attribute__((target("avx512f"))) static double sum_f32_avx512(const float *x, int64_t n) { return sum_f32_body(x, n); }
+__attribute__((target("avx2"))) static double sum_f32_avx2(const float *x, int64_t n) { return sum_f32_body(x, n); }
+
+static double sum_f32(const float *x, int64_t n) {
+  if (__builtin_cpu_supports("avx512f")) return sum_f32_avx512(x, n);
+  if (__builtin_cpu_supports("avx2")) return sum_f32_avx2(x, n);
+  return sum_f32_body(x, n);
+}
+#else
+MX__SUM_RUN(static, sum_f32, float, load_f32)
+#endif
 
 /* The 16-bit floats go through float32 in blocks, widened by the bulk
  * conversions (vectorised; element by element they are not). */
