@@ -71,38 +71,54 @@ mx_status mx__cpu_channel_affine(const mx_kview *y, const mx_kview *x, const mx_
  * float64) temporary for each, in one pass that reads a and b once. Each
  * difference and product is rounded in the sums' dtype as the elementwise
  * ops round it; only the order of the additions differs: 16 lanes in
- * float32 over blocks of 512 (float16 and bfloat16 widened a block at a
- * time), the blocks' sums added in double. */
+ * float32 over blocks of 512 (bfloat16 widened in the loop, float16 a
+ * block at a time), the blocks' sums added in double. */
 enum { LANES = 16 };
 
 typedef struct {
   double sum, dot;
 } sums;
 
-/* A block of at most BLOCK float32 values, in LANES partial sums the
- * vectoriser keeps in registers (it does not reassociate a float sum);
- * b NULL: only the sum. */
-static void sums_block_f32(sums *s, const float *a, const float *b, int64_t n, float ca, float cb) {
-  float sum[LANES] = {0}, dot[LANES] = {0};
-  int64_t full = n - n % LANES;
-  if (b) {
-    for (int64_t i = 0; i < full; i += LANES)
-      for (int l = 0; l < LANES; l++) {
-        sum[l] += a[i + l];
-        dot[l] += (a[i + l] - ca) * (b[i + l] - cb);
-      }
-    for (int64_t i = full; i < n; i++) dot[i - full] += (a[i] - ca) * (b[i] - cb);
-  } else {
-    for (int64_t i = 0; i < full; i += LANES)
-      for (int l = 0; l < LANES; l++) sum[l] += a[i + l];
+static float f32_of_f32(float v) { return v; }
+static float f32_of_bf16(uint16_t v) { return mx_bf16_to_f32(v); } /* exact: a shift */
+
+/* A block of at most BLOCK values of type, loaded as float32 (bfloat16
+ * widened in the loop), in LANES partial sums the vectoriser keeps in
+ * registers (it does not reassociate a float sum); b NULL: only the sum. */
+#define MX__SUMS_BLOCK(name, type, load)                                                                     \
+  static inline __attribute__((always_inline)) void name(sums *s, const type *a, const type *b, int64_t n,  \
+                                                         float ca, float cb) {                              \
+    float sum[LANES] = {0}, dot[LANES] = {0};                                                                \
+    int64_t full = n - n % LANES;                                                                            \
+    if (b) {                                                                                                 \
+      for (int64_t i = 0; i < full; i += LANES)                                                              \
+        for (int l = 0; l < LANES; l++) {                                                                    \
+          sum[l] += load(a[i + l]);                                                                          \
+          dot[l] += (load(a[i + l]) - ca) * (load(b[i + l]) - cb);                                           \
+        }                                                                                                    \
+      for (int64_t i = full; i < n; i++) dot[i - full] += (load(a[i]) - ca) * (load(b[i]) - cb);             \
+    } else {                                                                                                 \
+      for (int64_t i = 0; i < full; i += LANES)                                                              \
+        for (int l = 0; l < LANES; l++) sum[l] += load(a[i + l]);                                            \
+    }                                                                                                        \
+    for (int64_t i = full; i < n; i++) sum[i - full] += load(a[i]);                                          \
+    for (int l = 0; l < LANES; l++) s->sum += sum[l], s->dot += dot[l];                                      \
   }
-  for (int64_t i = full; i < n; i++) sum[i - full] += a[i];
-  for (int l = 0; l < LANES; l++) s->sum += sum[l], s->dot += dot[l];
+MX__SUMS_BLOCK(sums_block_f32, float, f32_of_f32)
+MX__SUMS_BLOCK(sums_block_bf16, uint16_t, f32_of_bf16)
+
+/* A plane of float32 or bfloat16, block by block. */
+static inline __attribute__((always_inline)) void sums_plane_body(sums *s, const void *a, const void *b, int64_t n,
+                                                                  float ca, float cb, bool bf16) {
+  for (int64_t i = 0; i < n; i += BLOCK) {
+    int64_t m = n - i < BLOCK ? n - i : BLOCK;
+    if (bf16) sums_block_bf16(s, (const uint16_t *)a + i, b ? (const uint16_t *)b + i : NULL, m, ca, cb);
+    else sums_block_f32(s, (const float *)a + i, b ? (const float *)b + i : NULL, m, ca, cb);
+  }
 }
 
-static void sums_plane_f32(sums *s, const float *a, const float *b, int64_t n, float ca, float cb) {
-  for (int64_t i = 0; i < n; i += BLOCK)
-    sums_block_f32(s, a + i, b ? b + i : NULL, n - i < BLOCK ? n - i : BLOCK, ca, cb);
+static void sums_plane(sums *s, const void *a, const void *b, int64_t n, float ca, float cb, bool bf16) {
+  sums_plane_body(s, a, b, n, ca, cb, bf16);
 }
 
 static void sums_plane_f64(sums *s, const double *a, const double *b, int64_t n, double ca, double cb) {
@@ -112,13 +128,14 @@ static void sums_plane_f64(sums *s, const double *a, const double *b, int64_t n,
   }
 }
 
-static void sums_plane_16(sums *s, const uint16_t *a, const uint16_t *b, int64_t n, float ca, float cb, bool bf16) {
+/* float16 widened a block at a time (F16C). */
+static void sums_plane_f16(sums *s, const uint16_t *a, const uint16_t *b, int64_t n, float ca, float cb) {
   float wa[BLOCK], wb[BLOCK];
   for (int64_t i = 0; i < n; i += BLOCK) {
     int64_t m = n - i < BLOCK ? n - i : BLOCK;
-    widen(wa, a + i, m, bf16);
-    if (b) widen(wb, b + i, m, bf16);
-    sums_block_f32(s, wa, b ? wb : NULL, m, ca, cb);
+    widen(wa, a + i, m, false);
+    if (b) widen(wb, b + i, m, false);
+    sums_plane(s, wa, b ? wb : NULL, m, ca, cb, false);
   }
 }
 
@@ -142,8 +159,8 @@ mx_status mx__cpu_channel_sums(const mx_kview *sum, const mx_kview *dot, const m
       int64_t offset = (k * channels + c) * n * (int64_t)size;
       const char *ap = (const char *)a->data + offset, *bp = bp0 ? bp0 + offset : NULL;
       if (a->dtype == MX_F64) sums_plane_f64(&s, (const double *)ap, (const double *)bp, n, ca, cb);
-      else if (a->dtype == MX_F32) sums_plane_f32(&s, (const float *)ap, (const float *)bp, n, (float)ca, (float)cb);
-      else sums_plane_16(&s, (const uint16_t *)ap, (const uint16_t *)bp, n, (float)ca, (float)cb, a->dtype == MX_BF16);
+      else if (a->dtype == MX_F16) sums_plane_f16(&s, (const uint16_t *)ap, (const uint16_t *)bp, n, (float)ca, (float)cb);
+      else sums_plane(&s, ap, bp, n, (float)ca, (float)cb, a->dtype == MX_BF16);
     }
     store(sum, c, s.sum);
     store(dot, c, s.dot);
