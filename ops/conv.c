@@ -112,20 +112,12 @@ static mx_tensor *convolution(const mx_tensor *x, const mx_tensor *w, const mx_t
   return bias ? mx__call3(MX_OP_CONVOLUTION, x, w, bias, &args) : mx__call2(MX_OP_CONVOLUTION, x, w, &args);
 }
 
-/* The bias's gradient: g summed over every dim but the channels. */
-static mx_tensor *bias_grad(const mx_tensor *g) {
-  mx_shape dims = {0};
-  for (int d = 0; d < g->ndim; d++)
-    if (d != 1) dims.d[dims.ndim++] = d;
-  return mx_sum(g, dims, false);
-}
-
 mx_status mx__bwd_convolution(mx__bw *bw) {
   const mx_conv_params *p = &bw->args->conv;
   mx_tensor *x = mx__saved_in(bw, 0), *w = mx__saved_in(bw, 1);
   GRAD(0, backward_data(G, w, mx__in_shape(bw, 0), p));
   GRAD(1, backward_weight(G, x, mx__in_shape(bw, 1), p));
-  GRAD(2, bias_grad(G));
+  GRAD(2, mx_sum(G, mx__all_but_channels(G->ndim), false)); /* the bias: g summed per channel */
   return MX_OK;
 }
 

@@ -42,20 +42,38 @@ static mx_tensor *affine(mx_tensor *y, const mx_tensor *weight, const mx_tensor 
 /* The statistics' dtype: float32 for 16- and 32-bit floats, as PyTorch's saved mean and invstd. */
 static mx_dtype stats_dtype(mx_dtype x) { return x == MX_F64 ? MX_F64 : MX_F32; }
 
-/* Every dim of an ndim-d input but the channels (1). */
-static mx_shape all_but_channels(int ndim) {
-  mx_shape dims = {0};
-  for (int d = 0; d < ndim; d++)
-    if (d != 1) dims.d[dims.ndim++] = d;
-  return dims;
-}
-
 /* The values per channel of an input of shape s. */
 static double per_channel_count(mx_shape s) {
   double n = 1;
   for (int d = 0; d < s.ndim; d++)
     if (d != 1) n *= (double)s.d[d];
   return n;
+}
+
+/* (x - center[c]) * scale[c] + shift[c] in dtype (a NULL center is zeros):
+ * one kernel pass where the backend has it, the dtypes are its own and
+ * nothing records (a backward that builds a graph for double backward
+ * takes the ops, whose arithmetic it repeats). */
+static mx_tensor *channel_affine(mx_op op, mx_tensor *x, mx_tensor *center, mx_tensor *scale, mx_tensor *shift,
+                                 mx_dtype dtype) {
+  const mx_backend *be = mx__backend_of(op, x->device);
+  if (!be || !scale || !shift) return NULL;
+  mx_dtype stats = stats_dtype(x->dtype);
+  if (be->channel_affine && !mx_is_grad_enabled() && x->dtype == dtype && scale->dtype == stats &&
+      shift->dtype == stats && (!center || center->dtype == stats)) {
+    mx_tensor *xc = mx__tensor_contiguous(x), *sc = mx__tensor_contiguous(scale), *sh = mx__tensor_contiguous(shift);
+    mx_tensor *cc = center ? mx__tensor_contiguous(center) : NULL;
+    mx_tensor *y = xc && sc && sh && (!center || cc)
+                       ? mx__tensor_alloc(mx__ops[op].api_name, mx_shape_get(x), dtype, x->device)
+                       : NULL;
+    if (!y) return NULL;
+    mx_kview yv = mx__kview_of(y), xv = mx__kview_of(xc), scv = mx__kview_of(sc), shv = mx__kview_of(sh);
+    mx_kview cv = cc ? mx__kview_of(cc) : xv;
+    return be->channel_affine(&yv, &xv, cc ? &cv : NULL, &scv, &shv) == MX_OK ? y : NULL;
+  }
+  mx_tensor *centered = center ? mx_sub(x, per_channel(center, x->ndim)) : x;
+  mx_tensor *y = mx_add(mx_mul(centered, per_channel(scale, x->ndim)), per_channel(shift, x->ndim));
+  return y && y->dtype != dtype ? mx_to_dtype(y, dtype) : y;
 }
 
 /* A contiguous (C) tensor's view, or NULL for none. */
@@ -104,16 +122,13 @@ mx_status mx__fwd_batch_norm_stats(mx__call *c) {
       c->out[1] = squares ? mx_div_scalar(squares, n) : NULL;
     return c->out[0] && c->out[1] ? MX_OK : mx_last_status();
   }
-  mx_shape dims = all_but_channels(x->ndim);
+  mx_shape dims = mx__all_but_channels(x->ndim);
   mx_tensor *mean = mx_div_scalar(mx_sum_dtype(x, dims, true, stats_dtype(x->dtype)), n);
   mx_tensor *centered = mx_sub(x, mean);
   c->out[0] = mx_reshape(mean, MX_SHAPE(-1));
   c->out[1] = mx_div_scalar(mx_sum(mx_mul(centered, centered), dims, false), n);
   return c->out[0] && c->out[1] ? MX_OK : mx_last_status();
 }
-
-static mx_tensor *channel_affine(mx_op op, mx_tensor *x, mx_tensor *center, mx_tensor *scale, mx_tensor *shift,
-                                 mx_dtype dtype);
 
 /* dx = (x - mean) 2 gvar / n + gmean / n: var's own dependence on the mean sums to zero. */
 mx_status mx__bwd_batch_norm_stats(mx__bw *bw) {
@@ -122,32 +137,6 @@ mx_status mx__bwd_batch_norm_stats(mx__bw *bw) {
   mx_tensor *k = mx_mul_scalar(bw->grad_out[1], 2 / n), *shift = mx_div_scalar(bw->grad_out[0], n);
   GRAD(0, x && k && shift ? channel_affine(bw->op, x, mx__saved_out(bw, 0), k, shift, x->dtype) : NULL);
   return MX_OK;
-}
-
-/* (x - center[c]) * scale[c] + shift[c] in dtype (a NULL center is zeros):
- * one kernel pass where the backend has it, the dtypes are its own and
- * nothing records (a backward that builds a graph for double backward
- * takes the ops, whose arithmetic it repeats). */
-static mx_tensor *channel_affine(mx_op op, mx_tensor *x, mx_tensor *center, mx_tensor *scale, mx_tensor *shift,
-                                 mx_dtype dtype) {
-  const mx_backend *be = mx__backend_of(op, x->device);
-  if (!be || !scale || !shift) return NULL;
-  mx_dtype stats = stats_dtype(x->dtype);
-  if (be->channel_affine && !mx_is_grad_enabled() && x->dtype == dtype && scale->dtype == stats &&
-      shift->dtype == stats && (!center || center->dtype == stats)) {
-    mx_tensor *xc = mx__tensor_contiguous(x), *sc = mx__tensor_contiguous(scale), *sh = mx__tensor_contiguous(shift);
-    mx_tensor *cc = center ? mx__tensor_contiguous(center) : NULL;
-    mx_tensor *y = xc && sc && sh && (!center || cc)
-                       ? mx__tensor_alloc(mx__ops[op].api_name, mx_shape_get(x), dtype, x->device)
-                       : NULL;
-    if (!y) return NULL;
-    mx_kview yv = mx__kview_of(y), xv = mx__kview_of(xc), scv = mx__kview_of(sc), shv = mx__kview_of(sh);
-    mx_kview cv = cc ? mx__kview_of(cc) : xv;
-    return be->channel_affine(&yv, &xv, cc ? &cv : NULL, &scv, &shv) == MX_OK ? y : NULL;
-  }
-  mx_tensor *centered = center ? mx_sub(x, per_channel(center, x->ndim)) : x;
-  mx_tensor *y = mx_add(mx_mul(centered, per_channel(scale, x->ndim)), per_channel(shift, x->ndim));
-  return y && y->dtype != dtype ? mx_to_dtype(y, dtype) : y;
 }
 
 /* y = x scale + shift with scale = weight invstd, shift = bias - mean scale, in args.dtype:
@@ -164,7 +153,7 @@ mx_status mx__fwd_batch_norm_elemt(mx__call *c) {
  * every dim but the channels in the statistics' dtype; each only when needed. */
 mx_status mx__bwd_batch_norm_elemt(mx__bw *bw) {
   int ndim = mx__in_shape(bw, 0).ndim;
-  mx_shape dims = all_but_channels(ndim);
+  mx_shape dims = mx__all_but_channels(ndim);
   mx_tensor *x = mx__saved_in(bw, 0), *mean = mx__saved_in(bw, 1), *invstd = mx__saved_in(bw, 2);
   mx_tensor *weight = mx__saved_in(bw, 3);
   mx_tensor *scale = mx_mul(weight, invstd);

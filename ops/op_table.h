@@ -152,5 +152,8 @@ mx_shape mx__in_shape(mx__bw *bw, int i);
 
 /* Sums t down to shape (the inverse of broadcasting). */
 mx_tensor *mx__sum_to(const mx_tensor *t, mx_shape shape);
+/* Every dim of an ndim-d (N, C, ...) tensor but the channels (1): what a
+ * per-channel sum reduces. */
+mx_shape mx__all_but_channels(int ndim);
 
 #endif

@@ -128,6 +128,13 @@ mx_status mx__bwd_slice_backward(mx__bw *bw) {
   return MX_OK;
 }
 
+mx_shape mx__all_but_channels(int ndim) {
+  mx_shape dims = {0};
+  for (int d = 0; d < ndim; d++)
+    if (d != 1) dims.d[dims.ndim++] = d;
+  return dims;
+}
+
 mx_tensor *mx__sum_to(const mx_tensor *t, mx_shape shape) {
   if (!t) return NULL;
   mx_shape dims = {0};
