@@ -1,6 +1,6 @@
-/* Linear algebra: bmm is the one primitive (oneDNN on the CPU); mm,
- * matmul with torch.matmul's broadcasting, the add*-fused forms, mv, dot
- * and outer are composites of it. */
+/* Linear algebra: bmm and mm are the primitives (one backend matmul, oneDNN
+ * on the CPU); matmul with torch.matmul's broadcasting, the add*-fused
+ * forms, mv, dot and outer are composites of them. */
 #include "ops/op_table.h"
 
 static mx_status cannot_multiply(const char *op, const mx_tensor *a, const mx_tensor *b, int64_t ka, int64_t kb) {
@@ -23,6 +23,31 @@ static mx_status same_dtype(const char *op, const mx_tensor *a, const mx_tensor 
                    mx_dtype_name(a->dtype), mx_dtype_name(b->dtype));
 }
 
+/* The backend's matmul into a new out_shape tensor, on (B, M, K) and
+ * (B, K, N) views of a and b (c->in[0], c->in[1]) and (B, M, N) of out. */
+static mx_status run_matmul(mx__call *c, const char *op, mx_shape out_shape,
+                            mx_kview (*view)(const mx_tensor *)) {
+  mx_tensor *a = c->in[0], *b = c->in[1];
+  const mx_backend *be = mx__backend_of(c->op, a->device);
+  if (!be) return mx_last_status();
+  if (!be->matmul) return mx__no_kernel(c->op, a->device, "matmul");
+  mx_tensor *out = mx__tensor_alloc(op, out_shape, a->dtype, a->device);
+  if (!out) return mx_last_status();
+  c->out[0] = out;
+  mx_kview ov = view(out), av = view(a), bv = view(b);
+  return be->matmul(&ov, &av, &bv);
+}
+
+/* A matrix as a batch of one: the (1, R, C) view the backend's matmul takes,
+ * without the unsqueeze and squeeze ops (and graph nodes) around a bmm. */
+static mx_kview batch_of_one(const mx_tensor *t) {
+  mx_kview v = mx__kview_of(t);
+  v.ndim = 3;
+  v.shape[2] = v.shape[1], v.shape[1] = v.shape[0], v.shape[0] = 1;
+  v.strides[2] = v.strides[1], v.strides[1] = v.strides[0], v.strides[0] = 0;
+  return v;
+}
+
 mx_status mx__fwd_bmm(mx__call *c) {
   mx_tensor *a = c->in[0], *b = c->in[1];
   if (need_dims("mx_bmm", a, 3, "the first operand") || need_dims("mx_bmm", b, 3, "the second operand") ||
@@ -34,44 +59,41 @@ mx_status mx__fwd_bmm(mx__call *c) {
                      mx__dims_str(y, 3, b->shape));
   }
   if (a->shape[2] != b->shape[1]) return cannot_multiply("mx_bmm", a, b, a->shape[2], b->shape[1]);
-  const mx_backend *be = mx__backend_of(c->op, a->device);
-  if (!be) return mx_last_status();
-  if (!be->matmul) return mx__no_kernel(c->op, a->device, "matmul");
-  mx_tensor *out = mx__tensor_alloc("mx_bmm", MX_SHAPE(a->shape[0], a->shape[1], b->shape[2]), a->dtype, a->device);
-  if (!out) return mx_last_status();
-  c->out[0] = out;
-  mx_kview ov = mx__kview_of(out), av = mx__kview_of(a), bv = mx__kview_of(b);
-  return be->matmul(&ov, &av, &bv);
-}
-
-/* Whether each matrix of t is stored column by column, as a transposed
- * view (a linear layer's weight.t()) is. */
-static bool column_major(const mx_tensor *t) {
-  return t->shape[1] > 1 && t->shape[2] > 1 && t->strides[1] == 1 && t->strides[2] == t->shape[1];
-}
-
-static mx_tensor *t12(const mx_tensor *t) { return mx_transpose(t, 1, 2); }
-
-/* dA = G B^T, dB = A^T G; an operand stored column-major gets its gradient
- * in that layout too, as (B G^T)^T or (G^T A)^T (PyTorch's mm backward does
- * the same), so that a weight's gradient comes back contiguous through the
- * transpose and later casts, sums and optimizer steps read it densely. */
-mx_status mx__bwd_bmm(mx__bw *bw) {
-  const mx_tensor *a = mx__saved_in(bw, 0), *b = mx__saved_in(bw, 1);
-  GRAD(0, column_major(a) ? t12(mx_bmm(b, t12(G))) : mx_bmm(G, t12(b)));
-  GRAD(1, column_major(b) ? t12(mx_bmm(t12(G), a)) : mx_bmm(t12(a), G));
-  return MX_OK;
+  return run_matmul(c, "mx_bmm", MX_SHAPE(a->shape[0], a->shape[1], b->shape[2]), mx__kview_of);
 }
 
 mx_status mx__fwd_mm(mx__call *c) {
   mx_tensor *a = c->in[0], *b = c->in[1];
-  if (need_dims("mx_mm", a, 2, "the first operand") || need_dims("mx_mm", b, 2, "the second operand"))
+  if (need_dims("mx_mm", a, 2, "the first operand") || need_dims("mx_mm", b, 2, "the second operand") ||
+      same_dtype("mx_mm", a, b))
     return mx_last_status();
   if (a->shape[1] != b->shape[0]) return cannot_multiply("mx_mm", a, b, a->shape[1], b->shape[0]);
-  /* squeeze, not select: its backward is a view of the gradient, where
-   * select's would write it into a zero-filled copy of the batch */
-  return OUT0(c, mx_squeeze(mx_bmm(mx_unsqueeze(a, 0), mx_unsqueeze(b, 0)), 0));
+  return run_matmul(c, "mx_mm", MX_SHAPE(a->shape[0], b->shape[1]), batch_of_one);
 }
+
+/* Whether each matrix (the last two dims) of t is stored column by column,
+ * as a transposed view (a linear layer's weight.t()) is. */
+static bool column_major(const mx_tensor *t) {
+  int r = t->ndim - 2, k = t->ndim - 1;
+  return t->shape[r] > 1 && t->shape[k] > 1 && t->strides[r] == 1 && t->strides[k] == t->shape[r];
+}
+
+static mx_tensor *tr(const mx_tensor *t) { return mx_transpose(t, t->ndim - 2, t->ndim - 1); }
+
+/* dA = G B^T, dB = A^T G, with product mm or bmm; an operand stored
+ * column-major gets its gradient in that layout too, as (B G^T)^T or
+ * (G^T A)^T (PyTorch's mm backward does the same), so that a weight's
+ * gradient comes back contiguous through the transpose and later casts, sums
+ * and optimizer steps read it densely. */
+static mx_status product_backward(mx__bw *bw, mx_tensor *(*product)(const mx_tensor *, const mx_tensor *)) {
+  const mx_tensor *a = mx__saved_in(bw, 0), *b = mx__saved_in(bw, 1);
+  GRAD(0, column_major(a) ? tr(product(b, tr(G))) : product(G, tr(b)));
+  GRAD(1, column_major(b) ? tr(product(tr(G), a)) : product(tr(a), G));
+  return MX_OK;
+}
+
+mx_status mx__bwd_bmm(mx__bw *bw) { return product_backward(bw, mx_bmm); }
+mx_status mx__bwd_mm(mx__bw *bw) { return product_backward(bw, mx_mm); }
 
 mx_status mx__fwd_mv(mx__call *c) {
   mx_tensor *m = c->in[0], *v = c->in[1];
