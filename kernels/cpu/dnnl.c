@@ -15,7 +15,7 @@
 #if MX_HAVE_DNNL
 #include <oneapi/dnnl/dnnl_debug.h>
 
-enum { ROLE_OUT, ROLE_A, ROLE_B };
+enum { ROLE_OUT, ROLE_A, ROLE_B, ROLE_SCRATCHPAD }; /* the scratchpad: only a memory object's role */
 
 /* --- the two API generations ------------------------------------------------------ */
 #if DNNL_VERSION_MAJOR >= 3
@@ -47,6 +47,7 @@ typedef struct {
 
 typedef struct {
   matmul_key key; /* first: the cache compares it */
+  uint64_t id;     /* names its memory objects in each thread's keep */
   dnnl_primitive_t primitive;
   mx__dnnl_md md[3], scratch_md;
   size_t scratch_size;
@@ -126,6 +127,7 @@ static mx_status entry_create(void *p, const void *k) {
     status = fail("creating the primitive", s);
   }
   dnnl_primitive_desc_destroy(pd);
+  e->id = mx__dnnl_new_id();
   return status;
 }
 
@@ -137,20 +139,20 @@ static mx_status run(mx__dnnl_thread *t, const matmul_entry *e, const mx_kview *
   void *scratch = NULL;
   if (e->scratch_size && !(scratch = mx__dnnl_workspace(t, e->scratch_size)))
     return mx__error(MX_OUT_OF_MEMORY, "mx_matmul: out of memory for a %zu-byte oneDNN scratchpad", e->scratch_size);
-  dnnl_memory_t mem[3] = {NULL, NULL, NULL};
+  static const int arg_of[4] = {[ROLE_OUT] = DNNL_ARG_DST, [ROLE_A] = DNNL_ARG_SRC, [ROLE_B] = DNNL_ARG_WEIGHTS,
+                                [ROLE_SCRATCHPAD] = DNNL_ARG_SCRATCHPAD};
+  dnnl_exec_arg_t args[4];
+  int nargs = scratch ? 4 : 3;
   dnnl_status_t s = dnnl_success;
-  mx_status status = MX_OK;
-  for (int r = 0; r < 3 && s == dnnl_success; r++) s = mx__dnnl_memory_make(&mem[r], &e->md[r], v[r]->data);
-  if (s != dnnl_success) status = fail("wrapping an operand", s);
-  if (status == MX_OK) {
-    dnnl_exec_arg_t args[4] = {{DNNL_ARG_DST, mem[ROLE_OUT]}, {DNNL_ARG_SRC, mem[ROLE_A]}, {DNNL_ARG_WEIGHTS, mem[ROLE_B]}};
-    s = mx__dnnl_execute(t->stream, e->primitive, 3, args, &e->scratch_md, e->scratch_size, scratch);
-    if (s != dnnl_success) status = fail("executing", s);
+  for (int r = 0; r < nargs && s == dnnl_success; r++) {
+    const mx__dnnl_md *md = r == ROLE_SCRATCHPAD ? &e->scratch_md : &e->md[r];
+    args[r].arg = arg_of[r];
+    s = mx__dnnl_kept_memory_get(t, e->id, r, md, r == ROLE_SCRATCHPAD ? scratch : v[r]->data, &args[r].memory);
   }
-  if (status == MX_OK && (s = dnnl_stream_wait(t->stream)) != dnnl_success) status = fail("waiting", s);
-  for (int r = 0; r < 3; r++)
-    if (mem[r]) dnnl_memory_destroy(mem[r]);
-  return status;
+  if (s != dnnl_success) return fail("wrapping an operand", s);
+  if ((s = dnnl_primitive_execute(e->primitive, t->stream, nargs, args)) != dnnl_success) return fail("executing", s);
+  if ((s = dnnl_stream_wait(t->stream)) != dnnl_success) return fail("waiting", s);
+  return MX_OK;
 }
 
 mx_status mx__dnnl_matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b) {

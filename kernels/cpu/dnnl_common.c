@@ -20,6 +20,8 @@ static atomic_int threads_alive;
 static void thread_free(void *p) {
   mx__dnnl_thread *t = p;
   dnnl_stream_destroy(t->stream);
+  for (int i = 0; i < MX__DNNL_KEPT_MEMORIES; i++)
+    if (t->kept[i].mem) dnnl_memory_destroy(t->kept[i].mem);
   free(t->data);
   free(t);
   atomic_fetch_sub(&threads_alive, 1);
@@ -77,6 +79,27 @@ void *mx__dnnl_workspace(mx__dnnl_thread *t, size_t size) {
     t->size = t->data ? rounded : 0;
   }
   return t->data;
+}
+
+dnnl_status_t mx__dnnl_kept_memory_get(mx__dnnl_thread *t, uint64_t id, int role, const mx__dnnl_md *md,
+                                       void *data, dnnl_memory_t *mem) {
+  for (int i = 0; i < MX__DNNL_KEPT_MEMORIES; i++)
+    if (t->kept[i].mem && t->kept[i].id == id && t->kept[i].role == role) {
+      *mem = t->kept[i].mem;
+      return dnnl_memory_set_data_handle(*mem, data);
+    }
+  dnnl_status_t s = mx__dnnl_memory_make(mem, md, data);
+  if (s != dnnl_success) return s;
+  mx__dnnl_kept_memory *slot = &t->kept[t->next_kept];
+  t->next_kept = (t->next_kept + 1) % MX__DNNL_KEPT_MEMORIES;
+  if (slot->mem) dnnl_memory_destroy(slot->mem);
+  *slot = (mx__dnnl_kept_memory){id, role, *mem};
+  return dnnl_success;
+}
+
+uint64_t mx__dnnl_new_id(void) {
+  static atomic_uint_fast64_t last;
+  return atomic_fetch_add(&last, 1) + 1;
 }
 
 int mx__dnnl_threads_alive(void) { return atomic_load(&threads_alive); }

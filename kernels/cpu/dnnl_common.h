@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "kernels/base_internal.h"
 
@@ -33,10 +34,22 @@ const_dnnl_primitive_attr_t mx__dnnl_attr(void);
 
 /* --- per thread --------------------------------------------------------------------- */
 
+/* A memory object the thread keeps for one operand role of one cached
+ * primitive (id: the primitive's entry, unique for the process's life). */
+typedef struct {
+  uint64_t id;
+  int role;
+  dnnl_memory_t mem;
+} mx__dnnl_kept_memory;
+
+#define MX__DNNL_KEPT_MEMORIES 32
+
 typedef struct {
   dnnl_stream_t stream;
   void *data; /* the workspace, 64-byte aligned */
   size_t size;
+  mx__dnnl_kept_memory kept[MX__DNNL_KEPT_MEMORIES];
+  int next_kept; /* the slot the next new memory object replaces */
 } mx__dnnl_thread;
 
 /* This thread's state, made on first use and freed when the thread exits;
@@ -77,6 +90,14 @@ bool mx__dnnl_scratchpad_query(const_dnnl_primitive_desc_t pd, mx__dnnl_md *md, 
 /* A memory object over data, on the engine. */
 dnnl_status_t mx__dnnl_memory_make(dnnl_memory_t *m, const mx__dnnl_md *md, void *data);
 
+/* A memory object over data for operand `role` of the cached primitive
+ * `id` (md its descriptor), kept by the thread and reused: creating one per
+ * call costs more than a small GEMM's own overhead. Valid until the thread's
+ * next call. */
+dnnl_status_t mx__dnnl_kept_memory_get(mx__dnnl_thread *t, uint64_t id, int role, const mx__dnnl_md *md,
+                                       void *data, dnnl_memory_t *mem);
+/* A fresh id for a cached primitive. */
+uint64_t mx__dnnl_new_id(void);
 /* Runs prim on stream with args (room for one more: the scratchpad, at
  * scratch, is added when scratch_size > 0). Does not wait. */
 dnnl_status_t mx__dnnl_execute(dnnl_stream_t stream, dnnl_primitive_t prim, int nargs, dnnl_exec_arg_t *args,

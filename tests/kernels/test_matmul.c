@@ -233,6 +233,20 @@ Test(matmul, cached_primitive_reused) {
   operand_free(&a), operand_free(&b), operand_free(&o1), operand_free(&o2);
 }
 
+/* Each thread keeps the memory objects of the primitives it ran and points
+ * them at every call's operands (kernels/cpu/dnnl_common.h). check_case runs
+ * each shape twice on other buffers (oneDNN, then the dispatcher), and 40
+ * shapes of three or four objects each turn the thread's 32 kept objects
+ * over, so the second round makes them again for buffers of the same shape. */
+Test(matmul, kept_memories_follow_the_operands) {
+  for (int round = 0; round < 2; round++)
+    for (int i = 0; i < 40; i++) {
+      mm_case c = {1, 3 + i, 5, 4, LAY_CONTIG, LAY_CONTIG, LAY_CONTIG};
+      rng_state = 1000u * (uint64_t)round + (uint64_t)i + 1;
+      check_case(&c, MX_F32);
+    }
+}
+
 /* --- threads ------------------------------------------------------------------------- */
 
 #define NTHREADS 4
