@@ -7,7 +7,10 @@ and PyTorch (bench/train_step.py), alternating, and writes the comparison.
 
 Each configuration (model, amp, batch, threads) runs --rounds rounds; a round
 is one mixgrad process and one PyTorch process, in alternating order from
-round to round so that a slow phase of the machine hits both. The per-step
+round to round so that a slow phase of the machine hits both. Rounds are the
+outer loop: round 1 of every configuration, then round 2 of every one, so a
+slow phase lasting minutes spreads over all configurations instead of landing
+on one (the bf16/fp32 ratios compare configurations). The per-step
 times are pooled per implementation; the tables give medians, p10-p90 and
 the ratio of medians mixgrad/PyTorch next to the targets of issue #8, with
 PASS or MISS. Only the standard library is used; the two benchmark programs
@@ -95,21 +98,19 @@ def run_one(impl, cfg, args, policy):
     return json.loads(lines[-1])
 
 
-def run_config(cfg, args):
-    """--rounds rounds, alternating which implementation goes first."""
-    runs = {"mixgrad": [], "pytorch": []}
-    for r in range(args.rounds):
-        order = ["mixgrad", "pytorch"] if r % 2 == 0 else ["pytorch", "mixgrad"]
-        for impl in order:
-            if impl == "pytorch" and cfg[1] == "f16" and runs["pytorch"]:
-                continue  # it refuses f16 without timing anything: once is enough
-            for policy in TORCH_POLICIES if impl == "pytorch" else [args.mixgrad_wait_policy]:
-                res = run_one(impl, cfg, args, policy)
-                res["round"], res["policy"] = r, policy or "default"
-                runs[impl].append(res)
-                print(f"  {impl:8s} round {r} {policy or 'default'}: " + (res.get("error") or res.get("skipped") or
-                      f"median {statistics.median(res['times_ms']):.3f} ms"), file=sys.stderr)
-    return runs
+def run_round(cfg, r, args, runs):
+    """Round r of one configuration into runs ({impl: [results]}); which
+    implementation goes first alternates with r."""
+    order = ["mixgrad", "pytorch"] if r % 2 == 0 else ["pytorch", "mixgrad"]
+    for impl in order:
+        if impl == "pytorch" and cfg[1] == "f16" and runs["pytorch"]:
+            continue  # it refuses f16 without timing anything: once is enough
+        for policy in TORCH_POLICIES if impl == "pytorch" else [args.mixgrad_wait_policy]:
+            res = run_one(impl, cfg, args, policy)
+            res["round"], res["policy"] = r, policy or "default"
+            runs[impl].append(res)
+            print(f"  {impl:8s} round {r} {policy or 'default'}: " + (res.get("error") or res.get("skipped") or
+                  f"median {statistics.median(res['times_ms']):.3f} ms"), file=sys.stderr)
 
 
 def summarize_best(results):
@@ -354,7 +355,9 @@ class Report:
                 "examples/cifar10 with Nesterov SGD and weight decay. "
                 f"Each configuration ran {a.rounds} round(s); a round is one mixgrad process and one PyTorch "
                 f"process, their order alternating between rounds, each with {a.warmup} warm-up and "
-                f"{a.repeat} timed steps; times are pooled per implementation. OMP_NUM_THREADS sets the "
+                f"{a.repeat} timed steps; the rounds are the outer loop (round 1 of every configuration, "
+                "then round 2, ...), so a slow stretch of the machine spreads over all configurations. "
+                f"Times are pooled per implementation. OMP_NUM_THREADS sets the "
                 f"threads of both ({a.threads} unless a table says otherwise; PyTorch also gets "
                 "torch.set_num_threads). PyTorch runs every round twice, with OMP_WAIT_POLICY=PASSIVE (the "
                 "issue's setting) and unset, and each configuration keeps its faster policy (the step-time "
@@ -408,12 +411,14 @@ def parse_args():
 def main():
     args = parse_args()
     cfgs = configs(args)
-    raw, summary = [], {}
-    for i, cfg in enumerate(cfgs):
-        print(f"[{i + 1}/{len(cfgs)}] {cfg[0]} amp {cfg[1]} batch {cfg[2]} threads {cfg[3]}", file=sys.stderr)
-        runs = run_config(cfg, args)
-        summary[cfg] = {impl: summarize_best(r) for impl, r in runs.items()}
-        raw += [dict(r, config=list(cfg), impl_run=impl) for impl, rs in runs.items() for r in rs]
+    runs = {cfg: {"mixgrad": [], "pytorch": []} for cfg in cfgs}
+    for r in range(args.rounds):
+        for i, cfg in enumerate(cfgs):
+            print(f"[round {r + 1}/{args.rounds}, {i + 1}/{len(cfgs)}] {cfg[0]} amp {cfg[1]} batch {cfg[2]} "
+                  f"threads {cfg[3]}", file=sys.stderr)
+            run_round(cfg, r, args, runs[cfg])
+    summary = {cfg: {impl: summarize_best(rs) for impl, rs in runs[cfg].items()} for cfg in cfgs}
+    raw = [dict(res, config=list(cfg), impl_run=impl) for cfg in cfgs for impl, rs in runs[cfg].items() for res in rs]
     cpu, cpus = machine()
     versions = {impl: next((s[impl]["version"] for s in summary.values() if s[impl].get("version")), "?")
                 for impl in ("mixgrad", "pytorch")}
