@@ -1,7 +1,8 @@
 /* What the oneDNN kernels (dnnl.c: matmul; dnnl_conv.c: convolution) share:
  * the CPU engine and a primitive attribute asking for user scratchpads; per
- * thread a stream and a workspace (scratchpads, reordered operands), freed
- * when the thread exits; memory descriptors over the 2.x API (Debian 12) and
+ * thread a stream, a workspace (scratchpads, reordered operands) and the
+ * memory objects it keeps for reuse, freed when the thread exits; memory
+ * descriptors over the 2.x API (Debian 12) and
  * the 3.x one; and a cache of primitives whose entries are never evicted
  * while a thread runs them.
  *
@@ -92,12 +93,13 @@ dnnl_status_t mx__dnnl_memory_make(dnnl_memory_t *m, const mx__dnnl_md *md, void
 
 /* A memory object over data for operand `role` of the cached primitive
  * `id` (md its descriptor), kept by the thread and reused: creating one per
- * call costs more than a small GEMM's own overhead. Valid until the thread's
- * next call. */
+ * call costs more than a small GEMM's own overhead. Valid until the thread
+ * has made MX__DNNL_KEPT_MEMORIES more. */
 dnnl_status_t mx__dnnl_kept_memory_get(mx__dnnl_thread *t, uint64_t id, int role, const mx__dnnl_md *md,
                                        void *data, dnnl_memory_t *mem);
 /* A fresh id for a cached primitive. */
 uint64_t mx__dnnl_new_id(void);
+
 /* Runs prim on stream with args (room for one more: the scratchpad, at
  * scratch, is added when scratch_size > 0). Does not wait. */
 dnnl_status_t mx__dnnl_execute(dnnl_stream_t stream, dnnl_primitive_t prim, int nargs, dnnl_exec_arg_t *args,
