@@ -106,11 +106,16 @@ static void emit(const result_id *id, const double *times, int n) {
   fflush(stdout); /* a later crash keeps the lines before it */
 }
 
+/* The repeat rule: as many calls as fit in the budget at a pace of `last` ms each. */
+static int repeats_at(double last) {
+  int repeats = last > 0 ? (int)(cfg.budget_ms / last) : cfg.max_repeats;
+  return repeats < cfg.min_repeats ? cfg.min_repeats : repeats > cfg.max_repeats ? cfg.max_repeats : repeats;
+}
+
 static void measure(const result_id *id, workload w, int warmup) {
   double last = 0;
   for (int i = 0; i < warmup; i++) last = timed_call(w);
-  int repeats = last > 0 ? (int)(cfg.budget_ms / last) : cfg.max_repeats;
-  repeats = repeats < cfg.min_repeats ? cfg.min_repeats : repeats > cfg.max_repeats ? cfg.max_repeats : repeats;
+  int repeats = repeats_at(last);
   double times[MAX_REPEATS];
   for (int i = 0; i < repeats; i++) times[i] = timed_call(w);
   emit(id, times, repeats);
@@ -123,9 +128,7 @@ static void measure_pair(const result_id *ids, const workload *w, int warmup) {
   double last[2] = {0, 0};
   for (int i = 0; i < warmup; i++)
     for (int k = 0; k < 2; k++) last[k] = timed_call(w[k]);
-  double slower = last[0] > last[1] ? last[0] : last[1];
-  int repeats = slower > 0 ? (int)(cfg.budget_ms / slower) : cfg.max_repeats;
-  repeats = repeats < cfg.min_repeats ? cfg.min_repeats : repeats > cfg.max_repeats ? cfg.max_repeats : repeats;
+  int repeats = repeats_at(last[0] > last[1] ? last[0] : last[1]);
   double times[2][MAX_REPEATS];
   for (int i = 0; i < repeats; i++)
     for (int k = 0; k < 2; k++) {
