@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels/cpu/dnnl_common.h"
+#include "kernels/cpu/parallel.h"
 #include "mx_config.h"
 
 #if MX_HAVE_DNNL
@@ -43,6 +44,7 @@ static mx_status fail(const char *what, dnnl_status_t s) {
 typedef struct {
   int64_t dtype;
   int64_t dims[3][3], strides[3][3]; /* per role, as oneDNN sees them */
+  int64_t threads; /* oneDNN may size a primitive's work split for the threads it was made on */
 } matmul_key;
 
 typedef struct {
@@ -82,6 +84,7 @@ static bool describe(const mx_kview *v, bool output, int64_t *dims, int64_t *str
 static bool make_key(matmul_key *key, const mx_kview *const *v) {
   memset(key, 0, sizeof *key);
   key->dtype = v[ROLE_OUT]->dtype;
+  key->threads = mx__cpu_threads_here();
   for (int r = 0; r < 3; r++) {
     if (v[r]->ndim != 3 || v[r]->dtype != v[ROLE_OUT]->dtype) return false;
     for (int d = 0; d < 3; d++)

@@ -1,7 +1,9 @@
 /* Batched matrix products on the CPU. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/backend.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/dnnl.h"
 #include "kernels/cpu/matmul.h"
@@ -40,22 +42,107 @@ mx_status mx__cpu_matmul_reference(const mx_kview *out, const mx_kview *a, const
   return MX_OK;
 }
 
-/* float16 as the GPU does it: f32 products and sums, one rounding at the end. */
+/* --- float16 through float32 ------------------------------------------------ */
+
+/* A thread's part of out, what it reads of a and b, and the float32 copies
+ * of all three, in one block from the CPU's block cache. */
+typedef struct {
+  mx_kview out, a, b;
+  float *staging;
+  mx_status status;
+  char why[256]; /* the error, when status is not MX_OK */
+} matmul_share;
+
+/* Staging parts start on a 64-byte line. */
+static int64_t lines_of(int64_t floats) { return (floats + 15) / 16 * 16; }
+
+static int64_t staging_numel(const matmul_share *s) {
+  return lines_of(mx__kview_numel(&s->a)) + lines_of(mx__kview_numel(&s->b)) + mx__kview_numel(&s->out);
+}
+
+/* v with dim d cut to [lo, hi). */
+static mx_kview slice(const mx_kview *v, int d, int64_t lo, int64_t hi) {
+  mx_kview s = *v;
+  s.data = (char *)v->data + lo * v->strides[d] * (int64_t)mx_dtype_size(v->dtype);
+  s.shape[d] = hi - lo;
+  return s;
+}
+
+/* How many shares, and along which dim of out: one share per thread, over
+ * batches when there are enough to go round, else over rows when a is the
+ * larger operand (every thread then converts all of b), else over columns
+ * (every thread converts all of a). One share for products too small to pay
+ * for a parallel region. */
+static int share_count(const mx_kview *out, const mx_kview *a, const mx_kview *b, int *dim) {
+  int threads = mx__cpu_threads_here();
+  *dim = out->shape[0] >= threads ? 0 : mx__kview_numel(a) >= mx__kview_numel(b) ? 1 : 2;
+  if (threads < 2 || mx__kview_numel(out) * a->shape[2] < MX_PARALLEL_MIN_ELEMENTS) return 1;
+  return out->shape[*dim] < threads ? (int)out->shape[*dim] : threads;
+}
+
+/* v with its matrix dims swapped. */
+static mx_kview transposed(const mx_kview *v) {
+  mx_kview t = *v;
+  t.shape[1] = v->shape[2], t.shape[2] = v->shape[1];
+  t.strides[1] = v->strides[2], t.strides[2] = v->strides[1];
+  return t;
+}
+
+/* A dense float32 copy of v at data, in v's order: a column-major operand
+ * (a transposed one) stays column-major, which oneDNN reads as well, where a
+ * row-major copy would walk it with a stride. */
+static mx_kview stage(float *data, const mx_kview *v) {
+  bool column_major = v->strides[1] == 1 && v->strides[2] != 1 && v->shape[1] > 1;
+  mx_kview src = column_major ? transposed(v) : *v;
+  mx_kview dense = mx__cpu_dense_f32_view(data, &src);
+  mx__cpu_backend.convert(&dense, &src);
+  return column_major ? transposed(&dense) : dense;
+}
+
+static void share_run(matmul_share *s) {
+  float *fa = s->staging, *fb = fa + lines_of(mx__kview_numel(&s->a)), *fo = fb + lines_of(mx__kview_numel(&s->b));
+  mx_kview va = stage(fa, &s->a), vb = stage(fb, &s->b), vo = mx__cpu_dense_f32_view(fo, &s->out);
+  s->status = mx__dnnl_matmul(&vo, &va, &vb);
+  if (s->status == MX_NOT_BUILT) s->status = mx__cpu_matmul_reference(&vo, &va, &vb);
+  if (s->status == MX_OK) mx__cpu_store_f32(&s->out, fo);
+  else snprintf(s->why, sizeof s->why, "%s", mx_last_error()); /* this thread's error, not the caller's */
+}
+
+/* float16 as the GPU does it: f32 products and sums, one rounding at the end.
+ *
+ * Each thread converts what its share of out reads and multiplies it on its
+ * own: oneDNN called inside a parallel region runs on the calling thread.
+ * What a thread converts stays in its core's cache. Converting on all
+ * threads and then running one GEMM across them left that GEMM reading the
+ * other core's writes: 256^3 ran at 81-86% of the f32 GEMM, against about
+ * 90% this way, and 128^3 took 3x as long (bench/NOTES.md, round 6). */
 static mx_status matmul_via_f32(const mx_kview *out, const mx_kview *a, const mx_kview *b) {
-  float *fa = mx__cpu_dense_f32(a), *fb = mx__cpu_dense_f32(b);
-  float *fo = mx__cpu_f32_alloc(mx__kview_numel(out));
+  int d, n = share_count(out, a, b, &d);
+  matmul_share *shares = calloc((size_t)n, sizeof *shares);
+  if (!shares) return mx__error(MX_OUT_OF_MEMORY, "mx_matmul: out of memory splitting a %s product", mx_dtype_name(a->dtype));
   mx_status status = MX_OK;
-  if (!fa || !fb || !fo) {
-    status = mx__error(MX_OUT_OF_MEMORY, "mx_matmul: out of memory converting %s operands", mx_dtype_name(a->dtype));
-  } else {
-    mx_kview va = mx__cpu_dense_f32_view(fa, a), vb = mx__cpu_dense_f32_view(fb, b);
-    mx_kview vo = mx__cpu_dense_f32_view(fo, out);
-    status = mx__dnnl_matmul(&vo, &va, &vb);
-    if (status == MX_NOT_BUILT) status = mx__cpu_matmul_reference(&vo, &va, &vb);
-    if (status == MX_OK) mx__cpu_store_f32(out, fo);
+  for (int i = 0; i < n && status == MX_OK; i++) {
+    int64_t lo = out->shape[d] * i / n, hi = out->shape[d] * (i + 1) / n;
+    matmul_share *s = &shares[i];
+    s->out = slice(out, d, lo, hi);
+    s->a = d < 2 ? slice(a, d, lo, hi) : *a;
+    s->b = d != 1 ? slice(b, d, lo, hi) : *b;
+    if (!(s->staging = mx__cpu_f32_alloc(staging_numel(s))))
+      status = mx__error(MX_OUT_OF_MEMORY, "mx_matmul: out of memory converting %s operands", mx_dtype_name(a->dtype));
   }
-  mx__cpu_f32_free(fa, mx__kview_numel(a)), mx__cpu_f32_free(fb, mx__kview_numel(b));
-  mx__cpu_f32_free(fo, mx__kview_numel(out));
+  if (status == MX_OK && n == 1) {
+    share_run(&shares[0]); /* outside a region, so oneDNN uses every thread */
+  } else if (status == MX_OK) {
+    MX_PARALLEL_REGION(n)
+    for (int i = mx__cpu_thread_index(); i < n; i += mx__cpu_team_size()) share_run(&shares[i]);
+  }
+  for (int i = 0; i < n && status == MX_OK; i++)
+    if (shares[i].status != MX_OK) status = mx__error(shares[i].status, "%s", shares[i].why);
+  /* freed in reverse: the block cache is last in, first out, so the next
+   * product of these shapes gives each share (and thread) the same block */
+  for (int i = n - 1; i >= 0; i--)
+    if (shares[i].staging) mx__cpu_f32_free(shares[i].staging, staging_numel(&shares[i]));
+  free(shares);
   return status;
 }
 

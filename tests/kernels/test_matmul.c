@@ -1,7 +1,8 @@
 /* The CPU matmul kernels (kernels/cpu/matmul.h, kernels/cpu/dnnl.h): oneDNN
  * against the plain loops on contiguous, transposed, strided and
- * batch-broadcast operands in float32 and bfloat16; the cached primitives on
- * several threads at once; and a thread's oneDNN state freed when it exits. */
+ * batch-broadcast operands in float32 and bfloat16; float16 split into
+ * per-thread shares; the cached primitives on several threads at once; and a
+ * thread's oneDNN state freed when it exits. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <pthread.h>
@@ -14,6 +15,10 @@
 #include "kernels/cpu/dnnl_common.h"
 #include "kernels/cpu/matmul.h"
 #include "mx_config.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* --- operands ------------------------------------------------------------------------ */
 
@@ -142,11 +147,13 @@ static void exact_and_bound(const mx_kview *a, const mx_kview *b, operand *exact
 
 /* The largest error a dt result may have from the exact one: one float32
  * sum of K products is within (K+1) u32 sum|terms| of it, whatever its
- * order; bfloat16 then rounds that once (u16 relative, or half the smallest
- * subnormal). */
+ * order; bfloat16 and float16 then round that once (u16 relative, or half
+ * the smallest subnormal). */
 static double tolerance(mx_dtype dt, int64_t K, double exact, double bound) {
   double e = (double)(K + 1) * 0x1p-24 * bound;
-  return dt == MX_BF16 ? 0x1p-8 * (fabs(exact) + e) + e + 0x1p-134 : e;
+  if (dt == MX_BF16) return 0x1p-8 * (fabs(exact) + e) + e + 0x1p-134;
+  if (dt == MX_F16) return 0x1p-11 * (fabs(exact) + e) + e + 0x1p-25;
+  return e;
 }
 
 /* Counts the elements where |got - want| > k * tolerance; reports a few. */
@@ -245,6 +252,52 @@ Test(matmul, kept_memories_follow_the_operands) {
       rng_state = 1000u * (uint64_t)round + (uint64_t)i + 1;
       check_case(&c, MX_F32);
     }
+}
+
+/* --- float16: each thread a share ----------------------------------------------------- */
+
+/* float16 runs through float32 with each thread converting and multiplying
+ * its own share of out: a run of batches, rows (a the larger operand) or
+ * columns (b the larger). Three threads, so shares come out uneven too,
+ * whatever the machine's cores. */
+static const mm_case f16_cases[] = {
+    {1, 96, 80, 40, LAY_CONTIG, LAY_CONTIG, LAY_CONTIG},    /* rows */
+    {1, 65, 70, 33, LAY_ODD, LAY_TRANS, LAY_WINDOW},        /* rows, strided a, transposed b */
+    {1, 3, 4000, 3, LAY_TRANS, LAY_CONTIG, LAY_CONTIG},     /* three rows for three threads */
+    {1, 40, 80, 96, LAY_CONTIG, LAY_TRANS, LAY_CONTIG},     /* columns of a transposed b */
+    {1, 33, 70, 65, LAY_TRANS, LAY_WINDOW, LAY_WINDOW},     /* columns, windowed b and out */
+    {1, 2, 9000, 5, LAY_CONTIG, LAY_ODD, LAY_CONTIG},       /* five columns, odd strides */
+    {4, 20, 64, 30, LAY_BCAST, LAY_CONTIG, LAY_CONTIG},     /* batches, a broadcast */
+    {5, 50, 64, 30, LAY_CONTIG, LAY_BCAST_TRANS, LAY_WINDOW}, /* batches, b broadcast and transposed */
+};
+
+static void use_three_threads(void) {
+#ifdef _OPENMP
+  omp_set_num_threads(3);
+#endif
+}
+
+Test(matmul, f16_shares_match_reference) {
+  use_three_threads();
+  for (size_t i = 0; i < sizeof f16_cases / sizeof *f16_cases; i++) {
+    rng_state = 0x2545f4914f6cdd1dull + i;
+    check_case(&f16_cases[i], MX_F16);
+  }
+  for (size_t i = 0; i < NCASES; i++) { /* small ones: one share */
+    rng_state = 0x14057b7ef767814full + i;
+    check_case(&cases[i], MX_F16);
+  }
+}
+
+/* A share runs oneDNN inside a parallel region, on one thread. A float32
+ * primitive of the share's shape made outside a region first (for all the
+ * threads) must still give the whole share there. */
+Test(matmul, f16_share_after_a_float32_product_of_its_shape) {
+  use_three_threads();
+  mm_case share = {1, 32, 80, 40, LAY_CONTIG, LAY_CONTIG, LAY_CONTIG};
+  rng_state = 5;
+  check_case(&share, MX_F32);
+  check_case(&f16_cases[0], MX_F16); /* 96 rows: three shares of 32 */
 }
 
 /* --- threads ------------------------------------------------------------------------- */
