@@ -20,7 +20,7 @@ static inline int mx__cpu_team_size(void) { return omp_get_num_threads(); }
  * region already (nested regions are off). */
 static inline int mx__cpu_threads_here(void) { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
 #else
-#define MX_PARALLEL_FOR(work)
+#define MX_PARALLEL_FOR(work) (void)(work); /* used, as with OpenMP: no unused-variable warnings */
 #define MX_PARALLEL_REGION(threads)
 static inline int mx__cpu_thread_index(void) { return 0; }
 static inline int mx__cpu_team_size(void) { return 1; }
