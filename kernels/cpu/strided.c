@@ -74,8 +74,10 @@ void mx__cpu_foreach(int n, const mx_kview *const *views, mx__row_fn fn, void *c
   p.chunks_per_row = (p.row_len + p.chunk - 1) / p.chunk;
   int64_t tasks = rows * p.chunks_per_row;
   /* Small views skip the parallel region altogether: even with its `if`
-   * false, entering one costs more than a tiny op's whole kernel. */
-  if (numel < MX_PARALLEL_MIN_ELEMENTS) {
+   * false, entering one costs more than a tiny op's whole kernel. So do
+   * views converted inside a region already (matmul.c's shares), where a
+   * nested region would run on one thread anyway. */
+  if (numel < MX_PARALLEL_MIN_ELEMENTS || mx__cpu_threads_here() < 2) {
     for (int64_t t = 0; t < tasks; t++) run_task(&p, t, fn, ctx);
     return;
   }
