@@ -74,11 +74,22 @@ static void window_deltas(const geometry *g, int64_t *delta) {
     }                                                                                         \
   }
 
-/* The common case, a float32 or bfloat16 plane (D = 1): the search with
- * typed loads and little index arithmetic per output, several times faster
- * than loading every element as a double through its dtype. */
+static bool is_2x2(const geometry *g) {
+  return g->k[1] == 2 && g->k[2] == 2 && g->s[1] == 2 && g->s[2] == 2 && g->p[1] == 0 && g->p[2] == 0 &&
+         g->d[1] == 1 && g->d[2] == 1;
+}
+
+/* 16-bit planes search 2x2 windows in float32 blocks of this many inputs. */
+enum { WIDE_BLOCK = 4096 };
+
+/* The common case, a float32 or bfloat16 plane (D = 1), or a float16 one
+ * with 2x2 windows and rows that fit a block: the search with typed loads
+ * and little index arithmetic per output, several times faster than loading
+ * every element as a double through its dtype. */
 static bool planar(const geometry *g, const mx_kview *x, const mx_kview *out) {
-  return g->in[0] == 1 && g->k[0] == 1 && x->dtype == out->dtype && (x->dtype == MX_F32 || x->dtype == MX_BF16);
+  if (g->in[0] != 1 || g->k[0] != 1 || x->dtype != out->dtype) return false;
+  if (x->dtype == MX_F16) return is_2x2(g) && 2 * g->in[2] <= WIDE_BLOCK;
+  return x->dtype == MX_F32 || x->dtype == MX_BF16;
 }
 
 static float load_f32_or_bf16(const void *x, int64_t i, bool bf16) {
@@ -165,14 +176,14 @@ static void max_pool_row_2x2(const void *top, int64_t W, void *out, void *indice
   }
 }
 
-/* bfloat16 planes go through float32 rows: a block of input rows widened
- * in one vectorised pass, the float32 search (its vector loop covers more
- * of a short row than the 16-bit one, which leaves a 14-wide row to its
- * scalar tail), the maxima narrowed back in one pass: exact, since each is
- * one of the inputs. Rows wider than the block search in bfloat16. */
-enum { WIDE_BLOCK = 4096 };
-
-static void max_pool_plane_2x2_bf16(const geometry *g, const uint16_t *x, uint16_t *out, void *indices, bool offsets) {
+/* bfloat16 and float16 planes go through float32 rows: a block of input
+ * rows widened in one vectorised pass, the float32 search (its vector loop
+ * covers more of a short row than the 16-bit one, which leaves a 14-wide
+ * row to its scalar tail), the maxima narrowed back in one pass: exact,
+ * since each is one of the inputs. bfloat16 rows wider than the block
+ * search in bfloat16 (float16 ones are not planar). */
+static void max_pool_plane_2x2_16bit(const geometry *g, const uint16_t *x, uint16_t *out, void *indices, bool offsets,
+                                     mx_dtype dt) {
   const int64_t W = g->in[2], OW = g->out[2], OH = g->out[1], rows = WIDE_BLOCK / (2 * W);
   if (rows == 0) {
     for (int64_t oh = 0; oh < OH; oh++)
@@ -182,18 +193,20 @@ static void max_pool_plane_2x2_bf16(const geometry *g, const uint16_t *x, uint16
   float in[WIDE_BLOCK], maxima[WIDE_BLOCK / 2];
   for (int64_t oh0 = 0; oh0 < OH; oh0 += rows) {
     int64_t n = OH - oh0 < rows ? OH - oh0 : rows;
-    mx__bf16_to_f32_n(x + 2 * oh0 * W, in, 2 * n * W);
+    if (dt == MX_F16) mx__f16_to_f32_n(x + 2 * oh0 * W, in, 2 * n * W);
+    else mx__bf16_to_f32_n(x + 2 * oh0 * W, in, 2 * n * W);
     for (int64_t r = 0; r < n; r++) {
       int64_t oh = oh0 + r;
       max_pool_row_2x2(in + 2 * r * W, W, maxima + r * OW, indices, oh * OW, OW, 2 * oh * W, offsets, false);
     }
-    mx__f32_to_bf16_n(maxima, out + oh0 * OW, n * OW);
+    if (dt == MX_F16) mx__f32_to_f16_n(maxima, out + oh0 * OW, n * OW);
+    else mx__f32_to_bf16_n(maxima, out + oh0 * OW, n * OW);
   }
 }
 
-static void max_pool_plane_2x2(const geometry *g, const void *x, void *out, void *indices, bool bf16, bool offsets) {
-  if (bf16) {
-    max_pool_plane_2x2_bf16(g, x, out, indices, offsets);
+static void max_pool_plane_2x2(const geometry *g, const void *x, void *out, void *indices, mx_dtype dt, bool offsets) {
+  if (dt != MX_F32) {
+    max_pool_plane_2x2_16bit(g, x, out, indices, offsets, dt);
     return;
   }
   const int64_t W = g->in[2], OW = g->out[2];
@@ -202,16 +215,12 @@ static void max_pool_plane_2x2(const geometry *g, const void *x, void *out, void
                      offsets, false);
 }
 
-static bool is_2x2(const geometry *g) {
-  return g->k[1] == 2 && g->k[2] == 2 && g->s[1] == 2 && g->s[2] == 2 && g->p[1] == 0 && g->p[2] == 0 &&
-         g->d[1] == 1 && g->d[2] == 1;
-}
-
-static void max_pool_plane(const geometry *g, const void *x, void *out, void *indices, bool bf16, bool offsets) {
+static void max_pool_plane(const geometry *g, const void *x, void *out, void *indices, mx_dtype dt, bool offsets) {
   if (is_2x2(g)) {
-    max_pool_plane_2x2(g, x, out, indices, bf16, offsets);
+    max_pool_plane_2x2(g, x, out, indices, dt, offsets);
     return;
   }
+  bool bf16 = dt == MX_BF16; /* float16 planes are 2x2 */
   const int64_t H = g->in[1], W = g->in[2];
   for (int64_t oh = 0; oh < g->out[1]; oh++)
     for (int64_t ow = 0; ow < g->out[2]; ow++) {
@@ -242,12 +251,11 @@ mx_status mx__cpu_max_pool(const mx_kview *out, const mx_kview *indices, const m
   bool offsets = indices->dtype == MX_U8;
   int64_t is = (int64_t)mx_dtype_size(indices->dtype);
   if (planar(&g, x, out)) {
-    bool bf16 = x->dtype == MX_BF16;
     MX_PARALLEL_FOR(g.planes * out_plane * volume(g.k))
     for (int64_t pl = 0; pl < g.planes; pl++)
       max_pool_plane(&g, (const char *)x->data + pl * in_plane * (int64_t)xs,
-                     (char *)out->data + pl * out_plane * (int64_t)os, (char *)indices->data + pl * out_plane * is, bf16,
-                     offsets);
+                     (char *)out->data + pl * out_plane * (int64_t)os, (char *)indices->data + pl * out_plane * is,
+                     x->dtype, offsets);
     return MX_OK;
   }
   MX_PARALLEL_FOR(g.planes * out_plane * volume(g.k))
@@ -293,23 +301,28 @@ static inline void scatter_one(char *dx, int64_t flat, const char *dy, int64_t o
   }
 }
 
-/* 0 + d in bfloat16, on the bits: d itself, but -0 becomes +0 and a NaN
- * gets its quiet bit. */
+/* 0 + d in bfloat16 or float16, on the bits: d itself, but -0 becomes +0
+ * and a NaN gets its quiet bit. */
 static uint16_t bf16_plus_zero(uint16_t d) {
   return d == 0x8000u ? 0u : (uint16_t)(d | (uint32_t)((d & 0x7fffu) > 0x7f80u) << 6);
 }
 
-/* The 2x2 stride-2 windows of one float32 or bfloat16 plane (D = 1) with
- * offsets: the scatter with the offset decoded in place. The windows are
- * disjoint, so each store is 0 + dy (-0 becomes +0, a NaN quiet) and
- * nothing is read from dx. */
+static uint16_t f16_plus_zero(uint16_t d) {
+  return d == 0x8000u ? 0u : (uint16_t)(d | (uint32_t)((d & 0x7fffu) > 0x7c00u) << 9);
+}
+
+/* The 2x2 stride-2 windows of one float32, bfloat16 or float16 plane
+ * (D = 1) with offsets: the scatter with the offset decoded in place. The
+ * windows are disjoint, so each store is 0 + dy (-0 becomes +0, a NaN
+ * quiet) and nothing is read from dx. */
 static void max_pool_backward_plane_2x2(const geometry *g, void *dx, const void *dy, const uint8_t *offset,
-                                        bool bf16) {
+                                        mx_dtype dt) {
   const int64_t W = g->in[2], OH = g->out[1], OW = g->out[2];
   for (int64_t oh = 0, o = 0; oh < OH; oh++)
     for (int64_t ow = 0; ow < OW; ow++, o++) {
       int64_t flat = 2 * oh * W + 2 * ow + (offset[o] & 1) + (offset[o] >> 1) * W;
-      if (bf16) ((uint16_t *)dx)[flat] = bf16_plus_zero(((const uint16_t *)dy)[o]);
+      if (dt == MX_BF16) ((uint16_t *)dx)[flat] = bf16_plus_zero(((const uint16_t *)dy)[o]);
+      else if (dt == MX_F16) ((uint16_t *)dx)[flat] = f16_plus_zero(((const uint16_t *)dy)[o]);
       else ((float *)dx)[flat] = 0.0f + ((const float *)dy)[o];
     }
 }
@@ -321,7 +334,7 @@ mx_status mx__cpu_max_pool_backward(const mx_kview *dx, const mx_kview *dy, cons
   size_t size = mx_dtype_size(dx->dtype), dy_size = mx_dtype_size(dy->dtype);
   bool typed = dx->dtype == dy->dtype && (dx->dtype == MX_F32 || dx->dtype == MX_BF16);
   bool offsets = indices->dtype == MX_U8, disjoint = true;
-  bool windows_2x2 = typed && offsets && g.in[0] == 1 && is_2x2(&g);
+  bool windows_2x2 = (typed || (dx->dtype == MX_F16 && dy->dtype == MX_F16)) && offsets && g.in[0] == 1 && is_2x2(&g);
   for (int i = 0; i < 3; i++) disjoint &= g.s[i] >= (g.k[i] - 1) * g.d[i] + 1;
   int64_t delta[256];
   if (offsets) window_deltas(&g, delta); /* the op uses offsets for kernels of at most 256 */
@@ -333,7 +346,7 @@ mx_status mx__cpu_max_pool_backward(const mx_kview *dx, const mx_kview *dy, cons
     const uint8_t *window_offsets = (const uint8_t *)indices->data + pl * out_plane;
     const int64_t *flat_indices = (const int64_t *)indices->data + pl * out_plane;
     if (windows_2x2) {
-      max_pool_backward_plane_2x2(&g, dp, gp, window_offsets, dx->dtype == MX_BF16);
+      max_pool_backward_plane_2x2(&g, dp, gp, window_offsets, dx->dtype);
       continue;
     }
     int64_t o = 0;

@@ -405,37 +405,40 @@ Test(nn_ops, max_pool_over_a_window_of_300) {
   mx_scope_end(s);
 }
 
-/* bfloat16 planes pool through float32 blocks of rows, and rows wider than
- * a block directly: both give the float32 result's values and indices. */
-Test(nn_ops, max_pool_bf16_short_and_wide_rows_match_float32) {
+/* bfloat16 and float16 planes pool through float32 blocks of rows; rows
+ * wider than a block search in bfloat16, or through float16's general
+ * loop: all give the float32 result's values and indices. */
+Test(nn_ops, max_pool_16bit_short_and_wide_rows_match_float32) {
   const int64_t widths[2] = {28, 4100};
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < 4; k++) {
     mx_scope *s = mx_scope_begin();
-    mx_tensor *x = mx_to_dtype(mx_randn(MX_SHAPE(2, 2, 6, widths[k]), MX_F32, MX_CPU, NULL), MX_BF16), *v = NULL,
+    mx_dtype dt = k < 2 ? MX_BF16 : MX_F16;
+    mx_tensor *x = mx_to_dtype(mx_randn(MX_SHAPE(2, 2, 6, widths[k % 2]), MX_F32, MX_CPU, NULL), dt), *v = NULL,
               *i = NULL, *v32 = NULL, *i32 = NULL;
     cr_assert_eq(mx_max_pool_with_indices(x, 2, MX_SHAPE(2), MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, &v, &i), MX_OK);
     cr_assert_eq(mx_max_pool_with_indices(mx_to_dtype(x, MX_F32), 2, MX_SHAPE(2), MX_DEFAULT, MX_DEFAULT, MX_DEFAULT,
                                           &v32, &i32), MX_OK);
     double *got = host(v), *want = host(v32), *gi = host(i), *wi = host(i32);
     for (int64_t e = 0; e < mx_numel(v); e++) {
-      cr_expect_eq(got[e], want[e], "width %lld, output %lld", (long long)widths[k], (long long)e);
-      cr_expect_eq(gi[e], wi[e], "width %lld, index %lld", (long long)widths[k], (long long)e);
+      cr_expect_eq(got[e], want[e], "%s width %lld, output %lld", mx_dtype_name(dt), (long long)widths[k % 2],
+                   (long long)e);
+      cr_expect_eq(gi[e], wi[e], "%s width %lld, index %lld", mx_dtype_name(dt), (long long)widths[k % 2], (long long)e);
     }
     free(got), free(want), free(gi), free(wi);
     mx_scope_end(s);
   }
 }
 
-/* The 2x2 stride-2 backward in float32 and bfloat16 decodes the window
- * offsets in place: each gradient lands at its window's max as 0 + dy (a
- * -0 becomes +0, as PyTorch's scatter into zeros makes it), zeros
+/* The 2x2 stride-2 backward in float32, bfloat16 and float16 decodes the
+ * window offsets in place: each gradient lands at its window's max as
+ * 0 + dy (a -0 becomes +0, as PyTorch's scatter into zeros makes it), zeros
  * elsewhere, the odd last column included. */
 Test(nn_ops, max_pool_2x2_backward_places_each_gradient_at_its_max) {
   const float data[2 * 5 * 2] = {0, 9, 1, 2, 7, /**/ 3, 1, 8, 0, 9, /**/ 4, 0, 0, 6, 1, /**/ 0, 0, 0, 0, 9};
   const float dy[2 * 2] = {-0.0f, NAN, 2.5f, -3};
   const int64_t at[4] = {1, 7, 10, 13}; /* the maxima 9, 8, 4, 6 */
-  const mx_dtype dtypes[2] = {MX_F32, MX_BF16};
-  for (int k = 0; k < 2; k++) {
+  const mx_dtype dtypes[3] = {MX_F32, MX_BF16, MX_F16};
+  for (int k = 0; k < 3; k++) {
     mx_scope *s = mx_scope_begin();
     mx_tensor *x = mx_to_dtype(mx_from_data(data, MX_SHAPE(1, 1, 4, 5), MX_F32, MX_CPU), dtypes[k]), *g = NULL;
     cr_assert_eq(mx_set_requires_grad(x, true), MX_OK);
@@ -459,10 +462,11 @@ Test(nn_ops, max_pool_2x2_backward_places_each_gradient_at_its_max) {
 
 /* The 2x2 stride-2 backward writes whole row pairs: on random planes with an
  * odd last row and column, each input gets its window's gradient where the
- * forward's index points and +0 everywhere else, in float32 and bfloat16. */
+ * forward's index points and +0 everywhere else, in float32, bfloat16 and
+ * float16. */
 Test(nn_ops, max_pool_2x2_backward_fills_planes_with_odd_edges) {
-  const mx_dtype dtypes[2] = {MX_F32, MX_BF16};
-  for (int k = 0; k < 2; k++) {
+  const mx_dtype dtypes[3] = {MX_F32, MX_BF16, MX_F16};
+  for (int k = 0; k < 3; k++) {
     mx_scope *s = mx_scope_begin();
     mx_tensor *x = mx_to_dtype(mx_randn(MX_SHAPE(2, 3, 7, 9), MX_F32, MX_CPU, NULL), dtypes[k]), *g = NULL, *v, *i;
     cr_assert_eq(mx_set_requires_grad(x, true), MX_OK);
@@ -479,13 +483,13 @@ Test(nn_ops, max_pool_2x2_backward_fills_planes_with_odd_edges) {
   }
 }
 
-/* The 2x2 stride-2 fast path in float32 and bfloat16: a tie keeps the first
- * index, a NaN wins over larger numbers and the last NaN wins; an odd last
- * column is left out. */
+/* The 2x2 stride-2 fast path in float32, bfloat16 and float16: a tie keeps
+ * the first index, a NaN wins over larger numbers and the last NaN wins; an
+ * odd last column is left out. */
 Test(nn_ops, max_pool_2x2_ties_and_nan) {
   const float data[2 * 5] = {1, 1, NAN, 5, 9, 1, 1, NAN, 2, 9};
-  const mx_dtype dtypes[2] = {MX_F32, MX_BF16};
-  for (int k = 0; k < 2; k++) {
+  const mx_dtype dtypes[3] = {MX_F32, MX_BF16, MX_F16};
+  for (int k = 0; k < 3; k++) {
     mx_scope *s = mx_scope_begin();
     mx_tensor *x = mx_to_dtype(mx_from_data(data, MX_SHAPE(1, 1, 2, 5), MX_F32, MX_CPU), dtypes[k]), *v = NULL, *i = NULL;
     cr_assert_eq(mx_max_pool_with_indices(x, 2, MX_SHAPE(2), MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, &v, &i), MX_OK, "%s",
