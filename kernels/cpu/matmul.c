@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "kernels/backend.h"
-#include "kernels/cpu/convert.h"
 #include "kernels/cpu/dnnl.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/parallel.h"
@@ -114,8 +113,9 @@ static void share_run(matmul_share *s) {
  * own: oneDNN called inside a parallel region runs on the calling thread.
  * What a thread converts stays in its core's cache. Converting on all
  * threads and then running one GEMM across them left that GEMM reading the
- * other core's writes: 256^3 ran at 81-86% of the f32 GEMM, against about
- * 90% this way, and 128^3 took 3x as long (bench/NOTES.md, round 6). */
+ * other core's writes: 256^3 ran at 81-86% of the f32 GEMM called in turns
+ * with it, against 85-88% this way, and 128^3 took 3x as long
+ * (bench/NOTES.md, round 6). */
 static mx_status matmul_via_f32(const mx_kview *out, const mx_kview *a, const mx_kview *b) {
   int d, n = share_count(out, a, b, &d);
   matmul_share *shares = calloc((size_t)n, sizeof *shares);
