@@ -119,7 +119,8 @@ static void share_run(matmul_share *s) {
 static mx_status matmul_via_f32(const mx_kview *out, const mx_kview *a, const mx_kview *b) {
   int d, n = share_count(out, a, b, &d);
   matmul_share *shares = calloc((size_t)n, sizeof *shares);
-  if (!shares) return mx__error(MX_OUT_OF_MEMORY, "mx_matmul: out of memory splitting a %s product", mx_dtype_name(a->dtype));
+  if (!shares)
+    return mx__error(MX_OUT_OF_MEMORY, "mx_matmul: out of memory splitting a %s product", mx_dtype_name(a->dtype));
   mx_status status = MX_OK;
   for (int i = 0; i < n && status == MX_OK; i++) {
     int64_t lo = out->shape[d] * i / n, hi = out->shape[d] * (i + 1) / n;

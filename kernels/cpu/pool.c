@@ -334,7 +334,8 @@ mx_status mx__cpu_max_pool_backward(const mx_kview *dx, const mx_kview *dy, cons
   size_t size = mx_dtype_size(dx->dtype), dy_size = mx_dtype_size(dy->dtype);
   bool typed = dx->dtype == dy->dtype && (dx->dtype == MX_F32 || dx->dtype == MX_BF16);
   bool offsets = indices->dtype == MX_U8, disjoint = true;
-  bool windows_2x2 = (typed || (dx->dtype == MX_F16 && dy->dtype == MX_F16)) && offsets && g.in[0] == 1 && is_2x2(&g);
+  bool stores_typed = typed || (dx->dtype == MX_F16 && dy->dtype == MX_F16); /* the 2x2 path stores float16 too */
+  bool windows_2x2 = stores_typed && offsets && g.in[0] == 1 && is_2x2(&g);
   for (int i = 0; i < 3; i++) disjoint &= g.s[i] >= (g.k[i] - 1) * g.d[i] + 1;
   int64_t delta[256];
   if (offsets) window_deltas(&g, delta); /* the op uses offsets for kernels of at most 256 */

@@ -283,7 +283,7 @@ Test(matmul, f16_shares_match_reference) {
     rng_state = 0x2545f4914f6cdd1dull + i;
     check_case(&f16_cases[i], MX_F16);
   }
-  for (size_t i = 0; i < NCASES; i++) { /* small ones: one share */
+  for (size_t i = 0; i < NCASES; i++) { /* the shared cases: most too small to split, two by batches */
     rng_state = 0x14057b7ef767814full + i;
     check_case(&cases[i], MX_F16);
   }

@@ -422,7 +422,8 @@ Test(nn_ops, max_pool_16bit_short_and_wide_rows_match_float32) {
     for (int64_t e = 0; e < mx_numel(v); e++) {
       cr_expect_eq(got[e], want[e], "%s width %lld, output %lld", mx_dtype_name(dt), (long long)widths[k % 2],
                    (long long)e);
-      cr_expect_eq(gi[e], wi[e], "%s width %lld, index %lld", mx_dtype_name(dt), (long long)widths[k % 2], (long long)e);
+      cr_expect_eq(gi[e], wi[e], "%s width %lld, index %lld", mx_dtype_name(dt), (long long)widths[k % 2],
+                   (long long)e);
     }
     free(got), free(want), free(gi), free(wi);
     mx_scope_end(s);
