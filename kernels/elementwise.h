@@ -19,8 +19,16 @@ typedef enum {
   MX_BIN_COUNT
 } mx_binary_code;
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Whether a code also runs on integer (and bool) inputs. */
 bool mx__unary_has_int(int code);
 bool mx__binary_has_int(int code);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -265,7 +265,7 @@ static int check_device(const mx_demo_flags *f) {
             mx_last_error()[0] ? mx_last_error() : "none found");
     return 1;
   }
-  fprintf(stderr, "--device cuda: mixgrad's CUDA backend does not have the convolution, matmul and elementwise "
+  fprintf(stderr, "--device cuda: mixgrad's CUDA backend does not have the convolution, matmul and reduction "
                   "kernels training needs yet; use --device cpu\n");
   return 1;
 }

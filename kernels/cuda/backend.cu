@@ -1,4 +1,5 @@
-/* The CUDA backend: memory from CUDA's stream-ordered pool; fill, convert, random, bernoulli. */
+/* The CUDA backend: memory from CUDA's stream-ordered pool; fill, convert, random, bernoulli; the vtable
+ * of every CUDA kernel (the others are in the kernel files beside this one). */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -231,6 +232,9 @@ static mx_status cuda_init(void) {
   b->convert = cuda_convert;
   b->random = cuda_random;
   b->bernoulli = cuda_bernoulli;
+  b->unary = mx__cuda_unary;
+  b->binary = mx__cuda_binary;
+  b->where = mx__cuda_where;
   b->amp_unscale = mx__cuda_amp_unscale;
   b->amp_update_scale = mx__cuda_amp_update_scale;
   b->sgd_step = mx__cuda_sgd_step;

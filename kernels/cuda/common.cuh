@@ -17,6 +17,9 @@ int mx__cuda_max_blocks(void);
 
 /* The kernel files' entry points, which backend.cu puts in the vtable
  * (kernels/backend.h says what each computes). */
+mx_status mx__cuda_unary(int code, const mx_kview *out, const mx_kview *in, double a, double b);
+mx_status mx__cuda_binary(int code, const mx_kview *out, const mx_kview *x, const mx_kview *y, double alpha);
+mx_status mx__cuda_where(const mx_kview *out, const mx_kview *cond, const mx_kview *x, const mx_kview *y);
 mx_status mx__cuda_amp_unscale(int n, const mx_kview *grads, const float *scale, float *found_inf,
                                int64_t *stats);
 mx_status mx__cuda_amp_update_scale(float *scale, int32_t *growth_tracker, const float *found_inf,

@@ -4,7 +4,9 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <mixgrad.h>
-#include "tensor/tensor_impl.h" /* the AMP kernels are called through the backends */
+#include "kernels/elementwise.h"
+#include "kernels/math.h"
+#include "tensor/tensor_impl.h" /* the AMP and elementwise kernels are called through the backends */
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,45 +61,68 @@ static bool is_nan_element(const unsigned char *p, mx_dtype dtype) {
   }
 }
 
-/* cpu and gpu hold bit-identical elements, except that a NaN matches any
- * NaN: which NaN payload a conversion keeps is the hardware's business. */
-static void assert_identical(const mx_tensor *cpu, const mx_tensor *gpu, const char *what) {
-  assert_same_geometry(cpu, gpu, what);
-  size_t na, nb;
-  unsigned char *a = host_copy(cpu, &na), *b = host_copy(gpu, &nb);
-  cr_assert_eq(na, nb);
+/* Where cpu and gpu first differ, written to why (empty if they agree):
+ * with rel 0, in their bits, except that a NaN matches any NaN (which NaN
+ * payload a conversion keeps is the hardware's business); with rel > 0 (a
+ * float dtype), by more than rel of the larger magnitude, or of `floor` if
+ * that is larger, infinities being equal. Returns how many elements differ. */
+static size_t differences(const mx_tensor *cpu, const mx_tensor *gpu, double rel, double floor, char *why,
+                          size_t why_size) {
+  assert_same_geometry(cpu, gpu, "differences");
   mx_dtype dtype = mx_dtype_of(cpu);
-  size_t size = mx_dtype_size(dtype);
+  bool exact = rel == 0;
+  const mx_tensor *c = cpu, *g = gpu;
+  mx_tensor *c64 = NULL, *g64 = NULL;
+  if (!exact) {
+    c = c64 = mx_to_dtype(cpu, MX_F64);
+    g = g64 = mx_to_dtype(gpu, MX_F64);
+    cr_assert(c64 && g64, "%s", mx_last_error());
+  }
+  size_t na, nb, size = mx_dtype_size(mx_dtype_of(c)), count = 0;
+  unsigned char *a = host_copy(c, &na), *b = host_copy(g, &nb);
+  cr_assert_eq(na, nb);
+  why[0] = 0;
   for (size_t i = 0; i < na / size; i++) {
     const unsigned char *x = a + i * size, *y = b + i * size;
-    if (memcmp(x, y, size) == 0 || (is_nan_element(x, dtype) && is_nan_element(y, dtype))) continue;
+    bool same;
+    if (exact) {
+      same = memcmp(x, y, size) == 0 || (is_nan_element(x, dtype) && is_nan_element(y, dtype));
+    } else {
+      double u, v;
+      memcpy(&u, x, 8);
+      memcpy(&v, y, 8);
+      same = u == v || (isnan(u) && isnan(v)) || fabs(u - v) <= rel * fmax(fmax(fabs(u), fabs(v)), floor);
+    }
+    if (same || count++) continue;
     uint64_t xb = 0, yb = 0;
     memcpy(&xb, x, size);
     memcpy(&yb, y, size);
-    free(a);
-    free(b);
-    cr_assert_fail("%s (%s): element %zu differs: CPU bits 0x%llx, CUDA bits 0x%llx", what,
-                   mx_dtype_name(dtype), i, (unsigned long long)xb, (unsigned long long)yb);
+    double u = mx_element_load(x, mx_dtype_of(c)), v = mx_element_load(y, mx_dtype_of(c));
+    snprintf(why, why_size, "%s: element %zu differs: CPU %.17g (bits 0x%llx), CUDA %.17g (bits 0x%llx)",
+             mx_dtype_name(dtype), i, u, (unsigned long long)xb, v, (unsigned long long)yb);
   }
   free(a);
   free(b);
+  mx_release(c64);
+  mx_release(g64);
+  return count;
 }
 
-/* cpu and gpu (a float dtype) agree within `rel` of each value. */
+static void assert_identical(const mx_tensor *cpu, const mx_tensor *gpu, const char *what) {
+  char why[256];
+  cr_assert_eq(differences(cpu, gpu, 0, 0, why, sizeof why), 0, "%s (%s)", what, why);
+}
+
+/* The smallest normal value of a float dtype. */
+static double smallest_normal(mx_dtype dtype) {
+  return dtype == MX_F64 ? 0x1p-1022 : dtype == MX_F16 ? 0x1p-14 : 0x1p-126;
+}
+
+/* Within rel of the larger magnitude; subnormal results compare absolutely. */
 static void assert_close(const mx_tensor *cpu, const mx_tensor *gpu, double rel, const char *what) {
-  assert_same_geometry(cpu, gpu, what);
-  mx_tensor *a64 = mx_to_dtype(cpu, MX_F64), *g64 = mx_to_dtype(gpu, MX_F64);
-  cr_assert(a64 && g64, "%s: %s", what, mx_last_error());
-  size_t na, nb;
-  double *a = host_copy(a64, &na), *b = host_copy(g64, &nb);
-  for (size_t i = 0; i < na / sizeof(double); i++)
-    cr_assert(fabs(a[i] - b[i]) <= rel * fmax(fabs(a[i]), 1e-300),
-              "%s (%s): element %zu: CPU %.17g, CUDA %.17g", what, mx_dtype_name(mx_dtype_of(cpu)), i,
-              a[i], b[i]);
-  free(a);
-  free(b);
-  mx_release(a64);
-  mx_release(g64);
+  char why[256];
+  cr_assert_eq(differences(cpu, gpu, rel, smallest_normal(mx_dtype_of(cpu)), why, sizeof why), 0, "%s (%s)",
+               what, why);
 }
 
 /* --- inputs --------------------------------------------------------------------------- */
@@ -476,6 +501,192 @@ Test(gpu, bernoulli_same_values) {
   mx_generator_free(g);
 }
 
+/* --- the elementwise kernels --------------------------------------------------------- */
+
+/* The codes computed by libm-like functions (exp, log, the trigonometric
+ * family, erf, pow): CUDA's libdevice and glibc may round their last bit
+ * differently, so these compare within a few units in the last place; every
+ * other code must give the same bits on both devices. */
+static bool unary_uses_libm(int code) {
+  switch (code) {
+  case MX_UN_EXP: case MX_UN_EXPM1: case MX_UN_LOG: case MX_UN_LOG1P: case MX_UN_LOG2: case MX_UN_LOG10:
+  case MX_UN_SIN: case MX_UN_COS: case MX_UN_TAN: case MX_UN_ASIN: case MX_UN_ACOS: case MX_UN_ATAN:
+  case MX_UN_SINH: case MX_UN_COSH: case MX_UN_TANH: case MX_UN_SIGMOID: case MX_UN_ELU: case MX_UN_GELU:
+  case MX_UN_GELU_TANH: case MX_UN_SILU: case MX_UN_SOFTPLUS: case MX_UN_ERF: case MX_UN_ERFINV: return true;
+  default: return false;
+  }
+}
+
+static bool binary_uses_libm(int code) { return code == MX_BIN_POW || code == MX_BIN_ATAN2; }
+
+/* 8 units in the last place of a float dtype, relative. */
+static double eight_ulps(mx_dtype dtype) {
+  return 8 * (dtype == MX_F64 ? 0x1p-52 : dtype == MX_F32 ? 0x1p-23 : dtype == MX_F16 ? 0x1p-10 : 0x1p-7);
+}
+
+/* Expects the same results of one kernel code on both devices (the same
+ * bits, or within eight_ulps for a libm code on a float dtype), and goes on
+ * to the next code either way, so that one run names every code that
+ * differs. GELU's 1 + erf(x / sqrt 2) (and its tanh form) cancels for
+ * negative x, where the two devices agree to a few ulp of 1 rather than of
+ * the result: those compare with a floor of 1. */
+static void expect_same_results(const mx_tensor *cpu, const mx_tensor *gpu, bool libm, bool cancels,
+                                const char *what) {
+  mx_dtype dtype = mx_dtype_of(cpu);
+  bool close = libm && mx_dtype_is_floating(dtype);
+  char why[256];
+  size_t n = differences(cpu, gpu, close ? eight_ulps(dtype) : 0, cancels ? 1.0 : smallest_normal(dtype), why,
+                         sizeof why);
+  cr_expect_eq(n, 0, "%s: %zu elements differ; the first, %s", what, n, why);
+}
+
+/* A (6, 7, 9) CPU tensor of `dtype`: awkward_values for the floats, small
+ * integers in [-20, 20) for the others (wrapped to uint8, nonzero to bool),
+ * so that integer arithmetic stays clear of signed overflow. */
+static mx_tensor *elementwise_input(mx_dtype dtype, uint64_t seed) {
+  if (mx_dtype_is_floating(dtype)) return awkward_tensor(dtype, seed);
+  mx_generator *g = mx_generator_new(seed);
+  mx_tensor *i64 = mx_randint(-20, 20, MX_SHAPE(6, 7, 9), MX_I64, MX_CPU, g);
+  mx_generator_free(g);
+  cr_assert_not_null(i64, "%s", mx_last_error());
+  mx_tensor *t = mx_to_dtype(i64, dtype);
+  mx_release(i64);
+  cr_assert_not_null(t, "%s", mx_last_error());
+  return t;
+}
+
+/* The same (9, 7, 6) transposed view of one input on both devices. */
+typedef struct {
+  mx_tensor *cpu, *gpu;
+} device_pair;
+
+static device_pair strided_input(mx_dtype dtype, uint64_t seed) {
+  mx_tensor *c = elementwise_input(dtype, seed);
+  return (device_pair){mx_transpose(c, 0, 2), mx_transpose(to_cuda(c), 0, 2)};
+}
+
+/* A (1, 7, 1) input broadcast to (9, 7, 6) on both devices (stride 0 on two dims). */
+static device_pair broadcast_input(mx_dtype dtype, uint64_t seed) {
+  mx_tensor *c = mx_reshape(mx_transpose(elementwise_input(dtype, seed), 0, 2), MX_SHAPE(-1));
+  c = mx_reshape(mx_slice(c, 0, 0, 7, 1), MX_SHAPE(1, 7, 1));
+  cr_assert_not_null(c, "%s", mx_last_error());
+  return (device_pair){mx_expand(c, MX_SHAPE(9, 7, 6)), mx_expand(to_cuda(c), MX_SHAPE(9, 7, 6))};
+}
+
+static void new_outputs(device_pair like, mx_dtype dtype, device_pair *out, mx_kview views[2]) {
+  out->cpu = mx_empty(mx_shape_get(like.cpu), dtype, MX_CPU);
+  out->gpu = mx_empty(mx_shape_get(like.gpu), dtype, MX_CUDA);
+  cr_assert(out->cpu && out->gpu, "%s", mx_last_error());
+  views[0] = mx__kview_of(out->cpu);
+  views[1] = mx__kview_of(out->gpu);
+}
+
+/* Every unary code on every dtype that has it, from a strided view, against
+ * the CPU kernel; the parameters (1.5, 3) serve every code that takes them
+ * (leaky slope, ELU alpha, softplus beta and threshold, clamp's bounds). */
+Test(gpu, unary_every_code_matches_cpu) {
+  require_gpu();
+  const mx_backend *bc = mx__backend(MX_CPU), *bg = mx__backend(MX_CUDA);
+  for (int d = 0; d < COUNT(all_dtypes); d++) {
+    mx_dtype dtype = all_dtypes[d];
+    mx_scope *scope = mx_scope_begin();
+    device_pair in = strided_input(dtype, 80 + (uint64_t)d);
+    mx_kview in_c = mx__kview_of(in.cpu), in_g = mx__kview_of(in.gpu);
+    for (int code = 0; code < MX_UN_COUNT; code++) {
+      if (!mx_dtype_is_floating(dtype) && !mx__unary_has_int(code)) continue;
+      device_pair out;
+      mx_kview o[2];
+      new_outputs(in, dtype, &out, o);
+      char what[96];
+      snprintf(what, sizeof what, "unary code %d on %s", code, mx_dtype_name(dtype));
+      cr_assert_eq(bc->unary(code, &o[0], &in_c, 1.5, 3.0), MX_OK, "%s: %s", what, mx_last_error());
+      cr_assert_eq(bg->unary(code, &o[1], &in_g, 1.5, 3.0), MX_OK, "%s: %s", what, mx_last_error());
+      expect_same_results(out.cpu, out.gpu, unary_uses_libm(code),
+                          code == MX_UN_GELU || code == MX_UN_GELU_TANH, what);
+      mx_release(out.cpu);
+      mx_release(out.gpu);
+    }
+    mx_scope_end(scope);
+  }
+}
+
+/* Every binary code (arithmetic, comparisons, logical) on every dtype that
+ * has it: x a strided view, y broadcast along two dims, alpha 0.75. */
+Test(gpu, binary_every_code_matches_cpu) {
+  require_gpu();
+  const mx_backend *bc = mx__backend(MX_CPU), *bg = mx__backend(MX_CUDA);
+  for (int d = 0; d < COUNT(all_dtypes); d++) {
+    mx_dtype dtype = all_dtypes[d];
+    mx_scope *scope = mx_scope_begin();
+    device_pair x = strided_input(dtype, 90 + (uint64_t)d), y = broadcast_input(dtype, 100 + (uint64_t)d);
+    mx_kview x_c = mx__kview_of(x.cpu), x_g = mx__kview_of(x.gpu);
+    mx_kview y_c = mx__kview_of(y.cpu), y_g = mx__kview_of(y.gpu);
+    for (int code = 0; code < MX_BIN_COUNT; code++) {
+      if (!mx_dtype_is_floating(dtype) && !mx__binary_has_int(code)) continue;
+      device_pair out;
+      mx_kview o[2];
+      new_outputs(x, code >= MX_BIN_EQ ? MX_BOOL : dtype, &out, o);
+      char what[96];
+      snprintf(what, sizeof what, "binary code %d on %s", code, mx_dtype_name(dtype));
+      cr_assert_eq(bc->binary(code, &o[0], &x_c, &y_c, 0.75), MX_OK, "%s: %s", what, mx_last_error());
+      cr_assert_eq(bg->binary(code, &o[1], &x_g, &y_g, 0.75), MX_OK, "%s: %s", what, mx_last_error());
+      expect_same_results(out.cpu, out.gpu, binary_uses_libm(code), false, what);
+      mx_release(out.cpu);
+      mx_release(out.gpu);
+    }
+    mx_scope_end(scope);
+  }
+}
+
+/* where on every dtype: a broadcast condition, x strided, y broadcast. */
+Test(gpu, where_matches_cpu) {
+  require_gpu();
+  const mx_backend *bc = mx__backend(MX_CPU), *bg = mx__backend(MX_CUDA);
+  for (int d = 0; d < COUNT(all_dtypes); d++) {
+    mx_dtype dtype = all_dtypes[d];
+    mx_scope *scope = mx_scope_begin();
+    device_pair x = strided_input(dtype, 110 + (uint64_t)d), y = broadcast_input(dtype, 120 + (uint64_t)d);
+    device_pair cond = broadcast_input(MX_BOOL, 130 + (uint64_t)d);
+    mx_kview x_c = mx__kview_of(x.cpu), x_g = mx__kview_of(x.gpu), y_c = mx__kview_of(y.cpu);
+    mx_kview y_g = mx__kview_of(y.gpu), c_c = mx__kview_of(cond.cpu), c_g = mx__kview_of(cond.gpu);
+    device_pair out;
+    mx_kview o[2];
+    new_outputs(x, dtype, &out, o);
+    cr_assert_eq(bc->where(&o[0], &c_c, &x_c, &y_c), MX_OK, "%s", mx_last_error());
+    cr_assert_eq(bg->where(&o[1], &c_g, &x_g, &y_g), MX_OK, "%s", mx_last_error());
+    assert_identical(out.cpu, out.gpu, "where");
+    mx_scope_end(scope);
+  }
+}
+
+/* Through the ops: broadcasting, type promotion and autograd run on CUDA
+ * tensors as on the CPU, and a code without an integer version is refused. */
+Test(gpu, elementwise_ops_and_their_gradients_on_cuda) {
+  require_gpu();
+  mx_scope *scope = mx_scope_begin();
+  mx_tensor *a = mx_from_data((float[]){1, -2, 3, -4, 5, -6}, MX_SHAPE(2, 3), MX_F32, MX_CPU);
+  mx_tensor *b = mx_from_data((double[]){0.5, 2, -1}, MX_SHAPE(3), MX_F64, MX_CPU);
+  mx_tensor *ag = to_cuda(a), *bg = to_cuda(b);
+  cr_assert_eq(mx_set_requires_grad(ag, true), MX_OK);
+  mx_tensor *y = mx_relu(mx_mul(ag, bg)); /* float32 * float64: float64, as in PyTorch */
+  cr_assert_not_null(y, "%s", mx_last_error());
+  cr_assert_eq(mx_device_of(y), MX_CUDA);
+  cr_assert_eq(mx_dtype_of(y), MX_F64);
+  assert_identical(mx_relu(mx_mul(a, b)), y, "relu(a * b)");
+  cr_assert_eq(mx_backward(y, mx_full(MX_SHAPE(2, 3), 1.0, MX_F64, MX_CUDA), false), MX_OK, "%s", mx_last_error());
+  /* d/da relu(a * b) = b where a * b > 0 (a * b = 0.5, -4, -3; -2, 10, 6),
+   * else 0 * b: -0 where b is negative, as IEEE multiplication gives */
+  mx_tensor *expected = mx_from_data((float[]){0.5f, 0, -0.0f, 0, 2, -1}, MX_SHAPE(2, 3), MX_F32, MX_CPU);
+  assert_identical(expected, mx_grad_of(ag), "the gradient of a");
+
+  mx_tensor *ints = to_cuda(mx_from_data((int64_t[]){1, 2}, MX_SHAPE(2), MX_I64, MX_CPU));
+  mx_kview v = mx__kview_of(ints);
+  mx_clear_error();
+  cr_assert_eq(mx__backend(MX_CUDA)->unary(MX_UN_EXP, &v, &v, 0, 0), MX_DTYPE_ERROR);
+  cr_assert_str_eq(mx_last_error(), "cuda unary kernel 3: no int64 version");
+  mx_scope_end(scope);
+}
+
 /* --- memory statistics -------------------------------------------------------------------------- */
 
 Test(gpu, memory_stats_go_up_and_back_to_zero) {
@@ -521,6 +732,7 @@ Test(gpu, memory_stats_go_up_and_back_to_zero) {
  * bits on both devices, found_inf and the per-gradient counts included. */
 Test(gpu, amp_unscale_and_update_same_bits) {
   require_gpu();
+  mx_scope *scope = mx_scope_begin();
   const mx_dtype dtypes[] = {MX_F32, MX_F64, MX_BF16};
   mx_tensor *cpu[3], *gpu[3];
   mx_kview vc[3], vg[3];
@@ -562,4 +774,6 @@ Test(gpu, amp_unscale_and_update_same_bits) {
   assert_identical(tracker_c, tracker_g, "amp_update_scale tracker");
   assert_identical(counters_c, counters_g, "amp_update_scale counters");
   cr_assert_eq(mx_item(scale_c), 3072.0, "x1 (no growth yet), x0.5 (inf), then 2 clean steps: x2");
+  mx_scope_end(scope);
+  cr_assert_eq(mx_memory_stats_get(MX_CUDA).live_tensors, 0, "the test's CUDA tensors are all released");
 }

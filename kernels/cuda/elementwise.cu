@@ -1,0 +1,180 @@
+/* Elementwise kernels on CUDA: unary, binary (arithmetic and comparisons)
+ * and where, over broadcast strided views. The functions are
+ * kernels/elementwise.def's, the ones the CPU kernels
+ * (kernels/cpu/elementwise.c) run, in the same compute types: float for
+ * float32/float16/bfloat16 (16-bit values widened and rounded back), double
+ * for float64, int64_t for the integer types and bool. */
+#include <type_traits>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/elementwise.h"
+
+/* --- one element in its compute type --------------------------------------- */
+
+/* Floats through double are exact (float widens exactly, and a float result
+ * rounds once to float16/bfloat16); integers load and store exactly, with
+ * the CPU kernels' C casts (int32 and uint8 wrap, bool is v != 0). */
+template <class T>
+__device__ static inline T load_as(const char *p, mx_dtype dtype) {
+  if constexpr (std::is_integral<T>::value) {
+    switch (dtype) {
+    case MX_I64: return *(const int64_t *)p;
+    case MX_I32: return *(const int32_t *)p;
+    case MX_U8: return *(const uint8_t *)p;
+    default: return *(const bool *)p;
+    }
+  } else {
+    return (T)mx_element_load(p, dtype);
+  }
+}
+
+template <class T>
+__device__ static inline void store_as(char *p, mx_dtype dtype, T v) {
+  if constexpr (std::is_integral<T>::value) {
+    switch (dtype) {
+    case MX_I64: *(int64_t *)p = v; break;
+    case MX_I32: *(int32_t *)p = (int32_t)v; break;
+    case MX_U8: *(uint8_t *)p = (uint8_t)v; break;
+    default: *(bool *)p = v != 0; break;
+    }
+  } else {
+    mx_element_store(p, dtype, (double)v);
+  }
+}
+
+/* --- the functions of kernels/elementwise.def -------------------------------- */
+
+template <class T>
+__device__ static inline T unary_value(int code, T x, T a, T b) {
+  if constexpr (std::is_integral<T>::value) {
+    switch (code) {
+#define MX_UNARY_INT_FN(code, expr) \
+  case MX_UN_##code: return (T)(expr);
+#include "kernels/elementwise.def"
+    }
+  } else {
+    switch (code) {
+#define MX_UNARY_FN(code, expr) \
+  case MX_UN_##code: return (T)(expr);
+#include "kernels/elementwise.def"
+    }
+  }
+  return x; /* not reached: the host checks the code */
+}
+
+template <class T>
+__device__ static inline T binary_value(int code, T x, T y, T a) {
+  if constexpr (std::is_integral<T>::value) {
+    switch (code) {
+#define MX_BINARY_INT_FN(code, expr) \
+  case MX_BIN_##code: return (T)(expr);
+#include "kernels/elementwise.def"
+    }
+  } else {
+    switch (code) {
+#define MX_BINARY_FN(code, expr) \
+  case MX_BIN_##code: return (T)(expr);
+#include "kernels/elementwise.def"
+    }
+  }
+  return x;
+}
+
+template <class T>
+__device__ static inline bool compare_value(int code, T x, T y) {
+  switch (code) {
+#define MX_COMPARE_FN(code, expr) \
+  case MX_BIN_##code: return (expr);
+#include "kernels/elementwise.def"
+  }
+  return false;
+}
+
+/* --- the ops: out[i] from the inputs' element i -------------------------------- */
+
+template <class T>
+struct unary_op {
+  mx_kview out, in;
+  int code;
+  T a, b;
+  __device__ void operator()(int64_t i) const {
+    T x = load_as<T>(element(in, i), in.dtype);
+    store_as<T>(element(out, i), out.dtype, unary_value<T>(code, x, a, b));
+  }
+};
+
+/* Codes from MX_BIN_EQ on compare and store bool. */
+template <class T>
+struct binary_op {
+  mx_kview out, x, y;
+  int code;
+  T alpha;
+  __device__ void operator()(int64_t i) const {
+    T xv = load_as<T>(element(x, i), x.dtype), yv = load_as<T>(element(y, i), y.dtype);
+    char *o = element(out, i);
+    if (code >= MX_BIN_EQ)
+      *(bool *)o = compare_value<T>(code, xv, yv);
+    else
+      store_as<T>(o, out.dtype, binary_value<T>(code, xv, yv, alpha));
+  }
+};
+
+struct where_op {
+  mx_kview out, cond, x, y;
+  __device__ void operator()(int64_t i) const {
+    const mx_kview &pick = *(const bool *)element(cond, i) ? x : y;
+    int64_t bytes = dtype_bytes(out.dtype);
+    store_bits(element(out, i), bytes, load_bits(element(pick, i), bytes));
+  }
+};
+
+/* --- entry points --------------------------------------------------------------- */
+
+mx_status mx__cuda_unary(int code, const mx_kview *out, const mx_kview *in, double a, double b) {
+  if (code < 0 || code >= MX_UN_COUNT || (!mx_dtype_is_floating(in->dtype) && !mx__unary_has_int(code)))
+    return mx__error(MX_DTYPE_ERROR, "cuda unary kernel %d: no %s version", code, mx_dtype_name(in->dtype));
+  auto launch = [&](auto zero) {
+    using T = decltype(zero);
+    unary_op<T> op;
+    op.out = flatten_if_contiguous(out);
+    op.in = flatten_if_contiguous(in);
+    op.code = code;
+    op.a = (T)a;
+    op.b = (T)b;
+    return launch_elementwise("launch of kernel unary", mx__kview_numel(out), op);
+  };
+  switch (in->dtype) {
+  case MX_F32: case MX_F16: case MX_BF16: return launch(0.0f);
+  case MX_F64: return launch(0.0);
+  default: return launch((int64_t)0);
+  }
+}
+
+mx_status mx__cuda_binary(int code, const mx_kview *out, const mx_kview *x, const mx_kview *y, double alpha) {
+  if (code < 0 || code >= MX_BIN_COUNT || (!mx_dtype_is_floating(x->dtype) && !mx__binary_has_int(code)))
+    return mx__error(MX_DTYPE_ERROR, "cuda binary kernel %d: no %s version", code, mx_dtype_name(x->dtype));
+  auto launch = [&](auto zero) {
+    using T = decltype(zero);
+    binary_op<T> op;
+    op.out = flatten_if_contiguous(out);
+    op.x = flatten_if_contiguous(x);
+    op.y = flatten_if_contiguous(y);
+    op.code = code;
+    op.alpha = (T)alpha;
+    return launch_elementwise("launch of kernel binary", mx__kview_numel(out), op);
+  };
+  switch (x->dtype) {
+  case MX_F32: case MX_F16: case MX_BF16: return launch(0.0f);
+  case MX_F64: return launch(0.0);
+  default: return launch((int64_t)0);
+  }
+}
+
+mx_status mx__cuda_where(const mx_kview *out, const mx_kview *cond, const mx_kview *x, const mx_kview *y) {
+  where_op op;
+  op.out = flatten_if_contiguous(out);
+  op.cond = flatten_if_contiguous(cond);
+  op.x = flatten_if_contiguous(x);
+  op.y = flatten_if_contiguous(y);
+  return launch_elementwise("launch of kernel where", mx__kview_numel(out), op);
+}
