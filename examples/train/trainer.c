@@ -265,8 +265,8 @@ static int check_device(const mx_demo_flags *f) {
             mx_last_error()[0] ? mx_last_error() : "none found");
     return 1;
   }
-  fprintf(stderr, "--device cuda: mixgrad's CUDA backend does not have the convolution, matmul and reduction "
-                  "kernels training needs yet; use --device cpu\n");
+  fprintf(stderr, "--device cuda: the demos do not train on CUDA yet (its backend lacks the convolution, pooling "
+                  "and batch norm kernels, and the demos keep their models on the CPU); use --device cpu\n");
   return 1;
 }
 

@@ -2,6 +2,7 @@
  * of every CUDA kernel (the others are in the kernel files beside this one). */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cuda_runtime.h>
@@ -19,6 +20,7 @@ static struct {
   char error[768];     /* why it is not (the message is thread-local; this is kept) */
   int device;          /* the CUDA device current when the backend was set up */
   cudaStream_t stream; /* every allocation, copy and kernel goes on this stream */
+  cublasHandle_t blas; /* cuBLAS on that stream (one handle: host threads share it, as the stream) */
   int max_blocks;      /* grid size cap for the grid-stride loops */
   mx_backend vtable;   /* slots this backend lacks stay NULL (the ops check) */
 } cuda;
@@ -28,6 +30,8 @@ static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
 cudaStream_t mx__cuda_stream(void) { return cuda.stream; }
 
 int mx__cuda_max_blocks(void) { return cuda.max_blocks; }
+
+cublasHandle_t mx__cuda_blas(void) { return cuda.blas; }
 
 int mx__cuda_device_count(void) {
   int count = 0;
@@ -75,7 +79,7 @@ struct convert_op {
   }
 };
 
-static mx_status cuda_convert(const mx_kview *out, const mx_kview *src) {
+mx_status mx__cuda_convert(const mx_kview *out, const mx_kview *src) {
   convert_op op;
   op.out = flatten_if_contiguous(out);
   op.src = flatten_if_contiguous(src);
@@ -184,6 +188,11 @@ static mx_status cuda_synchronize(void) {
 
 /* --- initialisation ------------------------------------------------------------------ */
 
+/* At exit, before the CUDA runtime's own teardown (registered earlier, so
+ * run later): cuBLAS's workspace goes back, and a leak checker
+ * (compute-sanitizer --leak-check full) sees every allocation freed. */
+static void release_blas(void) { (void)cublasDestroy(cuda.blas); }
+
 static mx_status cuda_init(void) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
@@ -214,9 +223,12 @@ static mx_status cuda_init(void) {
 
   MX_CUDA_CHECK(cudaStreamCreateWithFlags(&cuda.stream, cudaStreamNonBlocking));
 
-  /* cuBLAS and cuDNN answer (the GEMM and convolution kernels will use them) */
-  int blas_major = 0, dnn_major = 0;
-  MX_CUBLAS_CHECK(cublasGetProperty(MAJOR_VERSION, &blas_major));
+  /* cuBLAS for the matrix products (float32 without TF32: its default
+   * math mode), and cuDNN answers (the convolution kernels will use it) */
+  MX_CUBLAS_CHECK(cublasCreate(&cuda.blas));
+  MX_CUBLAS_CHECK(cublasSetStream(cuda.blas, cuda.stream));
+  atexit(release_blas);
+  int dnn_major = 0;
   MX_CUDNN_CHECK(cudnnGetProperty(MAJOR_VERSION, &dnn_major));
 
   mx_backend *b = &cuda.vtable;
@@ -229,12 +241,19 @@ static mx_status cuda_init(void) {
   b->copy_to_host = cuda_copy_to_host;
   b->synchronize = cuda_synchronize;
   b->fill = cuda_fill;
-  b->convert = cuda_convert;
+  b->convert = mx__cuda_convert;
   b->random = cuda_random;
   b->bernoulli = cuda_bernoulli;
   b->unary = mx__cuda_unary;
   b->binary = mx__cuda_binary;
   b->where = mx__cuda_where;
+  b->reduce = mx__cuda_reduce;
+  b->matmul = mx__cuda_matmul;
+  b->softmax = mx__cuda_softmax;
+  b->gather = mx__cuda_gather;
+  b->scatter = mx__cuda_scatter;
+  b->index_select = mx__cuda_index_select;
+  b->index_add = mx__cuda_index_add;
   b->amp_unscale = mx__cuda_amp_unscale;
   b->amp_update_scale = mx__cuda_amp_update_scale;
   b->sgd_step = mx__cuda_sgd_step;

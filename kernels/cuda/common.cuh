@@ -14,12 +14,24 @@
  * cap of the grid-stride loops (set up by the backend's initialisation). */
 cudaStream_t mx__cuda_stream(void);
 int mx__cuda_max_blocks(void);
+/* cuBLAS's handle, bound to that stream. */
+cublasHandle_t mx__cuda_blas(void);
 
 /* The kernel files' entry points, which backend.cu puts in the vtable
  * (kernels/backend.h says what each computes). */
+mx_status mx__cuda_convert(const mx_kview *out, const mx_kview *src);
 mx_status mx__cuda_unary(int code, const mx_kview *out, const mx_kview *in, double a, double b);
 mx_status mx__cuda_binary(int code, const mx_kview *out, const mx_kview *x, const mx_kview *y, double alpha);
 mx_status mx__cuda_where(const mx_kview *out, const mx_kview *cond, const mx_kview *x, const mx_kview *y);
+mx_status mx__cuda_reduce(int code, const mx_kview *out, const mx_kview *index, const mx_kview *in, uint32_t mask);
+mx_status mx__cuda_matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b);
+mx_status mx__cuda_softmax(const mx_kview *out, const mx_kview *x, int dim, bool log_softmax);
+mx_status mx__cuda_gather(const mx_kview *out, const mx_kview *x, const mx_kview *index, int dim);
+mx_status mx__cuda_scatter(const mx_kview *out, const mx_kview *index, const mx_kview *src, int dim,
+                           bool accumulate);
+mx_status mx__cuda_index_select(const mx_kview *out, const mx_kview *x, const mx_kview *index, int dim);
+mx_status mx__cuda_index_add(const mx_kview *out, const mx_kview *index, const mx_kview *src, int dim, double alpha,
+                             bool accumulate);
 mx_status mx__cuda_amp_unscale(int n, const mx_kview *grads, const float *scale, float *found_inf,
                                int64_t *stats);
 mx_status mx__cuda_amp_update_scale(float *scale, int32_t *growth_tracker, const float *found_inf,

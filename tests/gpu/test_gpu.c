@@ -687,6 +687,291 @@ Test(gpu, elementwise_ops_and_their_gradients_on_cuda) {
   mx_scope_end(scope);
 }
 
+/* --- matrix products, reductions, softmax -------------------------------------------- */
+
+/* A CPU tensor of `shape` holding integers in [low, high] as `dtype`: sums
+ * and products of these are exact in any order, so the devices must agree
+ * bit for bit however cuBLAS or a block reduction orders them. */
+static mx_tensor *small_integers(mx_shape shape, int64_t low, int64_t high, mx_dtype dtype, uint64_t seed) {
+  mx_generator *g = mx_generator_new(seed);
+  mx_tensor *i64 = mx_randint(low, high + 1, shape, MX_I64, MX_CPU, g);
+  mx_generator_free(g);
+  mx_tensor *t = mx_to_dtype(i64, dtype);
+  mx_release(i64);
+  cr_assert_not_null(t, "%s", mx_last_error());
+  return t;
+}
+
+/* A CPU tensor of `shape` holding integers in [-4, 4] but 0, as `dtype`:
+ * exact products and sums, and no product of zero, whose sign (-0 from a
+ * negative factor) would depend on where a sum starts (the CPU's reference
+ * at +0, cuBLAS at the first product). */
+static mx_tensor *nonzero_integers(mx_shape shape, mx_dtype dtype, uint64_t seed) {
+  mx_tensor *draws = small_integers(shape, 0, 7, MX_I64, seed);
+  size_t bytes;
+  int64_t *v = host_copy(draws, &bytes);
+  for (size_t i = 0; i < bytes / sizeof *v; i++) v[i] = v[i] < 4 ? v[i] - 4 : v[i] - 3;
+  mx_tensor *i64 = mx_from_data(v, shape, MX_I64, MX_CPU);
+  free(v);
+  mx_release(draws);
+  mx_tensor *t = mx_to_dtype(i64, dtype);
+  mx_release(i64);
+  cr_assert_not_null(t, "%s", mx_last_error());
+  return t;
+}
+
+/* How an operand (B, R, C) is laid out: row-major; the transpose of a
+ * (B, C, R) tensor (column-major, cuBLAS's OP_T); a batch of one broadcast
+ * (batch stride 0); every second column (no BLAS layout: copied first). */
+typedef enum { ROW_MAJOR, COLUMN_MAJOR, BATCH_BROADCAST, EVERY_SECOND_COLUMN } operand_layout;
+
+static device_pair operand(operand_layout layout, int64_t B, int64_t R, int64_t C, mx_dtype dtype, uint64_t seed) {
+  mx_tensor *base;
+  switch (layout) {
+  case COLUMN_MAJOR: base = nonzero_integers(MX_SHAPE(B, C, R), dtype, seed); break;
+  case BATCH_BROADCAST: base = nonzero_integers(MX_SHAPE(1, R, C), dtype, seed); break;
+  case EVERY_SECOND_COLUMN: base = nonzero_integers(MX_SHAPE(B, R, 2 * C), dtype, seed); break;
+  default: base = nonzero_integers(MX_SHAPE(B, R, C), dtype, seed); break;
+  }
+  mx_tensor *on[2] = {base, to_cuda(base)};
+  for (int d = 0; d < 2; d++) {
+    if (layout == COLUMN_MAJOR) on[d] = mx_transpose(on[d], 1, 2);
+    if (layout == BATCH_BROADCAST) on[d] = mx_expand(on[d], MX_SHAPE(B, R, C));
+    if (layout == EVERY_SECOND_COLUMN) on[d] = mx_slice(on[d], 2, 0, 2 * C, 2);
+    cr_assert_not_null(on[d], "%s", mx_last_error());
+  }
+  return (device_pair){on[0], on[1]};
+}
+
+static void compare_matmul(operand_layout la, operand_layout lb, int64_t B, int64_t M, int64_t N, int64_t K,
+                           mx_dtype dtype) {
+  mx_scope *scope = mx_scope_begin();
+  device_pair a = operand(la, B, M, K, dtype, 200 + (uint64_t)la), b = operand(lb, B, K, N, dtype, 300 + (uint64_t)lb);
+  device_pair out;
+  mx_kview o[2];
+  out.cpu = mx_empty(MX_SHAPE(B, M, N), dtype, MX_CPU);
+  out.gpu = mx_empty(MX_SHAPE(B, M, N), dtype, MX_CUDA);
+  cr_assert(out.cpu && out.gpu, "%s", mx_last_error());
+  o[0] = mx__kview_of(out.cpu), o[1] = mx__kview_of(out.gpu);
+  mx_kview a_c = mx__kview_of(a.cpu), a_g = mx__kview_of(a.gpu), b_c = mx__kview_of(b.cpu), b_g = mx__kview_of(b.gpu);
+  char what[128];
+  snprintf(what, sizeof what, "matmul %s, (%lld, %lld, %lld) x %lld, layouts %d and %d", mx_dtype_name(dtype),
+           (long long)M, (long long)N, (long long)K, (long long)B, (int)la, (int)lb);
+  cr_assert_eq(mx__backend(MX_CPU)->matmul(&o[0], &a_c, &b_c), MX_OK, "%s: %s", what, mx_last_error());
+  cr_assert_eq(mx__backend(MX_CUDA)->matmul(&o[1], &a_g, &b_g), MX_OK, "%s: %s", what, mx_last_error());
+  char why[256];
+  size_t n = differences(out.cpu, out.gpu, 0, 0, why, sizeof why);
+  cr_expect_eq(n, 0, "%s: %zu elements differ; the first, %s", what, n, why);
+  mx_scope_end(scope);
+}
+
+/* Every dtype (the floats through cuBLAS, the integers through the plain
+ * kernel) and every operand layout, small nonzero integers: the products
+ * and sums are exact, so the two devices agree bit for bit. Edge shapes: a
+ * vector (M = 1, N = 1), K = 1, and K = 0 (zeros). */
+Test(gpu, matmul_every_dtype_and_layout_matches_cpu) {
+  require_gpu();
+  const operand_layout layouts[] = {ROW_MAJOR, COLUMN_MAJOR, BATCH_BROADCAST, EVERY_SECOND_COLUMN};
+  for (int d = 0; d < COUNT(all_dtypes); d++) {
+    if (all_dtypes[d] == MX_BOOL || all_dtypes[d] == MX_U8) continue; /* no products of these */
+    for (int i = 0; i < COUNT(layouts); i++)
+      for (int j = 0; j < COUNT(layouts); j++) compare_matmul(layouts[i], layouts[j], 3, 17, 9, 33, all_dtypes[d]);
+    compare_matmul(ROW_MAJOR, COLUMN_MAJOR, 2, 1, 5, 7, all_dtypes[d]);
+    compare_matmul(COLUMN_MAJOR, ROW_MAJOR, 2, 6, 1, 7, all_dtypes[d]);
+    compare_matmul(ROW_MAJOR, ROW_MAJOR, 1, 4, 5, 1, all_dtypes[d]);
+    compare_matmul(ROW_MAJOR, ROW_MAJOR, 2, 4, 5, 0, all_dtypes[d]);
+  }
+}
+
+/* Random float32 and float64 values of one product, 128 x 96 x 300: the
+ * devices sum in different orders, so they agree within a few ulp of the
+ * partial sums' typical magnitude, sqrt(300) (a run on an H100 found
+ * float32 differences of 1.1e-5 on results near 1). */
+Test(gpu, matmul_random_values_close_to_cpu) {
+  require_gpu();
+  const mx_dtype dtypes[] = {MX_F32, MX_F64};
+  for (int d = 0; d < 2; d++) {
+    mx_scope *scope = mx_scope_begin();
+    mx_generator *g = mx_generator_new(41);
+    mx_tensor *a = mx_randn(MX_SHAPE(128, 300), dtypes[d], MX_CPU, g);
+    mx_tensor *b = mx_randn(MX_SHAPE(300, 96), dtypes[d], MX_CPU, g);
+    mx_generator_free(g);
+    mx_tensor *b_column_major = mx_transpose(to_cuda(mx_contiguous(mx_transpose(b, 0, 1))), 0, 1);
+    mx_tensor *c = mx_mm(a, b), *r = mx_mm(to_cuda(a), b_column_major);
+    cr_assert(c && r, "%s", mx_last_error());
+    char why[256];
+    size_t n = differences(c, r, 64 * (dtypes[d] == MX_F64 ? 0x1p-52 : 0x1p-23), sqrt(300), why, sizeof why);
+    cr_expect_eq(n, 0, "mm %s: %zu elements differ; the first, %s", mx_dtype_name(dtypes[d]), n, why);
+    mx_scope_end(scope);
+  }
+}
+
+/* Every reduction code over three masks (one dim, two dims, all) of a
+ * strided (9, 7, 6) view, in every dtype: sum and product of integers in
+ * [-2, 2] (exact in any order), max and min (with their indices), all and
+ * any of the awkward values (NaN wins; the first extremum's index). */
+Test(gpu, reduce_every_code_matches_cpu) {
+  require_gpu();
+  const uint32_t masks[] = {1u << 1, (1u << 0) | (1u << 2), 7u};
+  const int codes[] = {MX_RED_SUM, MX_RED_PROD, MX_RED_MAX, MX_RED_MIN, MX_RED_ALL, MX_RED_ANY};
+  for (int d = 0; d < COUNT(all_dtypes); d++) {
+    mx_dtype dtype = all_dtypes[d];
+    for (int c = 0; c < COUNT(codes); c++) {
+      int code = codes[c];
+      bool arithmetic = code == MX_RED_SUM || code == MX_RED_PROD;
+      if (arithmetic && dtype == MX_BOOL) continue;
+      mx_scope *scope = mx_scope_begin();
+      mx_tensor *base = arithmetic ? small_integers(MX_SHAPE(6, 7, 9), -2, 2, dtype, 400 + (uint64_t)d)
+                                   : elementwise_input(dtype, 500 + (uint64_t)d);
+      device_pair in = {mx_transpose(base, 0, 2), mx_transpose(to_cuda(base), 0, 2)};
+      mx_kview in_c = mx__kview_of(in.cpu), in_g = mx__kview_of(in.gpu);
+      mx_dtype out_dtype = code == MX_RED_ALL || code == MX_RED_ANY ? MX_BOOL
+                           : arithmetic && !mx_dtype_is_floating(dtype) ? MX_I64
+                                                                       : dtype;
+      bool indexed = code == MX_RED_MAX || code == MX_RED_MIN;
+      for (int m = 0; m < COUNT(masks); m++) {
+        int64_t shape[3] = {9, 7, 6};
+        for (int k = 0; k < 3; k++)
+          if (masks[m] & (1u << k)) shape[k] = 1;
+        device_pair out = {mx_empty(MX_SHAPE(shape[0], shape[1], shape[2]), out_dtype, MX_CPU),
+                           mx_empty(MX_SHAPE(shape[0], shape[1], shape[2]), out_dtype, MX_CUDA)};
+        device_pair idx = {mx_empty(MX_SHAPE(shape[0], shape[1], shape[2]), MX_I64, MX_CPU),
+                           mx_empty(MX_SHAPE(shape[0], shape[1], shape[2]), MX_I64, MX_CUDA)};
+        mx_kview o_c = mx__kview_of(out.cpu), o_g = mx__kview_of(out.gpu);
+        mx_kview i_c = mx__kview_of(idx.cpu), i_g = mx__kview_of(idx.gpu);
+        char what[128];
+        snprintf(what, sizeof what, "reduce code %d, mask %u, %s", code, masks[m], mx_dtype_name(dtype));
+        cr_assert_eq(mx__backend(MX_CPU)->reduce(code, &o_c, indexed ? &i_c : NULL, &in_c, masks[m]), MX_OK, "%s: %s",
+                     what, mx_last_error());
+        cr_assert_eq(mx__backend(MX_CUDA)->reduce(code, &o_g, indexed ? &i_g : NULL, &in_g, masks[m]), MX_OK,
+                     "%s: %s", what, mx_last_error());
+        char why[256];
+        size_t n = differences(out.cpu, out.gpu, 0, 0, why, sizeof why);
+        cr_expect_eq(n, 0, "%s: %zu elements differ; the first, %s", what, n, why);
+        if (indexed) {
+          n = differences(idx.cpu, idx.gpu, 0, 0, why, sizeof why);
+          cr_expect_eq(n, 0, "%s, indices: %zu elements differ; the first, %s", what, n, why);
+        }
+      }
+      mx_scope_end(scope);
+    }
+  }
+}
+
+/* softmax and log_softmax of the awkward values along the contiguous dim
+ * and along a strided one, every float dtype, within 8 ulp; except the
+ * CPU's float32 softmax along a unit-stride dim, which shifts by the max
+ * in float before its vectorised exp: up to 88 * 2^-24 relative for the
+ * smallest results (the H100 run saw 16 ulp at 1.6e-37), so 64 ulp there,
+ * and its exp gives 0 below the smallest normal result (the GPU 1.7e-43). */
+Test(gpu, softmax_matches_cpu) {
+  require_gpu();
+  for (int d = 0; d < COUNT(float_dtypes); d++) {
+    mx_scope *scope = mx_scope_begin();
+    mx_dtype dtype = float_dtypes[d];
+    mx_tensor *x = awkward_tensor(dtype, 600 + (uint64_t)d), *xg = to_cuda(x);
+    for (int log = 0; log < 2; log++)
+      for (int dim = 0; dim < 3; dim += 2) {
+        mx_tensor *c = log ? mx_log_softmax(mx_transpose(x, 0, 1), dim) : mx_softmax(mx_transpose(x, 0, 1), dim);
+        mx_tensor *g = log ? mx_log_softmax(mx_transpose(xg, 0, 1), dim) : mx_softmax(mx_transpose(xg, 0, 1), dim);
+        cr_assert(c && g, "%s", mx_last_error());
+        char what[64], why[256];
+        snprintf(what, sizeof what, "%s along dim %d, %s", log ? "log_softmax" : "softmax", dim, mx_dtype_name(dtype));
+        bool float_line = dtype == MX_F32 && dim == 2 && !log;
+        double rel = eight_ulps(dtype) * (float_line ? 8 : 1);
+        /* the float lines' exp flushes subnormal results to 0: those differ by up to the smallest normal */
+        double floor = smallest_normal(dtype) * (float_line ? 1 / rel : 1);
+        size_t n = differences(c, g, rel, floor, why, sizeof why);
+        cr_expect_eq(n, 0, "%s: %zu elements differ; the first, %s", what, n, why);
+      }
+    mx_scope_end(scope);
+  }
+}
+
+/* gather, index_select, scatter, scatter_add, index_add and index_copy
+ * through the ops, every dtype, with repeated indices: the same bits on
+ * both devices (the CUDA writes walk each line along dim in the CPU's
+ * order). An index out of range gives the CPU's error. */
+Test(gpu, indexing_matches_cpu) {
+  require_gpu();
+  for (int d = 0; d < COUNT(all_dtypes); d++) {
+    mx_dtype dtype = all_dtypes[d];
+    mx_scope *scope = mx_scope_begin();
+    mx_tensor *x = elementwise_input(dtype, 700 + (uint64_t)d), *src = elementwise_input(dtype, 710 + (uint64_t)d);
+    mx_tensor *rows = small_integers(MX_SHAPE(6, 4, 9), 0, 6, MX_I64, 720 + (uint64_t)d); /* dim 1: 7 */
+    mx_tensor *cols = small_integers(MX_SHAPE(5), 0, 8, MX_I64, 730 + (uint64_t)d);       /* dim 2: 9 */
+    mx_tensor *src_rows = mx_slice(src, 1, 0, 4, 1), *src_cols = mx_slice(src, 2, 0, 5, 1);
+    mx_tensor *xg = to_cuda(x), *rows_g = to_cuda(rows), *cols_g = to_cuda(cols);
+    mx_tensor *src_rows_g = to_cuda(src_rows), *src_cols_g = to_cuda(src_cols);
+    struct {
+      const char *what;
+      mx_tensor *cpu, *gpu;
+    } cases[] = {
+        {"gather", mx_gather(x, 1, rows), mx_gather(xg, 1, rows_g)},
+        {"index_select", mx_index_select(x, 2, cols), mx_index_select(xg, 2, cols_g)},
+        {"scatter", mx_scatter(x, 1, rows, src_rows), mx_scatter(xg, 1, rows_g, src_rows_g)},
+        {"scatter_add", mx_scatter_add(x, 1, rows, src_rows), mx_scatter_add(xg, 1, rows_g, src_rows_g)},
+        {"index_add", mx_index_add(x, 2, cols, src_cols, 2.5), mx_index_add(xg, 2, cols_g, src_cols_g, 2.5)},
+        {"index_copy", mx_index_copy(x, 2, cols, src_cols), mx_index_copy(xg, 2, cols_g, src_cols_g)},
+    };
+    for (int c = 0; c < COUNT(cases); c++) {
+      char what[64], why[256];
+      snprintf(what, sizeof what, "%s, %s", cases[c].what, mx_dtype_name(dtype));
+      cr_assert(cases[c].cpu && cases[c].gpu, "%s: %s", what, mx_last_error());
+      size_t n = differences(cases[c].cpu, cases[c].gpu, 0, 0, why, sizeof why);
+      cr_expect_eq(n, 0, "%s: %zu elements differ; the first, %s", what, n, why);
+    }
+    mx_scope_end(scope);
+  }
+  mx_scope *scope = mx_scope_begin();
+  mx_tensor *x = to_cuda(mx_zeros(MX_SHAPE(3, 4), MX_F32, MX_CPU));
+  mx_tensor *bad = to_cuda(mx_from_data((int64_t[]){0, 4, 1}, MX_SHAPE(3, 1), MX_I64, MX_CPU));
+  mx_clear_error();
+  cr_assert_null(mx_gather(x, 1, bad));
+  cr_assert_str_eq(mx_last_error(), "mx_gather: index 4 out of range for dim 1 of size 4");
+  cr_assert_null(mx_scatter_add(x, 1, bad, mx_gather(x, 1, mx_zeros_like(bad))));
+  cr_assert_str_eq(mx_last_error(), "mx_scatter_add: index 4 out of range for dim 1 of size 4");
+  mx_scope_end(scope);
+}
+
+/* One training step of a small MLP through the ops on both devices:
+ * log_softmax(relu(x w1 + b1) w2 + b2), the mean of the one-hot picked
+ * log-probabilities as the loss, and backward. The loss and every gradient
+ * agree within float32's rounding of the different summation orders: 1e-5
+ * of the larger of the value and 0.01, the size of a gradient's terms (the
+ * H100 run saw 1.5e-8 differences on gradients of 7.6e-4). */
+Test(gpu, mlp_step_through_the_ops_matches_cpu) {
+  require_gpu();
+  mx_scope *scope = mx_scope_begin();
+  mx_generator *g = mx_generator_new(7);
+  mx_tensor *cpu[6] = {mx_randn(MX_SHAPE(32, 20), MX_F32, MX_CPU, g),  mx_randn(MX_SHAPE(20, 16), MX_F32, MX_CPU, g),
+                       mx_randn(MX_SHAPE(16), MX_F32, MX_CPU, g),      mx_randn(MX_SHAPE(16, 5), MX_F32, MX_CPU, g),
+                       mx_randn(MX_SHAPE(5), MX_F32, MX_CPU, g),       mx_rand(MX_SHAPE(32, 5), MX_F32, MX_CPU, g)};
+  mx_generator_free(g);
+  cpu[5] = mx_to_dtype(mx_eq(cpu[5], mx_amax(cpu[5], MX_DIMS(1), true)), MX_F32); /* a one-hot target per row */
+  mx_tensor *gpu[6];
+  for (int i = 0; i < 6; i++) gpu[i] = to_cuda(cpu[i]);
+  mx_tensor *loss[2], *grads[2][4];
+  for (int dev = 0; dev < 2; dev++) {
+    mx_tensor **t = dev ? gpu : cpu;
+    for (int i = 1; i < 5; i++) cr_assert_eq(mx_set_requires_grad(t[i], true), MX_OK);
+    mx_tensor *h = mx_relu(mx_add(mx_mm(t[0], t[1]), t[2]));
+    mx_tensor *logp = mx_log_softmax(mx_add(mx_mm(h, t[3]), t[4]), 1);
+    loss[dev] = mx_neg(mx_mean(mx_sum(mx_mul(logp, t[5]), MX_DIMS(1), false), MX_ALL_DIMS, false));
+    cr_assert_not_null(loss[dev], "%s: %s", dev ? "cuda" : "cpu", mx_last_error());
+    cr_assert_eq(mx_backward(loss[dev], NULL, false), MX_OK, "%s: %s", dev ? "cuda" : "cpu", mx_last_error());
+    for (int i = 0; i < 4; i++) grads[dev][i] = mx_grad_of(t[i + 1]);
+  }
+  char why[256];
+  size_t n = differences(loss[0], loss[1], 1e-6, 1.0, why, sizeof why);
+  cr_expect_eq(n, 0, "the loss: %s", why);
+  for (int i = 0; i < 4; i++) {
+    n = differences(grads[0][i], grads[1][i], 1e-5, 1e-2, why, sizeof why);
+    cr_expect_eq(n, 0, "the gradient of parameter %d: %zu elements differ; the first, %s", i, n, why);
+  }
+  mx_scope_end(scope);
+}
+
 /* --- memory statistics -------------------------------------------------------------------------- */
 
 Test(gpu, memory_stats_go_up_and_back_to_zero) {

@@ -1,0 +1,129 @@
+/* Matrix products on CUDA: the float dtypes through cuBLAS
+ * (cublasGemmStridedBatchedEx; float16 and bfloat16 accumulate in float32,
+ * float32 without TF32), the integer dtypes through a plain kernel that does
+ * the CPU reference's arithmetic (kernels/cpu/matmul.c).
+ *
+ * out (B, M, N) is row-major and contiguous; cuBLAS is column-major, so it
+ * computes out^T (N x M) = b^T (N x K) a^T (K x M): a row-major matrix is
+ * its transpose, column-major, with the same memory. An operand whose
+ * strides fit neither orientation is copied to a contiguous buffer first. */
+#include "kernels/cuda/common.cuh"
+
+/* One operand as cuBLAS takes it: op, leading dimension, batch stride. The
+ * view is (B, R, C), used as the column-major C x R matrix it is in
+ * row-major order (CUBLAS_OP_N with ld = row stride) or, when its rows are
+ * the contiguous dim, the transpose of the R x C matrix stored column-major
+ * (CUBLAS_OP_T with ld = column stride). */
+typedef struct {
+  cublasOperation_t op;
+  int64_t ld, batch_stride;
+} blas_operand;
+
+static bool blas_layout(const mx_kview *v, blas_operand *o) {
+  int64_t R = v->shape[1], C = v->shape[2], sr = v->strides[1], sc = v->strides[2];
+  if (v->strides[0] < 0) return false;
+  o->batch_stride = v->shape[0] > 1 ? v->strides[0] : 0;
+  if ((C == 1 || sc == 1) && (R == 1 || sr >= C)) {
+    o->op = CUBLAS_OP_N;
+    o->ld = R == 1 ? (C > 1 ? C : 1) : sr;
+  } else if ((R == 1 || sr == 1) && (C == 1 || sc >= R)) {
+    o->op = CUBLAS_OP_T;
+    o->ld = C == 1 ? (R > 1 ? R : 1) : sc;
+  } else {
+    return false;
+  }
+  return o->ld <= INT32_MAX; /* cuBLAS takes int leading dimensions */
+}
+
+/* A contiguous copy of v in `buffer` (the caller frees it). */
+static mx_status contiguous_copy(const mx_kview *v, void **buffer, mx_kview *copy) {
+  size_t bytes = (size_t)mx__kview_numel(v) * mx_dtype_size(v->dtype);
+  MX_CUDA_CHECK(cudaMallocAsync(buffer, bytes ? bytes : 1, mx__cuda_stream()));
+  *copy = *v;
+  copy->data = *buffer;
+  int64_t stride = 1;
+  for (int d = v->ndim - 1; d >= 0; d--) {
+    copy->strides[d] = stride;
+    stride *= v->shape[d];
+  }
+  return mx__cuda_convert(copy, v);
+}
+
+static bool blas_dtype(mx_dtype dtype, cudaDataType_t *type, cublasComputeType_t *compute) {
+  switch (dtype) {
+  case MX_F32: *type = CUDA_R_32F, *compute = CUBLAS_COMPUTE_32F; return true;
+  case MX_F64: *type = CUDA_R_64F, *compute = CUBLAS_COMPUTE_64F; return true;
+  case MX_F16: *type = CUDA_R_16F, *compute = CUBLAS_COMPUTE_32F; return true;
+  case MX_BF16: *type = CUDA_R_16BF, *compute = CUBLAS_COMPUTE_32F; return true;
+  default: return false;
+  }
+}
+
+static mx_status blas_matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b) {
+  int64_t B = out->shape[0], M = out->shape[1], N = out->shape[2], K = a->shape[2];
+  if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || B > INT32_MAX)
+    return mx__error(MX_SHAPE_ERROR, "cuda matmul: (%lld, %lld, %lld) x %lld batches exceeds cuBLAS's int sizes",
+                     (long long)M, (long long)N, (long long)K, (long long)B);
+  cudaDataType_t type;
+  cublasComputeType_t compute;
+  blas_dtype(out->dtype, &type, &compute);
+  mx_kview av = *a, bv = *b;
+  void *a_copy = NULL, *b_copy = NULL;
+  blas_operand ao, bo;
+  mx_status status = MX_OK;
+  if (!blas_layout(&av, &ao)) {
+    status = contiguous_copy(a, &a_copy, &av);
+    if (status == MX_OK) blas_layout(&av, &ao);
+  }
+  if (status == MX_OK && !blas_layout(&bv, &bo)) {
+    status = contiguous_copy(b, &b_copy, &bv);
+    if (status == MX_OK) blas_layout(&bv, &bo);
+  }
+  /* alpha and beta in the compute type's host form */
+  double one_d = 1, zero_d = 0;
+  float one_f = 1, zero_f = 0;
+  const void *one = compute == CUBLAS_COMPUTE_64F ? (const void *)&one_d : (const void *)&one_f;
+  const void *zero = compute == CUBLAS_COMPUTE_64F ? (const void *)&zero_d : (const void *)&zero_f;
+  if (status == MX_OK)
+    status = MX_CUBLAS_STATUS(cublasGemmStridedBatchedEx(
+        mx__cuda_blas(), bo.op, ao.op, (int)N, (int)M, (int)K, one, bv.data, type, bo.ld, bo.batch_stride, av.data,
+        type, ao.ld, ao.batch_stride, zero, out->data, type, N, M * N, (int)B, compute, CUBLAS_GEMM_DEFAULT));
+  /* stream-ordered frees: after the product that reads the copies */
+  if (a_copy) cudaFreeAsync(a_copy, mx__cuda_stream());
+  if (b_copy) cudaFreeAsync(b_copy, mx__cuda_stream());
+  return status;
+}
+
+/* Integer dtypes: out[b, i, j] as the CPU reference computes it, float
+ * products summed in k order, one thread per element. */
+struct reference_matmul_op {
+  mx_kview out, a, b;
+  __device__ void operator()(int64_t e) const {
+    int64_t M = out.shape[1], N = out.shape[2], K = a.shape[2];
+    int64_t bi = e / (M * N), i = e / N % M, j = e % N;
+    float acc = 0;
+    for (int64_t k = 0; k < K; k++) {
+      const char *pa = (const char *)a.data + (bi * a.strides[0] + i * a.strides[1] + k * a.strides[2]) *
+                                                  dtype_bytes(a.dtype);
+      const char *pb = (const char *)b.data + (bi * b.strides[0] + k * b.strides[1] + j * b.strides[2]) *
+                                                  dtype_bytes(b.dtype);
+      acc += (float)mx_element_load(pa, a.dtype) * (float)mx_element_load(pb, b.dtype);
+    }
+    mx_element_store(element(out, e), out.dtype, acc);
+  }
+};
+
+mx_status mx__cuda_matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b) {
+  if (mx__kview_numel(out) == 0) return MX_OK;
+  if (a->shape[2] == 0) /* an empty sum: zeros (out is contiguous) */
+    return MX_CUDA_STATUS(cudaMemsetAsync(out->data, 0, (size_t)mx__kview_numel(out) * mx_dtype_size(out->dtype),
+                                          mx__cuda_stream()));
+  cudaDataType_t type;
+  cublasComputeType_t compute;
+  if (blas_dtype(out->dtype, &type, &compute)) return blas_matmul(out, a, b);
+  reference_matmul_op op;
+  op.out = *out;
+  op.a = *a;
+  op.b = *b;
+  return launch_elementwise("launch of kernel matmul_reference", mx__kview_numel(out), op);
+}
