@@ -83,6 +83,13 @@ int mx_module_num_parameters(const mx_module *m);
 mx_tensor *mx_module_parameter(const mx_module *m, int i, const char **name);
 int mx_module_num_buffers(const mx_module *m);
 mx_tensor *mx_module_buffer(const mx_module *m, int i, const char **name);
+/* Moves every parameter and buffer to device in place, like torch's
+ * module.to(device): the handles stay (the module, and whoever holds them,
+ * see the move), their data becomes a contiguous copy there, and their
+ * gradients are dropped. Views of the old data keep it. On a failure
+ * nothing has moved. Make optimizers after the move: their state lives
+ * where the parameters were when they were made. */
+mx_status mx_module_to(mx_module *m, mx_device device);
 /* Elements over all parameters. */
 int64_t mx_module_parameter_count(const mx_module *m);
 /* The module and all its descendants, depth first in registration order:

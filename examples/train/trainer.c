@@ -25,6 +25,17 @@ static int fail(const char *what) {
   return 1;
 }
 
+/* A batch from the loader (made on the CPU) moved to the run's device. */
+static bool batch_to_device(const mx_demo_flags *f, mx_tensor **x, mx_tensor **y) {
+  if (f->device == MX_CPU) return true;
+  mx_tensor *xd = mx_to_device(*x, f->device), *yd = xd ? mx_to_device(*y, f->device) : NULL;
+  mx_release(*x);
+  mx_release(*y);
+  if (!yd) mx_release(xd), xd = NULL;
+  *x = xd, *y = yd;
+  return yd != NULL;
+}
+
 static int64_t count_correct(const mx_tensor *logits, const mx_tensor *y) {
   return (int64_t)mx_item(mx_sum(mx_eq(mx_argmax(logits, 1, false), y), MX_ALL_DIMS, false));
 }
@@ -132,6 +143,10 @@ static int evaluate(run_state *r, eval_result *out) {
   int rc = 0;
   int64_t *pred = NULL, *label = NULL;
   while (rc == 0 && mx_loader_next(r->test, &x, &y)) {
+    if (!batch_to_device(r->flags, &x, &y)) {
+      rc = fail("test data to the device");
+      break;
+    }
     int64_t b = mx_shape_get(y).d[0];
     mx_scope *s = mx_scope_begin();
     int64_t *p = realloc(pred, (size_t)b * sizeof *p), *l = p ? realloc(label, (size_t)b * sizeof *l) : NULL;
@@ -201,6 +216,7 @@ static int train_epochs(run_state *r, int64_t step, int64_t stop, eval_result *l
     mx_demo_progress bar;
     mx_demo_progress_begin(&bar, stdout, epoch, f->epochs, batches, step - (int64_t)epoch * batches, scaled);
     while (step < stop && mx_loader_next(r->train, &x, &y)) {
+      if (!batch_to_device(f, &x, &y)) return fail("training data to the device");
       mx_demo_step_row row = {.step = step + 1, .epoch = epoch + 1};
       int64_t correct = 0, b = mx_shape_get(y).d[0];
       int rc = train_step(r, x, y, &row, &correct);
@@ -258,17 +274,19 @@ static int report(run_state *r, const eval_result *last, double seconds) {
   return 0;
 }
 
-static int check_device(const mx_demo_flags *f) {
+/* The model on the run's device. A model whose layers need kernels the
+ * CUDA backend lacks (convolution, pooling, batch norm) fails at its first
+ * forward, naming the layer and the kernel. */
+static int to_device(const mx_demo_task *t, const mx_demo_flags *f) {
   if (f->device != MX_CUDA) return 0;
   if (mx_cuda_device_count() <= 0) {
     fprintf(stderr, "--device cuda: no CUDA device is available here (%s); use --device cpu\n",
             mx_last_error()[0] ? mx_last_error() : "none found");
     return 1;
   }
-  fprintf(stderr, "--device cuda: the demos do not train on CUDA yet (its backend lacks the convolution, pooling "
-                  "and batch norm kernels, and the demos keep their models on the CPU); use --device cpu\n");
-  return 1;
+  return mx_module_to(t->model, f->device) == MX_OK ? 0 : fail("--device cuda");
 }
+
 
 static void free_run(run_state *r) {
   mx_loader_free(r->train);
@@ -280,7 +298,7 @@ static void free_run(run_state *r) {
 }
 
 int mx_demo_train(const mx_demo_task *task, const mx_demo_flags *flags) {
-  if (check_device(flags)) return 1;
+  if (to_device(task, flags)) return 1;
   run_state r = {.task = task, .flags = flags};
   int classes = task->train->classes;
   int64_t *counts = calloc(2 * (size_t)classes, sizeof *counts);

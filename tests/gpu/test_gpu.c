@@ -972,6 +972,37 @@ Test(gpu, mlp_step_through_the_ops_matches_cpu) {
   mx_scope_end(scope);
 }
 
+/* mx_module_to(cuda): the same handles, now on CUDA with the same values,
+ * gradients dropped; the forward there matches the CPU's; and back. */
+Test(gpu, module_to_cuda_and_back) {
+  require_gpu();
+  mx_scope *scope = mx_scope_begin();
+  mx_generator *gen = mx_generator_new(5);
+  mx_module *m = mx_sequential_new(2, (mx_module *[]){mx_linear_new(6, 4, true, gen), mx_relu_new()});
+  mx_tensor *x = mx_randn(MX_SHAPE(3, 6), MX_F32, MX_CPU, gen);
+  mx_generator_free(gen);
+  cr_assert(m && x, "%s", mx_last_error());
+  mx_tensor *w = mx_module_parameter(m, 0, NULL), *w_before = mx_clone(w);
+  mx_tensor *y_cpu = mx_module_forward(m, x);
+  cr_assert_eq(mx_backward(mx_sum(y_cpu, MX_ALL_DIMS, false), NULL, false), MX_OK, "%s", mx_last_error());
+  cr_assert_not_null(mx_grad_of(w));
+  cr_assert_eq(mx_module_to(m, MX_CUDA), MX_OK, "%s", mx_last_error());
+  cr_assert_eq(mx_module_parameter(m, 0, NULL), w, "the module keeps its handles");
+  cr_assert_eq(mx_device_of(w), MX_CUDA);
+  cr_assert(mx_requires_grad(w));
+  cr_assert_null(mx_grad_of(w), "the CPU gradient is dropped");
+  assert_identical(w_before, w, "the weight on CUDA");
+  mx_tensor *y_gpu = mx_module_forward(m, to_cuda(x));
+  cr_assert_not_null(y_gpu, "%s", mx_last_error());
+  char why[256]; /* within float32 rounding of sums of six terms of about 1 */
+  cr_assert_eq(differences(y_cpu, y_gpu, 1e-6, 1.0, why, sizeof why), 0, "the forward on CUDA: %s", why);
+  cr_assert_eq(mx_module_to(m, MX_CPU), MX_OK, "%s", mx_last_error());
+  cr_assert_eq(mx_device_of(w), MX_CPU);
+  assert_identical(w_before, to_cuda(w), "the weight back on the CPU");
+  mx_module_free(m);
+  mx_scope_end(scope);
+}
+
 /* --- memory statistics -------------------------------------------------------------------------- */
 
 Test(gpu, memory_stats_go_up_and_back_to_zero) {

@@ -236,3 +236,35 @@ Test(nn_module, sequential_append_names_in_turn) {
   cr_expect_eq(mx_module_num_modules(seq), 13);
   mx_module_free(seq);
 }
+
+/* mx_module_to: to the device the tensors are on, nothing changes; to a
+ * device that is not there, an error, and nothing has moved (the CUDA move
+ * itself is checked in tests/gpu). Gradients stay when nothing moves. */
+Test(nn_module, to_a_missing_device_moves_nothing) {
+  mx_generator *gen = mx_generator_new(3);
+  mx_module *m = mx_sequential_new(
+      2, (mx_module *[]){mx_linear_new(4, 3, true, gen), mx_batch_norm1d_new(3, 1e-5, 0.1, true, true)});
+  mx_generator_free(gen);
+  cr_assert_not_null(m, "%s", mx_last_error());
+  int n = mx_module_num_parameters(m), nb = mx_module_num_buffers(m);
+  cr_assert_eq(n, 4);
+  cr_assert_geq(nb, 2);
+  mx_tensor *w = mx_module_parameter(m, 0, NULL);
+  const void *data = mx_data_ptr(w);
+  cr_assert_eq(mx_backward(mx_sum(w, MX_ALL_DIMS, false), NULL, false), MX_OK, "%s", mx_last_error());
+  cr_assert_eq(mx_module_to(m, MX_CPU), MX_OK, "%s", mx_last_error());
+  cr_assert_eq(mx_module_parameter(m, 0, NULL), w);
+  cr_assert_eq(mx_data_ptr(w), data, "a move to where it is copies nothing");
+  cr_assert_not_null(mx_grad_of(w), "and keeps the gradient");
+  if (mx_cuda_device_count() == 0) {
+    mx_clear_error();
+    cr_assert_neq(mx_module_to(m, MX_CUDA), MX_OK);
+    cr_assert(strstr(mx_last_error(), mx_cuda_built() ? "no CUDA device" : "built without CUDA") != NULL, "%s",
+              mx_last_error());
+    for (int i = 0; i < n; i++) cr_assert_eq(mx_device_of(mx_module_parameter(m, i, NULL)), MX_CPU);
+    for (int i = 0; i < nb; i++) cr_assert_eq(mx_device_of(mx_module_buffer(m, i, NULL)), MX_CPU);
+    cr_assert_eq(mx_data_ptr(w), data);
+  }
+  cr_assert_eq(mx_module_to(NULL, MX_CPU), MX_NULL_INPUT);
+  mx_module_free(m);
+}
