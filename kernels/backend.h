@@ -22,12 +22,14 @@ typedef enum { MX_RED_SUM, MX_RED_PROD, MX_RED_MAX, MX_RED_MIN, MX_RED_ALL, MX_R
 
 /* Convolution over the last `spatial` dims: x (N, C_in, *S), w (C_out,
  * C_in / groups, *K), y (N, C_out, *S_out). */
+#ifndef MX_CONV_PARAMS_DEFINED /* kernels/cpu/conv.h defines it too */
 #define MX_CONV_PARAMS_DEFINED
 typedef struct {
   int spatial;
   int64_t stride[3], padding[3], dilation[3];
   int64_t groups;
 } mx_conv_params;
+#endif
 
 /* Pooling over the last `spatial` dims of (N, C, *S). */
 typedef struct {

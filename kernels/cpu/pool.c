@@ -7,74 +7,19 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/pool.h"
-
-typedef struct {
-  int64_t planes;              /* N * C */
-  int64_t in[3], out[3];       /* D, H, W of input and output */
-  int64_t k[3], s[3], p[3], d[3];
-} geometry;
-
-/* Shapes padded on the left to 3 spatial dims. */
-static geometry geometry_of(const mx_kview *in, const mx_kview *out, const mx_pool_params *params) {
-  geometry g = {.planes = in->shape[0] * in->shape[1]};
-  int lead = 3 - params->spatial;
-  for (int i = 0; i < 3; i++) {
-    int j = i - lead;
-    bool real = j >= 0;
-    g.in[i] = real ? in->shape[2 + j] : 1;
-    g.out[i] = real ? out->shape[2 + j] : 1;
-    g.k[i] = real ? params->kernel[j] : 1;
-    g.s[i] = real ? params->stride[j] : 1;
-    g.p[i] = real ? params->padding[j] : 0;
-    g.d[i] = real && params->dilation[j] ? params->dilation[j] : 1;
-  }
-  return g;
-}
-
-static int64_t volume(const int64_t *v) { return v[0] * v[1] * v[2]; }
+#include "kernels/pool_geom.h"
 
 /* Max pooling's indices come in two encodings, told apart by dtype (see
  * kernels/backend.h): uint8 holds the max's offset in its window, row-major
  * over the kernel; int64 holds its flat position in the input plane. The
- * two meet in window_corner + window_deltas[offset]. */
+ * two meet in mx_pool_window_corner + mx_pool_window_deltas[offset]. */
 static void set_index(void *indices, int64_t i, int64_t flat, int64_t offset, bool offsets) {
   if (offsets) ((uint8_t *)indices)[i] = (uint8_t)offset;
   else ((int64_t *)indices)[i] = flat;
 }
 
-/* The flat position of the window's (0, 0, 0) element for output (o0, o1, o2);
- * it may lie in the padding, but corner + delta is exact wherever the sum
- * lands inside the input, the flat position being linear in each coordinate. */
-static int64_t window_corner(const geometry *g, int64_t o0, int64_t o1, int64_t o2) {
-  return ((o0 * g->s[0] - g->p[0]) * g->in[1] + (o1 * g->s[1] - g->p[1])) * g->in[2] + (o2 * g->s[2] - g->p[2]);
-}
 
-/* delta[offset]: each window element's flat displacement from the corner. */
-static void window_deltas(const geometry *g, int64_t *delta) {
-  int64_t r = 0;
-  for (int64_t k0 = 0; k0 < g->k[0]; k0++)
-    for (int64_t k1 = 0; k1 < g->k[1]; k1++)
-      for (int64_t k2 = 0; k2 < g->k[2]; k2++)
-        delta[r++] = (k0 * g->d[0] * g->in[1] + k1 * g->d[1]) * g->in[2] + k2 * g->d[2];
-}
-
-#define FOR_WINDOW(g, o0, o1, o2, BODY)                                                      \
-  for (int64_t k0 = 0; k0 < (g).k[0]; k0++) {                                                \
-    int64_t i0 = (o0) * (g).s[0] - (g).p[0] + k0 * (g).d[0];                                  \
-    if (i0 < 0 || i0 >= (g).in[0]) continue;                                                  \
-    for (int64_t k1 = 0; k1 < (g).k[1]; k1++) {                                              \
-      int64_t i1 = (o1) * (g).s[1] - (g).p[1] + k1 * (g).d[1];                                \
-      if (i1 < 0 || i1 >= (g).in[1]) continue;                                                \
-      for (int64_t k2 = 0; k2 < (g).k[2]; k2++) {                                            \
-        int64_t i2 = (o2) * (g).s[2] - (g).p[2] + k2 * (g).d[2];                              \
-        if (i2 < 0 || i2 >= (g).in[2]) continue;                                              \
-        int64_t flat = (i0 * (g).in[1] + i1) * (g).in[2] + i2;                                \
-        BODY                                                                                  \
-      }                                                                                       \
-    }                                                                                         \
-  }
-
-static bool is_2x2(const geometry *g) {
+static bool is_2x2(const mx_pool_geom *g) {
   return g->k[1] == 2 && g->k[2] == 2 && g->s[1] == 2 && g->s[2] == 2 && g->p[1] == 0 && g->p[2] == 0 &&
          g->d[1] == 1 && g->d[2] == 1;
 }
@@ -86,7 +31,7 @@ enum { WIDE_BLOCK = 4096 };
  * with 2x2 windows and rows that fit a block: the search with typed loads
  * and little index arithmetic per output, several times faster than loading
  * every element as a double through its dtype. */
-static bool planar(const geometry *g, const mx_kview *x, const mx_kview *out) {
+static bool planar(const mx_pool_geom *g, const mx_kview *x, const mx_kview *out) {
   if (g->in[0] != 1 || g->k[0] != 1 || x->dtype != out->dtype) return false;
   if (x->dtype == MX_F16) return is_2x2(g) && 2 * g->in[2] <= WIDE_BLOCK;
   return x->dtype == MX_F32 || x->dtype == MX_BF16;
@@ -182,8 +127,8 @@ static void max_pool_row_2x2(const void *top, int64_t W, void *out, void *indice
  * row to its scalar tail), the maxima narrowed back in one pass: exact,
  * since each is one of the inputs. bfloat16 rows wider than the block
  * search in bfloat16 (float16 ones are not planar). */
-static void max_pool_plane_2x2_16bit(const geometry *g, const uint16_t *x, uint16_t *out, void *indices, bool offsets,
-                                     mx_dtype dt) {
+static void max_pool_plane_2x2_16bit(const mx_pool_geom *g, const uint16_t *x, uint16_t *out, void *indices,
+                                     bool offsets, mx_dtype dt) {
   const int64_t W = g->in[2], OW = g->out[2], OH = g->out[1], rows = WIDE_BLOCK / (2 * W);
   if (rows == 0) {
     for (int64_t oh = 0; oh < OH; oh++)
@@ -204,7 +149,8 @@ static void max_pool_plane_2x2_16bit(const geometry *g, const uint16_t *x, uint1
   }
 }
 
-static void max_pool_plane_2x2(const geometry *g, const void *x, void *out, void *indices, mx_dtype dt, bool offsets) {
+static void max_pool_plane_2x2(const mx_pool_geom *g, const void *x, void *out, void *indices, mx_dtype dt,
+                               bool offsets) {
   if (dt != MX_F32) {
     max_pool_plane_2x2_16bit(g, x, out, indices, offsets, dt);
     return;
@@ -215,7 +161,7 @@ static void max_pool_plane_2x2(const geometry *g, const void *x, void *out, void
                      offsets, false);
 }
 
-static void max_pool_plane(const geometry *g, const void *x, void *out, void *indices, mx_dtype dt, bool offsets) {
+static void max_pool_plane(const mx_pool_geom *g, const void *x, void *out, void *indices, mx_dtype dt, bool offsets) {
   if (is_2x2(g)) {
     max_pool_plane_2x2(g, x, out, indices, dt, offsets);
     return;
@@ -244,28 +190,29 @@ static void max_pool_plane(const geometry *g, const void *x, void *out, void *in
     }
 }
 
-mx_status mx__cpu_max_pool(const mx_kview *out, const mx_kview *indices, const mx_kview *x, const mx_pool_params *params) {
-  geometry g = geometry_of(x, out, params);
-  int64_t in_plane = volume(g.in), out_plane = volume(g.out);
+mx_status mx__cpu_max_pool(const mx_kview *out, const mx_kview *indices, const mx_kview *x,
+                           const mx_pool_params *params) {
+  mx_pool_geom g = mx_pool_geom_of(x, out, params);
+  int64_t in_plane = mx_pool_volume(g.in), out_plane = mx_pool_volume(g.out);
   size_t xs = mx_dtype_size(x->dtype), os = mx_dtype_size(out->dtype);
   bool offsets = indices->dtype == MX_U8;
   int64_t is = (int64_t)mx_dtype_size(indices->dtype);
   if (planar(&g, x, out)) {
-    MX_PARALLEL_FOR(g.planes * out_plane * volume(g.k))
+    MX_PARALLEL_FOR(g.planes * out_plane * mx_pool_volume(g.k))
     for (int64_t pl = 0; pl < g.planes; pl++)
       max_pool_plane(&g, (const char *)x->data + pl * in_plane * (int64_t)xs,
                      (char *)out->data + pl * out_plane * (int64_t)os, (char *)indices->data + pl * out_plane * is,
                      x->dtype, offsets);
     return MX_OK;
   }
-  MX_PARALLEL_FOR(g.planes * out_plane * volume(g.k))
+  MX_PARALLEL_FOR(g.planes * out_plane * mx_pool_volume(g.k))
   for (int64_t pl = 0; pl < g.planes; pl++) {
     const char *xp = (const char *)x->data + pl * in_plane * (int64_t)xs;
     for (int64_t o = 0; o < out_plane; o++) {
       int64_t o2 = o % g.out[2], o1 = (o / g.out[2]) % g.out[1], o0 = o / (g.out[2] * g.out[1]);
       double best = -INFINITY;
       int64_t where = -1, offset = 0;
-      FOR_WINDOW(g, o0, o1, o2, {
+      MX_POOL_FOR_WINDOW(g, o0, o1, o2, {
         double v = mx_element_load(xp + flat * (int64_t)xs, x->dtype);
         if (where < 0 || v > best || isnan(v)) {
           best = v;
@@ -315,7 +262,7 @@ static uint16_t f16_plus_zero(uint16_t d) {
  * (D = 1) with offsets: the scatter with the offset decoded in place. The
  * windows are disjoint, so each store is 0 + dy (-0 becomes +0, a NaN
  * quiet) and nothing is read from dx. */
-static void max_pool_backward_plane_2x2(const geometry *g, void *dx, const void *dy, const uint8_t *offset,
+static void max_pool_backward_plane_2x2(const mx_pool_geom *g, void *dx, const void *dy, const uint8_t *offset,
                                         mx_dtype dt) {
   const int64_t W = g->in[2], OH = g->out[1], OW = g->out[2];
   for (int64_t oh = 0, o = 0; oh < OH; oh++)
@@ -329,8 +276,8 @@ static void max_pool_backward_plane_2x2(const geometry *g, void *dx, const void 
 
 mx_status mx__cpu_max_pool_backward(const mx_kview *dx, const mx_kview *dy, const mx_kview *indices,
                                     const mx_pool_params *params) {
-  geometry g = geometry_of(dx, dy, params);
-  int64_t in_plane = volume(g.in), out_plane = volume(g.out);
+  mx_pool_geom g = mx_pool_geom_of(dx, dy, params);
+  int64_t in_plane = mx_pool_volume(g.in), out_plane = mx_pool_volume(g.out);
   size_t size = mx_dtype_size(dx->dtype), dy_size = mx_dtype_size(dy->dtype);
   bool typed = dx->dtype == dy->dtype && (dx->dtype == MX_F32 || dx->dtype == MX_BF16);
   bool offsets = indices->dtype == MX_U8, disjoint = true;
@@ -338,7 +285,7 @@ mx_status mx__cpu_max_pool_backward(const mx_kview *dx, const mx_kview *dy, cons
   bool windows_2x2 = stores_typed && offsets && g.in[0] == 1 && is_2x2(&g);
   for (int i = 0; i < 3; i++) disjoint &= g.s[i] >= (g.k[i] - 1) * g.d[i] + 1;
   int64_t delta[256];
-  if (offsets) window_deltas(&g, delta); /* the op uses offsets for kernels of at most 256 */
+  if (offsets) mx_pool_window_deltas(&g, delta); /* the op uses offsets for kernels of at most 256 */
   MX_PARALLEL_FOR(g.planes * out_plane)
   for (int64_t pl = 0; pl < g.planes; pl++) { /* planes never share elements */
     char *dp = (char *)dx->data + pl * in_plane * (int64_t)size;
@@ -353,7 +300,7 @@ mx_status mx__cpu_max_pool_backward(const mx_kview *dx, const mx_kview *dy, cons
     int64_t o = 0;
     for (int64_t o0 = 0; o0 < g.out[0]; o0++)
       for (int64_t o1 = 0; o1 < g.out[1]; o1++) {
-        int64_t corner = window_corner(&g, o0, o1, 0);
+        int64_t corner = mx_pool_window_corner(&g, o0, o1, 0);
         for (int64_t o2 = 0; o2 < g.out[2]; o2++, o++) {
           int64_t flat = offsets ? corner + o2 * g.s[2] + delta[window_offsets[o]] : flat_indices[o];
           scatter_one(dp, flat, gp, o, dx->dtype, dy->dtype, typed, disjoint);
@@ -365,24 +312,24 @@ mx_status mx__cpu_max_pool_backward(const mx_kview *dx, const mx_kview *dy, cons
 
 /* count_include_pad: the whole window (the padding counts); otherwise only
  * the elements inside the input. */
-static double divisor(const geometry *g, const mx_pool_params *params, int64_t o0, int64_t o1, int64_t o2) {
-  if (params->count_include_pad) return (double)volume(g->k);
+static double divisor(const mx_pool_geom *g, const mx_pool_params *params, int64_t o0, int64_t o1, int64_t o2) {
+  if (params->count_include_pad) return (double)mx_pool_volume(g->k);
   double n = 0;
-  FOR_WINDOW(*g, o0, o1, o2, { (void)flat; n += 1; })
+  MX_POOL_FOR_WINDOW(*g, o0, o1, o2, { (void)flat; n += 1; })
   return n > 0 ? n : 1;
 }
 
 mx_status mx__cpu_avg_pool(const mx_kview *out, const mx_kview *x, const mx_pool_params *params) {
-  geometry g = geometry_of(x, out, params);
-  int64_t in_plane = volume(g.in), out_plane = volume(g.out);
+  mx_pool_geom g = mx_pool_geom_of(x, out, params);
+  int64_t in_plane = mx_pool_volume(g.in), out_plane = mx_pool_volume(g.out);
   size_t xs = mx_dtype_size(x->dtype), os = mx_dtype_size(out->dtype);
-  MX_PARALLEL_FOR(g.planes * out_plane * volume(g.k))
+  MX_PARALLEL_FOR(g.planes * out_plane * mx_pool_volume(g.k))
   for (int64_t pl = 0; pl < g.planes; pl++) {
     const char *xp = (const char *)x->data + pl * in_plane * (int64_t)xs;
     for (int64_t o = 0; o < out_plane; o++) {
       int64_t o2 = o % g.out[2], o1 = (o / g.out[2]) % g.out[1], o0 = o / (g.out[2] * g.out[1]);
       double sum = 0;
-      FOR_WINDOW(g, o0, o1, o2, { sum += mx_element_load(xp + flat * (int64_t)xs, x->dtype); })
+      MX_POOL_FOR_WINDOW(g, o0, o1, o2, { sum += mx_element_load(xp + flat * (int64_t)xs, x->dtype); })
       mx_element_store((char *)out->data + (pl * out_plane + o) * (int64_t)os, out->dtype,
                     sum / divisor(&g, params, o0, o1, o2));
     }
@@ -391,18 +338,18 @@ mx_status mx__cpu_avg_pool(const mx_kview *out, const mx_kview *x, const mx_pool
 }
 
 mx_status mx__cpu_avg_pool_backward(const mx_kview *dx, const mx_kview *dy, const mx_pool_params *params) {
-  geometry g = geometry_of(dx, dy, params);
-  int64_t in_plane = volume(g.in), out_plane = volume(g.out);
+  mx_pool_geom g = mx_pool_geom_of(dx, dy, params);
+  int64_t in_plane = mx_pool_volume(g.in), out_plane = mx_pool_volume(g.out);
   size_t size = mx_dtype_size(dx->dtype);
   memset(dx->data, 0, (size_t)(g.planes * in_plane) * size);
-  MX_PARALLEL_FOR(g.planes * out_plane * volume(g.k))
+  MX_PARALLEL_FOR(g.planes * out_plane * mx_pool_volume(g.k))
   for (int64_t pl = 0; pl < g.planes; pl++) {
     char *dp = (char *)dx->data + pl * in_plane * (int64_t)size;
     for (int64_t o = 0; o < out_plane; o++) {
       int64_t o2 = o % g.out[2], o1 = (o / g.out[2]) % g.out[1], o0 = o / (g.out[2] * g.out[1]);
       double grad = mx_element_load((const char *)dy->data + (pl * out_plane + o) * (int64_t)size, dy->dtype) /
                     divisor(&g, params, o0, o1, o2);
-      FOR_WINDOW(g, o0, o1, o2, {
+      MX_POOL_FOR_WINDOW(g, o0, o1, o2, {
         char *target = dp + flat * (int64_t)size;
         mx_element_store(target, dx->dtype, mx_element_load(target, dx->dtype) + grad);
       })
