@@ -31,9 +31,9 @@ int main(int argc, char **argv) {
                "**Gradient**: *formula* is a backward written with ops (so it differentiates again).\n\n"
                "**Devices**: every op runs on the CPU. The CUDA backend has, so far, the memory,\n"
                "creation, random, copy and cast kernels, elementwise (unary, binary, comparisons,\n"
-               "where), reductions, matrix products (cuBLAS), softmax, gather/scatter/index, and\n"
-               "the AMP and optimizer kernels; the other ops (scans, convolutions, pooling, batch\n"
-               "norm) report \"no ... kernel on cuda yet\".\n\n"
+               "where), reductions, matrix products (cuBLAS), softmax, gather/scatter/index,\n"
+               "convolution and pooling (direct kernels), and the AMP and optimizer kernels; the\n"
+               "others (scans, fused batch norm) report \"no ... kernel on cuda yet\" or run composed.\n\n"
                "| # | op | inputs | autocast policy | kind | gradient |\n"
                "|---|---|---|---|---|---|\n");
   for (int op = 0; op < mx_op_count(); op++)

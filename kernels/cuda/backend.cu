@@ -254,6 +254,13 @@ static mx_status cuda_init(void) {
   b->scatter = mx__cuda_scatter;
   b->index_select = mx__cuda_index_select;
   b->index_add = mx__cuda_index_add;
+  b->conv_forward = mx__cuda_conv_forward;
+  b->conv_backward_data = mx__cuda_conv_backward_data;
+  b->conv_backward_weight = mx__cuda_conv_backward_weight;
+  b->max_pool = mx__cuda_max_pool;
+  b->max_pool_backward = mx__cuda_max_pool_backward;
+  b->avg_pool = mx__cuda_avg_pool;
+  b->avg_pool_backward = mx__cuda_avg_pool_backward;
   b->amp_unscale = mx__cuda_amp_unscale;
   b->amp_update_scale = mx__cuda_amp_update_scale;
   b->sgd_step = mx__cuda_sgd_step;

@@ -32,6 +32,18 @@ mx_status mx__cuda_scatter(const mx_kview *out, const mx_kview *index, const mx_
 mx_status mx__cuda_index_select(const mx_kview *out, const mx_kview *x, const mx_kview *index, int dim);
 mx_status mx__cuda_index_add(const mx_kview *out, const mx_kview *index, const mx_kview *src, int dim, double alpha,
                              bool accumulate);
+mx_status mx__cuda_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
+                                const mx_conv_params *p);
+mx_status mx__cuda_conv_backward_data(const mx_kview *dx, const mx_kview *dy, const mx_kview *w,
+                                      const mx_conv_params *p);
+mx_status mx__cuda_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
+                                        const mx_conv_params *p);
+mx_status mx__cuda_max_pool(const mx_kview *out, const mx_kview *indices, const mx_kview *x,
+                            const mx_pool_params *p);
+mx_status mx__cuda_max_pool_backward(const mx_kview *dx, const mx_kview *dy, const mx_kview *indices,
+                                     const mx_pool_params *p);
+mx_status mx__cuda_avg_pool(const mx_kview *out, const mx_kview *x, const mx_pool_params *p);
+mx_status mx__cuda_avg_pool_backward(const mx_kview *dx, const mx_kview *dy, const mx_pool_params *p);
 mx_status mx__cuda_amp_unscale(int n, const mx_kview *grads, const float *scale, float *found_inf,
                                int64_t *stats);
 mx_status mx__cuda_amp_update_scale(float *scale, int32_t *growth_tracker, const float *found_inf,

@@ -934,6 +934,114 @@ Test(gpu, indexing_matches_cpu) {
   mx_scope_end(scope);
 }
 
+/* The value and the gradients of sum(f(x, w, b) * seed) on both devices,
+ * f a convolution or pooling; x, w, b and seed random normal values. */
+typedef mx_tensor *(*layer_fn)(const mx_tensor *x, const mx_tensor *w, const mx_tensor *b, int config);
+
+typedef struct {
+  mx_tensor *y[2], *dx[2], *dw[2], *db[2];
+} layer_results;
+
+static layer_results run_layer(layer_fn f, int config, mx_shape xs, mx_shape ws, bool bias, mx_dtype dtype,
+                               uint64_t seed) {
+  layer_results r;
+  memset(&r, 0, sizeof r);
+  mx_generator *g = mx_generator_new(seed);
+  mx_tensor *x = mx_to_dtype(mx_randn(xs, MX_F64, MX_CPU, g), dtype);
+  mx_tensor *w = ws.ndim ? mx_to_dtype(mx_randn(ws, MX_F64, MX_CPU, g), dtype) : NULL;
+  mx_tensor *b = bias ? mx_to_dtype(mx_randn(MX_SHAPE(ws.d[0]), MX_F64, MX_CPU, g), dtype) : NULL;
+  mx_generator_free(g);
+  for (int dev = 0; dev < 2; dev++) {
+    mx_tensor *xd = dev ? to_cuda(x) : mx_clone(x), *wd = w ? (dev ? to_cuda(w) : mx_clone(w)) : NULL;
+    mx_tensor *bd = b ? (dev ? to_cuda(b) : mx_clone(b)) : NULL;
+    mx_set_requires_grad(xd, true);
+    if (wd) mx_set_requires_grad(wd, true);
+    if (bd) mx_set_requires_grad(bd, true);
+    r.y[dev] = f(xd, wd, bd, config);
+    cr_assert_not_null(r.y[dev], "%s: %s", dev ? "cuda" : "cpu", mx_last_error());
+    mx_generator *sg = mx_generator_new(seed + 1);
+    mx_tensor *seed_grad = mx_to_dtype(mx_randn(mx_shape_get(r.y[dev]), MX_F64, MX_CPU, sg), dtype);
+    mx_generator_free(sg);
+    if (dev) seed_grad = to_cuda(seed_grad);
+    cr_assert_eq(mx_backward(r.y[dev], seed_grad, false), MX_OK, "%s: %s", dev ? "cuda" : "cpu", mx_last_error());
+    r.dx[dev] = mx_grad_of(xd);
+    r.dw[dev] = wd ? mx_grad_of(wd) : NULL;
+    r.db[dev] = bd ? mx_grad_of(bd) : NULL;
+  }
+  return r;
+}
+
+/* rel and floor for the output and dx, dw; db_rel for the bias gradient,
+ * a sum over the batch and positions that the devices order differently. */
+static void expect_layer_results(const layer_results *r, double rel, double floor, double db_rel, const char *what) {
+  const char *names[4] = {"output", "dx", "dw", "db"};
+  mx_tensor *const *pairs[4] = {r->y, r->dx, r->dw, r->db};
+  for (int i = 0; i < 4; i++) {
+    if (!pairs[i][0]) continue;
+    char why[256];
+    size_t n = differences(pairs[i][0], pairs[i][1], i == 3 ? db_rel : rel, i == 3 ? 1.0 : floor, why, sizeof why);
+    cr_expect_eq(n, 0, "%s, %s: %zu elements differ; the first, %s", what, names[i], n, why);
+  }
+}
+
+static mx_tensor *conv_config(const mx_tensor *x, const mx_tensor *w, const mx_tensor *b, int config) {
+  switch (config) {
+  case 0: return mx_conv2d(x, w, b, MX_SHAPE(1), MX_SHAPE(1), MX_DEFAULT, 1);           /* 3x3, padding 1 */
+  case 1: return mx_conv2d(x, w, b, MX_SHAPE(2, 1), MX_SHAPE(0, 2), MX_SHAPE(2, 1), 1); /* stride, dilation */
+  default: return mx_conv2d(x, w, b, MX_SHAPE(1), MX_SHAPE(1), MX_DEFAULT, 2);          /* two groups */
+  }
+}
+
+/* Convolutions forward and backward (data, weight, bias) in every float
+ * dtype and three configurations. float64 runs the CPU's plain loops and
+ * the CUDA kernels sum in the same order: the same bits (but the bias
+ * gradient, a reduction, within 8 ulp). The others go through oneDNN on the
+ * CPU, another order: within float32 rounding of sums of about 1, and one
+ * 16-bit rounding for float16 and bfloat16. */
+Test(gpu, conv2d_forward_and_backward_match_cpu) {
+  require_gpu();
+  for (int d = 0; d < COUNT(float_dtypes); d++) {
+    mx_dtype dtype = float_dtypes[d];
+    double rel = dtype == MX_F64 ? 0 : dtype == MX_F32 ? 1e-5 : dtype == MX_F16 ? 0x1p-9 : 0x1p-6;
+    for (int config = 0; config < 3; config++) {
+      mx_scope *scope = mx_scope_begin();
+      layer_results r = run_layer(conv_config, config, MX_SHAPE(3, 4, 9, 8), MX_SHAPE(6, config == 2 ? 2 : 4, 3, 3),
+                                  config != 1, dtype, 800 + (uint64_t)(10 * d + config));
+      char what[64];
+      snprintf(what, sizeof what, "conv2d config %d, %s", config, mx_dtype_name(dtype));
+      expect_layer_results(&r, rel, rel ? 1.0 : 0, rel ? rel : eight_ulps(MX_F64), what);
+      mx_scope_end(scope);
+    }
+  }
+}
+
+static mx_tensor *pool_config(const mx_tensor *x, const mx_tensor *w, const mx_tensor *b, int config) {
+  (void)w, (void)b;
+  switch (config) {
+  case 0: return mx_max_pool(x, 2, MX_SHAPE(2), MX_DEFAULT, MX_SHAPE(0));         /* the CNNs' 2x2 */
+  case 1: return mx_max_pool(x, 2, MX_SHAPE(3), MX_SHAPE(2), MX_SHAPE(1));        /* overlapping, padded */
+  case 2: return mx_avg_pool(x, 2, MX_SHAPE(3), MX_SHAPE(2), MX_SHAPE(1), false); /* padding not counted */
+  default: return mx_avg_pool(x, 2, MX_SHAPE(2, 3), MX_SHAPE(1), MX_SHAPE(1), true);
+  }
+}
+
+/* Max and average pooling forward and backward, every float dtype: the
+ * CUDA kernels follow the CPU's rules (NaN-free random values here; the
+ * planes' gradients added in the CPU's order), so the same bits. */
+Test(gpu, pooling_forward_and_backward_match_cpu) {
+  require_gpu();
+  for (int d = 0; d < COUNT(float_dtypes); d++)
+    for (int config = 0; config < 4; config++) {
+      mx_scope *scope = mx_scope_begin();
+      layer_results r = run_layer(pool_config, config, MX_SHAPE(2, 3, 10, 9), MX_DEFAULT, false, float_dtypes[d],
+                                  900 + (uint64_t)(10 * d + config));
+      char what[64];
+      snprintf(what, sizeof what, "pooling config %d, %s", config, mx_dtype_name(float_dtypes[d]));
+      expect_layer_results(&r, 0, 0, 0, what);
+      mx_scope_end(scope);
+    }
+}
+
 /* One training step of a small MLP through the ops on both devices:
  * log_softmax(relu(x w1 + b1) w2 + b2), the mean of the one-hot picked
  * log-probabilities as the loss, and backward. The loss and every gradient
