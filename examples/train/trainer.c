@@ -274,9 +274,9 @@ static int report(run_state *r, const eval_result *last, double seconds) {
   return 0;
 }
 
-/* The model on the run's device. A model whose layers need kernels the
- * CUDA backend lacks (convolution, pooling, batch norm) fails at its first
- * forward, naming the layer and the kernel. */
+/* The model on the run's device. A layer that needs a kernel the CUDA
+ * backend lacks fails at the first forward, naming the layer and the
+ * kernel. */
 static int to_device(const mx_demo_task *t, const mx_demo_flags *f) {
   if (f->device != MX_CUDA) return 0;
   if (mx_cuda_device_count() <= 0) {
