@@ -12,31 +12,7 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/reduce.h"
-
-typedef struct {
-  int n_outer, n_inner;
-  int64_t outer_shape[MX_MAX_DIMS], outer_in[MX_MAX_DIMS], outer_out[MX_MAX_DIMS], outer_idx[MX_MAX_DIMS];
-  int64_t inner_shape[MX_MAX_DIMS], inner_in[MX_MAX_DIMS];
-  int64_t inner_numel;
-} reduce_plan;
-
-static reduce_plan plan_of(const mx_kview *out, const mx_kview *index, const mx_kview *in, uint32_t mask) {
-  reduce_plan p = {0};
-  p.inner_numel = 1;
-  for (int d = 0; d < in->ndim; d++) {
-    if (mask & (1u << d)) {
-      p.inner_shape[p.n_inner] = in->shape[d];
-      p.inner_in[p.n_inner++] = in->strides[d];
-      p.inner_numel *= in->shape[d];
-    } else {
-      p.outer_shape[p.n_outer] = in->shape[d];
-      p.outer_in[p.n_outer] = in->strides[d];
-      p.outer_out[p.n_outer] = out ? out->strides[d] : 0;
-      p.outer_idx[p.n_outer++] = index ? index->strides[d] : 0;
-    }
-  }
-  return p;
-}
+#include "kernels/reduce_plan.h"
 
 typedef struct {
   double value; /* floats, and the comparisons of every dtype */
@@ -47,7 +23,7 @@ typedef struct {
 
 /* Steps the multi-index counter over the first n reduced dims (row-major)
  * and offset with it. */
-static void advance(const reduce_plan *p, int n, int64_t *counter, int64_t *offset) {
+static void advance(const mx_reduce_plan *p, int n, int64_t *counter, int64_t *offset) {
   for (int d = n - 1; d >= 0; d--) {
     *offset += p->inner_in[d];
     if (++counter[d] < p->inner_shape[d]) return;
@@ -57,7 +33,7 @@ static void advance(const reduce_plan *p, int n, int64_t *counter, int64_t *offs
 }
 
 /* The offsets of output o (row-major over the kept dims) in in, out and index. */
-static void outer_offsets(const reduce_plan *p, int64_t o, int64_t *in_off, int64_t *out_off, int64_t *idx_off) {
+static void outer_offsets(const mx_reduce_plan *p, int64_t o, int64_t *in_off, int64_t *out_off, int64_t *idx_off) {
   *in_off = *out_off = *idx_off = 0;
   for (int d = p->n_outer - 1; d >= 0; d--) {
     int64_t i = o % p->outer_shape[d];
@@ -70,7 +46,7 @@ static void outer_offsets(const reduce_plan *p, int64_t o, int64_t *in_off, int6
 
 static bool is_int(mx_dtype t) { return !mx_dtype_is_floating(t); }
 
-static void reduce_one(int code, const mx_kview *in, const reduce_plan *p, const char *base, accumulator *acc) {
+static void reduce_one(int code, const mx_kview *in, const mx_reduce_plan *p, const char *base, accumulator *acc) {
   size_t size = mx_dtype_size(in->dtype);
   bool integer = is_int(in->dtype);
   int64_t counter[MX_MAX_DIMS] = {0};
@@ -109,11 +85,6 @@ static void reduce_one(int code, const mx_kview *in, const reduce_plan *p, const
   }
 }
 
-static int64_t outputs(const reduce_plan *p) {
-  int64_t n = 1;
-  for (int d = 0; d < p->n_outer; d++) n *= p->outer_shape[d];
-  return n;
-}
 
 /* --- float sums over dense runs ------------------------------------------- */
 
@@ -231,7 +202,7 @@ static uint32_t merge_dims(const mx_kview *in, const mx_kview *out, uint32_t mas
 
 /* The sum of elements [k0, k1) (row-major) of the reduced sub-space at
  * base, whose last dim is a dense run. */
-static double sum_runs(const reduce_plan *p, const char *base, mx_dtype t, int64_t k0, int64_t k1) {
+static double sum_runs(const mx_reduce_plan *p, const char *base, mx_dtype t, int64_t k0, int64_t k1) {
   int64_t size = (int64_t)mx_dtype_size(t);
   int n = p->n_inner - 1; /* the dims walking from run to run */
   int64_t len = p->inner_shape[n], j = k0 % len, rest = k0 / len;
@@ -255,8 +226,8 @@ static double sum_runs(const reduce_plan *p, const char *base, mx_dtype t, int64
  * (0, 2, 3): N runs of H*W; a last-dim or full sum: one run). Long
  * reductions are split into CHUNKs summed in parallel, then added in chunk
  * order, so the result does not depend on the thread count. */
-static void sum_over_runs(const reduce_plan *p, const mx_kview *out, const mx_kview *in) {
-  int64_t n_out = outputs(p), chunks = (p->inner_numel + CHUNK - 1) / CHUNK;
+static void sum_over_runs(const mx_reduce_plan *p, const mx_kview *out, const mx_kview *in) {
+  int64_t n_out = p->outputs, chunks = (p->inner_numel + CHUNK - 1) / CHUNK;
   int64_t in_size = (int64_t)mx_dtype_size(in->dtype), out_size = (int64_t)mx_dtype_size(out->dtype);
   double *partial = chunks > 1 ? malloc(sizeof(double) * (size_t)(n_out * chunks)) : NULL;
   if (!partial) chunks = 1; /* then a whole output per thread */
@@ -283,8 +254,8 @@ static void sum_over_runs(const reduce_plan *p, const mx_kview *out, const mx_kv
 /* Sums whose last kept dim is dense in in and out (column sums of an
  * (N, C) matrix over dim 0): each reduced position adds a row of up to
  * BLOCK elements into as many accumulators. */
-static void sum_over_rows(const reduce_plan *p, const mx_kview *out, const mx_kview *in) {
-  int64_t n_out = outputs(p), width = p->outer_shape[p->n_outer - 1], blocks = (width + BLOCK - 1) / BLOCK;
+static void sum_over_rows(const mx_reduce_plan *p, const mx_kview *out, const mx_kview *in) {
+  int64_t n_out = p->outputs, width = p->outer_shape[p->n_outer - 1], blocks = (width + BLOCK - 1) / BLOCK;
   int64_t in_size = (int64_t)mx_dtype_size(in->dtype), out_size = (int64_t)mx_dtype_size(out->dtype);
   MX_PARALLEL_FOR(n_out * p->inner_numel)
   for (int64_t item = 0; item < n_out / width * blocks; item++) {
@@ -309,7 +280,7 @@ static bool dense_sum(const mx_kview *out, const mx_kview *in, uint32_t mask) {
     return false;
   mx_kview min, mout;
   uint32_t merged = merge_dims(in, out, mask, &min, &mout);
-  reduce_plan p = plan_of(&mout, NULL, &min, merged);
+  mx_reduce_plan p = mx_reduce_plan_of(&mout, NULL, &min, merged);
   if (p.n_inner > 0 && p.inner_in[p.n_inner - 1] == 1) sum_over_runs(&p, out, in);
   else if (p.n_outer > 0 && p.outer_in[p.n_outer - 1] == 1 && p.outer_out[p.n_outer - 1] == 1) sum_over_rows(&p, out, in);
   else return false;
@@ -318,8 +289,8 @@ static bool dense_sum(const mx_kview *out, const mx_kview *in, uint32_t mask) {
 
 mx_status mx__cpu_reduce(int code, const mx_kview *out, const mx_kview *index, const mx_kview *in, uint32_t mask) {
   if (code == MX_RED_SUM && out && !index && dense_sum(out, in, mask)) return MX_OK;
-  reduce_plan p = plan_of(out, index, in, mask);
-  int64_t n_out = outputs(&p);
+  mx_reduce_plan p = mx_reduce_plan_of(out, index, in, mask);
+  int64_t n_out = p.outputs;
   size_t in_size = mx_dtype_size(in->dtype);
   size_t out_size = out ? mx_dtype_size(out->dtype) : 0;
   MX_PARALLEL_FOR(n_out * p.inner_numel)

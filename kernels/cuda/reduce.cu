@@ -8,36 +8,9 @@
  * min picks exactly the element the CPU's sequential walk picks; a float
  * sum adds in another order than the CPU's, in double. */
 #include "kernels/cuda/common.cuh"
+#include "kernels/reduce_plan.h"
 
 #define REDUCE_THREADS 128
-
-/* Kept dims (outer) and reduced dims (inner), with their strides. */
-struct reduce_plan {
-  int n_outer, n_inner;
-  int64_t outer_shape[MX_MAX_DIMS], outer_in[MX_MAX_DIMS], outer_out[MX_MAX_DIMS], outer_idx[MX_MAX_DIMS];
-  int64_t inner_shape[MX_MAX_DIMS], inner_in[MX_MAX_DIMS];
-  int64_t inner_numel, outputs;
-};
-
-static reduce_plan plan_of(const mx_kview *out, const mx_kview *index, const mx_kview *in, uint32_t mask) {
-  reduce_plan p;
-  memset(&p, 0, sizeof p);
-  p.inner_numel = p.outputs = 1;
-  for (int d = 0; d < in->ndim; d++) {
-    if (mask & (1u << d)) {
-      p.inner_shape[p.n_inner] = in->shape[d];
-      p.inner_in[p.n_inner++] = in->strides[d];
-      p.inner_numel *= in->shape[d];
-    } else {
-      p.outer_shape[p.n_outer] = in->shape[d];
-      p.outer_in[p.n_outer] = in->strides[d];
-      p.outer_out[p.n_outer] = out ? out->strides[d] : 0;
-      p.outer_idx[p.n_outer++] = index ? index->strides[d] : 0;
-      p.outputs *= in->shape[d];
-    }
-  }
-  return p;
-}
 
 /* A partial result over some elements of one output's sub-space. */
 struct partial {
@@ -108,7 +81,7 @@ __device__ static partial combine(int code, partial a, partial b) {
   return a;
 }
 
-__global__ void reduce_kernel(int code, reduce_plan p, mx_kview in, mx_kview out, bool has_out, mx_kview index,
+__global__ void reduce_kernel(int code, mx_reduce_plan p, mx_kview in, mx_kview out, bool has_out, mx_kview index,
                               bool has_index) {
   __shared__ partial parts[REDUCE_THREADS];
   bool integer = !mx_dtype_floating(in.dtype);
@@ -151,7 +124,7 @@ __global__ void reduce_kernel(int code, reduce_plan p, mx_kview in, mx_kview out
 mx_status mx__cuda_reduce(int code, const mx_kview *out, const mx_kview *index, const mx_kview *in, uint32_t mask) {
   if (code < MX_RED_SUM || code > MX_RED_ANY)
     return mx__error(MX_INVALID_ARGUMENT, "cuda reduce: unknown code %d", code);
-  reduce_plan p = plan_of(out, index, in, mask);
+  mx_reduce_plan p = mx_reduce_plan_of(out, index, in, mask);
   if (p.outputs == 0) return MX_OK;
   /* the smallest power of two of at least 32 threads that covers the sub-space */
   unsigned threads = 32;
