@@ -251,7 +251,9 @@ Test(nn_module, to_a_missing_device_moves_nothing) {
   cr_assert_geq(nb, 2);
   mx_tensor *w = mx_module_parameter(m, 0, NULL);
   const void *data = mx_data_ptr(w);
-  cr_assert_eq(mx_backward(mx_sum(w, MX_ALL_DIMS, false), NULL, false), MX_OK, "%s", mx_last_error());
+  mx_tensor *loss = mx_sum(w, MX_ALL_DIMS, false);
+  cr_assert_eq(mx_backward(loss, NULL, false), MX_OK, "%s", mx_last_error());
+  mx_release(loss);
   cr_assert_eq(mx_module_to(m, MX_CPU), MX_OK, "%s", mx_last_error());
   cr_assert_eq(mx_module_parameter(m, 0, NULL), w);
   cr_assert_eq(mx_data_ptr(w), data, "a move to where it is copies nothing");
