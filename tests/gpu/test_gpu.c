@@ -1,5 +1,7 @@
 /* The CUDA backend against the CPU backend: every kernel on the same inputs
- * must give the same bits on both devices. Skips without a GPU, except the
+ * must give the same bits on both devices, or, where the two sum in
+ * different orders or call different libm functions, agree within the
+ * bound each test states and explains. Skips without a GPU, except the
  * test of the error a missing device gives. */
 #include <criterion/criterion.h>
 #include <math.h>
