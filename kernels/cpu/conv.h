@@ -14,6 +14,7 @@
 #define MX_KERNELS_CPU_CONV_H
 
 #include "kernels/base_internal.h"
+#include "kernels/conv_check.h" /* mx_conv_kind; every entry point here runs mx__conv_check */
 
 #ifdef __cplusplus
 extern "C" {
@@ -51,13 +52,6 @@ mx_status mx__cpu_conv_backward_data_reference(const mx_kview *dx, const mx_kvie
                                                const mx_conv_params *p);
 mx_status mx__cpu_conv_backward_weight_reference(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
                                                  const mx_conv_params *p);
-
-/* Checks the views and params against each other (ranks, channels, groups,
- * kernel and output sizes, one floating dtype); MX_OK or the error set,
- * naming op. Every entry point above calls it. */
-typedef enum { MX_CONV_FORWARD, MX_CONV_BACKWARD_DATA, MX_CONV_BACKWARD_WEIGHT } mx_conv_kind;
-mx_status mx__cpu_conv_check(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, const mx_kview *y,
-                             const mx_conv_params *p);
 
 #ifdef __cplusplus
 }

@@ -2,11 +2,11 @@
  * element the same sum in the same order as the CPU's plain loops
  * (kernels/cpu/conv_reference.inc): float accumulation for float32, float16
  * and bfloat16 (widened on load, rounded once at the end), double for
- * float64. The checks are the CPU's (mx__cpu_conv_check), the geometry
+ * float64. The checks are the CPU's (kernels/conv_check.h), the geometry
  * kernels/conv_geom.h's. cuDNN's kernels are the faster way still to come;
  * these are the reference they will be checked against. */
+#include "kernels/conv_check.h"
 #include "kernels/conv_geom.h"
-#include "kernels/cpu/conv.h"
 #include "kernels/cuda/common.cuh"
 
 /* Element i of a 5-d (n, c, d, h, w) operand of the geometry, as A. */
@@ -137,22 +137,19 @@ static mx_status launch(const char *what, const mx_kview *x, const mx_kview *w, 
 
 mx_status mx__cuda_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
                                 const mx_conv_params *p) {
-  MX__RETURN_IF_FAILED(mx__cpu_conv_check(MX_CONV_FORWARD, x, w, y, p));
-  if (bias && (bias->dtype != y->dtype || bias->ndim != 1 || bias->shape[0] != y->shape[1]))
-    return mx__error(MX_SHAPE_ERROR, "mx_conv: a %s bias of %d dims for %lld %s output channels",
-                     mx_dtype_name(bias->dtype), bias->ndim, (long long)y->shape[1], mx_dtype_name(y->dtype));
+  MX__RETURN_IF_FAILED(mx__conv_check(MX_CONV_FORWARD, x, w, y, bias, p));
   return launch<forward_op>("launch of kernel conv_forward", x, w, y, bias, p, mx__kview_numel(y));
 }
 
 mx_status mx__cuda_conv_backward_data(const mx_kview *dx, const mx_kview *dy, const mx_kview *w,
                                       const mx_conv_params *p) {
-  MX__RETURN_IF_FAILED(mx__cpu_conv_check(MX_CONV_BACKWARD_DATA, dx, w, dy, p));
+  MX__RETURN_IF_FAILED(mx__conv_check(MX_CONV_BACKWARD_DATA, dx, w, dy, NULL, p));
   return launch<backward_data_op>("launch of kernel conv_backward_data", dx, w, dy, NULL, p, mx__kview_numel(dx));
 }
 
 mx_status mx__cuda_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
                                         const mx_conv_params *p) {
-  MX__RETURN_IF_FAILED(mx__cpu_conv_check(MX_CONV_BACKWARD_WEIGHT, x, dw, dy, p));
+  MX__RETURN_IF_FAILED(mx__conv_check(MX_CONV_BACKWARD_WEIGHT, x, dw, dy, NULL, p));
   return launch<backward_weight_op>("launch of kernel conv_backward_weight", x, dw, dy, NULL, p,
                                     mx__kview_numel(dw));
 }
