@@ -59,14 +59,12 @@ static bool blas_dtype(mx_dtype dtype, cudaDataType_t *type, cublasComputeType_t
   }
 }
 
-static mx_status blas_matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b) {
+static mx_status blas_matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b, cudaDataType_t type,
+                             cublasComputeType_t compute) {
   int64_t B = out->shape[0], M = out->shape[1], N = out->shape[2], K = a->shape[2];
   if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || B > INT32_MAX)
     return mx__error(MX_SHAPE_ERROR, "cuda matmul: (%lld, %lld, %lld) x %lld batches exceeds cuBLAS's int sizes",
                      (long long)M, (long long)N, (long long)K, (long long)B);
-  cudaDataType_t type;
-  cublasComputeType_t compute;
-  blas_dtype(out->dtype, &type, &compute);
   mx_kview av = *a, bv = *b;
   void *a_copy = NULL, *b_copy = NULL;
   blas_operand ao, bo;
@@ -120,7 +118,7 @@ mx_status mx__cuda_matmul(const mx_kview *out, const mx_kview *a, const mx_kview
                                           mx__cuda_stream()));
   cudaDataType_t type;
   cublasComputeType_t compute;
-  if (blas_dtype(out->dtype, &type, &compute)) return blas_matmul(out, a, b);
+  if (blas_dtype(out->dtype, &type, &compute)) return blas_matmul(out, a, b, type, compute);
   reference_matmul_op op;
   op.out = *out;
   op.a = *a;
