@@ -119,7 +119,7 @@ static mx_status run(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, co
       return MX_OK;
     }
   }
-  /* float16 always, bfloat16 where oneDNN has no kernel */
+  /* float16 always, bfloat16 where oneDNN has no native kernel (mx__dnnl_runs) */
   return via_f32(kind, v, bias, p, reference || empty);
 }
 

@@ -159,8 +159,7 @@ static mx_status run(mx__dnnl_thread *t, const matmul_entry *e, const mx_kview *
 }
 
 mx_status mx__dnnl_matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b) {
-  if (out->dtype != MX_F32 && out->dtype != MX_BF16) return MX_NOT_BUILT;
-  if (!mx__dnnl_init()) return MX_NOT_BUILT;
+  if (!mx__dnnl_runs(out->dtype)) return MX_NOT_BUILT;
   mx__dnnl_thread *t = mx__dnnl_thread_get();
   if (!t) return MX_NOT_BUILT;
   const mx_kview *v[3] = {out, a, b};

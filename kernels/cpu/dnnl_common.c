@@ -13,6 +13,7 @@ static dnnl_engine_t engine;
 static dnnl_primitive_attr_t attr; /* scratchpad mode user */
 static pthread_key_t thread_key;
 static bool ready;
+static bool native_bf16; /* the CPU has bf16 dot products (AVX512_BF16 or AMX) */
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static atomic_int threads_alive;
 
@@ -36,6 +37,8 @@ static void init(void) {
     attr = NULL;
   }
   if (attr && pthread_key_create(&thread_key, thread_free) == 0) {
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    native_bf16 = (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
     ready = true;
     return;
   }
@@ -47,6 +50,10 @@ static void init(void) {
 bool mx__dnnl_init(void) {
   pthread_once(&init_once, init);
   return ready;
+}
+
+bool mx__dnnl_runs(mx_dtype dt) {
+  return mx__dnnl_init() && (dt == MX_F32 || (dt == MX_BF16 && native_bf16));
 }
 
 dnnl_engine_t mx__dnnl_engine(void) { return engine; }

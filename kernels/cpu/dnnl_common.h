@@ -28,6 +28,12 @@
 /* Makes the engine, the attribute and the per-thread key once; false when
  * oneDNN could not (the callers answer MX_NOT_BUILT). */
 bool mx__dnnl_init(void);
+/* Whether oneDNN is ready and has a native kernel for dt: float32, and
+ * bfloat16 where the CPU has bf16 dot products. Without them oneDNN emulates
+ * bf16 in integer shifts and runs 2-3x slower than float32, so the callers'
+ * float32 path (convert, f32 kernel, round once) is the faster one
+ * (bench/NOTES.md, round 8). */
+bool mx__dnnl_runs(mx_dtype dt);
 /* After mx__dnnl_init returned true. */
 dnnl_engine_t mx__dnnl_engine(void);
 /* Scratchpad mode user: every primitive descriptor is made with it. */

@@ -373,9 +373,7 @@ static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx
 }
 
 static mx_status conv(int kind, const mx_kview *const *v, const mx_kview *bias, const mx_conv_params *p) {
-  mx_dtype dt = v[ROLE_X]->dtype;
-  if (dt != MX_F32 && dt != MX_BF16) return MX_NOT_BUILT;
-  if (!mx__dnnl_init()) return MX_NOT_BUILT;
+  if (!mx__dnnl_runs(v[ROLE_X]->dtype)) return MX_NOT_BUILT;
   mx__dnnl_thread *t = mx__dnnl_thread_get();
   if (!t) return MX_NOT_BUILT;
   conv_key key;

@@ -1,4 +1,4 @@
-/* float16 (and bfloat16 where oneDNN has no kernel) through float32 kernels:
+/* float16 (and bfloat16 where oneDNN has no native kernel) through float32 kernels:
  * dense float32 copies of strided views, and one rounding back at the end.
  * This is the tensor-core contract: f32 products and sums, one rounding. */
 #ifndef MX_KERNELS_CPU_VIA_F32_H

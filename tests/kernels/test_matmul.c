@@ -227,6 +227,21 @@ Test(matmul, onednn_matches_reference_bf16) {
     cr_log_info("oneDNN has no bfloat16 matmul on this CPU for %d of %d cases", no_kernel, (int)NCASES);
 }
 
+#if MX_HAVE_DNNL && defined(__x86_64__)
+/* oneDNN takes bfloat16 only where the CPU has bf16 dot products (it
+ * emulates them elsewhere, slower than float32; kernels/cpu/dnnl_common.h).
+ * GCC's own cpuid reading is the independent answer. Wrong under
+ * ONEDNN_MAX_CPU_ISA set below avx512_core_bf16, which nothing here sets. */
+Test(matmul, onednn_takes_bf16_only_with_bf16_dot_products) {
+  cr_expect(mx__dnnl_runs(MX_F32));
+  cr_expect(!mx__dnnl_runs(MX_F16));
+  cr_expect(!mx__dnnl_runs(MX_F64));
+  bool dot = __builtin_cpu_supports("avx512bf16");
+  cr_expect_eq(mx__dnnl_runs(MX_BF16), dot, "oneDNN %s bf16 natively, cpuid says the CPU %s bf16 dot products",
+               mx__dnnl_runs(MX_BF16) ? "runs" : "does not run", dot ? "has" : "lacks");
+}
+#endif
+
 /* The same shape again hits the cache and gives the same numbers. */
 Test(matmul, cached_primitive_reused) {
   const mm_case *c = &cases[5];
