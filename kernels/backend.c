@@ -1,17 +1,70 @@
-/* Backend registration: the one place that knows whether CUDA was built. */
+/* Backend registration: the one place that knows whether CUDA was built.
+ *
+ * The CUDA backend is a module of its own, libmixgrad_cuda.so, loaded on
+ * first use from the folder libmixgrad.so was loaded from (else by the
+ * loader's search path): a program that never asks for a CUDA device never
+ * maps the CUDA runtime, cuBLAS and cuDNN. The module is never unloaded (it
+ * registers an atexit handler that destroys its cuBLAS handle). */
 #include "kernels/backend.h"
-#include "mx_config.h"
 
-#if MX_HAVE_CUDA
-#include "kernels/cuda/cuda_backend.h"
-#endif
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "mx_config.h"
 
 bool mx_cuda_built(void) { return MX_HAVE_CUDA; }
 
 #if MX_HAVE_CUDA
-int mx_cuda_device_count(void) { return mx__cuda_device_count(); }
+#define CUDA_MODULE "libmixgrad_cuda.so"
 
-static const mx_backend *cuda_backend(void) { return mx__cuda_backend_get(); }
+/* kernels/cuda/cuda_backend.h's entry points, found in the module. */
+static struct {
+  int (*device_count)(void);
+  const mx_backend *(*get)(void);
+} cuda;
+static char load_error[512]; /* why the module could not be used */
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+
+/* The function named in handle, in fn (a function pointer's bytes: ISO C
+ * has no cast from dlsym's object pointer); false when missing. */
+static bool find(void *handle, const char *name, void *fn, size_t fn_size) {
+  void *sym = dlsym(handle, name);
+  if (sym) memcpy(fn, &sym, fn_size);
+  return sym != NULL;
+}
+
+static void load(void) {
+  char path[4096] = CUDA_MODULE;
+  Dl_info self;
+  if (dladdr(&load_once, &self) /* any address in this library */ && self.dli_fname && strrchr(self.dli_fname, '/')) {
+    int dir = (int)(strrchr(self.dli_fname, '/') - self.dli_fname) + 1;
+    snprintf(path, sizeof path, "%.*s%s", dir, self.dli_fname, CUDA_MODULE);
+  }
+  void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!handle && strcmp(path, CUDA_MODULE) != 0) handle = dlopen(CUDA_MODULE, RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    snprintf(load_error, sizeof load_error, "%s", dlerror());
+  } else if (!find(handle, "mx__cuda_device_count", &cuda.device_count, sizeof cuda.device_count) ||
+             !find(handle, "mx__cuda_backend_get", &cuda.get, sizeof cuda.get)) {
+    snprintf(load_error, sizeof load_error, "%s lacks the backend's entry points", path);
+    cuda.device_count = NULL, cuda.get = NULL;
+  }
+}
+
+static bool loaded(void) {
+  pthread_once(&load_once, load);
+  return cuda.get != NULL;
+}
+
+int mx_cuda_device_count(void) { return loaded() ? cuda.device_count() : 0; }
+
+static const mx_backend *cuda_backend(void) {
+  if (loaded()) return cuda.get();
+  mx__error(MX_NOT_BUILT, "cannot use device 'cuda': the CUDA backend did not load (%s)", load_error);
+  return NULL;
+}
 #else
 int mx_cuda_device_count(void) { return 0; }
 
