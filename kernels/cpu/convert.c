@@ -57,16 +57,11 @@ void mx__f16_to_f32_n(const uint16_t *src, float *dst, int64_t n) {
 }
 
 /* bfloat16 has no fast instruction that keeps subnormals (AVX512-BF16's
- * vcvtneps2bf16 flushes them to zero), so these are plain loops, written
- * branch-free so they vectorise: the rounding is mx_f32_to_bf16's, with the
- * NaN test as a select. */
+ * vcvtneps2bf16 flushes them to zero), so these are plain loops that
+ * vectorise (mx__bf16_nearest is branch-free). */
 static inline __attribute__((always_inline)) void f32_to_bf16_loop(const float *src, uint16_t *dst,
                                                                      int64_t n) {
-  for (int64_t i = 0; i < n; i++) {
-    uint32_t x = mx_f32_bits(src[i]);
-    uint32_t rounded = x + 0x7fffu + ((x >> 16) & 1u), quiet = x | 0x400000u;
-    dst[i] = (uint16_t)(((x & 0x7fffffffu) > 0x7f800000u ? quiet : rounded) >> 16);
-  }
+  for (int64_t i = 0; i < n; i++) dst[i] = mx__bf16_nearest(src[i]);
 }
 
 static inline __attribute__((always_inline)) void bf16_to_f32_loop(const uint16_t *src, float *dst,

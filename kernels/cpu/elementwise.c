@@ -21,7 +21,7 @@ typedef struct {
 #define LOAD_F16(p) mx_f16_to_f32(*(const uint16_t *)(p))
 #define STORE_F16(p, v) (*(uint16_t *)(p) = mx_f32_to_f16(v))
 #define LOAD_BF16(p) mx_bf16_to_f32(*(const uint16_t *)(p))
-#define STORE_BF16(p, v) (*(uint16_t *)(p) = mx_f32_to_bf16(v))
+#define STORE_BF16(p, v) (*(uint16_t *)(p) = mx__bf16_nearest(v))
 #define LOAD_AS(type, p) (*(const type *)(p))
 #define STORE_AS(type, p, v) (*(type *)(p) = (type)(v))
 
@@ -51,13 +51,18 @@ typedef struct {
 #define ROW_INT 0
 #include "kernels/cpu/elementwise_rows.inc"
 
+/* bfloat16 converts in a shift and a branch-free rounding, so its rows
+ * vectorise converting element by element, with no blocks to stage: built
+ * for AVX-512 and AVX2 as well, picked at load time, a bf16 add runs at the
+ * copy bandwidth (bench/NOTES.md, round 8). */
 #define ROW_T float
 #define ROW_LOAD(p) LOAD_BF16(p)
 #define ROW_STORE(p, v) STORE_BF16(p, v)
 #define ROW_SIZE 2
 #define ROW_NAME bf16
-#define ROW_WIDEN(p, dst, n) mx__bf16_to_f32_n((const uint16_t *)(p), dst, n)
-#define ROW_NARROW(src, p, n) mx__f32_to_bf16_n(src, (uint16_t *)(p), n)
+#if defined(__x86_64__) && defined(__GNUC__)
+#define ROW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
 #define ROW_INT 0
 #include "kernels/cpu/elementwise_rows.inc"
 
