@@ -18,8 +18,9 @@ mx_status mx__dnnl_matmul(const mx_kview *out, const mx_kview *a, const mx_kview
 /* Convolutions (kernels/cpu/conv.h has the layouts) in float32 or bfloat16
  * (f32 accumulation), with the views' shapes already checked. MX_NOT_BUILT
  * when oneDNN is absent or has no native kernel for these operands (the
- * caller falls back, as for matmul); MX_BACKEND_ERROR when a oneDNN call fails. Primitives are cached by
- * shape, strides, dtype and params, and may run on several threads at once. */
+ * caller falls back, as for matmul); MX_BACKEND_ERROR when a oneDNN call
+ * fails. Primitives are cached by shape, strides, dtype and params, and may
+ * run on several threads at once. */
 mx_status mx__dnnl_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
                                 const mx_conv_params *p);
 mx_status mx__dnnl_conv_backward_data(const mx_kview *dx, const mx_kview *dy, const mx_kview *w,

@@ -30,7 +30,7 @@
 bool mx__dnnl_init(void);
 /* Whether oneDNN is ready and has a native kernel for dt: float32, and
  * bfloat16 where the CPU has bf16 dot products. Without them oneDNN emulates
- * bf16 in integer shifts and runs 2-3x slower than float32, so the callers'
+ * bf16 and its GEMM runs 4x slower than float32's, so the callers'
  * float32 path (convert, f32 kernel, round once) is the faster one
  * (bench/NOTES.md, round 8). */
 bool mx__dnnl_runs(mx_dtype dt);

@@ -1,4 +1,5 @@
-/* The CUDA backend's entry points, called from kernels/backend.c. */
+/* The CUDA backend's entry points: kernels/backend.c finds them by name
+ * (dlsym) in libmixgrad_cuda.so, so they keep C linkage and these names. */
 #ifndef MX_KERNELS_CUDA_CUDA_BACKEND_H
 #define MX_KERNELS_CUDA_CUDA_BACKEND_H
 
