@@ -54,14 +54,16 @@ typedef struct {
 /* bfloat16 converts in a shift and a branch-free rounding, so its rows
  * vectorise converting element by element, with no blocks to stage: built
  * for AVX-512 and AVX2 as well, picked at load time, a bf16 add runs at the
- * copy bandwidth (bench/NOTES.md, round 8). */
+ * copy bandwidth (bench/NOTES.md, round 8). The AVX-512 build is
+ * x86-64-v4's whole set, not avx512f alone: without VL and BW the compiler
+ * keeps to 16 ymm registers and spills, and relu ran 2.5x slower (round 9). */
 #define ROW_T float
 #define ROW_LOAD(p) LOAD_BF16(p)
 #define ROW_STORE(p, v) STORE_BF16(p, v)
 #define ROW_SIZE 2
 #define ROW_NAME bf16
 #if defined(__x86_64__) && defined(__GNUC__)
-#define ROW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define ROW_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #endif
 #define ROW_INT 0
 #include "kernels/cpu/elementwise_rows.inc"
