@@ -441,6 +441,7 @@ static void bench_elementwise(void) {
   bench_memcpy(n);
   bench_elementwise_ops(n, MX_F32);
   bench_elementwise_ops(n, MX_BF16);
+  bench_elementwise_ops(n, MX_F16);
   mx_scope *s = mx_scope_begin();
   bench_casts(n, randn_as(MX_SHAPE(n), MX_F32));
   mx_scope_end(s);

@@ -41,6 +41,18 @@ typedef struct {
 #define ROW_INT 0
 #include "kernels/cpu/elementwise_rows.inc"
 
+/* The 16-bit float rows are built for AVX-512 and AVX2 as well, picked at
+ * load time. The AVX-512 build is x86-64-v4's whole set, not avx512f alone:
+ * without VL and BW the compiler keeps to 16 ymm registers and spills, and
+ * a bf16 relu ran 2.5x slower (bench/NOTES.md, round 9). */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define WIDE_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#else
+#define WIDE_CLONES
+#endif
+
+/* float16 goes through blocks (elementwise_rows.inc): F16C widens and
+ * narrows them, and the float loop between runs at the clone's width. */
 #define ROW_T float
 #define ROW_LOAD(p) LOAD_F16(p)
 #define ROW_STORE(p, v) STORE_F16(p, v)
@@ -48,23 +60,19 @@ typedef struct {
 #define ROW_NAME f16
 #define ROW_WIDEN(p, dst, n) mx__f16_to_f32_n((const uint16_t *)(p), dst, n)
 #define ROW_NARROW(src, p, n) mx__f32_to_f16_n(src, (uint16_t *)(p), n)
+#define ROW_CLONES WIDE_CLONES
 #define ROW_INT 0
 #include "kernels/cpu/elementwise_rows.inc"
 
 /* bfloat16 converts in a shift and a branch-free rounding, so its rows
- * vectorise converting element by element, with no blocks to stage: built
- * for AVX-512 and AVX2 as well, picked at load time, a bf16 add runs at the
- * copy bandwidth (bench/NOTES.md, round 8). The AVX-512 build is
- * x86-64-v4's whole set, not avx512f alone: without VL and BW the compiler
- * keeps to 16 ymm registers and spills, and relu ran 2.5x slower (round 9). */
+ * vectorise converting element by element, with no blocks to stage: a bf16
+ * add runs at the copy bandwidth (bench/NOTES.md, round 8). */
 #define ROW_T float
 #define ROW_LOAD(p) LOAD_BF16(p)
 #define ROW_STORE(p, v) STORE_BF16(p, v)
 #define ROW_SIZE 2
 #define ROW_NAME bf16
-#if defined(__x86_64__) && defined(__GNUC__)
-#define ROW_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-#endif
+#define ROW_CLONES WIDE_CLONES
 #define ROW_INT 0
 #include "kernels/cpu/elementwise_rows.inc"
 
