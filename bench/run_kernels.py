@@ -305,9 +305,10 @@ def header(args, metas, threads):
     if pt.get("blas") == "generic":
         # Debian's torch calls whatever libblas.so.3 the alternatives system points at
         blas = os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
-        lines.append("- PyTorch's f32 matmul goes to the system's BLAS, here %s%s" % (
+        core = os.environ.get("OPENBLAS_CORETYPE")
+        lines.append("- PyTorch's f32 matmul goes to the system's BLAS, here %s%s%s" % (
             blas, "" if "openblas" in blas else " (not OpenBLAS: its f32 GEMM is far from PyTorch's best, so compare "
-            "mixgrad's GEMM with oneDNN's)"))
+            "mixgrad's GEMM with oneDNN's)", ", with OPENBLAS_CORETYPE=%s (set by bench/run)" % core if core else ""))
     return "\n".join(lines) + "\n\n"
 
 
