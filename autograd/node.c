@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "autograd/node.h"
+#include "tensor/object_cache.h"
 
 static void free_hooks(mx__hook *h) {
   while (h) {
@@ -16,13 +17,13 @@ static void meta_free(mx__autograd_meta *meta) {
   if (meta->grad) mx__decref(meta->grad);
   if (meta->grad_fn) mx__node_decref(meta->grad_fn);
   free_hooks(meta->hooks);
-  free(meta);
+  mx__object_free(meta, sizeof *meta);
 }
 
 mx__autograd_meta *mx__meta_of(mx_tensor *t) {
   if (!t->autograd) {
     mx__autograd_meta_free = meta_free;
-    t->autograd = calloc(1, sizeof *t->autograd);
+    t->autograd = mx__object_new(sizeof *t->autograd);
     if (!t->autograd) mx__error(MX_OUT_OF_MEMORY, "autograd: out of memory");
   }
   return t->autograd;
@@ -102,13 +103,20 @@ mx_status mx_register_hook(mx_tensor *t, mx_grad_hook hook, void *ctx) {
 
 /* A node and its four arrays are one allocation (every op that records
  * makes one): the arrays follow the struct, each at least one entry long. */
+static size_t edges_bytes(int n_inputs) { return sizeof(mx__edge) * ((size_t)n_inputs + 1); }
+static size_t meta_bytes(int n) { return sizeof(mx__meta) * ((size_t)n + 1); }
+static size_t saved_bytes(int n_saved) { return sizeof(mx__saved) * ((size_t)n_saved + 1); }
+
+static size_t node_bytes(int n_inputs, int n_outputs, int n_saved) {
+  return sizeof(mx__node) + edges_bytes(n_inputs) + meta_bytes(n_inputs) + meta_bytes(n_outputs) +
+         saved_bytes(n_saved);
+}
+
 mx__node *mx__node_new(const char *name, mx__node_apply apply, int n_inputs, int n_outputs, int n_saved) {
-  size_t edges = sizeof(mx__edge) * ((size_t)n_inputs + 1), in_meta = sizeof(mx__meta) * ((size_t)n_inputs + 1);
-  size_t out_meta = sizeof(mx__meta) * ((size_t)n_outputs + 1), saved = sizeof(mx__saved) * ((size_t)n_saved + 1);
   _Static_assert(sizeof(mx__node) % 8 == 0 && sizeof(mx__edge) % 8 == 0 && sizeof(mx__meta) % 8 == 0 &&
                      _Alignof(mx__edge) <= 8 && _Alignof(mx__meta) <= 8 && _Alignof(mx__saved) <= 8,
                  "the carved arrays stay aligned");
-  char *block = calloc(1, sizeof(mx__node) + edges + in_meta + out_meta + saved);
+  char *block = mx__object_new(node_bytes(n_inputs, n_outputs, n_saved));
   if (!block) {
     mx__error(MX_OUT_OF_MEMORY, "autograd: out of memory for a %s node", name);
     return NULL;
@@ -116,9 +124,9 @@ mx__node *mx__node_new(const char *name, mx__node_apply apply, int n_inputs, int
   mx__node *n = (mx__node *)block;
   block += sizeof *n;
   n->next = (mx__edge *)block;
-  n->in_meta = (mx__meta *)(block += edges);
-  n->out_meta = (mx__meta *)(block += in_meta);
-  n->saved = (mx__saved *)(block += out_meta);
+  n->in_meta = (mx__meta *)(block += edges_bytes(n_inputs));
+  n->out_meta = (mx__meta *)(block += meta_bytes(n_inputs));
+  n->saved = (mx__saved *)(block += meta_bytes(n_outputs));
   atomic_init(&n->refs, 1);
   n->deps = -1; /* the engine's "not seen yet" */
   n->name = name;
@@ -159,7 +167,7 @@ void mx__node_decref(mx__node *node) {
     }
     free_hooks(node->hooks);
     if (node->free_payload) node->free_payload(node->payload);
-    free(node); /* its arrays with it */
+    mx__object_free(node, node_bytes(node->n_inputs, node->n_outputs, node->n_saved)); /* its arrays with it */
     node = first;
   }
 }

@@ -8,10 +8,10 @@
  *
  * Each call runs in a scope of its own, so temporaries (casts, staged
  * copies) die with it and only the outputs reach the caller's scope. */
-#include <stdlib.h>
 #include <string.h>
 
 #include "ops/op_table.h"
+#include "tensor/object_cache.h"
 
 const mx__autocast_hooks *mx__autocast;
 
@@ -51,11 +51,13 @@ static mx_status apply_op(mx__node *node, mx_tensor *const *grad_outputs, mx_ten
   return mx__ops[p->op].backward(&bw);
 }
 
+static void free_payload(void *p) { mx__object_free(p, sizeof(op_payload)); }
+
 static mx_status record(mx__call *call, int n_out) {
   const mx__op_def *def = &mx__ops[call->op];
   mx__node *node = mx__node_new(def->node_name, apply_op, call->n_in, n_out, call->n_in + n_out);
   if (!node) return mx_last_status();
-  op_payload *p = malloc(sizeof *p);
+  op_payload *p = mx__object_new(sizeof *p);
   if (!p) {
     mx__node_decref(node);
     return mx__error(MX_OUT_OF_MEMORY, "mx_%s: out of memory recording the graph", def->name);
@@ -63,7 +65,7 @@ static mx_status record(mx__call *call, int n_out) {
   p->op = call->op;
   p->args = call->args ? *call->args : (mx__args){0};
   node->payload = p;
-  node->free_payload = free;
+  node->free_payload = free_payload;
   mx_status status = MX_OK;
   for (int i = 0; i < call->n_in && status == MX_OK; i++) status = mx__node_connect(node, i, call->in[i]);
   for (int k = 0; k < n_out && status == MX_OK; k++)

@@ -1,22 +1,31 @@
 /* Scopes: each thread's stack of open scopes owns the handles made in it. */
 #include <stdlib.h>
+#include <string.h>
 
+#include "tensor/object_cache.h"
 #include "tensor/tensor_impl.h"
+
+/* The dispatcher opens a scope around every op, whose results are few:
+ * their handles fit in the scope itself, with no allocation of their own. */
+#define INLINE_HANDLES 4
 
 struct mx_scope {
   mx_scope *parent;
-  mx_tensor **handles; /* released slots are NULL */
+  mx_tensor **handles; /* released slots are NULL; inline_handles until they fill */
   size_t count, capacity;
+  mx_tensor *inline_handles[INLINE_HANDLES];
 };
 
 static _Thread_local mx_scope *innermost;
 
 mx_scope *mx_scope_begin(void) {
-  mx_scope *s = calloc(1, sizeof *s);
+  mx_scope *s = mx__object_new(sizeof *s);
   if (!s) {
     mx__error(MX_OUT_OF_MEMORY, "mx_scope_begin: out of memory");
     return NULL;
   }
+  s->handles = s->inline_handles;
+  s->capacity = INLINE_HANDLES;
   s->parent = innermost;
   innermost = s;
   return s;
@@ -24,9 +33,11 @@ mx_scope *mx_scope_begin(void) {
 
 static mx_status scope_push(mx_scope *s, mx_tensor *t) {
   if (s->count == s->capacity) {
-    size_t capacity = s->capacity ? 2 * s->capacity : 64;
-    mx_tensor **grown = realloc(s->handles, capacity * sizeof *grown);
+    size_t capacity = s->capacity < 64 ? 64 : 2 * s->capacity;
+    bool was_inline = s->handles == s->inline_handles;
+    mx_tensor **grown = realloc(was_inline ? NULL : s->handles, capacity * sizeof *grown);
     if (!grown) return mx__error(MX_OUT_OF_MEMORY, "scope: out of memory tracking a tensor");
+    if (was_inline) memcpy(grown, s->inline_handles, sizeof s->inline_handles);
     s->handles = grown;
     s->capacity = capacity;
   }
@@ -53,8 +64,8 @@ static void scope_free(mx_scope *s) {
     t->owner = NULL;
     mx__decref(t);
   }
-  free(s->handles);
-  free(s);
+  if (s->handles != s->inline_handles) free(s->handles);
+  mx__object_free(s, sizeof *s);
 }
 
 void mx_scope_end(mx_scope *scope) {

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tensor/object_cache.h"
 #include "tensor/tensor_impl.h"
 
 mx_shape mx_shape_of(int ndim, const int64_t *dims) {
@@ -66,14 +67,14 @@ static mx__storage *storage_new(const char *op, size_t bytes, mx_device device) 
     mx__error_prefix(op); /* the backend's words, and the op that asked */
     return NULL;
   }
-  mx__storage *s = calloc(1, sizeof *s);
+  mx__storage *s = mx__object_new(sizeof *s);
   if (!s) {
     mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", op);
     return NULL;
   }
   if (backend->alloc(bytes, &s->data) != MX_OK) {
     mx__error_prefix(op);
-    free(s);
+    mx__object_free(s, sizeof *s);
     return NULL;
   }
   atomic_init(&s->refs, 1);
@@ -89,14 +90,14 @@ static void storage_decref(mx__storage *s) {
   if (atomic_fetch_sub(&s->refs, 1) != 1) return;
   s->backend->free(s->data, s->bytes);
   mx__stats_storage(s->device, -(int64_t)s->bytes, -1);
-  free(s);
+  mx__object_free(s, sizeof *s);
 }
 
 /* --- tensors ------------------------------------------------------------------ */
 
 static mx_tensor *tensor_new(mx__storage *storage, mx_dtype dtype, int ndim, const int64_t *shape,
                              const int64_t *strides, int64_t offset) {
-  mx_tensor *t = calloc(1, sizeof *t);
+  mx_tensor *t = mx__object_new(sizeof *t);
   if (!t) {
     mx__error(MX_OUT_OF_MEMORY, "out of memory for a tensor handle");
     return NULL;
@@ -149,7 +150,7 @@ void mx__decref(mx_tensor *t) {
   if (t->autograd) mx__autograd_meta_free(t->autograd);
   mx__stats_tensor(t->device, -1);
   storage_decref(t->storage);
-  free(t);
+  mx__object_free(t, sizeof *t);
 }
 
 mx_kview mx__kview_of(const mx_tensor *t) {
