@@ -5,8 +5,8 @@
  * than glibc's per-thread cache keeps (7 per size). The rest went to glibc's
  * shared bins, and the next step's ops paid for sorting and consolidating
  * them: malloc and free were 43% of the instructions of a tiny add with
- * autograd on. Here each thread keeps up to KEEP freed objects of each
- * 32-byte size class and hands them out again; the objects are plain malloc
+ * autograd on. Here each thread keeps freed objects in 32-byte size
+ * classes, up to 4096 objects and 1 MiB per class, and hands them out again; the objects are plain malloc
  * blocks, so any thread may free any of them, and a thread's lists go back
  * to malloc when it exits. Under AddressSanitizer and valgrind the lists are
  * off, so they still see each use after free (as in kernels/cpu/host_cache.c). */
@@ -25,7 +25,8 @@
 
 #define CLASS_BYTES 32
 #define CLASSES 32   /* objects up to 1 KiB: a node of a many-input op fits */
-#define KEEP 4096    /* per class and thread: a large step's worth */
+#define KEEP 4096    /* objects per class and thread: a large step's worth */
+#define KEEP_BYTES ((unsigned)1 << 20) /* and bytes: at most 32 MiB in all */
 
 typedef struct free_object {
   struct free_object *next;
@@ -73,6 +74,12 @@ static int class_of(size_t bytes) {
   return enabled ? (int)((bytes - 1) / CLASS_BYTES) : -1;
 }
 
+/* How many objects of class c a thread keeps. */
+static unsigned keep_of(int c) {
+  unsigned by_bytes = KEEP_BYTES / ((unsigned)(c + 1) * CLASS_BYTES);
+  return by_bytes < KEEP ? by_bytes : KEEP;
+}
+
 void *mx__object_new(size_t bytes) {
   int c = class_of(bytes);
   if (c < 0) return calloc(1, bytes);
@@ -87,7 +94,7 @@ void *mx__object_new(size_t bytes) {
 void mx__object_free(void *object, size_t bytes) {
   if (!object) return;
   int c = class_of(bytes);
-  if (c < 0 || lists.count[c] >= KEEP) {
+  if (c < 0 || lists.count[c] >= keep_of(c)) {
     free(object);
     return;
   }

@@ -63,13 +63,16 @@ Test(object_cache, other_classes_and_large_objects_are_not_kept) {
   cr_expect_eq(mx__object_cache_count(), 2);
 }
 
-Test(object_cache, a_thread_keeps_at_most_4096_of_a_class) {
+Test(object_cache, a_thread_keeps_at_most_4096_objects_and_1_mib_of_a_class) {
   skip_if_checked();
   enum { N = 5000 };
   static void *objects[N];
   for (int i = 0; i < N; i++) cr_assert_not_null(objects[i] = mx__object_new(200));
   for (int i = 0; i < N; i++) mx__object_free(objects[i], 200);
   cr_expect_eq(mx__object_cache_count(), 4096, "the rest went back to malloc");
+  for (int i = 0; i < N; i++) cr_assert_not_null(objects[i] = mx__object_new(1000)); /* class 993..1024 */
+  for (int i = 0; i < N; i++) mx__object_free(objects[i], 1000);
+  cr_expect_eq(mx__object_cache_count(), 4096 + 1024, "1 MiB of 1 KiB objects");
 }
 
 /* Objects made on one thread and freed on another go to the freeing
