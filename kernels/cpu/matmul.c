@@ -67,15 +67,24 @@ static mx_kview slice(const mx_kview *v, int d, int64_t lo, int64_t hi) {
   return s;
 }
 
+/* Above this many elements, the operand every share would convert whole
+ * (2 MiB in f32) no longer stays in a core's L2 cache. */
+#define SHARED_OPERAND_MAX ((int64_t)1 << 19)
+
 /* How many shares, and along which dim of out: one share per thread, over
  * batches when there are enough to go round, else over rows when a is the
  * larger operand (every thread then converts all of b), else over columns
  * (every thread converts all of a). One share for products too small to pay
- * for a parallel region. */
+ * for a parallel region, and for those whose shared operand outgrows the
+ * L2 cache: converting it once on all threads and running one GEMM across
+ * them then beats converting it on each, as 1024^3 and 2048^3 measured
+ * (bench/NOTES.md, round 10). */
 static int share_count(const mx_kview *out, const mx_kview *a, const mx_kview *b, int *dim) {
   int threads = mx__cpu_threads_here();
   *dim = out->shape[0] >= threads ? 0 : mx__kview_numel(a) >= mx__kview_numel(b) ? 1 : 2;
   if (threads < 2 || mx__kview_numel(out) * a->shape[2] < MX_PARALLEL_MIN_ELEMENTS) return 1;
+  int64_t shared = *dim == 1 ? mx__kview_numel(b) : mx__kview_numel(a);
+  if (*dim > 0 && shared > SHARED_OPERAND_MAX) return 1;
   return out->shape[*dim] < threads ? (int)out->shape[*dim] : threads;
 }
 

@@ -273,8 +273,9 @@ Test(matmul, kept_memories_follow_the_operands) {
 
 /* float16 runs through float32 with each thread converting and multiplying
  * its own share of out: a run of batches, rows (a the larger operand) or
- * columns (b the larger). Three threads, so shares come out uneven too,
- * whatever the machine's cores. */
+ * columns (b the larger); or in one share across the threads when the
+ * operand every share would convert is over 2^19 elements. Three threads,
+ * so shares come out uneven too, whatever the machine's cores. */
 static const mm_case f16_cases[] = {
     {1, 96, 80, 40, LAY_CONTIG, LAY_CONTIG, LAY_CONTIG},    /* rows */
     {1, 65, 70, 33, LAY_ODD, LAY_TRANS, LAY_WINDOW},        /* rows, strided a, transposed b */
@@ -284,6 +285,8 @@ static const mm_case f16_cases[] = {
     {1, 2, 9000, 5, LAY_CONTIG, LAY_ODD, LAY_CONTIG},       /* five columns, odd strides */
     {4, 20, 64, 30, LAY_BCAST, LAY_CONTIG, LAY_CONTIG},     /* batches, a broadcast */
     {5, 50, 64, 30, LAY_CONTIG, LAY_BCAST_TRANS, LAY_WINDOW}, /* batches, b broadcast and transposed */
+    {1, 9, 60000, 9, LAY_CONTIG, LAY_TRANS, LAY_WINDOW},    /* one share: rows would each convert b, 540000 */
+    {1, 8, 70000, 9, LAY_TRANS, LAY_CONTIG, LAY_CONTIG},    /* one share: columns would each convert a, 560000 */
 };
 
 static void use_three_threads(void) {
