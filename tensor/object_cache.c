@@ -6,10 +6,11 @@
  * shared bins, and the next step's ops paid for sorting and consolidating
  * them: malloc and free were 43% of the instructions of a tiny add with
  * autograd on. Here each thread keeps freed objects in 32-byte size
- * classes, up to 4096 objects and 1 MiB per class, and hands them out again; the objects are plain malloc
- * blocks, so any thread may free any of them, and a thread's lists go back
- * to malloc when it exits. Under AddressSanitizer and valgrind the lists are
- * off, so they still see each use after free (as in kernels/cpu/host_cache.c). */
+ * classes, up to 4096 objects and 1 MiB a class, and hands them out again.
+ * The objects are plain malloc blocks, so any thread may free any of them,
+ * and a thread's lists go back to malloc when it exits. Under
+ * AddressSanitizer and valgrind the lists are off, so they still see each
+ * use after free (as in kernels/cpu/host_cache.c). */
 #include "tensor/object_cache.h"
 
 #include <pthread.h>
