@@ -5,6 +5,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/dnnl.h"
+#include "kernels/cpu/gemm16.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/via_f32.h"
@@ -44,9 +45,11 @@ mx_status mx__cpu_matmul_reference(const mx_kview *out, const mx_kview *a, const
 /* --- float16 through float32 ------------------------------------------------ */
 
 /* A thread's part of out, what it reads of a and b, and the float32 copies
- * of all three, in one block from the CPU's block cache. */
+ * of all three (or, packed, mx__cpu_gemm16's workspace) in one block from
+ * the CPU's block cache. */
 typedef struct {
   mx_kview out, a, b;
+  bool packed;
   float *staging;
   mx_status status;
   char why[256]; /* the error, when status is not MX_OK */
@@ -56,6 +59,7 @@ typedef struct {
 static int64_t lines_of(int64_t floats) { return (floats + 15) / 16 * 16; }
 
 static int64_t staging_numel(const matmul_share *s) {
+  if (s->packed) return mx__cpu_gemm16_workspace(&s->out, &s->a);
   return lines_of(mx__kview_numel(&s->a)) + lines_of(mx__kview_numel(&s->b)) + mx__kview_numel(&s->out);
 }
 
@@ -108,6 +112,11 @@ static mx_kview stage(float *data, const mx_kview *v) {
 }
 
 static void share_run(matmul_share *s) {
+  if (s->packed) {
+    mx__cpu_gemm16(&s->out, &s->a, &s->b, s->staging);
+    s->status = MX_OK;
+    return;
+  }
   float *fa = s->staging, *fb = fa + lines_of(mx__kview_numel(&s->a)), *fo = fb + lines_of(mx__kview_numel(&s->b));
   mx_kview va = stage(fa, &s->a), vb = stage(fb, &s->b), vo = mx__cpu_dense_f32_view(fo, &s->out);
   s->status = mx__dnnl_matmul(&vo, &va, &vb);
@@ -124,9 +133,16 @@ static void share_run(matmul_share *s) {
  * threads and then running one GEMM across them left that GEMM reading the
  * other core's writes: 256^3 ran at 81-86% of the f32 GEMM called in turns
  * with it, against 85-88% this way, and 128^3 took 3x as long
- * (bench/NOTES.md, round 6). */
+ * (bench/NOTES.md, round 6). A share that runs on one thread takes our own
+ * GEMM where the CPU and b's layout allow, which converts b as it packs
+ * it (bench/NOTES.md, round 11); one share across the threads stays with
+ * oneDNN, which uses them all. The shares' blocks are taken here, before
+ * the region, in share order: taken by the threads inside it, a block
+ * could go to the other thread on the next call and have to move between
+ * the cores' caches first (round 11). */
 static mx_status matmul_via_f32(const mx_kview *out, const mx_kview *a, const mx_kview *b) {
   int d, n = share_count(out, a, b, &d);
+  bool packed = (n > 1 || mx__cpu_threads_here() < 2) && mx__cpu_gemm16_takes(a, b);
   matmul_share *shares = calloc((size_t)n, sizeof *shares);
   if (!shares)
     return mx__error(MX_OUT_OF_MEMORY, "mx_matmul: out of memory splitting a %s product", mx_dtype_name(a->dtype));
@@ -137,6 +153,7 @@ static mx_status matmul_via_f32(const mx_kview *out, const mx_kview *a, const mx
     s->out = slice(out, d, lo, hi);
     s->a = d < 2 ? slice(a, d, lo, hi) : *a;
     s->b = d != 1 ? slice(b, d, lo, hi) : *b;
+    s->packed = packed;
     if (!(s->staging = mx__cpu_f32_alloc(staging_numel(s))))
       status = mx__error(MX_OUT_OF_MEMORY, "mx_matmul: out of memory converting %s operands", mx_dtype_name(a->dtype));
   }

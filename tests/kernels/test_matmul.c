@@ -1,7 +1,7 @@
 /* The CPU matmul kernels (kernels/cpu/matmul.h, kernels/cpu/dnnl.h): oneDNN
  * against the plain loops on contiguous, transposed, strided and
  * batch-broadcast operands in float32 and bfloat16; float16 split into
- * per-thread shares; the cached primitives on several threads at once; and a
+ * per-thread shares; our own 16-bit GEMM on its own; the cached primitives on several threads at once; and a
  * thread's oneDNN state freed when it exits. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -13,6 +13,7 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/dnnl.h"
 #include "kernels/cpu/dnnl_common.h"
+#include "kernels/cpu/gemm16.h"
 #include "kernels/cpu/matmul.h"
 #include "mx_config.h"
 
@@ -316,6 +317,70 @@ Test(matmul, f16_share_after_a_float32_product_of_its_shape) {
   rng_state = 5;
   check_case(&share, MX_F32);
   check_case(&f16_cases[0], MX_F16); /* 96 rows: three shares of 32 */
+}
+
+/* --- our own 16-bit GEMM (kernels/cpu/gemm16.c) ----------------------------------------- */
+
+/* Its tiles are 6 rows by 64 columns and its panels 128 rows of b, so these
+ * take partial tiles, panels and 16-column blocks at every edge. */
+static const mm_case gemm16_cases[] = {
+    {1, 5, 7, 3, LAY_CONTIG, LAY_CONTIG, LAY_CONTIG},      /* less than one tile */
+    {2, 37, 300, 45, LAY_CONTIG, LAY_CONTIG, LAY_CONTIG},  /* panels of 128, 128 and 44 rows */
+    {3, 12, 128, 64, LAY_CONTIG, LAY_CONTIG, LAY_CONTIG},  /* whole tiles, one whole panel */
+    {2, 13, 129, 200, LAY_WINDOW, LAY_WINDOW, LAY_WINDOW}, /* 200 columns: 64, 64, 64 and 8 */
+    {4, 8, 40, 17, LAY_BCAST, LAY_CONTIG, LAY_CONTIG},     /* a broadcast */
+    {4, 8, 40, 97, LAY_CONTIG, LAY_BCAST, LAY_CONTIG},     /* b broadcast; 97 columns: 64 and 33 */
+    {1, 1, 50, 1, LAY_CONTIG, LAY_CONTIG, LAY_CONTIG},     /* a dot product */
+};
+
+/* One case through mx__cpu_gemm16 alone; returns the elements out of
+ * tolerance against the float64 product. */
+static int check_gemm16(const mm_case *c, mx_dtype dt) {
+  char what[300];
+  case_name(what, sizeof what, c, dt);
+  operand a = operand_new(dt, c->B, c->M, c->K, c->a), b = operand_new(dt, c->B, c->K, c->N, c->b);
+  operand out = operand_new(dt, c->B, c->M, c->N, c->out);
+  fill_random(&a.v), fill_random(&b.v);
+  cr_assert(mx__cpu_gemm16_takes(&a.v, &b.v), "%s: not taken", what);
+  int64_t floats = mx__cpu_gemm16_workspace(&out.v, &a.v);
+  float *workspace = aligned_alloc(64, (size_t)(floats + 15) / 16 * 64);
+  cr_assert(workspace);
+  for (int64_t i = 0; i < floats; i++) workspace[i] = NAN; /* whatever the last product left */
+  mx__cpu_gemm16(&out.v, &a.v, &b.v, workspace);
+  operand exact, bound;
+  exact_and_bound(&a.v, &b.v, &exact, &bound);
+  int bad = compare(what, &out.v, &exact.v, &exact, &bound, dt, c->K, 1);
+  int64_t sevens = 0, inside = 0;
+  size_t es = mx_dtype_size(dt);
+  for (int64_t i = 0; i < out.buf_elems; i++) sevens += mx_element_load((char *)out.buf + i * (int64_t)es, dt) == 7.0;
+  for (int64_t i = 0; i < numel(&out.v); i++) inside += get(&out.v, i) == 7.0;
+  cr_expect_eq(sevens - inside, out.buf_elems - numel(&out.v), "%s: wrote outside the output view", what);
+  free(workspace);
+  operand_free(&a), operand_free(&b), operand_free(&out), operand_free(&exact), operand_free(&bound);
+  return bad;
+}
+
+Test(matmul, gemm16_matches_float64) {
+  operand a = operand_new(MX_F16, 1, 4, 4, LAY_CONTIG), b = operand_new(MX_F16, 1, 4, 4, LAY_CONTIG);
+  operand at = operand_new(MX_F16, 1, 4, 4, LAY_TRANS), bt = operand_new(MX_F16, 1, 4, 4, LAY_TRANS);
+  operand b32 = operand_new(MX_F32, 1, 4, 4, LAY_CONTIG);
+#if defined(__x86_64__) && defined(__GNUC__)
+  bool avx512 = __builtin_cpu_supports("avx512f");
+#else
+  bool avx512 = false;
+#endif
+  cr_expect_eq(mx__cpu_gemm16_takes(&a.v, &b.v), avx512, "takes dense rows %s AVX-512", avx512 ? "with" : "without");
+  cr_expect(!mx__cpu_gemm16_takes(&at.v, &b.v), "a transposed stays with oneDNN");
+  cr_expect(!mx__cpu_gemm16_takes(&a.v, &bt.v), "b transposed stays with oneDNN");
+  cr_expect(!mx__cpu_gemm16_takes(&a.v, &b32.v), "float32 stays with oneDNN");
+  operand_free(&a), operand_free(&b), operand_free(&at), operand_free(&bt), operand_free(&b32);
+  if (!avx512) cr_skip_test("no AVX-512 here (valgrind hides it too): the GEMM is not used");
+  static const mx_dtype dtypes[] = {MX_F16, MX_BF16};
+  for (size_t d = 0; d < 2; d++)
+    for (size_t i = 0; i < sizeof gemm16_cases / sizeof *gemm16_cases; i++) {
+      rng_state = 0x5851f42d4c957f2dull + i;
+      cr_expect_eq(check_gemm16(&gemm16_cases[i], dtypes[d]), 0);
+    }
 }
 
 /* --- threads ------------------------------------------------------------------------- */

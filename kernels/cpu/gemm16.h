@@ -1,0 +1,27 @@
+/* float16 and bfloat16 products on AVX-512 CPUs without 16-bit arithmetic:
+ * a float32 GEMM of our own that converts b while it packs it, where
+ * oneDNN's float32 GEMM needs b converted into a staging copy first
+ * (bench/NOTES.md, round 11). Runs on the calling thread; the matmul's
+ * per-thread shares (kernels/cpu/matmul.c) call it. */
+#ifndef MX_KERNELS_CPU_GEMM16_H
+#define MX_KERNELS_CPU_GEMM16_H
+
+#include <stdbool.h>
+
+#include "kernels/base_internal.h"
+
+/* Whether mx__cpu_gemm16 takes out = a @ b ((B, M, K) @ (B, K, N), the
+ * shapes of mx__cpu_matmul): an AVX-512 CPU, b in float16 or bfloat16 with
+ * its rows dense, and a with its rows dense (a transposed operand goes to
+ * oneDNN, which reads it in place). */
+bool mx__cpu_gemm16_takes(const mx_kview *a, const mx_kview *b);
+
+/* The floats of workspace mx__cpu_gemm16 needs for this product. */
+int64_t mx__cpu_gemm16_workspace(const mx_kview *out, const mx_kview *a);
+
+/* out = a @ b with float32 products and sums, rounded once into out's
+ * dtype, using workspace (64-byte aligned, mx__cpu_gemm16_workspace
+ * floats). Only where mx__cpu_gemm16_takes(a, b). */
+void mx__cpu_gemm16(const mx_kview *out, const mx_kview *a, const mx_kview *b, float *workspace);
+
+#endif
