@@ -18,12 +18,12 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-#ifndef XMR
-#define XMR 6
-#define XNR 64
-#define XKC 128
-#endif
-enum { MR = XMR, NR = XNR, NV = XNR / 16, KC = XKC };
+enum {
+  MR = 6,   /* rows of a tile */
+  NV = 4,   /* zmm across a tile: MR * NV = 24 accumulators, NV registers for b */
+  NR = 64,  /* columns of a tile: NV * 16 */
+  KC = 128, /* rows of b in a panel: 32 KiB, which leaves room in L1 for a's tile */
+};
 
 #define AVX512 __attribute__((target("avx512f")))
 
