@@ -1,8 +1,9 @@
 /* The CPU matmul kernels (kernels/cpu/matmul.h, kernels/cpu/dnnl.h): oneDNN
  * against the plain loops on contiguous, transposed, strided and
  * batch-broadcast operands in float32 and bfloat16; float16 split into
- * per-thread shares; our own 16-bit GEMM on its own; the cached primitives on several threads at once; and a
- * thread's oneDNN state freed when it exits. */
+ * per-thread shares; our own 16-bit GEMM on its own; the cached primitives
+ * on several threads at once; and a thread's oneDNN state freed when it
+ * exits. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <pthread.h>
@@ -169,6 +170,16 @@ static int compare(const char *what, const mx_kview *got, const mx_kview *want, 
   return bad;
 }
 
+/* Every element of out's buffer outside its view still holds the sentinel 7. */
+static void expect_nothing_outside(const operand *out, const char *what) {
+  int64_t sevens = 0, inside = 0;
+  size_t es = mx_dtype_size(out->v.dtype);
+  for (int64_t i = 0; i < out->buf_elems; i++)
+    sevens += mx_element_load((char *)out->buf + i * (int64_t)es, out->v.dtype) == 7.0;
+  for (int64_t i = 0; i < numel(&out->v); i++) inside += get(&out->v, i) == 7.0;
+  cr_expect_eq(sevens - inside, out->buf_elems - numel(&out->v), "%s: wrote outside the output view", what);
+}
+
 /* oneDNN, the dispatcher and the loops on one case; false when oneDNN has no
  * kernel for it (bfloat16 on an old CPU). */
 static bool check_case(const mm_case *c, mx_dtype dt) {
@@ -199,12 +210,7 @@ static bool check_case(const mm_case *c, mx_dtype dt) {
     cr_expect_eq(compare(w2, &out.v, &ref.v, &exact, &bound, dt, c->K, 2), 0, "%s", w2);
     snprintf(w2, sizeof w2, "%s: oneDNN vs float64", what);
     cr_expect_eq(compare(w2, &out.v, &exact.v, &exact, &bound, dt, c->K, 1), 0, "%s", w2);
-    /* nothing written outside the output view */
-    int64_t sevens = 0, inside = 0;
-    size_t es = mx_dtype_size(dt);
-    for (int64_t i = 0; i < out.buf_elems; i++) sevens += mx_element_load((char *)out.buf + i * (int64_t)es, dt) == 7.0;
-    for (int64_t i = 0; i < numel(&out.v); i++) inside += get(&out.v, i) == 7.0;
-    cr_expect_eq(sevens - inside, out.buf_elems - numel(&out.v), "%s: wrote outside the output view", what);
+    expect_nothing_outside(&out, what);
   }
   operand_free(&a), operand_free(&b), operand_free(&out), operand_free(&ref), operand_free(&disp);
   operand_free(&exact), operand_free(&bound);
@@ -350,11 +356,7 @@ static int check_gemm16(const mm_case *c, mx_dtype dt) {
   operand exact, bound;
   exact_and_bound(&a.v, &b.v, &exact, &bound);
   int bad = compare(what, &out.v, &exact.v, &exact, &bound, dt, c->K, 1);
-  int64_t sevens = 0, inside = 0;
-  size_t es = mx_dtype_size(dt);
-  for (int64_t i = 0; i < out.buf_elems; i++) sevens += mx_element_load((char *)out.buf + i * (int64_t)es, dt) == 7.0;
-  for (int64_t i = 0; i < numel(&out.v); i++) inside += get(&out.v, i) == 7.0;
-  cr_expect_eq(sevens - inside, out.buf_elems - numel(&out.v), "%s: wrote outside the output view", what);
+  expect_nothing_outside(&out, what);
   free(workspace);
   operand_free(&a), operand_free(&b), operand_free(&out), operand_free(&exact), operand_free(&bound);
   return bad;
