@@ -1,4 +1,5 @@
-/* Internal helpers for setting errors and describing shapes in messages. */
+/* Internal helpers for setting errors and describing shapes in messages,
+ * and MX__CAT for the kernels' C templates (the *.inc files). */
 #ifndef MX_KERNELS_BASE_INTERNAL_H
 #define MX_KERNELS_BASE_INTERNAL_H
 
@@ -13,6 +14,10 @@ extern "C" {
 #else
 #define MX__PRINTF(a, b)
 #endif
+
+/* a and b pasted into one name, after both are expanded. */
+#define MX__CAT_(a, b) a##b
+#define MX__CAT(a, b) MX__CAT_(a, b)
 
 /* Sets the thread's error (always overwriting) and returns the status. */
 mx_status mx__error(mx_status status, const char *fmt, ...) MX__PRINTF(2, 3);

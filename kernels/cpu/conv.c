@@ -11,9 +11,6 @@
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/via_f32.h"
 
-#define MX__CAT_(a, b) a##b
-#define MX__CAT(a, b) MX__CAT_(a, b)
-
 /* The three operands in their forward roles: x (or dx), w (or dw), y (or dy). */
 enum { ROLE_X, ROLE_W, ROLE_Y };
 

@@ -10,9 +10,6 @@
 #include "kernels/elementwise.h"
 #include "kernels/math.h"
 
-#define MX__CAT_(a, b) a##b
-#define MX__CAT(a, b) MX__CAT_(a, b)
-
 typedef struct {
   int code;
   double a, b;
