@@ -1,14 +1,18 @@
-/* A float32 GEMM for 16-bit operands that converts b while it packs it.
+/* A float32 GEMM for 16-bit operands that converts a and b while it packs
+ * them.
  *
- * The layout is BLIS's, cut down to one thread: a is converted to dense
- * float32 rows and read in place; b is converted a panel of KC rows by NR
- * columns at a time into a buffer that stays in L1 while every MR-row tile
- * of a runs against it; each tile of out stays in zmm accumulators for
- * the panel's KC rows. Edges are padded: a with zero rows up to a multiple
- * of MR, a row's last panel with zero columns up to a multiple of 16; out
- * goes through a float32 buffer of the padded size and is rounded once at
- * the end. 6 x 64 tiles and 128-row panels measured best of 4-12 rows by
- * 32 or 64 columns and 64-256 rows (bench/NOTES.md, round 11). */
+ * The layout is BLIS's, cut down to one thread: for each KC-row panel of
+ * b, a's KC columns are converted into MR-row micro-panels (pack_a); b is
+ * converted a panel of KC rows by NR columns at a time into a buffer that
+ * stays in L1 while every MR-row tile of a runs against it; each tile of
+ * out stays in vector accumulators for the panel's KC rows. Edges are
+ * padded: a with zero rows up to a multiple of MR, a row's last panel
+ * with zero columns up to a whole vector; out goes through a float32
+ * buffer of the padded size and is rounded once at the end. The panel and
+ * its tiles are written once for both vector ISAs (gemm16_panel.inc):
+ * AVX-512's 6 x 64 tiles and 128-row panels measured best of 4-12 rows by
+ * 32 or 64 columns and 64-256 rows (bench/NOTES.md, round 11); AVX2's are
+ * BLIS's Haswell shape, 6 x 16 (round 12). */
 #include "kernels/cpu/gemm16.h"
 
 #include <string.h>
@@ -19,84 +23,120 @@
 #include <immintrin.h>
 
 enum {
-  MR = 6,   /* rows of a tile */
-  NV = 4,   /* zmm across a tile: MR * NV = 24 accumulators, NV registers for b */
-  NR = 64,  /* columns of a tile: NV * 16 */
-  KC = 128, /* rows of b in a panel: 32 KiB, which leaves room in L1 for a's tile */
+  MR = 6,       /* rows of a tile */
+  KC = 128,     /* rows of b in a panel: 32 KiB at AVX-512's width, leaving room in L1 for a's tile */
+  NR_MAX = 64,  /* columns of the widest panel */
+  PAD = 16,     /* out's rows are padded to a multiple of the widest vector */
 };
 
-#define AVX512 __attribute__((target("avx512f")))
-
-/* c[MR x 16 nv] (row stride ldc) = (or, with add, +=) a[MR x kc] (row
- * stride lda) @ the panel bp[kc][16 nv]. Inlined with nv a constant. */
-AVX512 static inline __attribute__((always_inline)) void tile(int nv, int64_t kc, const float *a, int64_t lda,
-                                                              const float *bp, float *c, int64_t ldc, bool add) {
-  __m512 acc[MR][NV];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; r++)
-#pragma GCC unroll 4
-    for (int v = 0; v < nv; v++) acc[r][v] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < kc; k++) {
-    __m512 bv[NV];
-#pragma GCC unroll 4
-    for (int v = 0; v < nv; v++) bv[v] = _mm512_load_ps(bp + (k * nv + v) * 16);
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; r++) {
-      __m512 ar = _mm512_set1_ps(a[r * lda + k]);
-#pragma GCC unroll 4
-      for (int v = 0; v < nv; v++) acc[r][v] = _mm512_fmadd_ps(ar, bv[v], acc[r][v]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; r++)
-#pragma GCC unroll 4
-    for (int v = 0; v < nv; v++) {
-      float *cv = c + r * ldc + 16 * v;
-      if (add) acc[r][v] = _mm512_add_ps(acc[r][v], _mm512_loadu_ps(cv));
-      _mm512_storeu_ps(cv, acc[r][v]);
-    }
-}
-
-/* Every tile of a panel 16 nv columns wide: full panels take nv = NV, the
- * last one of a row of out as few as cover it. */
-AVX512 static void panel_tiles(int nv, int64_t Mp, int64_t kc, const float *a, int64_t lda, const float *bp, float *c,
-                               int64_t ldc, bool add) {
-  for (int64_t i = 0; i < Mp; i += MR, a += MR * lda, c += MR * ldc) {
-    switch (nv) {
-    case 1: tile(1, kc, a, lda, bp, c, ldc, add); break;
-    case 2: tile(2, kc, a, lda, bp, c, ldc, add); break;
-    case 3: tile(3, kc, a, lda, bp, c, ldc, add); break;
-    default: tile(NV, kc, a, lda, bp, c, ldc, add); break;
-    }
-  }
-}
-
-/* 16 float16 or bfloat16 values as floats (bfloat16 is a float's top half). */
-AVX512 static inline __attribute__((always_inline)) __m512 widen16(const uint16_t *src, mx_dtype dtype) {
+/* AVX-512: 16 floats a register, tiles of 6 x 4 zmm (24 accumulators). */
+__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) __m512 widen_avx512(const uint16_t *src,
+                                                                                                     mx_dtype dtype) {
   __m256i h = _mm256_loadu_si256((const __m256i *)src);
   if (dtype == MX_F16) return _mm512_cvtph_ps(h);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); /* bfloat16 is a float's top half */
+}
+#define P_NAME avx512
+#define P_TARGET "avx512f"
+#define P_VEC __m512
+#define P_W 16
+#define P_NV 4
+#define P_ZERO _mm512_setzero_ps
+#define P_LOAD _mm512_load_ps
+#define P_LOADU _mm512_loadu_ps
+#define P_STORE _mm512_store_ps
+#define P_STOREU _mm512_storeu_ps
+#define P_SET1 _mm512_set1_ps
+#define P_FMA _mm512_fmadd_ps
+#define P_ADD _mm512_add_ps
+#define P_WIDEN widen_avx512
+#include "kernels/cpu/gemm16_panel.inc"
+
+/* AVX2 with FMA and F16C: 8 floats a register, tiles of 6 x 2 ymm (12
+ * accumulators of 16 registers). */
+#define AVX2_TARGET "avx2,fma,f16c"
+__attribute__((target(AVX2_TARGET))) static inline __attribute__((always_inline)) __m256 widen_avx2(const uint16_t *src,
+                                                                                                    mx_dtype dtype) {
+  __m128i h = _mm_loadu_si128((const __m128i *)src);
+  if (dtype == MX_F16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+#define P_NAME avx2
+#define P_TARGET AVX2_TARGET
+#define P_VEC __m256
+#define P_W 8
+#define P_NV 2
+#define P_ZERO _mm256_setzero_ps
+#define P_LOAD _mm256_load_ps
+#define P_LOADU _mm256_loadu_ps
+#define P_STORE _mm256_store_ps
+#define P_STOREU _mm256_storeu_ps
+#define P_SET1 _mm256_set1_ps
+#define P_FMA _mm256_fmadd_ps
+#define P_ADD _mm256_add_ps
+#define P_WIDEN widen_avx2
+#include "kernels/cpu/gemm16_panel.inc"
+
+/* The 8 x 8 floats of v transposed in place: v[k] gets element k of each. */
+__attribute__((target(AVX2_TARGET))) static inline __attribute__((always_inline)) void transpose8(__m256 v[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]), t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44), u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44), u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+  }
+  for (int i = 0; i < 4; i++)
+    v[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20), v[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
 }
 
-/* Rows [k0, k0 + kc) and columns [j, j + 16 nv) of b (one batch, (K, N),
- * its rows dense) into the panel bp[kc][16 nv], zeros past column N. A
- * loop for each dtype, so that the test is made once, not per row. */
-AVX512 static void pack_b(const mx_kview *b, int64_t k0, int64_t kc, int64_t j, int nv, float *bp) {
-  int64_t cols = b->shape[2] - j, width = 16 * nv;
-  const uint16_t *src = (const uint16_t *)b->data + k0 * b->strides[1] + j;
-  if (cols < width) {
-    for (int64_t k = 0; k < kc; k++, src += b->strides[1], bp += width) {
-      uint16_t edge[NR] = {0};
-      memcpy(edge, src, (size_t)cols * sizeof *src);
-      for (int v = 0; v < nv; v++) _mm512_store_ps(bp + 16 * v, widen16(edge + 16 * v, b->dtype));
+/* Columns [k0, k0 + kc) of a's rows (one batch, 16-bit, rows dense),
+ * converted into MR-row micro-panels ap[Mp / MR][kc][MR], zeros past row M,
+ * so that a tile reads one stream (BLIS's packed A): read in place, its MR
+ * rows were MR streams, and the AVX2 tiles ran at 0.7-0.8 of oneDNN's f32
+ * GEMM (bench/NOTES.md, round 12). 8 columns of MR rows at a time are widened
+ * and transposed; each store writes 8 floats where the column has MR, the
+ * extra ones overwritten by the next store, or landing in the workspace's
+ * slack after the last. Both ISAs use it: AVX-512 CPUs have AVX2 too. */
+__attribute__((target(AVX2_TARGET))) static void pack_a(const mx_kview *a, int64_t k0, int64_t kc, float *ap) {
+  _Static_assert(MR <= 8, "a micro-panel's column must fit one AVX2 register");
+  int64_t M = a->shape[1];
+  for (int64_t i = 0; i < M; i += MR) {
+    const uint16_t *row[MR];
+    for (int r = 0; r < MR; r++)
+      row[r] = i + r < M ? (const uint16_t *)a->data + (i + r) * a->strides[1] + k0 : NULL;
+    for (int64_t k = 0; k < kc; k += 8) {
+      int64_t n = kc - k < 8 ? kc - k : 8;
+      __m256 v[8];
+      for (int r = 0; r < 8; r++) {
+        uint16_t edge[8] = {0};
+        if (r >= MR || !row[r]) {
+          v[r] = _mm256_setzero_ps();
+          continue;
+        }
+        const uint16_t *src = row[r] + k;
+        if (n < 8) src = memcpy(edge, src, (size_t)n * sizeof *src);
+        v[r] = widen_avx2(src, a->dtype);
+      }
+      transpose8(v);
+      for (int64_t c = 0; c < n; c++) _mm256_storeu_ps(ap + (k + c) * MR, v[c]);
     }
-  } else if (b->dtype == MX_F16) {
-    for (int64_t k = 0; k < kc; k++, src += b->strides[1], bp += width)
-      for (int v = 0; v < nv; v++) _mm512_store_ps(bp + 16 * v, widen16(src + 16 * v, MX_F16));
-  } else {
-    for (int64_t k = 0; k < kc; k++, src += b->strides[1], bp += width)
-      for (int v = 0; v < nv; v++) _mm512_store_ps(bp + 16 * v, widen16(src + 16 * v, MX_BF16));
+    ap += MR * kc;
   }
+}
+
+/* The ISA this CPU runs the GEMM with: its vector width, the vectors
+ * across a tile and its panel function; NULL where it has neither. */
+typedef struct {
+  int width, nv;
+  void (*panel)(const mx_kview *b, int64_t k0, int64_t kc, int64_t j, int nv, float *bp, int64_t Mp, const float *ap,
+                float *c, int64_t ldc, bool add);
+} vector_isa;
+
+static const vector_isa *isa_here(void) {
+  static const vector_isa avx512 = {16, 4, panel_avx512}, avx2 = {8, 2, panel_avx2};
+  if (__builtin_cpu_supports("avx512f")) return &avx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) return &avx2;
+  return NULL;
 }
 
 /* v's matrix i (dim 0); a broadcast view has batch stride 0. */
@@ -117,43 +157,44 @@ static mx_kview f32_rows(float *data, int64_t rows, int64_t cols, int64_t ld) {
 
 static int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
-/* The workspace: a's rows, b's panel, out's tiles, each a whole number of
- * 64-byte lines. */
+/* The workspace: a's micro-panels for one panel of rows of b (with 8
+ * floats of slack, see pack_a), b's panel, out's tiles, each a whole
+ * number of 64-byte lines. */
 typedef struct {
   int64_t a, b, c;
 } workspace_parts;
 
-static workspace_parts parts_of(const mx_kview *out, const mx_kview *a) {
-  int64_t Mp = round_up(out->shape[1], MR), Np = round_up(out->shape[2], 16), K = a->shape[2];
-  return (workspace_parts){round_up(Mp * K, 16), KC * NR, Mp * Np};
+static workspace_parts parts_of(const mx_kview *out) {
+  int64_t Mp = round_up(out->shape[1], MR), Np = round_up(out->shape[2], PAD);
+  return (workspace_parts){round_up(Mp * KC + 8, 16), KC * NR_MAX, Mp * Np};
 }
 
 bool mx__cpu_gemm16_takes(const mx_kview *a, const mx_kview *b) {
-  return (b->dtype == MX_F16 || b->dtype == MX_BF16) && (b->strides[2] == 1 || b->shape[2] == 1) &&
-         (a->strides[2] == 1 || a->shape[2] == 1) && __builtin_cpu_supports("avx512f");
+  return (b->dtype == MX_F16 || b->dtype == MX_BF16) && a->dtype == b->dtype && (b->strides[2] == 1 || b->shape[2] == 1) &&
+         (a->strides[2] == 1 || a->shape[2] == 1) && isa_here();
 }
 
-int64_t mx__cpu_gemm16_workspace(const mx_kview *out, const mx_kview *a) {
-  workspace_parts p = parts_of(out, a);
+int64_t mx__cpu_gemm16_workspace(const mx_kview *out) {
+  workspace_parts p = parts_of(out);
   return p.a + p.b + p.c;
 }
 
 void mx__cpu_gemm16(const mx_kview *out, const mx_kview *a, const mx_kview *b, float *workspace) {
   int64_t M = out->shape[1], N = out->shape[2], K = a->shape[2];
-  int64_t Mp = round_up(M, MR), Np = round_up(N, 16);
-  workspace_parts p = parts_of(out, a);
-  float *af = workspace, *bp = af + p.a, *cf = bp + p.b;
-  memset(af + M * K, 0, (size_t)((Mp - M) * K) * sizeof *af); /* the padding rows */
-  mx_kview a_rows = f32_rows(af, M, K, K), c_rows = f32_rows(cf, M, N, Np);
+  int64_t Mp = round_up(M, MR), Np = round_up(N, PAD);
+  const vector_isa *isa = isa_here();
+  int nr = isa->width * isa->nv;
+  workspace_parts p = parts_of(out);
+  float *ap = workspace, *bp = ap + p.a, *cf = bp + p.b;
+  mx_kview c_rows = f32_rows(cf, M, N, Np);
   for (int64_t bi = 0; bi < out->shape[0]; bi++) {
     mx_kview ab = batch(a, bi), bb = batch(b, bi), ob = batch(out, bi);
-    mx__cpu_backend.convert(&a_rows, &ab);
     for (int64_t k0 = 0; k0 < K; k0 += KC) {
       int64_t kc = K - k0 < KC ? K - k0 : KC;
-      for (int64_t j = 0; j < N; j += NR) {
-        int nv = N - j >= NR ? NV : (int)((N - j + 15) / 16);
-        pack_b(&bb, k0, kc, j, nv, bp);
-        panel_tiles(nv, Mp, kc, af + k0, K, bp, cf + j, Np, k0 > 0);
+      pack_a(&ab, k0, kc, ap);
+      for (int64_t j = 0; j < N; j += nr) {
+        int nv = N - j >= nr ? isa->nv : (int)((N - j + isa->width - 1) / isa->width);
+        isa->panel(&bb, k0, kc, j, nv, bp, Mp, ap, cf + j, Np, k0 > 0);
       }
     }
     mx__cpu_backend.convert(&ob, &c_rows);
@@ -167,8 +208,8 @@ bool mx__cpu_gemm16_takes(const mx_kview *a, const mx_kview *b) {
   return false;
 }
 
-int64_t mx__cpu_gemm16_workspace(const mx_kview *out, const mx_kview *a) {
-  (void)out, (void)a;
+int64_t mx__cpu_gemm16_workspace(const mx_kview *out) {
+  (void)out;
   return 0;
 }
 

@@ -1,8 +1,8 @@
-/* float16 and bfloat16 products on AVX-512 CPUs without 16-bit arithmetic:
- * a float32 GEMM of our own that converts b while it packs it, where
- * oneDNN's float32 GEMM needs b converted into a staging copy first
- * (bench/NOTES.md, round 11). Runs on the calling thread; the matmul's
- * per-thread shares (kernels/cpu/matmul.c) call it. */
+/* float16 and bfloat16 products on AVX-512 and AVX2 CPUs without 16-bit
+ * arithmetic: a float32 GEMM of our own that converts b while it packs it,
+ * where oneDNN's float32 GEMM needs b converted into a staging copy first
+ * (bench/NOTES.md, rounds 11 and 12). Runs on the calling thread; the
+ * matmul's per-thread shares (kernels/cpu/matmul.c) call it. */
 #ifndef MX_KERNELS_CPU_GEMM16_H
 #define MX_KERNELS_CPU_GEMM16_H
 
@@ -11,13 +11,13 @@
 #include "kernels/base_internal.h"
 
 /* Whether mx__cpu_gemm16 takes out = a @ b ((B, M, K) @ (B, K, N), the
- * shapes of mx__cpu_matmul): an AVX-512 CPU, b in float16 or bfloat16 with
- * its rows dense, and a with its rows dense (a transposed operand goes to
- * oneDNN, which reads it in place). */
+ * shapes of mx__cpu_matmul): an AVX-512 CPU or one with AVX2, FMA and
+ * F16C, a and b both float16 or both bfloat16 with their rows dense (a
+ * transposed operand goes to oneDNN, which reads it in place). */
 bool mx__cpu_gemm16_takes(const mx_kview *a, const mx_kview *b);
 
 /* The floats of workspace mx__cpu_gemm16 needs for this product. */
-int64_t mx__cpu_gemm16_workspace(const mx_kview *out, const mx_kview *a);
+int64_t mx__cpu_gemm16_workspace(const mx_kview *out);
 
 /* out = a @ b with float32 products and sums, rounded once into out's
  * dtype, using workspace (64-byte aligned, mx__cpu_gemm16_workspace

@@ -327,15 +327,16 @@ Test(matmul, f16_share_after_a_float32_product_of_its_shape) {
 
 /* --- our own 16-bit GEMM (kernels/cpu/gemm16.c) ----------------------------------------- */
 
-/* Its tiles are 6 rows by 64 columns and its panels 128 rows of b, so these
- * take partial tiles, panels and 16-column blocks at every edge. */
+/* Its tiles are 6 rows by 64 columns (AVX-512) or 16 (AVX2) and its panels
+ * 128 rows of b, so these take partial tiles, panels and vectors at every
+ * edge. */
 static const mm_case gemm16_cases[] = {
     {1, 5, 7, 3, LAY_CONTIG, LAY_CONTIG, LAY_CONTIG},      /* less than one tile */
     {2, 37, 300, 45, LAY_CONTIG, LAY_CONTIG, LAY_CONTIG},  /* panels of 128, 128 and 44 rows */
     {3, 12, 128, 64, LAY_CONTIG, LAY_CONTIG, LAY_CONTIG},  /* whole tiles, one whole panel */
-    {2, 13, 129, 200, LAY_WINDOW, LAY_WINDOW, LAY_WINDOW}, /* 200 columns: 64, 64, 64 and 8 */
+    {2, 13, 129, 200, LAY_WINDOW, LAY_WINDOW, LAY_WINDOW}, /* 200 columns: 64, 64, 64 and 8; AVX2 12 x 16 and 8 */
     {4, 8, 40, 17, LAY_BCAST, LAY_CONTIG, LAY_CONTIG},     /* a broadcast */
-    {4, 8, 40, 97, LAY_CONTIG, LAY_BCAST, LAY_CONTIG},     /* b broadcast; 97 columns: 64 and 33 */
+    {4, 8, 40, 97, LAY_CONTIG, LAY_BCAST, LAY_CONTIG},     /* b broadcast; 97 columns: 64 and 33; AVX2 6 x 16 and 1 */
     {1, 1, 50, 1, LAY_CONTIG, LAY_CONTIG, LAY_CONTIG},     /* a dot product */
 };
 
@@ -348,7 +349,7 @@ static int check_gemm16(const mm_case *c, mx_dtype dt) {
   operand out = operand_new(dt, c->B, c->M, c->N, c->out);
   fill_random(&a.v), fill_random(&b.v);
   cr_assert(mx__cpu_gemm16_takes(&a.v, &b.v), "%s: not taken", what);
-  int64_t floats = mx__cpu_gemm16_workspace(&out.v, &a.v);
+  int64_t floats = mx__cpu_gemm16_workspace(&out.v);
   float *workspace = aligned_alloc(64, (size_t)(floats + 15) / 16 * 64);
   cr_assert(workspace);
   for (int64_t i = 0; i < floats; i++) workspace[i] = NAN; /* whatever the last product left */
@@ -367,16 +368,19 @@ Test(matmul, gemm16_matches_float64) {
   operand at = operand_new(MX_F16, 1, 4, 4, LAY_TRANS), bt = operand_new(MX_F16, 1, 4, 4, LAY_TRANS);
   operand b32 = operand_new(MX_F32, 1, 4, 4, LAY_CONTIG);
 #if defined(__x86_64__) && defined(__GNUC__)
-  bool avx512 = __builtin_cpu_supports("avx512f");
+  bool vectors = __builtin_cpu_supports("avx512f") ||
+                 (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"));
 #else
-  bool avx512 = false;
+  bool vectors = false;
 #endif
-  cr_expect_eq(mx__cpu_gemm16_takes(&a.v, &b.v), avx512, "takes dense rows %s AVX-512", avx512 ? "with" : "without");
+  cr_expect_eq(mx__cpu_gemm16_takes(&a.v, &b.v), vectors, "takes dense rows %s AVX-512 or AVX2",
+               vectors ? "with" : "without");
   cr_expect(!mx__cpu_gemm16_takes(&at.v, &b.v), "a transposed stays with oneDNN");
   cr_expect(!mx__cpu_gemm16_takes(&a.v, &bt.v), "b transposed stays with oneDNN");
   cr_expect(!mx__cpu_gemm16_takes(&a.v, &b32.v), "float32 stays with oneDNN");
+  cr_expect(!mx__cpu_gemm16_takes(&b32.v, &b.v), "so does a float32 a");
   operand_free(&a), operand_free(&b), operand_free(&at), operand_free(&bt), operand_free(&b32);
-  if (!avx512) cr_skip_test("no AVX-512 here (valgrind hides it too): the GEMM is not used");
+  if (!vectors) cr_skip_test("neither AVX-512 nor AVX2 with FMA and F16C here: the GEMM is not used");
   static const mx_dtype dtypes[] = {MX_F16, MX_BF16};
   for (size_t d = 0; d < 2; d++)
     for (size_t i = 0; i < sizeof gemm16_cases / sizeof *gemm16_cases; i++) {
