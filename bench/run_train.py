@@ -64,7 +64,7 @@ def configs(args):
 def command(impl, cfg, args):
     model, amp, batch, _ = cfg
     flags = ["--model", model, "--amp", amp, "--batch", str(batch),
-             "--warmup", str(args.warmup), "--repeat", str(args.repeat)]
+             "--warmup", str(args.warmup), "--repeat", str(args.repeat), "--seconds", str(args.seconds)]
     return ([args.mixgrad] if impl == "mixgrad" else [args.python, args.torch_script]) + flags
 
 
@@ -98,6 +98,15 @@ def run_one(impl, cfg, args, policy):
     return json.loads(lines[-1])
 
 
+def slow(results):
+    """Whether a configuration's first PyTorch process took over a second a
+    step (its bfloat16 without AVX-512 takes tens): a wait policy, which
+    changes how threads wait between parallel regions, cannot matter there,
+    so the second is not run."""
+    timed = [r for r in results if "times_ms" in r]
+    return bool(timed) and statistics.median(timed[0]["times_ms"]) > 1000
+
+
 def run_round(cfg, r, args, runs):
     """Round r of one configuration into runs ({impl: [results]}); which
     implementation goes first alternates with r."""
@@ -106,6 +115,8 @@ def run_round(cfg, r, args, runs):
         if impl == "pytorch" and cfg[1] == "f16" and runs["pytorch"]:
             continue  # it refuses f16 without timing anything: once is enough
         for policy in TORCH_POLICIES if impl == "pytorch" else [args.mixgrad_wait_policy]:
+            if impl == "pytorch" and policy != TORCH_POLICIES[0] and slow(runs["pytorch"]):
+                continue
             res = run_one(impl, cfg, args, policy)
             res["round"], res["policy"] = r, policy or "default"
             runs[impl].append(res)
@@ -355,13 +366,16 @@ class Report:
                 "examples/cifar10 with Nesterov SGD and weight decay. "
                 f"Each configuration ran {a.rounds} round(s); a round is one mixgrad process and one PyTorch "
                 f"process, their order alternating between rounds, each with {a.warmup} warm-up and "
-                f"{a.repeat} timed steps; the rounds are the outer loop (round 1 of every configuration, "
+                f"{a.repeat} timed steps"
+                + (f" (fewer where they would take longer than {a.seconds / 4:g} s and {a.seconds} s: at least 1 "
+                   "and 3)" if a.seconds else "") + "; the rounds are the outer loop (round 1 of every configuration, "
                 "then round 2, ...), so a slow stretch of the machine spreads over all configurations. "
                 f"Times are pooled per implementation. OMP_NUM_THREADS sets the "
                 f"threads of both ({a.threads} unless a table says otherwise; PyTorch also gets "
                 "torch.set_num_threads). PyTorch runs every round twice, with OMP_WAIT_POLICY=PASSIVE (the "
                 "issue's setting) and unset, and each configuration keeps its faster policy (the step-time "
-                "table names it); mixgrad runs with "
+                "table names it; a configuration whose first PyTorch process took over a second a step runs PASSIVE "
+                "only); mixgrad runs with "
                 + (f"OMP_WAIT_POLICY={a.mixgrad_wait_policy}." if a.mixgrad_wait_policy else
                    "OMP_WAIT_POLICY unset (libgomp's default).") +
                 " Ratios are mixgrad's median over PyTorch's (below 1: mixgrad is faster or smaller); each "
@@ -395,6 +409,9 @@ def parse_args():
     p.add_argument("--repeat", type=int, help="timed steps per process (default 30)")
     p.add_argument("--mixgrad-wait-policy", choices=["ACTIVE", "PASSIVE"],
                    help="OMP_WAIT_POLICY for mixgrad (default: unset)")
+    p.add_argument("--seconds", type=int, default=30,
+                   help="cap on a process's timed steps (at least 3; warm-up: a quarter of it), for what a CPU "
+                        "runs in seconds a step, such as PyTorch's bfloat16 without AVX-512 (default 30; 0: none)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per process (default 1800)")
     p.add_argument("--quick", action="store_true", help="1 round, 1 warm-up and 3 timed steps: a smoke test")
     p.add_argument("--out", help="write the markdown section here (it is printed too)")

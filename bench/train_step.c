@@ -30,6 +30,7 @@ typedef struct {
   const char *model; /* mlp | cnn | resnet9 */
   const char *amp;   /* off | bf16 | f16 */
   int64_t batch, warmup, repeat, seed;
+  double seconds; /* a cap on the timed steps' time (warm-up: a quarter of it); 0: none */
 } options;
 
 /* What a run makes, freed in one place. */
@@ -178,18 +179,33 @@ static void print_result(const bench_state *b, const options *o, const double *t
           o->amp, (long long)o->batch, bench_threads(), bench_median(times, (int)o->repeat), (long long)o->repeat);
 }
 
-/* Warm-up steps, timed steps, the measuring step, the result. */
-static int run(bench_state *b, const options *o, long base_rss_kb) {
+/* Whether a loop that began at start_ms and has made `done` steps stops
+ * before its next: past its count, or past its share of --seconds once it
+ * has made `least` steps. */
+static bool loop_done(const options *o, int64_t done, int64_t count, int64_t least, double share, double start_ms) {
+  if (done >= count) return true;
+  return o->seconds > 0 && done >= least && bench_now_ms() - start_ms > o->seconds * 1e3 * share;
+}
+
+/* Warm-up steps, timed steps, the measuring step, the result. --seconds
+ * caps a slow configuration's process: warm-up stops after a quarter of
+ * it (one step at least), timing after all of it (three steps at least),
+ * as in train_step.py. */
+static int run(bench_state *b, options *o, long base_rss_kb) {
   double *times = malloc((size_t)o->repeat * sizeof *times);
   if (!times) return fail("out of memory");
   int rc = 0;
-  for (int64_t i = 0; rc == 0 && i < o->warmup; i++)
+  double start = bench_now_ms();
+  for (int64_t i = 0; rc == 0 && !loop_done(o, i, o->warmup, 1, 0.25, start); i++)
     if (train_step(b) != MX_OK) rc = fail("warm-up step");
-  for (int64_t i = 0; rc == 0 && i < o->repeat; i++) {
+  start = bench_now_ms();
+  int64_t timed = 0;
+  for (; rc == 0 && !loop_done(o, timed, o->repeat, 3, 1.0, start); timed++) {
     double t0 = bench_now_ms();
     if (train_step(b) != MX_OK) rc = fail("timed step");
-    times[i] = bench_now_ms() - t0;
+    times[timed] = bench_now_ms() - t0;
   }
+  o->repeat = timed;
   int64_t graph_bytes = 0, forward_bytes = 0;
   if (rc == 0 && measure_graph(b, &graph_bytes, &forward_bytes) != MX_OK) rc = fail("measuring step");
   if (rc == 0) print_result(b, o, times, base_rss_kb, graph_bytes, forward_bytes);
@@ -201,9 +217,10 @@ static int run(bench_state *b, const options *o, long base_rss_kb) {
 
 static void usage(FILE *out) {
   fprintf(out, "usage: train_step [--model mlp|cnn|resnet9] [--amp off|bf16|f16] [--batch N] [--warmup N]\n"
-               "                  [--repeat N] [--seed N]\n"
+               "                  [--repeat N] [--seed N] [--seconds S]\n"
                "Times mixgrad's training step on a random batch and prints one JSON line.\n"
                "Defaults: --model cnn --amp off --batch 128 --warmup 5 --repeat 30 --seed 1.\n"
+               "--seconds caps the timed steps' time (at least 3 steps) and the warm-up's at a quarter of it.\n"
                "Threads: OMP_NUM_THREADS.\n");
 }
 
@@ -231,6 +248,12 @@ static bool parse_flag(const char *flag, const char *value, options *o) {
   if (!strcmp(flag, "--warmup")) return parse_count(value, 0, &o->warmup);
   if (!strcmp(flag, "--repeat")) return parse_count(value, 1, &o->repeat);
   if (!strcmp(flag, "--seed")) return parse_count(value, 0, &o->seed);
+  if (!strcmp(flag, "--seconds")) {
+    int64_t s;
+    if (!parse_count(value, 0, &s)) return false;
+    o->seconds = (double)s;
+    return true;
+  }
   return false;
 }
 

@@ -3,7 +3,7 @@
 mixgrad's; bench/run_train.py runs both, alternating, and compares).
 
     OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/train_step.py \\
-        --model cnn --amp bf16 --batch 128 --warmup 5 --repeat 30
+        --model cnn --amp bf16 --batch 128 --warmup 5 --repeat 30 [--seconds S]
 
 The same models, optimizers, step and JSON line as the C program: a step is
 zero_grad(set_to_none=True), forward under torch.autocast, cross-entropy,
@@ -137,12 +137,24 @@ class Bench:
         return sum(saved.values())
 
 
+def loop_done(args, done, count, least, share, start):
+    """Whether a loop that began at start and has made `done` steps stops
+    before its next: past its count, or past its share of --seconds once it
+    has made `least` steps (as in train_step.c)."""
+    if done >= count:
+        return True
+    return args.seconds > 0 and done >= least and time.perf_counter() - start > args.seconds * share
+
+
 def run(args, base_rss_kb):
     b = Bench(args)
-    for _ in range(args.warmup):
+    start, done = time.perf_counter(), 0
+    while not loop_done(args, done, args.warmup, 1, 0.25, start):
         b.step()
+        done += 1
     times = []
-    for _ in range(args.repeat):
+    start = time.perf_counter()
+    while not loop_done(args, len(times), args.repeat, 3, 1.0, start):
         t0 = time.perf_counter()
         b.step()
         times.append((time.perf_counter() - t0) * 1e3)
@@ -161,6 +173,8 @@ def main():
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--repeat", type=int, default=30)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seconds", type=int, default=0,
+                   help="cap on the timed steps' time (at least 3 steps; warm-up: a quarter of it); 0: none")
     args = p.parse_args()
     base_rss_kb = current_rss_kb()  # the interpreter and torch, before the model
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
@@ -171,7 +185,7 @@ def main():
     else:
         result.update(run(args, base_rss_kb))
         print(f"train_step.py: pytorch {args.model} amp {args.amp} batch {args.batch}, {result['threads']} threads: "
-              f"median {statistics.median(result['times_ms']):.3f} ms over {args.repeat} steps", file=sys.stderr)
+              f"median {statistics.median(result['times_ms']):.3f} ms over {len(result['times_ms'])} steps", file=sys.stderr)
     result["version"] = torch.__version__
     print(json.dumps(result, separators=(",", ":")))
 
