@@ -236,12 +236,21 @@ static void onednn_matmul_body(void *p) {
   onednn_ok(dnnl_stream_wait(g->stream), "waiting");
 }
 
-/* mixgrad's matmul on a and b next to oneDNN's on the same values: on a and b themselves, or, for f16
- * (no oneDNN kernel on this CPU), on their f32 copies, the ceiling f16's emulation is held to. That
- * ceiling is measured again beside the f16 calls and reported under f16's label. */
+/* Whether oneDNN runs bf16 on this CPU's own bf16 dot products (AVX512_BF16 or AMX), the rule mixgrad's
+ * matmul follows (kernels/cpu/dnnl_common.c); without them mixgrad emulates bf16 as it does f16. */
+static bool onednn_native_bf16(void) {
+  dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  return (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+}
+
+/* mixgrad's matmul on a and b next to oneDNN's on the same values: on a and b themselves, or, for what
+ * mixgrad emulates (f16, and bf16 without bf16 dot products), on their f32 copies, the ceiling the
+ * emulation is held to. That ceiling is measured again beside the 16-bit calls and reported under their
+ * label. */
 static void gemm_against_ceiling(result_id id, int64_t n, mx_dtype dtype, mx_tensor *a, mx_tensor *b) {
   op_ctx mine = {.binary = mx_matmul, .a = a, .b = b};
-  mx_dtype ceiling_dtype = dtype == MX_F16 ? MX_F32 : dtype;
+  bool emulated = dtype == MX_F16 || (dtype == MX_BF16 && !onednn_native_bf16());
+  mx_dtype ceiling_dtype = emulated ? MX_F32 : dtype;
   mx_tensor *ca = need(mx_to_dtype(a, ceiling_dtype)), *cb = need(mx_to_dtype(b, ceiling_dtype));
   mx_tensor *out = need(mx_empty(MX_SHAPE(n, n), ceiling_dtype, MX_CPU));
   void *data[3] = {mx_data_ptr(ca), mx_data_ptr(cb), mx_data_ptr(out)};
@@ -633,6 +642,15 @@ static const char *onednn_isa(void) {
 #endif
 }
 
+/* The dtype of oneDNN's GEMM that bf16 is held to. */
+static const char *bf16_ceiling(void) {
+#if MX_HAVE_DNNL
+  return onednn_native_bf16() ? "bf16" : "f32";
+#else
+  return "none";
+#endif
+}
+
 int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick"))
@@ -645,9 +663,9 @@ int main(int argc, char **argv) {
   if (cfg.quick) cfg.budget_ms = 50, cfg.min_repeats = 2, cfg.max_repeats = 5;
   mx_manual_seed(0);
   printf("{\"meta\":\"mixgrad\",\"version\":\"%s\",\"build\":\"%s\",\"threads\":%d,\"onednn\":%s,"
-         "\"onednn_isa\":\"%s\",\"quick\":%s}\n",
+         "\"onednn_isa\":\"%s\",\"bf16_ceiling\":\"%s\",\"quick\":%s}\n",
          MX_VERSION, KBENCH_BUILD, bench_threads(), MX_HAVE_DNNL ? "true" : "false", onednn_isa(),
-         cfg.quick ? "true" : "false");
+         bf16_ceiling(), cfg.quick ? "true" : "false");
   if (cfg.groups & GROUP_GEMM) bench_gemm();
   if (cfg.groups & GROUP_CONV) bench_conv();
   if (cfg.groups & GROUP_ELEMENTWISE) bench_elementwise();

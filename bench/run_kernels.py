@@ -143,24 +143,26 @@ def ordered_keys(stats, benches):
 
 # --- the sections ---------------------------------------------------------------------------------------
 
-def gemm_section(stats, verdicts):
+def gemm_section(stats, verdicts, emulated):
+    """emulated: the dtypes mixgrad runs as an f32 GEMM between conversions on this CPU."""
     rows = []
     for (bench, shape, dtype, mode) in ordered_keys(stats, {"matmul"}):
         mine, torch = stats.get(("mixgrad", bench, shape, dtype, mode)), stats.get(("pytorch", bench, shape, dtype, mode))
-        # f16 has no oneDNN kernel here: mixgrad runs it as an f32 GEMM plus conversions, so its ceiling
-        # (under f16's label) is oneDNN's f32 GEMM, measured in turns with the f16 calls
+        # what mixgrad emulates (an f32 GEMM plus conversions) is held to oneDNN's f32 GEMM, measured in
+        # turns with the 16-bit calls and reported under their label
         ceiling = stats.get(("onednn", bench, shape, dtype, mode))
         share = mine.value / ceiling.value if mine and ceiling else None
         ok = share >= GEMM_TARGET if share is not None else None
         verdicts.append(("GEMM %s %s >= 90%% of oneDNN" % (shape, dtype), ok))
-        rows.append([shape, dtype, cell(mine), cell(torch), cell(ceiling) + (" (f32)" if dtype == "f16" else ""),
+        rows.append([shape, dtype, cell(mine), cell(torch), cell(ceiling) + (" (f32)" if dtype in emulated else ""),
                      time_ratio(mine, torch), "%.0f%%" % (100 * share) if share is not None else "—", verdict(ok)])
     if not rows:
         return ""
     return ("## GEMM (GFLOP/s)\n\nmixgrad's `mx_matmul` next to `torch.matmul` and to oneDNN's matmul called "
             "directly on the same operands (plain row-major; the ceiling), the two called in turns, call by call. "
-            "f16 is emulated on the CPU (an f32 GEMM between conversions), so it is held to the f32 ceiling, "
-            "measured again in turns with the f16 calls; PyTorch 1.13 has no f16 matmul on the CPU. "
+            "%s emulated on this CPU (an f32 GEMM between conversions), so %s held to the f32 ceiling, "
+            "measured again in turns with the 16-bit calls; PyTorch 1.13 has no f16 matmul on the CPU. "
+            % (("f16 and bf16 are", "they are") if "bf16" in emulated else ("f16 is", "it is")) +
             "Target: >= 90% of oneDNN.\n\n" +
             table(["M=K=N", "dtype", "mixgrad", "PyTorch", "oneDNN", "time mixgrad/PyTorch",
                    "mixgrad % of oneDNN", "target"], rows))
@@ -325,7 +327,8 @@ def report(args, metas, stats, threads):
     verdicts = []
     copy = copy_bandwidth(stats)
     copy_bw = copy[0] if copy else None
-    body = [gemm_section(stats, verdicts), conv_section(stats)]
+    emulated = {"f16"} | ({"bf16"} if metas.get("mixgrad", {}).get("bf16_ceiling") == "f32" else set())
+    body = [gemm_section(stats, verdicts, emulated), conv_section(stats)]
     if copy:
         body.append("## Copy bandwidth (the baseline)\n\n%s GB/s (bytes read + written): `%s` of the elementwise "
                     "size, between buffers touched beforehand, %s.\n" %
