@@ -17,7 +17,7 @@
 
 #include <string.h>
 
-#include "kernels/backend.h"
+#include "kernels/cpu/convert.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -89,38 +89,51 @@ __attribute__((target(AVX2_TARGET))) static inline __attribute__((always_inline)
     v[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20), v[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
 }
 
+/* Columns [k, k + n) (n <= 8) of MR rows of a widened into the micro-panel
+ * columns ap[k..k + n)[MR]; a NULL row reads as zeros. The 8 x 8 block
+ * is transposed in registers; each store writes 8 floats where the column
+ * has MR, the extra ones overwritten by the next store, or landing in the
+ * workspace's slack after the last. Inlined twice: with whole blocks
+ * (every row there, n = 8, dtype a constant) it runs without a test. */
+__attribute__((target(AVX2_TARGET))) static inline __attribute__((always_inline)) void pack_block(
+    const uint16_t *const row[MR], int64_t k, int64_t n, mx_dtype dtype, bool whole, float *ap) {
+  __m256 v[8];
+#pragma GCC unroll 8
+  for (int r = 0; r < 8; r++) {
+    uint16_t edge[8] = {0};
+    if (r >= MR || (!whole && !row[r])) {
+      v[r] = _mm256_setzero_ps();
+      continue;
+    }
+    const uint16_t *src = row[r] + k;
+    if (!whole && n < 8) src = memcpy(edge, src, (size_t)n * sizeof *src);
+    v[r] = widen_avx2(src, dtype);
+  }
+  transpose8(v);
+#pragma GCC unroll 8
+  for (int64_t c = 0; c < n; c++) _mm256_storeu_ps(ap + (k + c) * MR, v[c]);
+}
+
 /* Columns [k0, k0 + kc) of a's rows (one batch, 16-bit, rows dense),
  * converted into MR-row micro-panels ap[Mp / MR][kc][MR], zeros past row M,
  * so that a tile reads one stream (BLIS's packed A): read in place, its MR
  * rows were MR streams, and the AVX2 tiles ran at 0.7-0.8 of oneDNN's f32
- * GEMM (bench/NOTES.md, round 12). 8 columns of MR rows at a time are widened
- * and transposed; each store writes 8 floats where the column has MR, the
- * extra ones overwritten by the next store, or landing in the workspace's
- * slack after the last. Both ISAs use it: AVX-512 CPUs have AVX2 too. */
+ * GEMM (bench/NOTES.md, round 12). Whole 8-column blocks of whole tiles
+ * take the path without tests, which halved pack_a's time (round 13). Both
+ * ISAs use it: AVX-512 CPUs have AVX2 too. */
 __attribute__((target(AVX2_TARGET))) static void pack_a(const mx_kview *a, int64_t k0, int64_t kc, float *ap) {
   _Static_assert(MR <= 8, "a micro-panel's column must fit one AVX2 register");
   int64_t M = a->shape[1];
-  for (int64_t i = 0; i < M; i += MR) {
+  for (int64_t i = 0; i < M; i += MR, ap += MR * kc) {
     const uint16_t *row[MR];
     for (int r = 0; r < MR; r++)
       row[r] = i + r < M ? (const uint16_t *)a->data + (i + r) * a->strides[1] + k0 : NULL;
-    for (int64_t k = 0; k < kc; k += 8) {
-      int64_t n = kc - k < 8 ? kc - k : 8;
-      __m256 v[8];
-      for (int r = 0; r < 8; r++) {
-        uint16_t edge[8] = {0};
-        if (r >= MR || !row[r]) {
-          v[r] = _mm256_setzero_ps();
-          continue;
-        }
-        const uint16_t *src = row[r] + k;
-        if (n < 8) src = memcpy(edge, src, (size_t)n * sizeof *src);
-        v[r] = widen_avx2(src, a->dtype);
-      }
-      transpose8(v);
-      for (int64_t c = 0; c < n; c++) _mm256_storeu_ps(ap + (k + c) * MR, v[c]);
-    }
-    ap += MR * kc;
+    int64_t k = 0;
+    if (i + MR <= M && a->dtype == MX_F16)
+      for (; k + 8 <= kc; k += 8) pack_block(row, k, 8, MX_F16, true, ap);
+    else if (i + MR <= M)
+      for (; k + 8 <= kc; k += 8) pack_block(row, k, 8, MX_BF16, true, ap);
+    for (; k < kc; k += 8) pack_block(row, k, kc - k < 8 ? kc - k : 8, a->dtype, false, ap);
   }
 }
 
@@ -153,6 +166,19 @@ static mx_kview f32_rows(float *data, int64_t rows, int64_t cols, int64_t ld) {
   v.shape[0] = 1, v.shape[1] = rows, v.shape[2] = cols;
   v.strides[0] = rows * ld, v.strides[1] = ld, v.strides[2] = 1;
   return v;
+}
+
+/* out (one batch; its rows dense, as the backend's out is contiguous) from
+ * c_rows, its float32 rows, rounded once. A row at a time: the general
+ * conversion would cut rows of two different strides into a task each,
+ * and a share of columns has hundreds of them. */
+static void store_out(const mx_kview *out, const mx_kview *c_rows) {
+  const float *c = c_rows->data;
+  for (int64_t i = 0; i < out->shape[1]; i++, c += c_rows->strides[1]) {
+    uint16_t *dst = (uint16_t *)out->data + i * out->strides[1];
+    if (out->dtype == MX_F16) mx__f32_to_f16_n(c, dst, out->shape[2]);
+    else mx__f32_to_bf16_n(c, dst, out->shape[2]);
+  }
 }
 
 static int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
@@ -197,7 +223,7 @@ void mx__cpu_gemm16(const mx_kview *out, const mx_kview *a, const mx_kview *b, f
         isa->panel(&bb, k0, kc, j, nv, bp, Mp, ap, cf + j, Np, k0 > 0);
       }
     }
-    mx__cpu_backend.convert(&ob, &c_rows);
+    store_out(&ob, &c_rows);
   }
 }
 

@@ -78,16 +78,19 @@ static mx_kview slice(const mx_kview *v, int d, int64_t lo, int64_t hi) {
 /* How many shares, and along which dim of out: one share per thread, over
  * batches when there are enough to go round, else over rows when a is the
  * larger operand (every thread then converts all of b), else over columns
- * (every thread converts all of a). One share for products too small to pay
- * for a parallel region, and for those whose shared operand outgrows the
- * L2 cache: converting it once on all threads and running one GEMM across
- * them then beats converting it on each, as 1024^3 and 2048^3 measured
- * (bench/NOTES.md, round 10). */
-static int share_count(const mx_kview *out, const mx_kview *a, const mx_kview *b, int *dim) {
+ * (every thread converts all of a). Equal operands go over columns when our
+ * own GEMM takes them (packed): its tiles are 6 rows, which a power of two
+ * of rows pads (128 to 132), and 16 or 64 columns, which it does not. One
+ * share for products too small to pay for a parallel region, and for those
+ * whose shared operand outgrows the L2 cache: converting it once on all
+ * threads and running one GEMM across them then beats converting it on
+ * each, as 1024^3 and 2048^3 measured (bench/NOTES.md, round 10). */
+static int share_count(const mx_kview *out, const mx_kview *a, const mx_kview *b, bool packed, int *dim) {
   int threads = mx__cpu_threads_here();
-  *dim = out->shape[0] >= threads ? 0 : mx__kview_numel(a) >= mx__kview_numel(b) ? 1 : 2;
+  int64_t na = mx__kview_numel(a), nb = mx__kview_numel(b);
+  *dim = out->shape[0] >= threads ? 0 : na > nb || (na == nb && !packed) ? 1 : 2;
   if (threads < 2 || mx__kview_numel(out) * a->shape[2] < MX_PARALLEL_MIN_ELEMENTS) return 1;
-  int64_t shared = *dim == 1 ? mx__kview_numel(b) : mx__kview_numel(a);
+  int64_t shared = *dim == 1 ? nb : na;
   if (*dim > 0 && shared > SHARED_OPERAND_MAX) return 1;
   return out->shape[*dim] < threads ? (int)out->shape[*dim] : threads;
 }
@@ -141,8 +144,9 @@ static void share_run(matmul_share *s) {
  * could go to the other thread on the next call and have to move between
  * the cores' caches first (round 11). */
 static mx_status matmul_via_f32(const mx_kview *out, const mx_kview *a, const mx_kview *b) {
-  int d, n = share_count(out, a, b, &d);
-  bool packed = (n > 1 || mx__cpu_threads_here() < 2) && mx__cpu_gemm16_takes(a, b);
+  bool takes = mx__cpu_gemm16_takes(a, b);
+  int d, n = share_count(out, a, b, takes, &d);
+  bool packed = (n > 1 || mx__cpu_threads_here() < 2) && takes;
   matmul_share *shares = calloc((size_t)n, sizeof *shares);
   if (!shares)
     return mx__error(MX_OUT_OF_MEMORY, "mx_matmul: out of memory splitting a %s product", mx_dtype_name(a->dtype));

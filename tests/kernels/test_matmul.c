@@ -288,6 +288,7 @@ static const mm_case f16_cases[] = {
     {1, 65, 70, 33, LAY_ODD, LAY_TRANS, LAY_WINDOW},        /* rows, strided a, transposed b */
     {1, 3, 4000, 3, LAY_TRANS, LAY_CONTIG, LAY_CONTIG},     /* three rows for three threads */
     {1, 40, 80, 96, LAY_CONTIG, LAY_TRANS, LAY_CONTIG},     /* columns of a transposed b */
+    {1, 48, 64, 48, LAY_CONTIG, LAY_CONTIG, LAY_WINDOW},    /* equal operands: columns for our GEMM, else rows */
     {1, 33, 70, 65, LAY_TRANS, LAY_WINDOW, LAY_WINDOW},     /* columns, windowed b and out */
     {1, 2, 9000, 5, LAY_CONTIG, LAY_ODD, LAY_CONTIG},       /* five columns, odd strides */
     {4, 20, 64, 30, LAY_BCAST, LAY_CONTIG, LAY_CONTIG},     /* batches, a broadcast */
