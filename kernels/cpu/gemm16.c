@@ -5,11 +5,12 @@
  * b, a's KC columns are converted into MR-row micro-panels (pack_a); b is
  * converted a panel of KC rows by NR columns at a time into a buffer that
  * stays in L1 while every MR-row tile of a runs against it; each tile of
- * out stays in vector accumulators for the panel's KC rows. Edges are
- * padded: a with zero rows up to a multiple of MR, a row's last panel
- * with zero columns up to a whole vector; out goes through a float32
- * buffer of the padded size and is rounded once at the end. The panel and
- * its tiles are written once for both vector ISAs (gemm16_panel.inc):
+ * out stays in vector accumulators for the panel's KC rows. The last panel
+ * rounds each tile straight into out; earlier ones (K > KC) keep their sums
+ * in a float32 buffer the next adds to. Edges are padded: a with zero rows
+ * up to a multiple of MR, a row's last panel with zero columns up to a
+ * whole vector, and only out's own rows and columns are written. The panel
+ * and its tiles are written once for both vector ISAs (gemm16_panel.inc):
  * AVX-512's 6 x 64 tiles and 128-row panels measured best of 4-12 rows by
  * 32 or 64 columns and 64-256 rows (bench/NOTES.md, round 11); AVX2's are
  * BLIS's Haswell shape, 6 x 16 (round 12). */
@@ -17,7 +18,6 @@
 
 #include <string.h>
 
-#include "kernels/cpu/convert.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -26,8 +26,17 @@ enum {
   MR = 6,       /* rows of a tile */
   KC = 128,     /* rows of b in a panel: 32 KiB at AVX-512's width, leaving room in L1 for a's tile */
   NR_MAX = 64,  /* columns of the widest panel */
-  PAD = 16,     /* out's rows are padded to a multiple of the widest vector */
+  PAD = 16,     /* the float32 sums' rows are padded to a multiple of the widest vector */
 };
+
+/* Where a tile's last panel rounds its sums to: out's 16-bit rows from the
+ * tile's first, ld apart, of which rows and cols are out's own (a tile
+ * may reach past both). */
+typedef struct {
+  uint16_t *data;
+  int64_t ld, rows, cols;
+  mx_dtype dtype;
+} out16;
 
 /* AVX-512: 16 floats a register, tiles of 6 x 4 zmm (24 accumulators). */
 __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) __m512 widen_avx512(const uint16_t *src,
@@ -35,6 +44,17 @@ __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) 
   __m256i h = _mm256_loadu_si256((const __m256i *)src);
   if (dtype == MX_F16) return _mm512_cvtph_ps(h);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); /* bfloat16 is a float's top half */
+}
+/* v rounded to 16 bfloat16 values at p: mx__bf16_nearest (kernels/cpu/convert.h)
+ * in vectors, without its NaN test, which a NaN here cannot need: it comes
+ * from bfloat16 operands or is the default NaN, so it is quiet and its low
+ * 16 bits are zero, which the rounding leaves as they are. */
+__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void store_bf16_avx512(uint16_t *p,
+                                                                                                      __m512 v) {
+  __m512i x = _mm512_castps_si512(v);
+  __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+  __m512i rounded = _mm512_add_epi32(x, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd));
+  _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(_mm512_srli_epi32(rounded, 16)));
 }
 #define P_NAME avx512
 #define P_TARGET "avx512f"
@@ -50,6 +70,8 @@ __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) 
 #define P_FMA _mm512_fmadd_ps
 #define P_ADD _mm512_add_ps
 #define P_WIDEN widen_avx512
+#define P_STORE_F16(p, v) _mm256_storeu_si256((__m256i *)(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT))
+#define P_STORE_BF16 store_bf16_avx512
 #include "kernels/cpu/gemm16_panel.inc"
 
 /* AVX2 with FMA and F16C: 8 floats a register, tiles of 6 x 2 ymm (12
@@ -60,6 +82,14 @@ __attribute__((target(AVX2_TARGET))) static inline __attribute__((always_inline)
   __m128i h = _mm_loadu_si128((const __m128i *)src);
   if (dtype == MX_F16) return _mm256_cvtph_ps(h);
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+/* v rounded to 8 bfloat16 values at p, as store_bf16_avx512. */
+__attribute__((target(AVX2_TARGET))) static inline __attribute__((always_inline)) void store_bf16_avx2(uint16_t *p,
+                                                                                                       __m256 v) {
+  __m256i x = _mm256_castps_si256(v);
+  __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+  __m256i top = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd)), 16);
+  _mm_storeu_si128((__m128i *)p, _mm_packus_epi32(_mm256_castsi256_si128(top), _mm256_extracti128_si256(top, 1)));
 }
 #define P_NAME avx2
 #define P_TARGET AVX2_TARGET
@@ -75,6 +105,8 @@ __attribute__((target(AVX2_TARGET))) static inline __attribute__((always_inline)
 #define P_FMA _mm256_fmadd_ps
 #define P_ADD _mm256_add_ps
 #define P_WIDEN widen_avx2
+#define P_STORE_F16(p, v) _mm_storeu_si128((__m128i *)(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT))
+#define P_STORE_BF16 store_bf16_avx2
 #include "kernels/cpu/gemm16_panel.inc"
 
 /* The 8 x 8 floats of v transposed in place: v[k] gets element k of each. */
@@ -142,7 +174,7 @@ __attribute__((target(AVX2_TARGET))) static void pack_a(const mx_kview *a, int64
 typedef struct {
   int width, nv;
   void (*panel)(const mx_kview *b, int64_t k0, int64_t kc, int64_t j, int nv, float *bp, int64_t Mp, const float *ap,
-                float *c, int64_t ldc, bool add);
+                float *c, int64_t ldc, bool add, const out16 *o);
 } vector_isa;
 
 static const vector_isa *isa_here(void) {
@@ -160,39 +192,19 @@ static mx_kview batch(const mx_kview *v, int64_t i) {
   return s;
 }
 
-/* A (1, rows, cols) float32 view of data whose rows are ld apart. */
-static mx_kview f32_rows(float *data, int64_t rows, int64_t cols, int64_t ld) {
-  mx_kview v = {.data = data, .dtype = MX_F32, .ndim = 3};
-  v.shape[0] = 1, v.shape[1] = rows, v.shape[2] = cols;
-  v.strides[0] = rows * ld, v.strides[1] = ld, v.strides[2] = 1;
-  return v;
-}
-
-/* out (one batch; its rows dense, as the backend's out is contiguous) from
- * c_rows, its float32 rows, rounded once. A row at a time: the general
- * conversion would cut rows of two different strides into a task each,
- * and a share of columns has hundreds of them. */
-static void store_out(const mx_kview *out, const mx_kview *c_rows) {
-  const float *c = c_rows->data;
-  for (int64_t i = 0; i < out->shape[1]; i++, c += c_rows->strides[1]) {
-    uint16_t *dst = (uint16_t *)out->data + i * out->strides[1];
-    if (out->dtype == MX_F16) mx__f32_to_f16_n(c, dst, out->shape[2]);
-    else mx__f32_to_bf16_n(c, dst, out->shape[2]);
-  }
-}
-
 static int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
 /* The workspace: a's micro-panels for one panel of rows of b (with 8
- * floats of slack, see pack_a), b's panel, out's tiles, each a whole
- * number of 64-byte lines. */
+ * floats of slack, see pack_a), b's panel and, where K takes more than one
+ * panel, the float32 sums of out's tiles, each a whole number of 64-byte
+ * lines. */
 typedef struct {
   int64_t a, b, c;
 } workspace_parts;
 
-static workspace_parts parts_of(const mx_kview *out) {
+static workspace_parts parts_of(const mx_kview *out, int64_t K) {
   int64_t Mp = round_up(out->shape[1], MR), Np = round_up(out->shape[2], PAD);
-  return (workspace_parts){round_up(Mp * KC + 8, 16), KC * NR_MAX, Mp * Np};
+  return (workspace_parts){round_up(Mp * KC + 8, 16), KC * NR_MAX, K > KC ? Mp * Np : 0};
 }
 
 bool mx__cpu_gemm16_takes(const mx_kview *a, const mx_kview *b) {
@@ -200,8 +212,8 @@ bool mx__cpu_gemm16_takes(const mx_kview *a, const mx_kview *b) {
          (a->strides[2] == 1 || a->shape[2] == 1) && isa_here();
 }
 
-int64_t mx__cpu_gemm16_workspace(const mx_kview *out) {
-  workspace_parts p = parts_of(out);
+int64_t mx__cpu_gemm16_workspace(const mx_kview *out, const mx_kview *a) {
+  workspace_parts p = parts_of(out, a->shape[2]);
   return p.a + p.b + p.c;
 }
 
@@ -210,9 +222,8 @@ void mx__cpu_gemm16(const mx_kview *out, const mx_kview *a, const mx_kview *b, f
   int64_t Mp = round_up(M, MR), Np = round_up(N, PAD);
   const vector_isa *isa = isa_here();
   int nr = isa->width * isa->nv;
-  workspace_parts p = parts_of(out);
-  float *ap = workspace, *bp = ap + p.a, *cf = bp + p.b;
-  mx_kview c_rows = f32_rows(cf, M, N, Np);
+  workspace_parts p = parts_of(out, K);
+  float *ap = workspace, *bp = ap + p.a, *cf = p.c ? bp + p.b : NULL;
   for (int64_t bi = 0; bi < out->shape[0]; bi++) {
     mx_kview ab = batch(a, bi), bb = batch(b, bi), ob = batch(out, bi);
     for (int64_t k0 = 0; k0 < K; k0 += KC) {
@@ -220,10 +231,10 @@ void mx__cpu_gemm16(const mx_kview *out, const mx_kview *a, const mx_kview *b, f
       pack_a(&ab, k0, kc, ap);
       for (int64_t j = 0; j < N; j += nr) {
         int nv = N - j >= nr ? isa->nv : (int)((N - j + isa->width - 1) / isa->width);
-        isa->panel(&bb, k0, kc, j, nv, bp, Mp, ap, cf + j, Np, k0 > 0);
+        out16 o = {(uint16_t *)ob.data + j, ob.strides[1], M, N - j, ob.dtype};
+        isa->panel(&bb, k0, kc, j, nv, bp, Mp, ap, cf ? cf + j : NULL, Np, k0 > 0, k0 + kc == K ? &o : NULL);
       }
     }
-    store_out(&ob, &c_rows);
   }
 }
 
@@ -234,8 +245,8 @@ bool mx__cpu_gemm16_takes(const mx_kview *a, const mx_kview *b) {
   return false;
 }
 
-int64_t mx__cpu_gemm16_workspace(const mx_kview *out) {
-  (void)out;
+int64_t mx__cpu_gemm16_workspace(const mx_kview *out, const mx_kview *a) {
+  (void)out, (void)a;
   return 0;
 }
 

@@ -17,7 +17,7 @@
 bool mx__cpu_gemm16_takes(const mx_kview *a, const mx_kview *b);
 
 /* The floats of workspace mx__cpu_gemm16 needs for this product. */
-int64_t mx__cpu_gemm16_workspace(const mx_kview *out);
+int64_t mx__cpu_gemm16_workspace(const mx_kview *out, const mx_kview *a);
 
 /* out = a @ b with float32 products and sums, rounded once into out's
  * dtype, using workspace (64-byte aligned, mx__cpu_gemm16_workspace

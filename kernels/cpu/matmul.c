@@ -59,7 +59,7 @@ typedef struct {
 static int64_t lines_of(int64_t floats) { return (floats + 15) / 16 * 16; }
 
 static int64_t staging_numel(const matmul_share *s) {
-  if (s->packed) return mx__cpu_gemm16_workspace(&s->out);
+  if (s->packed) return mx__cpu_gemm16_workspace(&s->out, &s->a);
   return lines_of(mx__kview_numel(&s->a)) + lines_of(mx__kview_numel(&s->b)) + mx__kview_numel(&s->out);
 }
 

@@ -341,6 +341,27 @@ static const mm_case gemm16_cases[] = {
     {1, 1, 50, 1, LAY_CONTIG, LAY_CONTIG, LAY_CONTIG},     /* a dot product */
 };
 
+/* Whether this CPU runs our GEMM: AVX-512, or AVX2 with FMA and F16C. */
+static bool gemm16_here(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  return __builtin_cpu_supports("avx512f") ||
+         (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"));
+#else
+  return false;
+#endif
+}
+
+/* mx__cpu_gemm16 on out, a and b with a workspace of its size, NaN-filled
+ * as the last product might have left it. */
+static void run_gemm16(const operand *out, const operand *a, const operand *b) {
+  int64_t floats = mx__cpu_gemm16_workspace(&out->v, &a->v);
+  float *workspace = aligned_alloc(64, (size_t)(floats + 15) / 16 * 64);
+  cr_assert(workspace);
+  for (int64_t i = 0; i < floats; i++) workspace[i] = NAN;
+  mx__cpu_gemm16(&out->v, &a->v, &b->v, workspace);
+  free(workspace);
+}
+
 /* One case through mx__cpu_gemm16 alone; returns the elements out of
  * tolerance against the float64 product. */
 static int check_gemm16(const mm_case *c, mx_dtype dt) {
@@ -350,16 +371,11 @@ static int check_gemm16(const mm_case *c, mx_dtype dt) {
   operand out = operand_new(dt, c->B, c->M, c->N, c->out);
   fill_random(&a.v), fill_random(&b.v);
   cr_assert(mx__cpu_gemm16_takes(&a.v, &b.v), "%s: not taken", what);
-  int64_t floats = mx__cpu_gemm16_workspace(&out.v);
-  float *workspace = aligned_alloc(64, (size_t)(floats + 15) / 16 * 64);
-  cr_assert(workspace);
-  for (int64_t i = 0; i < floats; i++) workspace[i] = NAN; /* whatever the last product left */
-  mx__cpu_gemm16(&out.v, &a.v, &b.v, workspace);
+  run_gemm16(&out, &a, &b);
   operand exact, bound;
   exact_and_bound(&a.v, &b.v, &exact, &bound);
   int bad = compare(what, &out.v, &exact.v, &exact, &bound, dt, c->K, 1);
   expect_nothing_outside(&out, what);
-  free(workspace);
   operand_free(&a), operand_free(&b), operand_free(&out), operand_free(&exact), operand_free(&bound);
   return bad;
 }
@@ -368,12 +384,7 @@ Test(matmul, gemm16_matches_float64) {
   operand a = operand_new(MX_F16, 1, 4, 4, LAY_CONTIG), b = operand_new(MX_F16, 1, 4, 4, LAY_CONTIG);
   operand at = operand_new(MX_F16, 1, 4, 4, LAY_TRANS), bt = operand_new(MX_F16, 1, 4, 4, LAY_TRANS);
   operand b32 = operand_new(MX_F32, 1, 4, 4, LAY_CONTIG);
-#if defined(__x86_64__) && defined(__GNUC__)
-  bool vectors = __builtin_cpu_supports("avx512f") ||
-                 (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"));
-#else
-  bool vectors = false;
-#endif
+  bool vectors = gemm16_here();
   cr_expect_eq(mx__cpu_gemm16_takes(&a.v, &b.v), vectors, "takes dense rows %s AVX-512 or AVX2",
                vectors ? "with" : "without");
   cr_expect(!mx__cpu_gemm16_takes(&at.v, &b.v), "a transposed stays with oneDNN");
@@ -388,6 +399,49 @@ Test(matmul, gemm16_matches_float64) {
       rng_state = 0x5851f42d4c957f2dull + i;
       cr_expect_eq(check_gemm16(&gemm16_cases[i], dtypes[d]), 0);
     }
+}
+
+/* A value of magnitude 2^[-span, span), never zero: a zero product would
+ * be -0 in float32 but +0 from the GEMM's sum, which starts at +0. */
+static double wide_random(int span) {
+  double x = uniform();
+  return ldexp(x == 0 ? 1 : x, (int)(uniform() * span));
+}
+
+/* Each sum of a K = 1 product is one product of two 16-bit values, exact
+ * in float32 (rounded once where it leaves float32's range), so the GEMM's
+ * out must be bit for bit what the conversions make of it: ties to even,
+ * overflow to infinity, subnormals, quiet NaNs. 13 x 70 ends in partial
+ * tiles and vectors on both ISAs. */
+Test(matmul, gemm16_rounds_as_the_conversions) {
+  if (!gemm16_here()) cr_skip_test("neither AVX-512 nor AVX2 with FMA and F16C here: the GEMM is not used");
+  static const mx_dtype dtypes[] = {MX_F16, MX_BF16};
+  for (size_t d = 0; d < 2; d++) {
+    mx_dtype dt = dtypes[d];
+    int span = dt == MX_F16 ? 12 : 72; /* products from subnormal to past the largest finite value */
+    operand a = operand_new(dt, 2, 13, 1, LAY_CONTIG), b = operand_new(dt, 2, 1, 70, LAY_CONTIG);
+    operand out = operand_new(dt, 2, 13, 70, LAY_WINDOW);
+    rng_state = 0x9e3779b97f4a7c15ull + d;
+    for (int64_t i = 0; i < numel(&a.v); i++) set(&a.v, i, wide_random(span));
+    for (int64_t i = 0; i < numel(&b.v); i++) set(&b.v, i, wide_random(span));
+    set(&a.v, 3, NAN), set(&a.v, 4, INFINITY), set(&b.v, 5, -INFINITY);
+    run_gemm16(&out, &a, &b);
+    int bad = 0;
+    for (int64_t i = 0; i < numel(&out.v); i++) {
+      int64_t bi = i / (13 * 70), r = i / 70 % 13, c = i % 70;
+      float product = (float)get(&a.v, bi * 13 + r) * (float)get(&b.v, bi * 70 + c);
+      uint16_t want, got = *(const uint16_t *)elem(&out.v, i);
+      if (dt == MX_F16) mx__f32_to_f16_n(&product, &want, 1);
+      else mx__f32_to_bf16_n(&product, &want, 1);
+      if (got != want && bad++ < 5)
+        cr_log_error("%s [%lld,%lld,%lld]: %a rounds to 0x%04x, the GEMM wrote 0x%04x", mx_dtype_name(dt),
+                     (long long)bi, (long long)r, (long long)c, product, want, got);
+    }
+    cr_expect_eq(bad, 0, "%s: %d of %lld elements rounded differently", mx_dtype_name(dt), bad,
+                 (long long)numel(&out.v));
+    expect_nothing_outside(&out, mx_dtype_name(dt));
+    operand_free(&a), operand_free(&b), operand_free(&out);
+  }
 }
 
 /* --- threads ------------------------------------------------------------------------- */
