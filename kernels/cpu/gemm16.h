@@ -1,7 +1,8 @@
 /* float16 and bfloat16 products on AVX-512 and AVX2 CPUs without 16-bit
- * arithmetic: a float32 GEMM of our own that converts b while it packs it,
- * where oneDNN's float32 GEMM needs b converted into a staging copy first
- * (bench/NOTES.md, rounds 11 and 12). Runs on the calling thread; the
+ * arithmetic: a float32 GEMM of our own that converts a and b while it
+ * packs them and rounds its tiles straight into out, where oneDNN's
+ * float32 GEMM needs staging copies converted before and after it
+ * (bench/NOTES.md, rounds 11 to 13). Runs on the calling thread; the
  * matmul's per-thread shares (kernels/cpu/matmul.c) call it. */
 #ifndef MX_KERNELS_CPU_GEMM16_H
 #define MX_KERNELS_CPU_GEMM16_H
