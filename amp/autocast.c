@@ -17,20 +17,25 @@ typedef struct {
   int backward_depth; /* regions reach only the backward level they opened at */
 } autocast_state;
 
-static const autocast_state outside = {{false, false}, {MX_BF16, MX_F16}, true, 0};
+#define OUTSIDE {{false, false}, {MX_BF16, MX_F16}, true, 0}
+static const autocast_state outside = OUTSIDE;
 
-static _Thread_local autocast_state current;
-static _Thread_local bool current_set;
-static _Thread_local autocast_state saved[MAX_DEPTH];
-static _Thread_local int depth;
+/* This thread's regions, and the op between the layer's before and after. */
+typedef struct {
+  autocast_state current;
+  autocast_state saved[MAX_DEPTH];
+  int depth;
+  mx__trace_record pending;
+  bool tracing_pending;
+} thread_state;
 
-static autocast_state *state(void) {
-  if (!current_set) {
-    current = outside;
-    current_set = true;
-  }
-  return &current;
-}
+static _Thread_local thread_state thread = {.current = OUTSIDE};
+
+/* Out of line so that each function computes the address once (see
+ * tensor/object_cache.c: each computation is a call to __tls_get_addr). */
+__attribute__((noinline)) static thread_state *this_thread(void) { return &thread; }
+
+static autocast_state *state(void) { return &this_thread()->current; }
 
 static bool valid_device(mx_device device) { return device == MX_CPU || device == MX_CUDA; }
 
@@ -43,10 +48,11 @@ mx_status mx_autocast_begin(mx_device device_type, mx_dtype dtype, bool enabled,
   if (dtype != MX_F16 && dtype != MX_BF16)
     return mx__error(MX_DTYPE_ERROR, "mx_autocast_begin: autocast dtype must be float16 or bfloat16, got %s",
                      mx_dtype_name(dtype));
-  if (depth == MAX_DEPTH)
+  thread_state *t = this_thread();
+  if (t->depth == MAX_DEPTH)
     return mx__error(MX_STATE_ERROR, "mx_autocast_begin: more than %d nested autocast regions", MAX_DEPTH);
-  autocast_state *s = state();
-  saved[depth++] = *s;
+  autocast_state *s = &t->current;
+  t->saved[t->depth++] = *s;
   s->enabled[device_type] = enabled;
   s->dtype[device_type] = dtype;
   s->cache_enabled = cache_enabled;
@@ -55,9 +61,10 @@ mx_status mx_autocast_begin(mx_device device_type, mx_dtype dtype, bool enabled,
 }
 
 mx_status mx_autocast_end(void) {
-  if (depth == 0) return mx__error(MX_STATE_ERROR, "mx_autocast_end: no autocast region is open");
-  current = saved[--depth];
-  if (depth == 0) mx__cast_cache_clear();
+  thread_state *t = this_thread();
+  if (t->depth == 0) return mx__error(MX_STATE_ERROR, "mx_autocast_end: no autocast region is open");
+  t->current = t->saved[--t->depth];
+  if (t->depth == 0) mx__cast_cache_clear();
   return MX_OK;
 }
 
@@ -92,7 +99,7 @@ mx_dtype mx_autocast_dtype(mx_device device_type) {
 
 bool mx_autocast_is_cache_enabled(void) { return state()->cache_enabled; }
 
-int mx_autocast_depth(void) { return depth; }
+int mx_autocast_depth(void) { return this_thread()->depth; }
 
 /* --- the policy table: the op table's column, with run-time overrides ---------------- */
 
@@ -205,21 +212,19 @@ static mx_status banned(mx_op op) {
                    mx__ops[op].name);
 }
 
-static _Thread_local mx__trace_record pending; /* the op between before and after */
-static _Thread_local bool tracing_pending;
-
 static mx_status before(mx_op op, int n_in, mx_tensor **in, const mx__args *args) {
-  tracing_pending = false;
-  if (depth == 0 || n_in == 0) return MX_OK;
-  const autocast_state *s = state();
+  thread_state *t = this_thread();
+  t->tracing_pending = false;
+  if (t->depth == 0 || n_in == 0) return MX_OK;
+  const autocast_state *s = &t->current;
   mx_device device = call_device(n_in, in);
   if (!valid_device(device) || !s->enabled[device] || s->backward_depth != mx__backward_depth()) return MX_OK;
 
-  mx__trace_record *r = &pending;
+  mx__trace_record *r = &t->pending;
   *r = (mx__trace_record){.op = op, .policy = mx_autocast_policy(op), .explicit_dtype = explicit_dtype(op, args),
                           .n_in = n_in < MX__TRACE_MAX_INPUTS ? n_in : MX__TRACE_MAX_INPUTS};
   for (int i = 0; i < r->n_in; i++) r->in_dtype[i] = in[i]->dtype, r->in_scalar[i] = in[i]->wrapped_number;
-  tracing_pending = true;
+  t->tracing_pending = true;
   if (r->explicit_dtype) return MX_OK;
 
   mx_dtype to;
@@ -242,9 +247,10 @@ static mx_status before(mx_op op, int n_in, mx_tensor **in, const mx__args *args
 }
 
 static void after(mx_op op, int n_out, mx_tensor *const *out, mx_status status) {
-  if (!tracing_pending || pending.op != op) return;
-  tracing_pending = false;
-  mx__amp_trace_op(&pending, n_out, out, status);
+  thread_state *t = this_thread();
+  if (!t->tracing_pending || t->pending.op != op) return;
+  t->tracing_pending = false;
+  mx__amp_trace_op(&t->pending, n_out, out, status);
 }
 
 static const mx__autocast_hooks hooks = {before, after};

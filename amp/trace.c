@@ -24,12 +24,18 @@ static FILE *trace_stream(void) {
 
 /* --- this thread's counts --------------------------------------------------------- */
 
-static _Thread_local struct {
+typedef struct {
   int64_t calls[MX_OP_COUNT];
   int64_t out_dtype[MX_OP_COUNT][MX_DTYPE_COUNT];
   int64_t casts[MX_OP_COUNT], hits[MX_OP_COUNT];
   int64_t total_casts, total_hits, bytes_cast;
-} counts;
+} op_counts;
+
+static _Thread_local op_counts counts;
+
+/* Out of line so that each function computes the address once (see
+ * tensor/object_cache.c). */
+__attribute__((noinline)) static op_counts *this_thread(void) { return &counts; }
 
 void mx__amp_count_cast(int64_t bytes, bool hit) {
   if (hit) {
@@ -74,11 +80,12 @@ static void print_record(FILE *f, const mx__trace_record *r, int n_out, mx_tenso
 }
 
 void mx__amp_trace_op(const mx__trace_record *r, int n_out, mx_tensor *const *out, mx_status status) {
-  counts.calls[r->op]++;
-  if (status == MX_OK && n_out > 0 && out[0]) counts.out_dtype[r->op][mx_dtype_of(out[0])]++;
+  op_counts *c = this_thread();
+  c->calls[r->op]++;
+  if (status == MX_OK && n_out > 0 && out[0]) c->out_dtype[r->op][mx_dtype_of(out[0])]++;
   for (int i = 0; i < r->n_in; i++) {
-    counts.casts[r->op] += r->cast[i] == MX__CAST_MADE || r->cast[i] == MX__CAST_CACHED;
-    counts.hits[r->op] += r->cast[i] == MX__CAST_CACHE_HIT;
+    c->casts[r->op] += r->cast[i] == MX__CAST_MADE || r->cast[i] == MX__CAST_CACHED;
+    c->hits[r->op] += r->cast[i] == MX__CAST_CACHE_HIT;
   }
   FILE *f = trace_stream();
   if (f) print_record(f, r, n_out, out, status);

@@ -41,9 +41,8 @@ typedef struct {
 
 static _Thread_local free_lists lists;
 
-static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pthread_key_t exit_key;
-static bool enabled;
+static bool enabled; /* set once, when the library loads */
 
 static void release_lists(void *p) {
   free_lists *l = p;
@@ -58,7 +57,7 @@ static void release_lists(void *p) {
   l->registered = false;
 }
 
-static void init(void) {
+__attribute__((constructor)) static void init(void) {
   enabled = pthread_key_create(&exit_key, release_lists) == 0;
 #if defined(__SANITIZE_ADDRESS__)
   enabled = false;
@@ -70,24 +69,29 @@ static void init(void) {
 
 /* The class of a size, or -1 for sizes the lists do not keep. */
 static int class_of(size_t bytes) {
-  if (bytes == 0 || bytes > CLASS_BYTES * CLASSES) return -1;
-  pthread_once(&once, init);
-  return enabled ? (int)((bytes - 1) / CLASS_BYTES) : -1;
+  if (!enabled || bytes == 0 || bytes > CLASS_BYTES * CLASSES) return -1;
+  return (int)((bytes - 1) / CLASS_BYTES);
 }
 
-/* How many objects of class c a thread keeps. */
-static unsigned keep_of(int c) {
-  unsigned by_bytes = KEEP_BYTES / ((unsigned)(c + 1) * CLASS_BYTES);
-  return by_bytes < KEEP ? by_bytes : KEEP;
+/* This thread's lists. Each use of a shared library's thread-local is a
+ * call to __tls_get_addr, and GCC repeats that call rather than keep the
+ * address in a register; out of line, it runs once per function. */
+__attribute__((noinline)) static free_lists *thread_lists(void) { return &lists; }
+
+/* Whether class c holds all a thread keeps: KEEP objects, or KEEP_BYTES
+ * (tested by multiplying; a division here was a visible cost per op). */
+static bool full(unsigned count, int c) {
+  return count >= KEEP || (count + 1) * (unsigned)(c + 1) * CLASS_BYTES > KEEP_BYTES;
 }
 
 void *mx__object_new(size_t bytes) {
   int c = class_of(bytes);
   if (c < 0) return calloc(1, bytes);
-  free_object *o = lists.head[c];
+  free_lists *l = thread_lists();
+  free_object *o = l->head[c];
   if (!o) return calloc(1, (size_t)(c + 1) * CLASS_BYTES); /* the whole class: any later size reuses it */
-  lists.head[c] = o->next;
-  lists.count[c]--;
+  l->head[c] = o->next;
+  l->count[c]--;
   memset(o, 0, bytes);
   return o;
 }
@@ -95,25 +99,27 @@ void *mx__object_new(size_t bytes) {
 void mx__object_free(void *object, size_t bytes) {
   if (!object) return;
   int c = class_of(bytes);
-  if (c < 0 || lists.count[c] >= keep_of(c)) {
+  free_lists *l = thread_lists();
+  if (c < 0 || full(l->count[c], c)) {
     free(object);
     return;
   }
-  if (!lists.registered) { /* the first keep on this thread: free the lists when it exits */
-    if (pthread_setspecific(exit_key, &lists) != 0) {
+  if (!l->registered) { /* the first keep on this thread: free the lists when it exits */
+    if (pthread_setspecific(exit_key, l) != 0) {
       free(object);
       return;
     }
-    lists.registered = true;
+    l->registered = true;
   }
   free_object *o = object;
-  o->next = lists.head[c];
-  lists.head[c] = o;
-  lists.count[c]++;
+  o->next = l->head[c];
+  l->head[c] = o;
+  l->count[c]++;
 }
 
 size_t mx__object_cache_count(void) {
   size_t n = 0;
-  for (int c = 0; c < CLASSES; c++) n += lists.count[c];
+  const free_lists *l = thread_lists();
+  for (int c = 0; c < CLASSES; c++) n += l->count[c];
   return n;
 }
