@@ -153,11 +153,16 @@ void mx__decref(mx_tensor *t) {
   mx__object_free(t, sizeof *t);
 }
 
+/* Copies whole arrays, dims past ndim too: a fixed-size copy is a few
+ * vector moves, where zeroing the view and copying ndim dims was 9% of a
+ * tiny op's time. */
 mx_kview mx__kview_of(const mx_tensor *t) {
-  mx_kview v = {.dtype = t->dtype, .ndim = t->ndim};
+  mx_kview v;
   v.data = (char *)t->storage->data + t->offset * (int64_t)mx_dtype_size(t->dtype);
-  memcpy(v.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
-  memcpy(v.strides, t->strides, sizeof(int64_t) * (size_t)t->ndim);
+  v.dtype = t->dtype;
+  v.ndim = t->ndim;
+  memcpy(v.shape, t->shape, sizeof v.shape);
+  memcpy(v.strides, t->strides, sizeof v.strides);
   return v;
 }
 
