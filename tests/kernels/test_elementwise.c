@@ -59,8 +59,8 @@ static void expect_same(const format *f, const uint16_t *got, const uint16_t *wa
   cr_expect_eq(bad, 0, "%s %s with y=0x%04x: %d of %d patterns differ", mx_dtype_name(f->dtype), what, y, bad, n);
 }
 
-/* The first n patterns; n short of a whole block of the f16 rows ends in a
- * partial block. */
+/* Over the first n patterns: an n that is no multiple of the f16 rows'
+ * block (kernels/cpu/elementwise_rows.inc) ends in a partial block. */
 static void add_and_mul(const format *f, int n) {
   uint16_t *x = all_patterns(), *y = malloc(N * 2), *out = malloc(N * 2), *want = malloc(N * 2);
   cr_assert(y && out && want);
