@@ -84,3 +84,9 @@ const mx_backend *mx__backend(mx_device device) {
     return NULL;
   }
 }
+
+mx_status mx_synchronize(mx_device device) {
+  const mx_backend *backend = mx__backend(device);
+  mx_status st = backend ? backend->synchronize() : mx_last_status();
+  return st == MX_OK ? MX_OK : mx__error_prefix("mx_synchronize");
+}

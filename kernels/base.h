@@ -86,6 +86,11 @@ const char *mx_last_error(void);
 mx_status mx_last_status(void);
 void mx_clear_error(void);
 
+/* Waits until the device has finished the work queued on it (CUDA runs
+ * kernels asynchronously; the CPU has nothing to wait for). Timing GPU work
+ * needs it: a clock read right after a call measures only the launch. */
+mx_status mx_synchronize(mx_device device);
+
 #ifdef __cplusplus
 }
 #endif

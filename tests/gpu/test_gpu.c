@@ -205,6 +205,32 @@ Test(gpu, missing_device_is_a_clear_error) {
   cr_assert_eq(mx_memory_stats_get(MX_CPU).bytes_in_use, cpu_base.bytes_in_use);
 }
 
+/* mx_synchronize waits for queued CUDA work; without a GPU it says why. */
+Test(gpu, synchronize_waits_or_says_why_not) {
+  cr_assert_eq(mx_synchronize(MX_CPU), MX_OK, "%s", mx_last_error());
+  mx_clear_error();
+  cr_assert_eq(mx_synchronize((mx_device)7), MX_DEVICE_ERROR);
+  cr_assert_not_null(strstr(mx_last_error(), "mx_synchronize: invalid device 7"), "%s", mx_last_error());
+  if (mx_cuda_device_count() > 0) { /* a product queued, then waited for: its value is there */
+    mx_tensor *a = mx_ones(MX_SHAPE(512, 512), MX_F32, MX_CUDA);
+    mx_tensor *p = mx_matmul(a, a);
+    cr_assert_not_null(p, "%s", mx_last_error());
+    cr_assert_eq(mx_synchronize(MX_CUDA), MX_OK, "%s", mx_last_error());
+    size_t bytes;
+    float *host = host_copy(p, &bytes);
+    for (size_t i = 0; i < bytes / sizeof *host; i++) cr_assert_eq(host[i], 512.0f, "element %zu: %g", i, host[i]);
+    free(host);
+    mx_release(p);
+    mx_release(a);
+    return;
+  }
+  const char *expected = mx_cuda_built() ? "no CUDA device" : "mixgrad was built without CUDA";
+  mx_clear_error();
+  cr_assert_eq(mx_synchronize(MX_CUDA), mx_cuda_built() ? MX_NO_CUDA_DEVICE : MX_NOT_BUILT);
+  cr_assert_not_null(strstr(mx_last_error(), "mx_synchronize: "), "%s", mx_last_error());
+  cr_assert_not_null(strstr(mx_last_error(), expected), "message '%s' lacks '%s'", mx_last_error(), expected);
+}
+
 /* --- fill -------------------------------------------------------------------------- */
 
 Test(gpu, fill_every_dtype) {
