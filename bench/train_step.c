@@ -2,15 +2,18 @@
  * PyTorch's; bench/run_train.py runs both, alternating, and compares).
  *
  *     OMP_NUM_THREADS=2 build/bench/train_step --model cnn --amp bf16 --batch 128 --warmup 5 --repeat 30
+ *     build/bench/train_step --device cuda --model resnet9 --amp bf16 --batch 64
  *
  * A step is what a training loop does per batch: zero_grad (set_to_none),
  * forward under autocast, cross-entropy, backward (through an enabled
  * GradScaler for f16), optimizer step, and the end of the step's scope,
  * which frees its temporaries as PyTorch frees them when their last
  * reference goes. Every step reuses one random batch, so the time is the
- * framework's, not a data loader's. The result is one JSON line on stdout:
+ * framework's, not a data loader's. On CUDA each step ends with
+ * mx_synchronize, so its time is the GPU's work and not just the launches.
+ * The result is one JSON line on stdout:
  *
- *     {"impl":"mixgrad","model":"cnn","amp":"bf16","batch":128,"threads":2,"warmup":5,
+ *     {"impl":"mixgrad","model":"cnn","amp":"bf16","device":"cpu","batch":128,"threads":2,"warmup":5,
  *      "times_ms":[...one per timed step...],"peak_rss_kb":...,"base_rss_kb":...,
  *      "graph_bytes":...,"forward_bytes":...,"params":...,"version":"0.1.0"}
  *
@@ -29,6 +32,7 @@
 typedef struct {
   const char *model; /* mlp | cnn | resnet9 */
   const char *amp;   /* off | bf16 | f16 */
+  mx_device device;
   int64_t batch, warmup, repeat, seed;
   double seconds; /* a cap on the timed steps' time (warm-up: a quarter of it); 0: none */
 } options;
@@ -39,6 +43,7 @@ typedef struct {
   mx_optimizer *opt;
   mx_scaler *scaler; /* f16 only: bf16 has float32's range and needs none */
   mx_dtype amp;      /* MX_F32: autocast off */
+  mx_device device;
   mx_tensor *x, *y;  /* the batch: images, int64 labels */
 } bench_state;
 
@@ -76,7 +81,7 @@ static mx_optimizer *make_optimizer(const char *model, const mx_module *net) {
  * error set). */
 static mx_tensor *forward_loss(const bench_state *b) {
   mx_tensor *loss = NULL;
-  MX_AUTOCAST(MX_CPU, b->amp == MX_F32 ? MX_AUTOCAST_DEFAULT_DTYPE : b->amp, b->amp != MX_F32, true) {
+  MX_AUTOCAST(b->device, b->amp == MX_F32 ? MX_AUTOCAST_DEFAULT_DTYPE : b->amp, b->amp != MX_F32, true) {
     mx_tensor *logits = mx_module_forward(b->net, b->x);
     loss = logits ? mx_cross_entropy(logits, b->y, NULL, MX_IGNORE_INDEX, MX_REDUCTION_MEAN, 0.0) : NULL;
   }
@@ -103,11 +108,11 @@ static mx_status train_step(bench_state *b) {
     st = loss ? backward_step(b, loss) : mx_last_status();
   }
   mx_scope_end(s);
-  return st;
+  return st == MX_OK ? mx_synchronize(b->device) : st;
 }
 
 /* One more step, untimed, that measures what the forward pass leaves in
- * memory: mx_memory_stats_get(MX_CPU).bytes_in_use (storage bytes) after
+ * memory: mx_memory_stats_get(b->device).bytes_in_use (storage bytes) after
  * the loss is computed minus the value before the forward, taken after
  * zero_grad so the last step's gradients are gone and only the
  * parameters, optimizer state and batch are counted in "before".
@@ -124,13 +129,13 @@ static mx_status measure_graph(bench_state *b, int64_t *graph_bytes, int64_t *fo
   mx_scope *s = mx_scope_begin();
   mx_status st = mx_optimizer_zero_grad(b->opt, true);
   if (st == MX_OK) {
-    int64_t before = mx_memory_stats_get(MX_CPU).bytes_in_use;
+    int64_t before = mx_memory_stats_get(b->device).bytes_in_use;
     mx_scope *forward = mx_scope_begin();
     mx_tensor *loss = forward_loss(b);
-    *forward_bytes = mx_memory_stats_get(MX_CPU).bytes_in_use - before;
+    *forward_bytes = mx_memory_stats_get(b->device).bytes_in_use - before;
     if (loss) mx_keep(loss);
     mx_scope_end(forward);
-    *graph_bytes = mx_memory_stats_get(MX_CPU).bytes_in_use - before;
+    *graph_bytes = mx_memory_stats_get(b->device).bytes_in_use - before;
     st = loss ? backward_step(b, loss) : mx_last_status();
   }
   mx_scope_end(s);
@@ -142,8 +147,10 @@ static mx_status measure_graph(bench_state *b, int64_t *graph_bytes, int64_t *fo
 static int setup(bench_state *b, const options *o) {
   bool mnist = strcmp(o->model, "resnet9") != 0;
   b->amp = !strcmp(o->amp, "f16") ? MX_F16 : !strcmp(o->amp, "bf16") ? MX_BF16 : MX_F32;
+  b->device = o->device;
   b->net = !strcmp(o->model, "mlp") ? mx_demo_mlp() : mnist ? mx_demo_cnn() : mx_demo_resnet9();
   if (!b->net) return fail("model");
+  if (mx_module_to(b->net, b->device) != MX_OK) return fail("the model to the device");
   b->opt = make_optimizer(o->model, b->net);
   if (!b->opt) return fail("optimizer");
   if (b->amp == MX_F16) {
@@ -153,8 +160,8 @@ static int setup(bench_state *b, const options *o) {
     if (!b->scaler) return fail("GradScaler");
   }
   mx_shape image = mnist ? MX_SHAPE(o->batch, 1, 28, 28) : MX_SHAPE(o->batch, 3, 32, 32);
-  b->x = mx_randn(image, MX_F32, MX_CPU, NULL);
-  b->y = mx_randint(0, 10, MX_SHAPE(o->batch), MX_I64, MX_CPU, NULL);
+  b->x = mx_randn(image, MX_F32, b->device, NULL);
+  b->y = mx_randint(0, 10, MX_SHAPE(o->batch), MX_I64, b->device, NULL);
   return b->x && b->y ? 0 : fail("batch");
 }
 
@@ -168,15 +175,17 @@ static void free_state(bench_state *b) {
 
 static void print_result(const bench_state *b, const options *o, const double *times, long base_rss_kb,
                          int64_t graph_bytes, int64_t forward_bytes) {
-  printf("{\"impl\":\"mixgrad\",\"model\":\"%s\",\"amp\":\"%s\",\"batch\":%lld,\"threads\":%d,\"warmup\":%lld,",
-         o->model, o->amp, (long long)o->batch, bench_threads(), (long long)o->warmup);
+  printf("{\"impl\":\"mixgrad\",\"model\":\"%s\",\"amp\":\"%s\",\"device\":\"%s\",\"batch\":%lld,\"threads\":%d,"
+         "\"warmup\":%lld,",
+         o->model, o->amp, mx_device_name(o->device), (long long)o->batch, bench_threads(), (long long)o->warmup);
   bench_json_doubles(stdout, "times_ms", times, (int)o->repeat);
   printf(",\"peak_rss_kb\":%ld,\"base_rss_kb\":%ld,\"graph_bytes\":%lld,\"forward_bytes\":%lld,\"params\":%lld,"
          "\"version\":\"%s\"}\n",
          bench_peak_rss_kb(), base_rss_kb, (long long)graph_bytes, (long long)forward_bytes,
          (long long)mx_module_parameter_count(b->net), MX_VERSION);
-  fprintf(stderr, "train_step: mixgrad %s amp %s batch %lld, %d threads: median %.3f ms over %lld steps\n", o->model,
-          o->amp, (long long)o->batch, bench_threads(), bench_median(times, (int)o->repeat), (long long)o->repeat);
+  fprintf(stderr, "train_step: mixgrad %s amp %s on %s, batch %lld, %d threads: median %.3f ms over %lld steps\n",
+          o->model, o->amp, mx_device_name(o->device), (long long)o->batch, bench_threads(),
+          bench_median(times, (int)o->repeat), (long long)o->repeat);
 }
 
 /* Whether a loop that began at start_ms and has made `done` steps stops
@@ -216,10 +225,10 @@ static int run(bench_state *b, options *o, long base_rss_kb) {
 /* --- flags ---------------------------------------------------------------------------------------------------- */
 
 static void usage(FILE *out) {
-  fprintf(out, "usage: train_step [--model mlp|cnn|resnet9] [--amp off|bf16|f16] [--batch N] [--warmup N]\n"
-               "                  [--repeat N] [--seed N] [--seconds S]\n"
+  fprintf(out, "usage: train_step [--model mlp|cnn|resnet9] [--amp off|bf16|f16] [--device cpu|cuda] [--batch N]\n"
+               "                  [--warmup N] [--repeat N] [--seed N] [--seconds S]\n"
                "Times mixgrad's training step on a random batch and prints one JSON line.\n"
-               "Defaults: --model cnn --amp off --batch 128 --warmup 5 --repeat 30 --seed 1.\n"
+               "Defaults: --model cnn --amp off --device cpu --batch 128 --warmup 5 --repeat 30 --seed 1.\n"
                "--seconds caps the timed steps' time (at least 3 steps) and the warm-up's at a quarter of it.\n"
                "Threads: OMP_NUM_THREADS.\n");
 }
@@ -242,6 +251,11 @@ static bool parse_count(const char *s, int64_t lo, int64_t *out) {
 
 static bool parse_flag(const char *flag, const char *value, options *o) {
   static const char *const models[] = {"mlp", "cnn", "resnet9", NULL}, *const amps[] = {"off", "bf16", "f16", NULL};
+  if (!strcmp(flag, "--device")) {
+    bool cpu = !strcmp(value, "cpu"), cuda = !strcmp(value, "cuda");
+    o->device = cuda ? MX_CUDA : MX_CPU;
+    return cpu || cuda;
+  }
   if (!strcmp(flag, "--model")) return (o->model = pick(value, models)) != NULL;
   if (!strcmp(flag, "--amp")) return (o->amp = pick(value, amps)) != NULL;
   if (!strcmp(flag, "--batch")) return parse_count(value, 1, &o->batch);
@@ -274,7 +288,7 @@ static int parse_args(int argc, char **argv, options *o) {
 }
 
 int main(int argc, char **argv) {
-  options o = {.model = "cnn", .amp = "off", .batch = 128, .warmup = 5, .repeat = 30, .seed = 1};
+  options o = {.model = "cnn", .amp = "off", .device = MX_CPU, .batch = 128, .warmup = 5, .repeat = 30, .seed = 1};
   int parsed = parse_args(argc, argv, &o);
   if (parsed) return parsed == 1 ? 0 : 2;
   long base_rss_kb = bench_current_rss_kb(); /* the process before the model: libraries, runtime */

@@ -4,13 +4,16 @@ mixgrad's; bench/run_train.py runs both, alternating, and compares).
 
     OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/train_step.py \\
         --model cnn --amp bf16 --batch 128 --warmup 5 --repeat 30 [--seconds S]
+    python3 bench/train_step.py --device cuda --model resnet9 --amp f16 --batch 64
 
 The same models, optimizers, step and JSON line as the C program: a step is
 zero_grad(set_to_none=True), forward under torch.autocast, cross-entropy,
-backward, optimizer step, on one random batch. Threads:
+backward, optimizer step, on one random batch; on CUDA, f16 goes through a
+GradScaler as mixgrad's does, and each step ends with torch.cuda.synchronize()
+as mixgrad's ends with mx_synchronize. Threads:
 torch.set_num_threads(OMP_NUM_THREADS, default 2), since torch's own default
 on these machines is 1. CPU autocast in PyTorch 1.13 runs bfloat16 only, so
---amp f16 prints a line with "skipped" and times nothing.
+--amp f16 on the CPU prints a line with "skipped" and times nothing.
 """
 import argparse
 import json
@@ -94,22 +97,33 @@ def make_optimizer(model, params):
 class Bench:
     def __init__(self, args):
         torch.manual_seed(args.seed)
-        self.net = MODELS[args.model]()
+        self.device = args.device
+        self.net = MODELS[args.model]().to(self.device)
         self.opt = make_optimizer(args.model, self.net.parameters())
-        self.bf16 = args.amp == "bf16"
+        self.amp = {"off": None, "bf16": torch.bfloat16, "f16": torch.float16}[args.amp]
+        self.scaler = torch.cuda.amp.GradScaler() if self.amp == torch.float16 else None
         shape = (args.batch, 3, 32, 32) if args.model == "resnet9" else (args.batch, 1, 28, 28)
-        self.x = torch.randn(shape)
-        self.y = torch.randint(0, 10, (args.batch,), dtype=torch.int64)
+        self.x = torch.randn(shape).to(self.device)
+        self.y = torch.randint(0, 10, (args.batch,), dtype=torch.int64).to(self.device)
 
     def forward_loss(self):
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+        with torch.autocast(self.device, dtype=self.amp or torch.bfloat16, enabled=self.amp is not None):
             return F.cross_entropy(self.net(self.x), self.y)
+
+    def backward_step(self, loss):
+        if self.scaler is None:
+            loss.backward()
+            self.opt.step()
+        else:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.opt)
+            self.scaler.update()
 
     def step(self):
         self.opt.zero_grad(set_to_none=True)
-        loss = self.forward_loss()
-        loss.backward()
-        self.opt.step()
+        self.backward_step(self.forward_loss())
+        if self.device == "cuda":
+            torch.cuda.synchronize()
 
     def measure_graph(self):
         """One more step, untimed: the bytes of the unique storages autograd
@@ -132,8 +146,7 @@ class Bench:
         self.opt.zero_grad(set_to_none=True)
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             loss = self.forward_loss()
-        loss.backward()
-        self.opt.step()
+        self.backward_step(loss)
         return sum(saved.values())
 
 
@@ -169,6 +182,7 @@ def main():
     p = argparse.ArgumentParser(description="Times PyTorch's training step on a random batch; prints one JSON line.")
     p.add_argument("--model", choices=sorted(MODELS), default="cnn")
     p.add_argument("--amp", choices=["off", "bf16", "f16"], default="off")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--repeat", type=int, default=30)
@@ -178,13 +192,14 @@ def main():
     args = p.parse_args()
     base_rss_kb = current_rss_kb()  # the interpreter and torch, before the model
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
-    result = {"impl": "pytorch", "model": args.model, "amp": args.amp, "batch": args.batch,
+    result = {"impl": "pytorch", "model": args.model, "amp": args.amp, "device": args.device, "batch": args.batch,
               "threads": torch.get_num_threads(), "warmup": args.warmup}
-    if args.amp == "f16":
+    if args.amp == "f16" and args.device == "cpu":
         result["skipped"] = f"CPU autocast in PyTorch {torch.__version__} supports bfloat16 only"
     else:
         result.update(run(args, base_rss_kb))
-        print(f"train_step.py: pytorch {args.model} amp {args.amp} batch {args.batch}, {result['threads']} threads: "
+        print(f"train_step.py: pytorch {args.model} amp {args.amp} on {args.device}, batch {args.batch}, "
+              f"{result['threads']} threads: "
               f"median {statistics.median(result['times_ms']):.3f} ms over {len(result['times_ms'])} steps", file=sys.stderr)
     result["version"] = torch.__version__
     print(json.dumps(result, separators=(",", ":")))
