@@ -1022,10 +1022,11 @@ static mx_tensor *conv_config(const mx_tensor *x, const mx_tensor *w, const mx_t
 
 /* Convolutions forward and backward (data, weight, bias) in every float
  * dtype and three configurations. float64 runs the CPU's plain loops and
- * the CUDA kernels sum in the same order: the same bits (but the bias
- * gradient, a reduction, within 8 ulp). The others go through oneDNN on the
- * CPU, another order: within float32 rounding of sums of about 1, and one
- * 16-bit rounding for float16 and bfloat16. */
+ * CUDA's direct kernels, which sum in the same order: the same bits (but
+ * the bias gradient, a reduction, within 8 ulp). The others go through
+ * oneDNN on the CPU and cuDNN on CUDA, other orders: within float32
+ * rounding of sums of about 1, and one 16-bit rounding for float16 and
+ * bfloat16 (cuDNN rounds its sum and the bias is added after: two). */
 Test(gpu, conv2d_forward_and_backward_match_cpu) {
   require_gpu();
   for (int d = 0; d < COUNT(float_dtypes); d++) {
@@ -1037,6 +1038,34 @@ Test(gpu, conv2d_forward_and_backward_match_cpu) {
                                   config != 1, dtype, 800 + (uint64_t)(10 * d + config));
       char what[64];
       snprintf(what, sizeof what, "conv2d config %d, %s", config, mx_dtype_name(dtype));
+      expect_layer_results(&r, rel, rel ? 1.0 : 0, rel ? rel : eight_ulps(MX_F64), what);
+      mx_scope_end(scope);
+    }
+  }
+}
+
+static mx_tensor *conv_other_config(const mx_tensor *x, const mx_tensor *w, const mx_tensor *b, int config) {
+  switch (config) {
+  case 0: return mx_conv1d(x, w, b, MX_SHAPE(2), MX_SHAPE(1), MX_DEFAULT, 1);  /* cuDNN: 2-d of height 1 */
+  case 1: return mx_conv3d(x, w, b, MX_DEFAULT, MX_SHAPE(1), MX_DEFAULT, 2);   /* 5-d operands, two groups */
+  default: return mx_conv_transpose2d(x, w, b, MX_SHAPE(2), MX_SHAPE(1), MX_SHAPE(1), MX_DEFAULT, 1);
+  }
+}
+
+/* 1-d, 3-d and transposed convolutions, bounded as the 2-d ones above. */
+Test(gpu, conv1d_conv3d_and_transposed_match_cpu) {
+  require_gpu();
+  mx_shape xs[3] = {MX_SHAPE(3, 4, 11), MX_SHAPE(2, 4, 5, 6, 5), MX_SHAPE(2, 4, 5, 6)};
+  mx_shape ws[3] = {MX_SHAPE(6, 4, 3), MX_SHAPE(6, 2, 3, 3, 3), MX_SHAPE(4, 4, 3, 3)};
+  for (int d = 0; d < COUNT(float_dtypes); d++) {
+    mx_dtype dtype = float_dtypes[d];
+    double rel = dtype == MX_F64 ? 0 : dtype == MX_F32 ? 1e-5 : dtype == MX_F16 ? 0x1p-9 : 0x1p-6;
+    for (int config = 0; config < 3; config++) {
+      mx_scope *scope = mx_scope_begin();
+      layer_results r = run_layer(conv_other_config, config, xs[config], ws[config], true, dtype,
+                                  900 + (uint64_t)(10 * d + config));
+      char what[64];
+      snprintf(what, sizeof what, "conv config %d, %s", config, mx_dtype_name(dtype));
       expect_layer_results(&r, rel, rel ? 1.0 : 0, rel ? rel : eight_ulps(MX_F64), what);
       mx_scope_end(scope);
     }

@@ -1,0 +1,306 @@
+/* Convolutions through cuDNN's convolution API: descriptors for the three
+ * operands and the convolution, an algorithm from cuDNN's heuristics
+ * (remembered per geometry), a workspace from the stream's memory pool.
+ *
+ * Numerics: float32 runs with CUDNN_FMA_MATH, so no TF32 (the matrix
+ * products' cuBLAS default is the same); float16 and bfloat16 run on tensor
+ * cores with float accumulation and one rounding of the result. Among the
+ * algorithms that fit, a deterministic one is preferred, so a run repeats
+ * its own bits as the CPU's does. 1-d convolutions run as 2-d ones of
+ * height 1 (cuDNN wants 4 or 5 dims). */
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/conv_cudnn.h"
+
+/* Workspace cap when choosing an algorithm: larger ones are skipped. */
+#define WORKSPACE_LIMIT ((size_t)1 << 30)
+/* Geometries whose algorithm is remembered; past this, each new one is
+ * looked up at every call. */
+#define ALGO_CACHE_SIZE 256
+
+/* cuDNN's "not supported" answers (cuDNN 9 numbers them 3000-3999). */
+#if CUDNN_MAJOR >= 9
+#define NOT_SUPPORTED(s) ((s) / 1000 == CUDNN_STATUS_NOT_SUPPORTED / 1000)
+#else
+#define NOT_SUPPORTED(s) ((s) == CUDNN_STATUS_NOT_SUPPORTED)
+#endif
+
+/* A cuDNN call in a function with a `bool *declined`: "not supported"
+ * hands the case to the direct kernels, another failure is returned. */
+#define DNN_CALL(call)                                                        \
+  do {                                                                        \
+    cudnnStatus_t dnn_status_ = (call);                                       \
+    if (NOT_SUPPORTED(dnn_status_)) {                                         \
+      *declined = true;                                                       \
+      return MX_OK;                                                           \
+    }                                                                         \
+    MX__RETURN_IF_FAILED(mx__cudnn_status(dnn_status_, #call, __FILE__, __LINE__)); \
+  } while (0)
+
+/* --- the handle: made on first use, so a program without convolutions never loads cuDNN's kernels --- */
+
+static struct {
+  cudnnHandle_t handle;
+  mx_status status;
+  char error[512];
+} dnn;
+static pthread_once_t dnn_once = PTHREAD_ONCE_INIT;
+
+/* At exit, before the CUDA runtime's own teardown (registered earlier). */
+static void release_dnn(void) { (void)cudnnDestroy(dnn.handle); }
+
+static void dnn_init(void) {
+  dnn.status = MX_CUDNN_STATUS(cudnnCreate(&dnn.handle));
+  if (dnn.status == MX_OK) {
+    atexit(release_dnn);
+    dnn.status = MX_CUDNN_STATUS(cudnnSetStream(dnn.handle, mx__cuda_stream()));
+  }
+  if (dnn.status != MX_OK) snprintf(dnn.error, sizeof dnn.error, "%s", mx_last_error());
+}
+
+static mx_status dnn_handle(cudnnHandle_t *out) {
+  pthread_once(&dnn_once, dnn_init);
+  if (dnn.status != MX_OK) return mx__error(dnn.status, "%s", dnn.error);
+  *out = dnn.handle;
+  return MX_OK;
+}
+
+/* --- the case: what cuDNN is told, and the key its algorithm is remembered by --- */
+
+typedef struct {
+  int kind, dtype, nd;             /* nd: 4 or 5 dims as cuDNN sees them */
+  int x[5], w[5], y[5];            /* dims */
+  int pad[3], stride[3], dil[3];   /* nd - 2 of each */
+  int groups;
+} conv_case;
+
+static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
+
+/* v's dims as cuDNN's (a 1-d operand gains a height of 1 before its
+ * width); false when one does not fit an int. */
+static bool dims_of(const mx_kview *v, int spatial, int out[5]) {
+  int64_t d[5] = {v->shape[0], v->shape[1], 1, 1, 1};
+  if (spatial == 1) d[3] = v->shape[2];
+  else for (int j = 0; j < spatial; j++) d[2 + j] = v->shape[2 + j];
+  for (int i = 0; i < 5; i++) {
+    if (!fits_int(d[i])) return false;
+    out[i] = (int)d[i];
+  }
+  return true;
+}
+
+/* Whether cuDNN takes these operands, and the case if so. */
+static bool case_of(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, const mx_kview *y,
+                    const mx_conv_params *p, conv_case *c) {
+  memset(c, 0, sizeof *c); /* the key is compared bytewise */
+  if (x->dtype != MX_F32 && x->dtype != MX_F16 && x->dtype != MX_BF16) return false;
+  if (p->spatial < 1 || p->spatial > 3 || !fits_int(p->groups)) return false;
+  const mx_kview *views[3] = {x, w, y};
+  for (int i = 0; i < 3; i++) /* cuDNN indexes with ints; empty operands are the direct kernels' */
+    if (!mx__kview_is_contiguous(views[i]) || mx__kview_numel(views[i]) == 0 || mx__kview_numel(views[i]) > INT_MAX)
+      return false;
+  c->kind = (int)kind, c->dtype = (int)x->dtype, c->nd = p->spatial == 3 ? 5 : 4, c->groups = (int)p->groups;
+  if (!dims_of(x, p->spatial, c->x) || !dims_of(w, p->spatial, c->w) || !dims_of(y, p->spatial, c->y)) return false;
+  for (int j = 0; j < c->nd - 2; j++) { /* a 1-d convolution's height: no padding, stride 1, dilation 1 */
+    int from = p->spatial == 1 ? j - 1 : j;
+    if (from < 0) {
+      c->pad[j] = 0, c->stride[j] = 1, c->dil[j] = 1;
+      continue;
+    }
+    if (!fits_int(p->padding[from]) || !fits_int(p->stride[from]) || !fits_int(p->dilation[from])) return false;
+    c->pad[j] = (int)p->padding[from], c->stride[j] = (int)p->stride[from], c->dil[j] = (int)p->dilation[from];
+  }
+  return true;
+}
+
+static cudnnDataType_t dnn_type(int dtype) {
+  return dtype == MX_F16 ? CUDNN_DATA_HALF : dtype == MX_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+}
+
+/* --- descriptors ---------------------------------------------------------------------------------- */
+
+typedef struct {
+  cudnnTensorDescriptor_t x, y;
+  cudnnFilterDescriptor_t w;
+  cudnnConvolutionDescriptor_t conv;
+} descriptors;
+
+static void destroy(descriptors *d) {
+  if (d->x) (void)cudnnDestroyTensorDescriptor(d->x);
+  if (d->y) (void)cudnnDestroyTensorDescriptor(d->y);
+  if (d->w) (void)cudnnDestroyFilterDescriptor(d->w);
+  if (d->conv) (void)cudnnDestroyConvolutionDescriptor(d->conv);
+}
+
+/* Packed row-major strides for dims. */
+static void packed_strides(int nd, const int *dims, int *strides) {
+  strides[nd - 1] = 1;
+  for (int i = nd - 2; i >= 0; i--) strides[i] = strides[i + 1] * dims[i + 1];
+}
+
+/* The four descriptors of a case (d zeroed by the caller; destroy() frees
+ * what was made, also after a failure). */
+static mx_status describe(const conv_case *c, descriptors *d, bool *declined) {
+  cudnnDataType_t type = dnn_type(c->dtype);
+  int xs[5], ys[5];
+  packed_strides(c->nd, c->x, xs);
+  packed_strides(c->nd, c->y, ys);
+  MX_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d->x));
+  MX_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d->y));
+  MX_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d->w));
+  MX_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d->conv));
+  DNN_CALL(cudnnSetTensorNdDescriptor(d->x, type, c->nd, c->x, xs));
+  DNN_CALL(cudnnSetTensorNdDescriptor(d->y, type, c->nd, c->y, ys));
+  DNN_CALL(cudnnSetFilterNdDescriptor(d->w, type, CUDNN_TENSOR_NCHW, c->nd, c->w));
+  DNN_CALL(cudnnSetConvolutionNdDescriptor(d->conv, c->nd - 2, c->pad, c->stride, c->dil, CUDNN_CROSS_CORRELATION,
+                                           CUDNN_DATA_FLOAT));
+  DNN_CALL(cudnnSetConvolutionGroupCount(d->conv, c->groups));
+  /* float32: FMA only, no TF32; 16-bit: tensor cores */
+  DNN_CALL(cudnnSetConvolutionMathType(d->conv, c->dtype == MX_F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+  return MX_OK;
+}
+
+/* --- the algorithm: cuDNN's heuristics, remembered per case --- */
+
+typedef struct {
+  int algo;               /* a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t */
+  cudnnMathType_t math;
+  size_t workspace;
+} algo_choice;
+
+static struct {
+  pthread_mutex_t lock;
+  int n;
+  conv_case key[ALGO_CACHE_SIZE];
+  algo_choice value[ALGO_CACHE_SIZE];
+} cache = {PTHREAD_MUTEX_INITIALIZER, 0, {}, {}};
+
+static bool cache_find(const conv_case *c, algo_choice *out) {
+  pthread_mutex_lock(&cache.lock);
+  bool found = false;
+  for (int i = 0; i < cache.n && !found; i++)
+    if (!memcmp(&cache.key[i], c, sizeof *c)) *out = cache.value[i], found = true;
+  pthread_mutex_unlock(&cache.lock);
+  return found;
+}
+
+static void cache_add(const conv_case *c, const algo_choice *v) {
+  pthread_mutex_lock(&cache.lock);
+  if (cache.n < ALGO_CACHE_SIZE) cache.key[cache.n] = *c, cache.value[cache.n] = *v, cache.n++;
+  pthread_mutex_unlock(&cache.lock);
+}
+
+/* The first of cuDNN's ranked answers that ran its check, fits the
+ * workspace cap and is deterministic, else the first that ran and fits;
+ * -1 when none. float32 keeps FMA math whatever the answer says. */
+template <class Perf>
+static int pick(const Perf *perf, int n, int dtype, algo_choice *out) {
+  int chosen = -1;
+  for (int i = 0; i < n; i++) {
+    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > WORKSPACE_LIMIT) continue;
+    if (chosen < 0 || (perf[i].determinism == CUDNN_DETERMINISTIC && perf[chosen].determinism != CUDNN_DETERMINISTIC))
+      chosen = i;
+    if (perf[chosen].determinism == CUDNN_DETERMINISTIC) break;
+  }
+  if (chosen >= 0) {
+    out->algo = (int)perf[chosen].algo;
+    out->math = dtype == MX_F32 ? CUDNN_FMA_MATH : perf[chosen].mathType;
+  }
+  return chosen;
+}
+
+/* The algorithm for a case, and the workspace it needs with that math
+ * type; *declined when cuDNN offers nothing. */
+static mx_status choose(cudnnHandle_t h, const conv_case *c, const descriptors *d, algo_choice *out, bool *declined) {
+  if (cache_find(c, out)) return MX_OK;
+  int n = 0, found = -1;
+  if (c->kind == MX_CONV_FORWARD) {
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    DNN_CALL(cudnnGetConvolutionForwardAlgorithm_v7(h, d->x, d->w, d->conv, d->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                    &n, perf));
+    found = pick(perf, n, c->dtype, out);
+  } else if (c->kind == MX_CONV_BACKWARD_DATA) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    DNN_CALL(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d->w, d->y, d->conv, d->x,
+                                                         CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
+    found = pick(perf, n, c->dtype, out);
+  } else {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    DNN_CALL(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d->x, d->y, d->conv, d->w,
+                                                           CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
+    found = pick(perf, n, c->dtype, out);
+  }
+  if (found < 0) {
+    *declined = true;
+    return MX_OK;
+  }
+  DNN_CALL(cudnnSetConvolutionMathType(d->conv, out->math));
+  if (c->kind == MX_CONV_FORWARD)
+    DNN_CALL(cudnnGetConvolutionForwardWorkspaceSize(h, d->x, d->w, d->conv, d->y,
+                                                     (cudnnConvolutionFwdAlgo_t)out->algo, &out->workspace));
+  else if (c->kind == MX_CONV_BACKWARD_DATA)
+    DNN_CALL(cudnnGetConvolutionBackwardDataWorkspaceSize(h, d->w, d->y, d->conv, d->x,
+                                                          (cudnnConvolutionBwdDataAlgo_t)out->algo, &out->workspace));
+  else
+    DNN_CALL(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+        h, d->x, d->y, d->conv, d->w, (cudnnConvolutionBwdFilterAlgo_t)out->algo, &out->workspace));
+  cache_add(c, out);
+  return MX_OK;
+}
+
+/* --- running it --- */
+
+static cudnnStatus_t execute(cudnnHandle_t h, const conv_case *c, const descriptors *d, const algo_choice *a,
+                             const mx_kview *x, const mx_kview *w, const mx_kview *y, void *ws) {
+  const float one = 1.0f, zero = 0.0f; /* float scalars for float, half and bfloat16 data */
+  if (c->kind == MX_CONV_FORWARD)
+    return cudnnConvolutionForward(h, &one, d->x, x->data, d->w, w->data, d->conv, (cudnnConvolutionFwdAlgo_t)a->algo,
+                                   ws, a->workspace, &zero, d->y, y->data);
+  if (c->kind == MX_CONV_BACKWARD_DATA)
+    return cudnnConvolutionBackwardData(h, &one, d->w, w->data, d->y, y->data, d->conv,
+                                        (cudnnConvolutionBwdDataAlgo_t)a->algo, ws, a->workspace, &zero, d->x,
+                                        x->data);
+  return cudnnConvolutionBackwardFilter(h, &one, d->x, x->data, d->y, y->data, d->conv,
+                                        (cudnnConvolutionBwdFilterAlgo_t)a->algo, ws, a->workspace, &zero, d->w,
+                                        w->data);
+}
+
+static mx_status run(cudnnHandle_t h, const conv_case *c, descriptors *d, const mx_kview *x, const mx_kview *w,
+                     const mx_kview *y, bool *declined) {
+  MX__RETURN_IF_FAILED(describe(c, d, declined));
+  if (*declined) return MX_OK;
+  algo_choice a;
+  MX__RETURN_IF_FAILED(choose(h, c, d, &a, declined));
+  if (*declined) return MX_OK;
+  DNN_CALL(cudnnSetConvolutionMathType(d->conv, a.math));
+  void *ws = NULL;
+  if (a.workspace) MX_CUDA_CHECK(cudaMallocAsync(&ws, a.workspace, mx__cuda_stream()));
+  cudnnStatus_t s = execute(h, c, d, &a, x, w, y, ws);
+  mx_status freed = ws ? MX_CUDA_STATUS(cudaFreeAsync(ws, mx__cuda_stream())) : MX_OK;
+  if (NOT_SUPPORTED(s)) { /* nothing was written: the direct kernels take it */
+    *declined = true;
+    return freed;
+  }
+  MX__RETURN_IF_FAILED(mx__cudnn_status(s, "the cuDNN convolution", __FILE__, __LINE__));
+  return freed;
+}
+
+mx_status mx__cudnn_conv(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, const mx_kview *y,
+                         const mx_conv_params *p, bool *declined) {
+  conv_case c;
+  *declined = !case_of(kind, x, w, y, p, &c);
+  if (*declined) return MX_OK;
+  cudnnHandle_t h = NULL;
+  MX__RETURN_IF_FAILED(dnn_handle(&h));
+  descriptors d;
+  memset(&d, 0, sizeof d);
+  mx_status st = run(h, &c, &d, x, w, y, declined);
+  destroy(&d);
+  return st;
+}
