@@ -906,3 +906,27 @@ Test(math, conversions_match_pytorch_fixtures) {
   cr_expect(rows >= 1000, "%s has only %d rows", path, rows);
   cr_log_info("torch fixtures: %d rows from %s", rows, path);
 }
+
+/* --- strided indexing ------------------------------------------------------ */
+
+/* The offset from coordinates found by hand: linear = ((a * B) + b) * C + c. */
+static int64_t offset_by_hand(int64_t linear, const int64_t shape[3], const int64_t strides[3]) {
+  int64_t c = linear % shape[2], b = linear / shape[2] % shape[1], a = linear / shape[2] / shape[1];
+  return a * strides[0] + b * strides[1] + c * strides[2];
+}
+
+/* Every index of a permuted view, and indices and dims past 32 bits. */
+Test(math, strided_offset_of_permuted_and_huge_views) {
+  const int64_t small[3] = {2, 3, 4}, small_strides[3] = {1, 8, 2}; /* a permuted view */
+  for (int64_t i = 0; i < 24; i++)
+    cr_assert_eq(mx_strided_offset(i, 3, small, small_strides), offset_by_hand(i, small, small_strides), "i %" PRId64, i);
+  cr_assert_eq(mx_strided_offset(23, 3, small, small_strides), 1 * 1 + 2 * 8 + 3 * 2);
+  const int64_t big[3] = {3, ((int64_t)1 << 32) + 5, 7}, big_strides[3] = {-1, 7, 1}; /* a dim past 2^32 */
+  const int64_t indices[] = {0, 6, 7, ((int64_t)1 << 32) - 1, (int64_t)1 << 32, ((int64_t)1 << 32) * 7 + 12,
+                             ((int64_t)1 << 35) + 3, 3 * big[1] * big[2] - 1};
+  for (size_t k = 0; k < sizeof indices / sizeof *indices; k++)
+    cr_assert_eq(mx_strided_offset(indices[k], 3, big, big_strides), offset_by_hand(indices[k], big, big_strides),
+                 "i %" PRId64, indices[k]);
+  /* the last element: (2, 2^32 + 4, 6) */
+  cr_assert_eq(mx_strided_offset(3 * big[1] * big[2] - 1, 3, big, big_strides), -2 + (((int64_t)1 << 32) + 4) * 7 + 6);
+}
