@@ -8,12 +8,12 @@
  * algorithms that fit, a deterministic one is preferred, so a run repeats
  * its own bits as the CPU's does. 1-d convolutions run as 2-d ones of
  * height 1 (cuDNN wants 4 or 5 dims). */
-#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/conv_cudnn_case.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/conv_cudnn.h"
@@ -71,54 +71,6 @@ static mx_status dnn_handle(cudnnHandle_t *out) {
   return MX_OK;
 }
 
-/* --- the case: what cuDNN is told, and the key its algorithm is remembered by --- */
-
-typedef struct {
-  int kind, dtype, nd;             /* nd: 4 or 5 dims as cuDNN sees them */
-  int x[5], w[5], y[5];            /* dims */
-  int pad[3], stride[3], dil[3];   /* nd - 2 of each */
-  int groups;
-} conv_case;
-
-static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
-
-/* v's dims as cuDNN's (a 1-d operand gains a height of 1 before its
- * width); false when one does not fit an int. */
-static bool dims_of(const mx_kview *v, int spatial, int out[5]) {
-  int64_t d[5] = {v->shape[0], v->shape[1], 1, 1, 1};
-  if (spatial == 1) d[3] = v->shape[2];
-  else for (int j = 0; j < spatial; j++) d[2 + j] = v->shape[2 + j];
-  for (int i = 0; i < 5; i++) {
-    if (!fits_int(d[i])) return false;
-    out[i] = (int)d[i];
-  }
-  return true;
-}
-
-/* Whether cuDNN takes these operands, and the case if so. */
-static bool case_of(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, const mx_kview *y,
-                    const mx_conv_params *p, conv_case *c) {
-  memset(c, 0, sizeof *c); /* the key is compared bytewise */
-  if (x->dtype != MX_F32 && x->dtype != MX_F16 && x->dtype != MX_BF16) return false;
-  if (p->spatial < 1 || p->spatial > 3 || !fits_int(p->groups)) return false;
-  const mx_kview *views[3] = {x, w, y};
-  for (int i = 0; i < 3; i++) /* cuDNN indexes with ints; empty operands are the direct kernels' */
-    if (!mx__kview_is_contiguous(views[i]) || mx__kview_numel(views[i]) == 0 || mx__kview_numel(views[i]) > INT_MAX)
-      return false;
-  c->kind = (int)kind, c->dtype = (int)x->dtype, c->nd = p->spatial == 3 ? 5 : 4, c->groups = (int)p->groups;
-  if (!dims_of(x, p->spatial, c->x) || !dims_of(w, p->spatial, c->w) || !dims_of(y, p->spatial, c->y)) return false;
-  for (int j = 0; j < c->nd - 2; j++) { /* a 1-d convolution's height: no padding, stride 1, dilation 1 */
-    int from = p->spatial == 1 ? j - 1 : j;
-    if (from < 0) {
-      c->pad[j] = 0, c->stride[j] = 1, c->dil[j] = 1;
-      continue;
-    }
-    if (!fits_int(p->padding[from]) || !fits_int(p->stride[from]) || !fits_int(p->dilation[from])) return false;
-    c->pad[j] = (int)p->padding[from], c->stride[j] = (int)p->stride[from], c->dil[j] = (int)p->dilation[from];
-  }
-  return true;
-}
-
 static cudnnDataType_t dnn_type(int dtype) {
   return dtype == MX_F16 ? CUDNN_DATA_HALF : dtype == MX_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
 }
@@ -146,7 +98,7 @@ static void packed_strides(int nd, const int *dims, int *strides) {
 
 /* The four descriptors of a case (d zeroed by the caller; destroy() frees
  * what was made, also after a failure). */
-static mx_status describe(const conv_case *c, descriptors *d, bool *declined) {
+static mx_status describe(const mx_cudnn_conv_case *c, descriptors *d, bool *declined) {
   cudnnDataType_t type = dnn_type(c->dtype);
   int xs[5], ys[5];
   packed_strides(c->nd, c->x, xs);
@@ -177,11 +129,11 @@ typedef struct {
 static struct {
   pthread_mutex_t lock;
   int n;
-  conv_case key[ALGO_CACHE_SIZE];
+  mx_cudnn_conv_case key[ALGO_CACHE_SIZE];
   algo_choice value[ALGO_CACHE_SIZE];
 } cache = {PTHREAD_MUTEX_INITIALIZER, 0, {}, {}};
 
-static bool cache_find(const conv_case *c, algo_choice *out) {
+static bool cache_find(const mx_cudnn_conv_case *c, algo_choice *out) {
   pthread_mutex_lock(&cache.lock);
   bool found = false;
   for (int i = 0; i < cache.n && !found; i++)
@@ -190,7 +142,7 @@ static bool cache_find(const conv_case *c, algo_choice *out) {
   return found;
 }
 
-static void cache_add(const conv_case *c, const algo_choice *v) {
+static void cache_add(const mx_cudnn_conv_case *c, const algo_choice *v) {
   pthread_mutex_lock(&cache.lock);
   if (cache.n < ALGO_CACHE_SIZE) cache.key[cache.n] = *c, cache.value[cache.n] = *v, cache.n++;
   pthread_mutex_unlock(&cache.lock);
@@ -217,7 +169,8 @@ static int pick(const Perf *perf, int n, int dtype, algo_choice *out) {
 
 /* The algorithm for a case, and the workspace it needs with that math
  * type; *declined when cuDNN offers nothing. */
-static mx_status choose(cudnnHandle_t h, const conv_case *c, const descriptors *d, algo_choice *out, bool *declined) {
+static mx_status choose(cudnnHandle_t h, const mx_cudnn_conv_case *c, const descriptors *d, algo_choice *out,
+                        bool *declined) {
   if (cache_find(c, out)) return MX_OK;
   int n = 0, found = -1;
   if (c->kind == MX_CONV_FORWARD) {
@@ -256,7 +209,7 @@ static mx_status choose(cudnnHandle_t h, const conv_case *c, const descriptors *
 
 /* --- running it --- */
 
-static cudnnStatus_t execute(cudnnHandle_t h, const conv_case *c, const descriptors *d, const algo_choice *a,
+static cudnnStatus_t execute(cudnnHandle_t h, const mx_cudnn_conv_case *c, const descriptors *d, const algo_choice *a,
                              const mx_kview *x, const mx_kview *w, const mx_kview *y, void *ws) {
   const float one = 1.0f, zero = 0.0f; /* float scalars for float, half and bfloat16 data */
   if (c->kind == MX_CONV_FORWARD)
@@ -271,7 +224,7 @@ static cudnnStatus_t execute(cudnnHandle_t h, const conv_case *c, const descript
                                         w->data);
 }
 
-static mx_status run(cudnnHandle_t h, const conv_case *c, descriptors *d, const mx_kview *x, const mx_kview *w,
+static mx_status run(cudnnHandle_t h, const mx_cudnn_conv_case *c, descriptors *d, const mx_kview *x, const mx_kview *w,
                      const mx_kview *y, bool *declined) {
   MX__RETURN_IF_FAILED(describe(c, d, declined));
   if (*declined) return MX_OK;
@@ -293,8 +246,8 @@ static mx_status run(cudnnHandle_t h, const conv_case *c, descriptors *d, const 
 
 mx_status mx__cudnn_conv(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, const mx_kview *y,
                          const mx_conv_params *p, bool *declined) {
-  conv_case c;
-  *declined = !case_of(kind, x, w, y, p, &c);
+  mx_cudnn_conv_case c;
+  *declined = !mx_cudnn_conv_case_of(kind, x, w, y, p, &c);
   if (*declined) return MX_OK;
   cudnnHandle_t h = NULL;
   MX__RETURN_IF_FAILED(dnn_handle(&h));

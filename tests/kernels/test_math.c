@@ -919,7 +919,8 @@ static int64_t offset_by_hand(int64_t linear, const int64_t shape[3], const int6
 Test(math, strided_offset_of_permuted_and_huge_views) {
   const int64_t small[3] = {2, 3, 4}, small_strides[3] = {1, 8, 2}; /* a permuted view */
   for (int64_t i = 0; i < 24; i++)
-    cr_assert_eq(mx_strided_offset(i, 3, small, small_strides), offset_by_hand(i, small, small_strides), "i %" PRId64, i);
+    cr_assert_eq(mx_strided_offset(i, 3, small, small_strides), offset_by_hand(i, small, small_strides),
+                 "i %" PRId64, i);
   cr_assert_eq(mx_strided_offset(23, 3, small, small_strides), 1 * 1 + 2 * 8 + 3 * 2);
   const int64_t big[3] = {3, ((int64_t)1 << 32) + 5, 7}, big_strides[3] = {-1, 7, 1}; /* a dim past 2^32 */
   const int64_t indices[] = {0, 6, 7, ((int64_t)1 << 32) - 1, (int64_t)1 << 32, ((int64_t)1 << 32) * 7 + 12,

@@ -1,0 +1,69 @@
+/* How a convolution is put to cuDNN, as plain numbers: which cases cuDNN
+ * takes and each operand's dims as cuDNN sees them. kernels/cuda/conv_cudnn.cu
+ * makes its descriptors from these; the CPU tests check them
+ * (tests/kernels/test_conv_cudnn_case.c), since no GPU runs in CI. */
+#ifndef MX_KERNELS_CONV_CUDNN_CASE_H
+#define MX_KERNELS_CONV_CUDNN_CASE_H
+
+#include <limits.h>
+#include <string.h>
+
+#include "kernels/conv_check.h"
+
+/* One convolution for cuDNN, compared bytewise as the key its algorithm is
+ * remembered by (so always made by mx_cudnn_conv_case_of, which zeroes it). */
+typedef struct {
+  int kind, dtype, nd;           /* mx_conv_kind, mx_dtype; nd: 4 or 5 dims as cuDNN sees them */
+  int x[5], w[5], y[5];          /* dims (the first nd used) */
+  int pad[3], stride[3], dil[3]; /* the first nd - 2 used */
+  int groups;
+} mx_cudnn_conv_case;
+
+static inline bool mx__cudnn_fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
+
+/* v's dims as cuDNN's: a 1-d operand (N, C, W) becomes (N, C, 1, W), since
+ * cuDNN wants 4 or 5 dims. False when one does not fit an int. */
+static inline bool mx__cudnn_dims(const mx_kview *v, int spatial, int out[5]) {
+  int64_t d[5] = {v->shape[0], v->shape[1], 1, 1, 1};
+  if (spatial == 1) d[3] = v->shape[2];
+  else
+    for (int j = 0; j < spatial; j++) d[2 + j] = v->shape[2 + j];
+  for (int i = 0; i < 5; i++) {
+    if (!mx__cudnn_fits_int(d[i])) return false;
+    out[i] = (int)d[i];
+  }
+  return true;
+}
+
+/* Whether cuDNN takes the convolution (operands named as in the forward:
+ * x input, w weight, y output), and its case if so: float32, float16 or
+ * bfloat16, contiguous, non-empty, every size within cuDNN's ints. */
+static inline bool mx_cudnn_conv_case_of(mx_conv_kind kind, const mx_kview *x, const mx_kview *w,
+                                         const mx_kview *y, const mx_conv_params *p, mx_cudnn_conv_case *c) {
+  memset(c, 0, sizeof *c);
+  if (x->dtype != MX_F32 && x->dtype != MX_F16 && x->dtype != MX_BF16) return false;
+  if (p->spatial < 1 || p->spatial > 3 || !mx__cudnn_fits_int(p->groups)) return false;
+  const mx_kview *views[3] = {x, w, y};
+  for (int i = 0; i < 3; i++) {
+    int64_t n = mx__kview_numel(views[i]);
+    if (!mx__kview_is_contiguous(views[i]) || n == 0 || n > INT_MAX) return false;
+  }
+  c->kind = (int)kind, c->dtype = (int)x->dtype, c->nd = p->spatial == 3 ? 5 : 4, c->groups = (int)p->groups;
+  if (!mx__cudnn_dims(x, p->spatial, c->x) || !mx__cudnn_dims(w, p->spatial, c->w) ||
+      !mx__cudnn_dims(y, p->spatial, c->y))
+    return false;
+  for (int j = 0; j < c->nd - 2; j++) {
+    int from = p->spatial == 1 ? j - 1 : j; /* a 1-d convolution's height: padding 0, stride 1, dilation 1 */
+    if (from < 0) {
+      c->pad[j] = 0, c->stride[j] = 1, c->dil[j] = 1;
+      continue;
+    }
+    if (!mx__cudnn_fits_int(p->padding[from]) || !mx__cudnn_fits_int(p->stride[from]) ||
+        !mx__cudnn_fits_int(p->dilation[from]))
+      return false;
+    c->pad[j] = (int)p->padding[from], c->stride[j] = (int)p->stride[from], c->dil[j] = (int)p->dilation[from];
+  }
+  return true;
+}
+
+#endif
