@@ -1,5 +1,5 @@
 /* Convolutions on CUDA. float32, float16 and bfloat16 go to cuDNN
- * (kernels/cuda/conv_cudnn.cu), the bias added after by a kernel here.
+ * (kernels/cuda/conv_cudnn.cu), the bias added after by the binary kernel.
  * What cuDNN does not take (float64, non-contiguous views, sizes past its
  * ints, a case it has no algorithm for) runs on the direct kernels below:
  * one thread per output element, each element the same sum in the same
@@ -11,6 +11,7 @@
 #include "kernels/conv_geom.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/conv_cudnn.h"
+#include "kernels/elementwise.h"
 
 /* Element i of a 5-d (n, c, d, h, w) operand of the geometry, as A. */
 template <class A>
@@ -138,19 +139,6 @@ static mx_status launch(const char *what, const mx_kview *x, const mx_kview *w, 
   return launch_elementwise(what, outputs, op);
 }
 
-/* y[n, c, ...] += bias[c], the sum rounded once to y's dtype; y contiguous (N, C, *S). */
-struct add_bias_op {
-  void *y;
-  const void *bias;
-  mx_dtype dtype;
-  int64_t channels, plane; /* C, and the elements of one (n, c) plane */
-  __device__ void operator()(int64_t e) const {
-    char *out = (char *)y + e * dtype_bytes(dtype);
-    double b = mx_element_load((const char *)bias + (e / plane % channels) * dtype_bytes(dtype), dtype);
-    mx_element_store(out, dtype, mx_element_load(out, dtype) + b);
-  }
-};
-
 mx_status mx__cuda_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
                                 const mx_conv_params *p) {
   MX__RETURN_IF_FAILED(mx__conv_check(MX_CONV_FORWARD, x, w, y, bias, p));
@@ -158,10 +146,10 @@ mx_status mx__cuda_conv_forward(const mx_kview *y, const mx_kview *x, const mx_k
   MX__RETURN_IF_FAILED(mx__cudnn_conv(MX_CONV_FORWARD, x, w, y, p, &declined));
   if (declined) return launch<forward_op>("launch of kernel conv_forward", x, w, y, bias, p, mx__kview_numel(y));
   if (!bias) return MX_OK;
-  int64_t plane = 1;
-  for (int d = 2; d < y->ndim; d++) plane *= y->shape[d];
-  add_bias_op op = {y->data, bias->data, y->dtype, y->shape[1], plane};
-  return launch_elementwise("launch of kernel conv_add_bias", mx__kview_numel(y), op);
+  mx_kview channel_bias = *y; /* bias as (1, C, 1, ...), broadcast over y, added in place */
+  channel_bias.data = bias->data;
+  for (int d = 0; d < y->ndim; d++) channel_bias.strides[d] = d == 1 ? 1 : 0;
+  return mx__cuda_binary(MX_BIN_ADD, y, y, &channel_bias, 1.0);
 }
 
 mx_status mx__cuda_conv_backward_data(const mx_kview *dx, const mx_kview *dy, const mx_kview *w,
