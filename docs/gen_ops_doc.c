@@ -32,8 +32,9 @@ int main(int argc, char **argv) {
                "**Devices**: every op runs on the CPU. The CUDA backend has, so far, the memory,\n"
                "creation, random, copy and cast kernels, elementwise (unary, binary, comparisons,\n"
                "where), reductions, matrix products (cuBLAS), softmax, gather/scatter/index,\n"
-               "convolution and pooling (direct kernels), and the AMP and optimizer kernels; the\n"
-               "others (scans, fused batch norm) report \"no ... kernel on cuda yet\" or run composed.\n\n"
+               "convolution (cuDNN; direct kernels for float64 and what cuDNN declines), pooling\n"
+               "(direct kernels), batch norm's per-channel sums and scale-and-shift, and the AMP\n"
+               "and optimizer kernels; the others (scans) report \"no ... kernel on cuda yet\".\n\n"
                "| # | op | inputs | autocast policy | kind | gradient |\n"
                "|---|---|---|---|---|---|\n");
   for (int op = 0; op < mx_op_count(); op++)

@@ -1099,6 +1099,56 @@ Test(gpu, pooling_forward_and_backward_match_cpu) {
     }
 }
 
+/* The running mean and variance of the last bn_config call on each device
+ * (0: the CPU, 1: CUDA). */
+static mx_tensor *bn_running[2][2];
+
+/* Batch norm with weight w and bias b, training but in config 2; the
+ * running statistics start at 0.5 and 2 (what config 2 normalises with). */
+static mx_tensor *bn_config(const mx_tensor *x, const mx_tensor *w, const mx_tensor *b, int config) {
+  mx_device device = mx_device_of(x);
+  int64_t channels = mx_shape_get(x).d[1];
+  mx_dtype stats = mx_dtype_of(x) == MX_F64 ? MX_F64 : MX_F32;
+  mx_tensor **running = bn_running[device == MX_CUDA];
+  running[0] = mx_full(MX_SHAPE(channels), 0.5, stats, device);
+  running[1] = mx_full(MX_SHAPE(channels), 2.0, stats, device);
+  return mx_batch_norm(x, running[0], running[1], w, b, config != 2, 0.1, 1e-5);
+}
+
+/* Batch norm forward and backward in every float dtype: training on a 4-d
+ * input, on a 2-d one (planes of one value), and on channels of 8184
+ * values (CUDA's sums cut them into several runs); and eval on a 3-d
+ * input. Training's running statistics are compared too. The devices add
+ * the per-channel sums in different orders (the CPU in float lanes, CUDA
+ * in double), so float32 agrees within 1e-5 and float64 within 1e-12.
+ * float16 and bfloat16 results may round the other way where the
+ * statistics differ in their last bits, and the input's gradient adds two
+ * such rounded terms: within 2^-7 and 2^-4 of the larger magnitude (8
+ * units in the last place or more). The statistics themselves are float32
+ * for every 16-bit input. */
+Test(gpu, batch_norm_forward_and_backward_match_cpu) {
+  require_gpu();
+  mx_shape xs[4] = {MX_SHAPE(4, 3, 5, 6), MX_SHAPE(16, 5), MX_SHAPE(3, 4, 7), MX_SHAPE(8, 2, 33, 31)};
+  for (int d = 0; d < COUNT(float_dtypes); d++) {
+    mx_dtype dtype = float_dtypes[d];
+    double rel = dtype == MX_F64 ? 1e-12 : dtype == MX_F32 ? 1e-5 : dtype == MX_F16 ? 0x1p-7 : 0x1p-4;
+    double stats_rel = dtype == MX_F64 ? 1e-12 : 1e-5;
+    for (int config = 0; config < COUNT(xs); config++) {
+      mx_scope *scope = mx_scope_begin();
+      layer_results r = run_layer(bn_config, config, xs[config], MX_SHAPE(xs[config].d[1]), true, dtype,
+                                  1000 + (uint64_t)(10 * d + config));
+      char what[64], why[256];
+      snprintf(what, sizeof what, "batch norm config %d, %s", config, mx_dtype_name(dtype));
+      expect_layer_results(&r, rel, 1.0, rel, what);
+      for (int k = 0; config != 2 && k < 2; k++) {
+        size_t n = differences(bn_running[0][k], bn_running[1][k], stats_rel, 1.0, why, sizeof why);
+        cr_expect_eq(n, 0, "%s, running %s: %s", what, k ? "var" : "mean", why);
+      }
+      mx_scope_end(scope);
+    }
+  }
+}
+
 /* One training step of a small MLP through the ops on both devices:
  * log_softmax(relu(x w1 + b1) w2 + b2), the mean of the one-hot picked
  * log-probabilities as the loss, and backward. The loss and every gradient

@@ -1,0 +1,152 @@
+/* Batch norm's per-channel kernels on CUDA (kernels/backend.h says what
+ * each computes), with the CPU's arithmetic (kernels/cpu/batch_norm.c):
+ * float, or double for float64 data, each difference, product and sum
+ * rounded in turn (the build passes --fmad=false, so nothing contracts into
+ * an FMA), 16-bit values widened exactly and the result rounded once.
+ *
+ * channel_affine is elementwise. channel_sums cuts each channel's values
+ * into runs (kernels/channel_plan.h): a block per run adds its values in
+ * double into a partial, then one thread per channel adds that channel's
+ * partials in run order, so a run gives the same bits each time (no
+ * atomics). The CPU adds in another order: the sums agree to rounding. */
+#include "kernels/channel_plan.h"
+#include "kernels/cuda/common.cuh"
+
+#define SUMS_THREADS 256
+/* Values per run at least: 8 a thread, so a block's closing tree of adds
+ * is a small part of its work. */
+#define SUMS_MIN_RUN (8 * SUMS_THREADS)
+
+/* --- channel_affine -------------------------------------------------------------- */
+
+/* T: float, or double for float64; the (C) vectors are T. */
+template <class T>
+struct affine_op {
+  mx_kview y, x;
+  const T *center, *scale, *shift; /* center NULL: zeros */
+  mx_channel_plan plan;
+  __device__ void operator()(int64_t i) const {
+    int64_t c = mx_channel_of(&plan, i);
+    T v = (T)mx_element_load((const char *)x.data + i * dtype_bytes(x.dtype), x.dtype);
+    T m = center ? center[c] : (T)0;
+    T r = (v - m) * scale[c] + shift[c];
+    mx_element_store((char *)y.data + i * dtype_bytes(y.dtype), y.dtype, (double)r);
+  }
+};
+
+template <class T>
+static mx_status channel_affine(const mx_kview *y, const mx_kview *x, const mx_kview *center, const mx_kview *scale,
+                                const mx_kview *shift) {
+  affine_op<T> op;
+  op.y = *y;
+  op.x = *x;
+  op.center = center ? (const T *)center->data : NULL;
+  op.scale = (const T *)scale->data;
+  op.shift = (const T *)shift->data;
+  op.plan = mx_channel_plan_of(x);
+  return launch_elementwise("launch of kernel channel_affine", mx__kview_numel(x), op);
+}
+
+mx_status mx__cuda_channel_affine(const mx_kview *y, const mx_kview *x, const mx_kview *center, const mx_kview *scale,
+                                  const mx_kview *shift) {
+  if (x->dtype == MX_F64) return channel_affine<double>(y, x, center, scale, shift);
+  return channel_affine<float>(y, x, center, scale, shift);
+}
+
+/* --- channel_sums ----------------------------------------------------------------- */
+
+/* partials[2 r] and partials[2 r + 1]: the sum of a, and of (a - ca)(b - cb),
+ * over run r (channel r / segments, run r % segments); without b, the
+ * second is 0. */
+template <class T>
+__global__ void channel_partials_kernel(mx_channel_plan p, mx_kview a, mx_kview b, bool with_b, const T *a_center,
+                                        const T *b_center, double *partials) {
+  __shared__ double sums[SUMS_THREADS], dots[SUMS_THREADS];
+  int64_t runs = p.channels * p.segments, bytes = dtype_bytes(a.dtype);
+  for (int64_t r = blockIdx.x; r < runs; r += gridDim.x) {
+    int64_t c = r / p.segments, first = r % p.segments * p.segment;
+    int64_t end = first + p.segment < p.count ? first + p.segment : p.count;
+    T ca = a_center ? a_center[c] : (T)0, cb = b_center ? b_center[c] : (T)0;
+    double sum = 0, dot = 0;
+    for (int64_t j = first + threadIdx.x; j < end; j += blockDim.x) {
+      int64_t offset = mx_channel_offset(&p, c, j) * bytes;
+      T va = (T)mx_element_load((const char *)a.data + offset, a.dtype);
+      sum += (double)va;
+      if (with_b) {
+        T vb = (T)mx_element_load((const char *)b.data + offset, b.dtype);
+        T product = (va - ca) * (vb - cb); /* rounded in T, as the elementwise ops round it */
+        dot += (double)product;
+      }
+    }
+    sums[threadIdx.x] = sum;
+    dots[threadIdx.x] = dot;
+    __syncthreads();
+    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+      if (threadIdx.x < half) {
+        sums[threadIdx.x] += sums[threadIdx.x + half];
+        dots[threadIdx.x] += dots[threadIdx.x + half];
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      partials[2 * r] = sums[0];
+      partials[2 * r + 1] = dots[0];
+    }
+    __syncthreads(); /* sums and dots are reused for the next run */
+  }
+}
+
+/* Channel c's partials added in run order and stored (sum or dot absent:
+ * data NULL). */
+struct finish_op {
+  const double *partials;
+  int64_t segments;
+  mx_kview sum, dot;
+  __device__ void operator()(int64_t c) const {
+    double s = 0, d = 0;
+    for (int64_t k = 0; k < segments; k++) {
+      s += partials[2 * (c * segments + k)];
+      d += partials[2 * (c * segments + k) + 1];
+    }
+    if (sum.data) mx_element_store((char *)sum.data + c * dtype_bytes(sum.dtype), sum.dtype, s);
+    if (dot.data) mx_element_store((char *)dot.data + c * dtype_bytes(dot.dtype), dot.dtype, d);
+  }
+};
+
+template <class T>
+static mx_status launch_partials(const mx_channel_plan *p, const mx_kview *a, const mx_kview *b,
+                                 const mx_kview *a_center, const mx_kview *b_center, double *partials) {
+  int64_t runs = p->channels * p->segments;
+  int64_t blocks = runs < mx__cuda_max_blocks() ? runs : mx__cuda_max_blocks();
+  mx_kview none;
+  memset(&none, 0, sizeof none);
+  channel_partials_kernel<T><<<(unsigned)blocks, SUMS_THREADS, 0, mx__cuda_stream()>>>(
+      *p, *a, b ? *b : none, b != NULL, a_center ? (const T *)a_center->data : NULL,
+      b_center ? (const T *)b_center->data : NULL, partials);
+  MX_CUDA_CHECK_LAUNCH("launch of kernel channel_partials");
+  return MX_OK;
+}
+
+mx_status mx__cuda_channel_sums(const mx_kview *sum, const mx_kview *dot, const mx_kview *a, const mx_kview *b,
+                                const mx_kview *a_center, const mx_kview *b_center) {
+  /* a quarter of the grid cap: about 8 blocks of 256 threads per multiprocessor */
+  mx_channel_plan p = mx_channel_plan_split(mx_channel_plan_of(a), mx__cuda_max_blocks() / 4, SUMS_MIN_RUN);
+  if (p.channels == 0) return MX_OK;
+  const mx_kview *with_b = dot ? b : NULL;
+  double *partials = NULL;
+  size_t bytes = (size_t)(p.channels * p.segments) * 2 * sizeof(double);
+  MX_CUDA_CHECK(cudaMallocAsync((void **)&partials, bytes, mx__cuda_stream()));
+  mx_status status = a->dtype == MX_F64 ? launch_partials<double>(&p, a, with_b, a_center, b_center, partials)
+                                        : launch_partials<float>(&p, a, with_b, a_center, b_center, partials);
+  if (status == MX_OK) {
+    finish_op finish;
+    memset(&finish, 0, sizeof finish);
+    finish.partials = partials;
+    finish.segments = p.segments;
+    if (sum) finish.sum = *sum;
+    if (dot) finish.dot = *dot;
+    status = launch_elementwise("launch of kernel channel_sums", p.channels, finish);
+  }
+  mx_status freed = MX_CUDA_STATUS(cudaFreeAsync(partials, mx__cuda_stream()));
+  return status != MX_OK ? status : freed;
+}
