@@ -244,9 +244,17 @@ static void put_groups(mx_optimizer *opt, const plan *p, int n) {
   }
 }
 
+/* The error a call made while restoring from the file at path has set,
+ * prefixed with the load, the file and what (NULL: nothing more). */
+static mx_status restore_error(const char *path, const char *what) {
+  char prefix[4200];
+  snprintf(prefix, sizeof prefix, "%s: %s%s%s", load_fn, path, what ? ": " : "", what ? what : "");
+  return mx__error_prefix(prefix);
+}
+
 /* Sets every group's hyper-parameters from p, keeping the old ones in old;
  * on failure the groups are put back. */
-static mx_status set_groups(mx_optimizer *opt, const plan *p, plan *old) {
+static mx_status set_groups(mx_optimizer *opt, const plan *p, plan *old, const char *path) {
   bool sgd = !strcmp(mx_optimizer_name(opt), "SGD");
   for (int g = 0; g < p->n_groups; g++) {
     if (sgd) mx_optimizer_get_sgd_opts(opt, g, &old->sgd[g]);
@@ -258,7 +266,9 @@ static mx_status set_groups(mx_optimizer *opt, const plan *p, plan *old) {
                        : mx_optimizer_set_adam_opts(opt, g, &p->adam[g]);
     if (st == MX_OK && !isnan(p->initial_lr[g])) st = mx_optimizer_set_initial_lr(opt, g, p->initial_lr[g]);
     if (st != MX_OK) {
-      mx__error_prefix(load_fn);
+      char what[32];
+      snprintf(what, sizeof what, "optimizer group %d", g);
+      restore_error(path, what);
       put_groups(opt, old, g + 1);
       return st;
     }
@@ -267,14 +277,14 @@ static mx_status set_groups(mx_optimizer *opt, const plan *p, plan *old) {
 }
 
 /* The schedule's state from the file; the old one in *old (malloc'ed) for undo. */
-static mx_status set_schedule(mx_schedule *s, const mx_tensor *state, double **old, int *n_old) {
+static mx_status set_schedule(mx_schedule *s, const mx_tensor *state, double **old, int *n_old, const char *path) {
   *n_old = mx_schedule_state_size(s);
-  if (*n_old < 0) return mx__error_prefix(load_fn);
+  if (*n_old < 0) return restore_error(path, NULL);
   if (!(*old = malloc(sizeof **old * ((size_t)*n_old + 1))))
     return mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", load_fn);
   if (mx_schedule_state_get(s, *old, *n_old) != MX_OK ||
       mx_schedule_state_set(s, mx_data_ptr(state), (int)mx_numel(state)) != MX_OK)
-    return mx__error_prefix(load_fn);
+    return restore_error(path, NULL);
   return MX_OK;
 }
 
@@ -289,7 +299,7 @@ static mx_status copy_optimizer_state(mx__ckpt_reader *r, mx_optimizer *opt) {
       mx_tensor *dst = mx_optimizer_state(opt, i, names[k]);
       mx_status st = mx_copy_(dst, mx_safetensors_get(r->file, name));
       mx_release(dst);
-      if (st != MX_OK) return mx__error_prefix(load_fn);
+      if (st != MX_OK) return restore_error(r->path, name);
     }
   }
   return MX_OK;
@@ -309,18 +319,18 @@ static mx_status restore(mx__ckpt_reader *r, mx_checkpoint *ck, const plan *p) {
   mx_status st = old.sgd && old.adam && old.initial_lr ? MX_OK
                                                        : mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", load_fn);
   bool groups_set = false, schedule_set = false;
-  if (st == MX_OK && ck->optimizer && (st = set_groups(ck->optimizer, p, &old)) == MX_OK) {
+  if (st == MX_OK && ck->optimizer && (st = set_groups(ck->optimizer, p, &old, r->path)) == MX_OK) {
     groups_set = true;
     st = check_optimizer_state(r, ck->optimizer); /* the state kept follows the hyper-parameters */
   }
   if (st == MX_OK) st = mx__ckpt_check_unused(r, n_ignored, ignored);
   if (st == MX_OK && ck->schedule) {
-    st = set_schedule(ck->schedule, p->schedule, &old_schedule, &n_old_schedule);
+    st = set_schedule(ck->schedule, p->schedule, &old_schedule, &n_old_schedule, r->path);
     schedule_set = st == MX_OK;
   }
   /* the scaler checks the whole state before it changes anything */
   if (st == MX_OK && ck->scaler && mx_scaler_load_state_dict(ck->scaler, &p->scaler) != MX_OK)
-    st = mx__error_prefix(load_fn);
+    st = restore_error(r->path, NULL);
   if (st != MX_OK) { /* undo, newest first */
     if (schedule_set) mx_schedule_state_set(ck->schedule, old_schedule, n_old_schedule);
     if (groups_set) put_groups(ck->optimizer, &old, p->n_groups);

@@ -383,13 +383,16 @@ Test(checkpoint, a_failed_load_is_an_exact_error_and_changes_nothing) {
   /* found invalid while restoring: what was restored is put back */
   rewrite(path, bad, NULL, "optimizer.group.1.beta1", "1.5", false);
   FAILS(mx_checkpoint_load(bad, &ck), MX_INVALID_ARGUMENT,
-        "mx_checkpoint_load: mx_optimizer_set_adam_opts: invalid beta1 1.5 (must be in [0, 1))");
+        "mx_checkpoint_load: %s: optimizer group 1: mx_optimizer_set_adam_opts: invalid beta1 1.5 (must be in [0, 1))",
+        bad);
   rewrite(path, bad, NULL, "optimizer.group.0.amsgrad", "true", false);
   FAILS(mx_checkpoint_load(bad, &ck), MX_INVALID_ARGUMENT,
-        "mx_checkpoint_load: mx_optimizer_set_adam_opts: group 0 was made with amsgrad false; it cannot change");
+        "mx_checkpoint_load: %s: optimizer group 0: mx_optimizer_set_adam_opts: group 0 was made with amsgrad false; "
+        "it cannot change",
+        bad);
   rewrite(path, bad, NULL, "scaler.growth_factor", "0.5", false);
   FAILS(mx_checkpoint_load(bad, &ck), MX_INVALID_ARGUMENT,
-        "mx_checkpoint_load: mx_scaler_load_state_dict: growth_factor must be a finite number > 1.0, got 0.5");
+        "mx_checkpoint_load: %s: mx_scaler_load_state_dict: growth_factor must be a finite number > 1.0, got 0.5", bad);
   FAILS(mx_checkpoint_load(tmp_path("absent.ckpt"), &ck), MX_IO_ERROR,
         "mx_checkpoint_load: mx_safetensors_load: %s: cannot open (No such file or directory)",
         tmp_path("absent.ckpt"));
@@ -445,8 +448,9 @@ Test(checkpoint, the_objects_must_be_made_as_the_saved_ones) {
   OK(mx_checkpoint_save(bare, &(mx_checkpoint){.model = saved.model, .scaler = disabled}));
   OK(mx_checkpoint_load(bare, &(mx_checkpoint){.model = saved.model, .scaler = disabled}));
   FAILS(mx_checkpoint_load(bare, &(mx_checkpoint){.model = saved.model, .scaler = saved.scaler}), MX_STATE_ERROR,
-        "mx_checkpoint_load: mx_scaler_load_state_dict: The source state dict is empty, possibly because it was saved "
-        "from a disabled instance of GradScaler.");
+        "mx_checkpoint_load: %s: mx_scaler_load_state_dict: The source state dict is empty, possibly because it was "
+        "saved from a disabled instance of GradScaler.",
+        bare);
   mx_scaler_free(disabled);
   /* the optimizer's accessors the checkpoint uses check their arguments */
   mx_adam_opts ao;
