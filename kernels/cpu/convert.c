@@ -6,6 +6,7 @@
 /* --- bulk float16 / bfloat16 ------------------------------------------------ */
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define MX__X86 1
 
@@ -30,7 +31,10 @@ __attribute__((target("f16c,avx"))) static void f16_to_f32_f16c(const uint16_t *
 
 bool mx__cpu_has_f16c(void) {
 #ifdef MX__X86
-  return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  /* F16C from CPUID itself: clang's __builtin_cpu_supports does not know
+   * "f16c" (AVX's check covers the OS saving the registers) */
+  unsigned eax, ebx, ecx, edx;
+  return __builtin_cpu_supports("avx") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
 #else
   return false;
 #endif

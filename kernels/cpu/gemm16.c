@@ -18,6 +18,8 @@
 
 #include <string.h>
 
+#include "kernels/cpu/convert.h"
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
@@ -179,7 +181,7 @@ typedef struct {
 static const vector_isa *isa_here(void) {
   static const vector_isa avx512 = {16, 4, panel_avx512}, avx2 = {8, 2, panel_avx2};
   if (__builtin_cpu_supports("avx512f")) return &avx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) return &avx2;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && mx__cpu_has_f16c()) return &avx2;
   return NULL;
 }
 
