@@ -1,0 +1,60 @@
+/* Fuzz targets for the files mixgrad reads from outside: safetensors files,
+ * state dicts and training checkpoints, and the demos' IDX and CIFAR-10
+ * datasets. Each target takes any bytes, hands them to a reader as a file,
+ * and checks what the reader promises: a file it accepts holds what it
+ * says; a file it refuses gets an error naming the reader and the file, and
+ * changes nothing. A broken promise aborts, which libFuzzer reports with
+ * the input that did it.
+ *
+ * Each target returns whether the reader accepted the bytes. libfuzzer.c
+ * makes one libFuzzer executable per target (scripts/fuzz runs them);
+ * tests/fuzz runs every target over its corpus in fuzz/corpus/, so each
+ * input that once found a bug stays a test. */
+#ifndef MX_FUZZ_H
+#define MX_FUZZ_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+bool mx_fuzz_safetensors(const uint8_t *data, size_t size);
+bool mx_fuzz_checkpoint(const uint8_t *data, size_t size);
+bool mx_fuzz_idx(const uint8_t *data, size_t size);
+bool mx_fuzz_cifar(const uint8_t *data, size_t size);
+
+/* The checkpoint the checkpoint target's run saves as made (a path). */
+const char *mx_fuzz_checkpoint_reference(void);
+
+/* A valid input for a target, made by mixgrad's own writers (seeds.c): the
+ * seeds libFuzzer starts from, and the tests' inputs to mutate. */
+typedef struct {
+  const char *target; /* "safetensors", "checkpoint", "idx" or "cifar" */
+  const char *name;   /* a file name for it */
+  uint8_t *data;      /* malloc'ed */
+  size_t size;
+} mx_fuzz_seed;
+
+/* Fills seeds (room for MX_FUZZ_MAX_SEEDS) and returns how many. */
+#define MX_FUZZ_MAX_SEEDS 16
+int mx_fuzz_seeds(mx_fuzz_seed *seeds);
+void mx_fuzz_seeds_free(mx_fuzz_seed *seeds, int n);
+/* The target function called name, or NULL. */
+bool (*mx_fuzz_target(const char *name))(const uint8_t *data, size_t size);
+
+/* --- what the targets share (input_file.c) --- */
+
+/* The path of a file called name in a private temporary folder, made on
+ * first use and removed at exit. */
+const char *mx_fuzz_path(const char *name);
+/* The bytes of the file at path (malloc'ed; *size of them), or abort. */
+uint8_t *mx_fuzz_read(const char *path, size_t *size);
+/* Writes size bytes to the file called name there; returns its path. */
+const char *mx_fuzz_write(const char *name, const uint8_t *data, size_t size);
+/* Aborts with the message unless cond holds (a broken promise). */
+void mx_fuzz_check(bool cond, const char *what);
+/* A reader's refusal: the error is set, begins with the reader's name and
+ * names the file (path, or other_path when not NULL), else abort; then the
+ * error is cleared for the next input. */
+void mx_fuzz_expect_refusal(const char *reader, const char *path, const char *other_path);
+
+#endif

@@ -1,0 +1,126 @@
+/* Valid inputs for each fuzz target, written by mixgrad's own writers (the
+ * safetensors saver, the checkpoint target's run) or laid out here byte by
+ * byte from the formats' descriptions (IDX, CIFAR-10), raw and gzipped. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "fuzz/fuzz.h"
+#include "mixgrad.h"
+
+bool (*mx_fuzz_target(const char *name))(const uint8_t *data, size_t size) {
+  if (!strcmp(name, "safetensors")) return mx_fuzz_safetensors;
+  if (!strcmp(name, "checkpoint")) return mx_fuzz_checkpoint;
+  if (!strcmp(name, "idx")) return mx_fuzz_idx;
+  if (!strcmp(name, "cifar")) return mx_fuzz_cifar;
+  return NULL;
+}
+
+/* A growing byte string. */
+typedef struct {
+  uint8_t *data;
+  size_t size;
+} bytes;
+
+static void put(bytes *b, const void *data, size_t n) {
+  b->data = realloc(b->data, b->size + n + 1);
+  mx_fuzz_check(b->data != NULL, "out of memory making a seed");
+  memcpy(b->data + b->size, data, n);
+  b->size += n;
+}
+
+static void put_u32(bytes *b, uint32_t v, bool big_endian) {
+  uint8_t p[4];
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> 8 * (big_endian ? 3 - i : i));
+  put(b, p, 4);
+}
+
+/* b gzipped (through a file: zlib's gz functions write the gzip format). */
+static bytes gzip(bytes b) {
+  const char *path = mx_fuzz_path("seed.gz");
+  gzFile gz = gzopen(path, "wb");
+  mx_fuzz_check(gz && gzwrite(gz, b.data, (unsigned)b.size) == (int)b.size && gzclose(gz) == Z_OK, "gzip a seed");
+  bytes out;
+  out.data = mx_fuzz_read(path, &out.size);
+  free(b.data);
+  return out;
+}
+
+/* The two-file inputs of the dataset targets: the first file's length, then both. */
+static mx_fuzz_seed two_files(const char *target, const char *name, bytes first, bytes second) {
+  bytes all = {0};
+  put_u32(&all, (uint32_t)first.size, false);
+  put(&all, first.data, first.size);
+  put(&all, second.data, second.size);
+  free(first.data);
+  free(second.data);
+  return (mx_fuzz_seed){target, name, all.data, all.size};
+}
+
+/* n images of rows x cols and their labels, as IDX files. */
+static bytes idx_images(uint32_t n, uint32_t rows, uint32_t cols) {
+  bytes b = {0};
+  put_u32(&b, 0x803, true);
+  put_u32(&b, n, true);
+  put_u32(&b, rows, true);
+  put_u32(&b, cols, true);
+  for (uint32_t i = 0; i < n * rows * cols; i++) put(&b, &(uint8_t){(uint8_t)(i * 37)}, 1);
+  return b;
+}
+
+static bytes idx_labels(uint32_t n) {
+  bytes b = {0};
+  put_u32(&b, 0x801, true);
+  put_u32(&b, n, true);
+  for (uint32_t i = 0; i < n; i++) put(&b, &(uint8_t){(uint8_t)(i * 7 % 10)}, 1);
+  return b;
+}
+
+/* n CIFAR-10 records, labels counting from first_label. */
+static bytes cifar_records(int n, int first_label) {
+  bytes b = {0};
+  for (int i = 0; i < n; i++) {
+    uint8_t record[3073];
+    record[0] = (uint8_t)((first_label + i) % 10);
+    for (int k = 1; k < 3073; k++) record[k] = (uint8_t)(k * 13 + i);
+    put(&b, record, sizeof record);
+  }
+  return b;
+}
+
+/* Tensors of every kind of shape (a scalar, an empty tensor, 2-d) in five
+ * dtypes, and metadata. */
+static mx_fuzz_seed safetensors_seed(void) {
+  mx_scope *s = mx_scope_begin();
+  const char *names[] = {"w", "b", "mask", "count", "none"};
+  const mx_tensor *ts[] = {mx_reshape(mx_arange(0, 6, 1, MX_F32, MX_CPU), MX_SHAPE(2, 3)),
+                           mx_full(MX_SHAPE(4), 1.5, MX_BF16, MX_CPU),
+                           mx_from_data((bool[]){true, false, true}, MX_SHAPE(3), MX_BOOL, MX_CPU),
+                           mx_full(MX_SCALAR, 42, MX_I64, MX_CPU), mx_zeros(MX_SHAPE(0, 2), MX_F16, MX_CPU)};
+  const char *path = mx_fuzz_path("seed.safetensors");
+  mx_fuzz_check(mx_safetensors_save(path, 5, names, ts, 1, (const char *[]){"epoch"}, (const char *[]){"3"}) ==
+                    MX_OK,
+                "the safetensors seed saves");
+  mx_scope_end(s);
+  mx_fuzz_seed seed = {"safetensors", "ok-tensors.safetensors", NULL, 0};
+  seed.data = mx_fuzz_read(path, &seed.size);
+  return seed;
+}
+
+int mx_fuzz_seeds(mx_fuzz_seed *seeds) {
+  int n = 0;
+  seeds[n++] = safetensors_seed();
+  seeds[n] = (mx_fuzz_seed){"checkpoint", "ok-run.ckpt", NULL, 0};
+  seeds[n].data = mx_fuzz_read(mx_fuzz_checkpoint_reference(), &seeds[n].size);
+  n++;
+  seeds[n++] = two_files("idx", "ok-idx", idx_images(3, 4, 5), idx_labels(3));
+  seeds[n++] = two_files("idx", "ok-idx-gzipped", gzip(idx_images(2, 3, 3)), gzip(idx_labels(2)));
+  seeds[n++] = two_files("cifar", "ok-cifar", cifar_records(2, 0), cifar_records(1, 5));
+  seeds[n++] = two_files("cifar", "ok-cifar-gzipped", gzip(cifar_records(1, 9)), cifar_records(1, 3));
+  return n;
+}
+
+void mx_fuzz_seeds_free(mx_fuzz_seed *seeds, int n) {
+  for (int i = 0; i < n; i++) free(seeds[i].data);
+}
