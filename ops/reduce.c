@@ -226,9 +226,10 @@ mx_status mx__bwd_cumprod(mx__bw *bw) {
 
 /* --- composites ----------------------------------------------------------------------------- */
 
-static int64_t reduced_count(const mx_tensor *x, mx_shape dims) {
+/* The elements reduced into each output of op over dims, or -1 with the error set. */
+static int64_t reduced_count(mx_op op, const mx_tensor *x, mx_shape dims) {
   uint32_t mask = 0;
-  if (dims_mask("count", dims, x->ndim, &mask) != MX_OK) return -1;
+  if (dims_mask(mx__ops[op].api_name, dims, x->ndim, &mask) != MX_OK) return -1;
   int64_t n = 1;
   for (int d = 0; d < x->ndim; d++)
     if (mask & (1u << d)) n *= x->shape[d];
@@ -240,14 +241,14 @@ mx_status mx__fwd_mean(mx__call *c) {
   if (!mx_dtype_is_floating(x->dtype))
     return mx__error(MX_DTYPE_ERROR, "mx_mean: input dtype %s is not floating; convert it first",
                      mx_dtype_name(x->dtype));
-  int64_t n = reduced_count(x, c->args->shape);
+  int64_t n = reduced_count(c->op, x, c->args->shape);
   if (n < 0) return mx_last_status();
   return OUT0(c, mx_div_scalar(mx_sum(x, c->args->shape, c->args->keepdim), (double)n));
 }
 
 static mx_tensor *variance(mx__call *c) {
   mx_tensor *x = c->in[0];
-  int64_t n = reduced_count(x, c->args->shape);
+  int64_t n = reduced_count(c->op, x, c->args->shape);
   if (n < 0) return NULL;
   mx_tensor *centered = mx_sub(x, mx_mean(x, c->args->shape, true));
   double divisor = (double)n - (double)c->args->i[0];

@@ -90,6 +90,15 @@ Test(ops_edges, reduction_dims) {
   cr_expect_eq(mx_last_status(), MX_INDEX_ERROR, "%s", mx_status_str(mx_last_status()));
   cr_expect_null(mx_cumsum(x3, -4), "dim -4 of a 3-d tensor");
   cr_expect_null(mx_argmax(x3, 5, false), "argmax dim 5");
+  /* the composites over sum name themselves, not their helpers */
+  mx_tensor *scalar = mx_scalar(2, MX_F32, MX_CPU);
+  cr_expect_null(mx_mean(scalar, MX_DIMS(1), false), "mean over dim 1 of a 0-d tensor");
+  cr_expect_str_eq(mx_last_error(), "mx_mean: dim 1 out of range for a 0-d tensor (expected -1 to 0)");
+  cr_expect_null(mx_var(x3, MX_DIMS(-4), 1, false), "var over dim -4 of a 3-d tensor");
+  cr_expect_str_eq(mx_last_error(), "mx_var: dim -4 out of range for a 3-d tensor (expected -3 to 2)");
+  cr_expect_null(mx_std(x3, MX_DIMS(3), 1, false), "std over dim 3 of a 3-d tensor");
+  cr_expect_str_eq(mx_last_error(), "mx_std: dim 3 out of range for a 3-d tensor (expected -3 to 2)");
+  mx_clear_error();
   mx_scope_end(s);
 }
 
