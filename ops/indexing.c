@@ -471,7 +471,7 @@ int mx_split(const mx_tensor *x, int64_t split_size, int dim, mx_tensor **out, i
     return -1;
   }
   int64_t size = x->shape[d];
-  int n = (int)((size + split_size - 1) / split_size);
+  int n = size == 0 ? 1 : (int)((size + split_size - 1) / split_size); /* an empty dim: one empty piece */
   if (n > max_out) {
     mx__error(MX_INVALID_ARGUMENT, "mx_split: %d pieces do not fit in %d slots", n, max_out);
     return -1;
@@ -496,8 +496,15 @@ int mx_chunk(const mx_tensor *x, int chunks, int dim, mx_tensor **out, int max_o
   int d = mx__wrap_dim("mx_chunk", dim, x->ndim);
   if (d < 0) return -1;
   int64_t size = x->shape[d];
-  int64_t each = (size + chunks - 1) / chunks;
-  return mx_split(x, each > 0 ? each : 1, d, out, max_out);
+  if (size > 0) return mx_split(x, (size + chunks - 1) / chunks, d, out, max_out);
+  /* an empty dim: `chunks` empty pieces, as PyTorch gives */
+  if (chunks > max_out) {
+    mx__error(MX_INVALID_ARGUMENT, "mx_chunk: %d pieces do not fit in %d slots", chunks, max_out);
+    return -1;
+  }
+  for (int i = 0; i < chunks; i++)
+    if (!(out[i] = mx_narrow(x, d, 0, 0))) return -1;
+  return chunks;
 }
 
 mx_tensor *mx_pad(const mx_tensor *x, mx_shape pads, mx_pad_mode mode, double value) {

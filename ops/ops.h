@@ -199,7 +199,9 @@ mx_tensor *mx_embedding(const mx_tensor *weight, const mx_tensor *indices);
 mx_tensor *mx_cat(int n, mx_tensor *const *tensors, int dim);
 mx_tensor *mx_stack(int n, mx_tensor *const *tensors, int dim);
 /* Pieces of split_size (the last may be smaller) or `chunks` nearly equal
- * pieces, as views in out[]; returns how many, or -1 with the error set. */
+ * pieces, as views in out[]; returns how many, or -1 with the error set.
+ * As in PyTorch, an empty dim splits into one empty piece and chunks into
+ * `chunks` of them. */
 int mx_split(const mx_tensor *x, int64_t split_size, int dim, mx_tensor **out, int max_out);
 int mx_chunk(const mx_tensor *x, int chunks, int dim, mx_tensor **out, int max_out);
 typedef enum { MX_PAD_CONSTANT, MX_PAD_REFLECT, MX_PAD_REPLICATE } mx_pad_mode;

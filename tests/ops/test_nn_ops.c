@@ -186,7 +186,8 @@ static void expect_pieces(const char *what, int n, mx_tensor **p, int want_n, co
 }
 
 /* PyTorch's piece sizes: split by size (the last smaller), chunk into ceil(n / chunks) sized
- * pieces (so possibly fewer than asked for). */
+ * pieces (so possibly fewer than asked for); an empty dim gives one empty piece to split and
+ * `chunks` to chunk. */
 Test(nn_ops, split_and_chunk_pieces) {
   mx_scope *s = mx_scope_begin();
   mx_tensor *x = mx_reshape(mx_arange(0, 15, 1, MX_F64, MX_CPU), MX_SHAPE(5, 3)), *p[8];
@@ -201,6 +202,13 @@ Test(nn_ops, split_and_chunk_pieces) {
   mx_tensor *six = mx_arange(0, 6, 1, MX_F64, MX_CPU);
   expect_pieces("chunk 6 into 4", mx_chunk(six, 4, 0, p, 8), p, 3, (int64_t[]){2, 2, 2}, 0, six);
   expect_pieces("chunk 3 into 5", mx_chunk(x, 5, 1, p, 8), p, 3, (int64_t[]){1, 1, 1}, 1, x);
+  /* an empty dim: torch.zeros(0, 3).split(2) is one empty piece, .chunk(3) three */
+  mx_tensor *empty = mx_zeros(MX_SHAPE(0, 3), MX_F64, MX_CPU);
+  expect_pieces("split 0 by 2", mx_split(empty, 2, 0, p, 8), p, 1, (int64_t[]){0}, 0, empty);
+  expect_pieces("chunk 0 into 3", mx_chunk(empty, 3, 0, p, 8), p, 3, (int64_t[]){0, 0, 0}, 0, empty);
+  cr_expect_eq(mx_chunk(empty, 3, 0, p, 2), -1, "three empty pieces do not fit in two slots");
+  cr_expect_str_eq(mx_last_error(), "mx_chunk: 3 pieces do not fit in 2 slots");
+  mx_clear_error();
   mx_scope_end(s);
 }
 
