@@ -157,6 +157,13 @@ MX_HD static inline double mx__saturate(double v, double lo, double hi) {
   return v < lo ? lo : v > hi ? hi : v;
 }
 
+/* v as an int64: truncated toward zero, saturated, NaN as 0. (A C cast of
+ * a double outside int64's range is undefined.) Integer kernels take their
+ * double parameters (a clamp's bounds, alpha) through it. */
+MX_HD static inline int64_t mx_int_param(double v) {
+  return v != v ? 0 : v >= 0x1p63 ? INT64_MAX : v <= -0x1p63 ? INT64_MIN : (int64_t)v;
+}
+
 /* Floats round to nearest even; integers truncate toward zero and saturate
  * (NaN becomes 0); bool is v != 0. */
 MX_HD static inline void mx_element_store(void *p, mx_dtype dtype, double v) {
@@ -165,9 +172,7 @@ MX_HD static inline void mx_element_store(void *p, mx_dtype dtype, double v) {
   case MX_F64: *(double *)p = v; break;
   case MX_F16: *(uint16_t *)p = mx_f32_to_f16((float)v); break;
   case MX_BF16: *(uint16_t *)p = mx_f32_to_bf16((float)v); break;
-  case MX_I64: /* 2^63 itself is out of range for the cast */
-    *(int64_t *)p = v != v ? 0 : v >= 0x1p63 ? INT64_MAX : v <= -0x1p63 ? INT64_MIN : (int64_t)v;
-    break;
+  case MX_I64: *(int64_t *)p = mx_int_param(v); break;
   case MX_I32: *(int32_t *)p = (int32_t)mx__saturate(v, INT32_MIN, INT32_MAX); break;
   case MX_U8: *(uint8_t *)p = (uint8_t)mx__saturate(v, 0, 255); break;
   case MX_BOOL: *(bool *)p = v != 0; break;

@@ -31,6 +31,10 @@ mx_status mx__unary_forward(mx__call *c) {
   if (!out) return mx_last_status();
   mx_kview ov = mx__kview_of(out), xv = mx__kview_of(x);
   double a = c->args ? c->args->f[0] : 0, b = c->args ? c->args->f[1] : 0;
+  if (code == MX_UN_CLAMP && !mx_dtype_is_floating(dtype)) { /* integers: the bounds rounded inward; NaN: none */
+    a = a != a ? -INFINITY : ceil(a);
+    b = b != b ? INFINITY : floor(b);
+  }
   mx_status status = be->unary(code, &ov, &xv, a, b);
   c->out[0] = out;
   return status;

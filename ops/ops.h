@@ -86,7 +86,9 @@ mx_tensor *mx_floor(const mx_tensor *x);
 mx_tensor *mx_ceil(const mx_tensor *x);
 mx_tensor *mx_round(const mx_tensor *x); /* halves to even */
 mx_tensor *mx_trunc(const mx_tensor *x);
-/* min or max may be -INFINITY / INFINITY for "none" */
+/* min(max(x, min), max), so all max when min > max (PyTorch's rule); min
+ * or max may be -INFINITY / INFINITY or NaN for "none". An integer x stays
+ * integer: min rounds up and max down to whole numbers. */
 mx_tensor *mx_clamp(const mx_tensor *x, double min, double max);
 
 /* --- elementwise binary (broadcasting) --------------------------------------------- */

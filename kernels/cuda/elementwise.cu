@@ -139,8 +139,8 @@ mx_status mx__cuda_unary(int code, const mx_kview *out, const mx_kview *in, doub
     op.out = flatten_if_contiguous(out);
     op.in = flatten_if_contiguous(in);
     op.code = code;
-    op.a = (T)a;
-    op.b = (T)b;
+    op.a = std::is_integral<T>::value ? (T)mx_int_param(a) : (T)a;
+    op.b = std::is_integral<T>::value ? (T)mx_int_param(b) : (T)b;
     return launch_elementwise("launch of kernel unary", mx__kview_numel(out), op);
   };
   switch (in->dtype) {
@@ -160,7 +160,7 @@ mx_status mx__cuda_binary(int code, const mx_kview *out, const mx_kview *x, cons
     op.x = flatten_if_contiguous(x);
     op.y = flatten_if_contiguous(y);
     op.code = code;
-    op.alpha = (T)alpha;
+    op.alpha = std::is_integral<T>::value ? (T)mx_int_param(alpha) : (T)alpha;
     return launch_elementwise("launch of kernel binary", mx__kview_numel(out), op);
   };
   switch (x->dtype) {

@@ -102,6 +102,43 @@ Test(ops_edges, reduction_dims) {
   mx_scope_end(s);
 }
 
+static void expect_values(const char *what, const mx_tensor *t, mx_dtype dtype, int n, const double *want) {
+  cr_assert_not_null(t, "%s: %s", what, mx_last_error());
+  cr_assert_eq(mx_dtype_of(t), dtype, "%s: dtype %s", what, mx_dtype_name(mx_dtype_of(t)));
+  cr_assert_eq(mx_numel(t), n, "%s", what);
+  for (int i = 0; i < n; i++) {
+    double got = mx_at(t, MX_SHAPE(i));
+    cr_expect(isnan(want[i]) ? isnan(got) : got == want[i], "%s: element %d is %.17g, expected %.17g", what, i, got,
+              want[i]);
+  }
+}
+
+/* clamp is min(max(x, min), max), as PyTorch's: all max when min > max.
+ * Integers stay integers, the bounds rounded inward, and a bound past the
+ * dtype's range or NaN is none (casting it was undefined behaviour, found
+ * by the ops fuzz target). Values are PyTorch 1.13's, with whole bounds for
+ * the integer cases. */
+Test(ops_edges, clamp_bounds) {
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *x = mx_from_data((double[]){1, 4, 9}, MX_SHAPE(3), MX_F64, MX_CPU);
+  expect_values("clamp(x, 5, 3)", mx_clamp(x, 5, 3), MX_F64, 3, (double[]){3, 3, 3});
+  expect_values("clamp(x, NaN, 3)", mx_clamp(x, NAN, 3), MX_F64, 3, (double[]){1, 3, 3});
+  mx_tensor *u8 = mx_from_data((uint8_t[]){1, 2, 250}, MX_SHAPE(3), MX_U8, MX_CPU);
+  expect_values("u8 clamp(1.5, 200.7)", mx_clamp(u8, 1.5, 200.7), MX_U8, 3, (double[]){2, 2, 200});
+  expect_values("u8 clamp(-0.5, inf)", mx_clamp(u8, -0.5, INFINITY), MX_U8, 3, (double[]){1, 2, 250});
+  mx_tensor *i64 = mx_from_data((int64_t[]){INT64_MAX, -5, 7}, MX_SHAPE(3), MX_I64, MX_CPU);
+  mx_tensor *y = mx_clamp(i64, 0, INFINITY);
+  cr_assert_not_null(y, "%s", mx_last_error());
+  int64_t got[3];
+  cr_assert_eq(mx_to_host(y, got, sizeof got), MX_OK);
+  cr_expect(got[0] == INT64_MAX && got[1] == 0 && got[2] == 7, "i64 clamp(0, inf): %lld %lld %lld", (long long)got[0],
+            (long long)got[1], (long long)got[2]);
+  expect_values("i64 clamp(NaN, 6.5)", mx_clamp(mx_narrow(i64, 0, 1, 2), NAN, 6.5), MX_I64, 2, (double[]){-5, 6});
+  expect_values("i64 clamp(-1e300, 1e300)", mx_clamp(mx_narrow(i64, 0, 1, 2), -1e300, 1e300), MX_I64, 2,
+                (double[]){-5, 7});
+  mx_scope_end(s);
+}
+
 /* float32 softmax over rows takes a vectorised exponential of its own: it
  * stays within 4e-6 of the float64 softmax over 14 orders of magnitude (x -
  * max is rounded to float first, as in PyTorch's float kernel: half an ulp
