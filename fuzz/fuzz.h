@@ -1,10 +1,11 @@
-/* Fuzz targets for the files mixgrad reads from outside: safetensors files,
- * state dicts and training checkpoints, and the demos' IDX and CIFAR-10
- * datasets. Each target takes any bytes, hands them to a reader as a file,
+/* Fuzz targets for the files mixgrad reads from outside (safetensors files,
+ * training checkpoints, the demos' IDX and CIFAR-10 datasets) and for the
+ * ops. Each file target takes any bytes, hands them to a reader as a file,
  * and checks what the reader promises: a file it accepts holds what it
  * says; a file it refuses gets an error naming the reader and the file, and
- * changes nothing. A broken promise aborts, which libFuzzer reports with
- * the input that did it.
+ * changes nothing. The ops target (ops.c) runs an op on inputs the bytes
+ * describe: a result or a clear error, never a crash. A broken promise
+ * aborts, which libFuzzer reports with the input that did it.
  *
  * Each target returns whether the reader accepted the bytes. libfuzzer.c
  * makes one libFuzzer executable per target (scripts/fuzz runs them);
@@ -21,6 +22,7 @@ bool mx_fuzz_safetensors(const uint8_t *data, size_t size);
 bool mx_fuzz_checkpoint(const uint8_t *data, size_t size);
 bool mx_fuzz_idx(const uint8_t *data, size_t size);
 bool mx_fuzz_cifar(const uint8_t *data, size_t size);
+bool mx_fuzz_ops(const uint8_t *data, size_t size);
 
 /* The checkpoint the checkpoint target's run saves as made (a path). */
 const char *mx_fuzz_checkpoint_reference(void);
@@ -28,15 +30,15 @@ const char *mx_fuzz_checkpoint_reference(void);
 /* A valid input for a target, made by mixgrad's own writers (seeds.c): the
  * seeds libFuzzer starts from, and the tests' inputs to mutate. */
 typedef struct {
-  const char *target; /* "safetensors", "checkpoint", "idx" or "cifar" */
-  const char *name;   /* a file name for it */
+  const char *target; /* "safetensors", "checkpoint", "idx", "cifar" or "ops" */
+  char name[64];      /* a file name for it */
+  bool accepted;      /* the reader must accept it (an op may refuse its inputs) */
   uint8_t *data;      /* malloc'ed */
   size_t size;
 } mx_fuzz_seed;
 
-/* Fills seeds (room for MX_FUZZ_MAX_SEEDS) and returns how many. */
-#define MX_FUZZ_MAX_SEEDS 16
-int mx_fuzz_seeds(mx_fuzz_seed *seeds);
+/* Every target's seeds (malloc'ed), *n of them. */
+mx_fuzz_seed *mx_fuzz_seeds(int *n);
 void mx_fuzz_seeds_free(mx_fuzz_seed *seeds, int n);
 /* The target function called name, or NULL. */
 bool (*mx_fuzz_target(const char *name))(const uint8_t *data, size_t size);

@@ -1,6 +1,8 @@
 /* Valid inputs for each fuzz target, written by mixgrad's own writers (the
  * safetensors saver, the checkpoint target's run) or laid out here byte by
- * byte from the formats' descriptions (IDX, CIFAR-10), raw and gzipped. */
+ * byte from the formats' descriptions (IDX, CIFAR-10), raw and gzipped;
+ * and for the ops target, each op case on float64 inputs of its own
+ * shapes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,12 +10,14 @@
 
 #include "fuzz/fuzz.h"
 #include "mixgrad.h"
+#include "op_cases.h"
 
 bool (*mx_fuzz_target(const char *name))(const uint8_t *data, size_t size) {
   if (!strcmp(name, "safetensors")) return mx_fuzz_safetensors;
   if (!strcmp(name, "checkpoint")) return mx_fuzz_checkpoint;
   if (!strcmp(name, "idx")) return mx_fuzz_idx;
   if (!strcmp(name, "cifar")) return mx_fuzz_cifar;
+  if (!strcmp(name, "ops")) return mx_fuzz_ops;
   return NULL;
 }
 
@@ -47,6 +51,12 @@ static bytes gzip(bytes b) {
   return out;
 }
 
+static mx_fuzz_seed seed_of(const char *target, const char *name, bytes b) {
+  mx_fuzz_seed seed = {target, "", true, b.data, b.size};
+  snprintf(seed.name, sizeof seed.name, "%s", name);
+  return seed;
+}
+
 /* The two-file inputs of the dataset targets: the first file's length, then both. */
 static mx_fuzz_seed two_files(const char *target, const char *name, bytes first, bytes second) {
   bytes all = {0};
@@ -55,7 +65,7 @@ static mx_fuzz_seed two_files(const char *target, const char *name, bytes first,
   put(&all, second.data, second.size);
   free(first.data);
   free(second.data);
-  return (mx_fuzz_seed){target, name, all.data, all.size};
+  return seed_of(target, name, all);
 }
 
 /* n images of rows x cols and their labels, as IDX files. */
@@ -103,24 +113,41 @@ static mx_fuzz_seed safetensors_seed(void) {
                     MX_OK,
                 "the safetensors seed saves");
   mx_scope_end(s);
-  mx_fuzz_seed seed = {"safetensors", "ok-tensors.safetensors", NULL, 0};
-  seed.data = mx_fuzz_read(path, &seed.size);
+  bytes b;
+  b.data = mx_fuzz_read(path, &b.size);
+  return seed_of("safetensors", "ok-tensors.safetensors", b);
+}
+
+/* Op case k on float64 inputs of its own shapes, contiguous, no special
+ * values, grad mode off, no autocast (ops.c reads these bytes). */
+static mx_fuzz_seed op_seed(int k) {
+  bytes b = {0};
+  put(&b, (uint8_t[]){(uint8_t)(k >> 8), (uint8_t)k, 0}, 3);
+  for (int i = 0; i < op_cases[k].n_in; i++) put(&b, (uint8_t[]){0, 0}, 2);
+  mx_fuzz_seed seed = seed_of("ops", "", b);
+  snprintf(seed.name, sizeof seed.name, "%s", op_cases[k].name);
+  seed.accepted = false;
   return seed;
 }
 
-int mx_fuzz_seeds(mx_fuzz_seed *seeds) {
-  int n = 0;
-  seeds[n++] = safetensors_seed();
-  seeds[n] = (mx_fuzz_seed){"checkpoint", "ok-run.ckpt", NULL, 0};
-  seeds[n].data = mx_fuzz_read(mx_fuzz_checkpoint_reference(), &seeds[n].size);
-  n++;
-  seeds[n++] = two_files("idx", "ok-idx", idx_images(3, 4, 5), idx_labels(3));
-  seeds[n++] = two_files("idx", "ok-idx-gzipped", gzip(idx_images(2, 3, 3)), gzip(idx_labels(2)));
-  seeds[n++] = two_files("cifar", "ok-cifar", cifar_records(2, 0), cifar_records(1, 5));
-  seeds[n++] = two_files("cifar", "ok-cifar-gzipped", gzip(cifar_records(1, 9)), cifar_records(1, 3));
-  return n;
+mx_fuzz_seed *mx_fuzz_seeds(int *n) {
+  mx_fuzz_seed *seeds = malloc(sizeof *seeds * (size_t)(6 + op_case_count));
+  mx_fuzz_check(seeds != NULL, "out of memory making the seeds");
+  int k = 0;
+  seeds[k++] = safetensors_seed();
+  bytes ckpt;
+  ckpt.data = mx_fuzz_read(mx_fuzz_checkpoint_reference(), &ckpt.size);
+  seeds[k++] = seed_of("checkpoint", "ok-run.ckpt", ckpt);
+  seeds[k++] = two_files("idx", "ok-idx", idx_images(3, 4, 5), idx_labels(3));
+  seeds[k++] = two_files("idx", "ok-idx-gzipped", gzip(idx_images(2, 3, 3)), gzip(idx_labels(2)));
+  seeds[k++] = two_files("cifar", "ok-cifar", cifar_records(2, 0), cifar_records(1, 5));
+  seeds[k++] = two_files("cifar", "ok-cifar-gzipped", gzip(cifar_records(1, 9)), cifar_records(1, 3));
+  for (int c = 0; c < op_case_count; c++) seeds[k++] = op_seed(c);
+  *n = k;
+  return seeds;
 }
 
 void mx_fuzz_seeds_free(mx_fuzz_seed *seeds, int n) {
   for (int i = 0; i < n; i++) free(seeds[i].data);
+  free(seeds);
 }

@@ -11,8 +11,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: fuzz_seeds DIR\n");
     return 2;
   }
-  mx_fuzz_seed seeds[MX_FUZZ_MAX_SEEDS];
-  int n = mx_fuzz_seeds(seeds);
+  int n;
+  mx_fuzz_seed *seeds = mx_fuzz_seeds(&n);
   for (int i = 0; i < n; i++) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", argv[1], seeds[i].target);

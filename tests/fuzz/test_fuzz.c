@@ -1,10 +1,11 @@
 /* The fuzz targets (fuzz/fuzz.h) on their seeds, on mutations of the seeds
  * (truncations, and single bytes set to 0, to 0xff or to one more), and on
  * the inputs kept in fuzz/corpus/<target>/, named ok-... when the reader
- * must accept them and bad-... when it must refuse them. A target aborts
- * when a reader breaks a promise, so a test passes when every input was
- * either read as the format says or refused with an error that names the
- * reader and the file and changes nothing.
+ * (or op) must accept them and bad-... when it must refuse them. A target
+ * aborts when a reader breaks a promise, so a test passes when every input
+ * was either read as the format says or refused with an error that names
+ * the reader and the file and changes nothing; and every op either gave a
+ * result that reads back or a clear error.
  *
  * MX_TEST_QUICK (set, non-empty and not "0"; CI sets it for the sanitizer
  * and valgrind runs) mutates every 7th byte instead of every one. */
@@ -24,17 +25,24 @@ static bool quick(void) {
 
 typedef bool (*target_fn)(const uint8_t *data, size_t size);
 
-Test(fuzz, every_seed_is_accepted) {
-  mx_fuzz_seed seeds[MX_FUZZ_MAX_SEEDS];
-  int n = mx_fuzz_seeds(seeds);
-  cr_assert_geq(n, 4, "a seed per target at least");
+Test(fuzz, seeds_run_and_the_files_are_accepted) {
+  int n;
+  mx_fuzz_seed *seeds = mx_fuzz_seeds(&n);
+  int files = 0, ops_accepted = 0, ops = 0;
   for (int i = 0; i < n; i++) {
     target_fn target = mx_fuzz_target(seeds[i].target);
     cr_assert_not_null(target, "%s", seeds[i].target);
-    cr_expect(target(seeds[i].data, seeds[i].size), "%s seed %s is refused: %s", seeds[i].target, seeds[i].name,
+    bool accepted = target(seeds[i].data, seeds[i].size);
+    cr_expect(accepted || !seeds[i].accepted, "%s seed %s is refused: %s", seeds[i].target, seeds[i].name,
               mx_last_error());
     mx_clear_error();
+    files += seeds[i].accepted;
+    ops += !strcmp(seeds[i].target, "ops");
+    ops_accepted += !strcmp(seeds[i].target, "ops") && accepted;
   }
+  cr_expect_geq(files, 6, "a seed per file target at least");
+  /* on float64 inputs of their own shapes (random values, not their domains) nearly every op case runs */
+  cr_expect_geq(ops_accepted, ops * 9 / 10, "%d of %d op cases ran on their own shapes", ops_accepted, ops);
   mx_fuzz_seeds_free(seeds, n);
 }
 
@@ -52,9 +60,10 @@ static bool mutated(target_fn target, const mx_fuzz_seed *seed, size_t i, int va
 }
 
 Test(fuzz, mutated_seeds_are_read_or_refused, .timeout = 600) {
-  mx_fuzz_seed seeds[MX_FUZZ_MAX_SEEDS];
-  int n = mx_fuzz_seeds(seeds);
+  int n;
+  mx_fuzz_seed *seeds = mx_fuzz_seeds(&n);
   size_t stride = quick() ? 7 : 1;
+  int op_runs = 0, op_refused = 0;
   for (int s = 0; s < n; s++) {
     const mx_fuzz_seed *seed = &seeds[s];
     target_fn target = mx_fuzz_target(seed->target);
@@ -68,16 +77,21 @@ Test(fuzz, mutated_seeds_are_read_or_refused, .timeout = 600) {
       refused += !mutated(target, seed, i, (seed->data[i] + 1) & 0xff);
       runs += 4;
     }
+    if (!strcmp(seed->target, "ops")) { /* a short seed: counted over all cases */
+      op_runs += runs, op_refused += refused;
+      continue;
+    }
     cr_expect_gt(refused, 0, "%s seed %s: none of %d mutations was refused", seed->target, seed->name, runs);
     cr_expect_lt(refused, runs, "%s seed %s: all %d mutations were refused", seed->target, seed->name, runs);
   }
+  cr_expect(op_refused > 0 && op_refused < op_runs, "ops: %d of %d mutations refused", op_refused, op_runs);
   mx_fuzz_seeds_free(seeds, n);
 }
 
 Test(fuzz, kept_inputs_are_read_or_refused_as_named) {
-  static const char *const targets[] = {"safetensors", "checkpoint", "idx", "cifar"};
+  static const char *const targets[] = {"safetensors", "checkpoint", "idx", "cifar", "ops"};
   int kept = 0;
-  for (int t = 0; t < 4; t++) {
+  for (int t = 0; t < 5; t++) {
     char dir_path[4096];
     snprintf(dir_path, sizeof dir_path, "%s/%s", MX_FUZZ_CORPUS_DIR, targets[t]);
     DIR *dir = opendir(dir_path);
