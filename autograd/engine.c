@@ -326,6 +326,7 @@ mx_status mx_grad(int n_outputs, mx_tensor *const *outputs, int n_inputs, mx_ten
       return mx__error(MX_STATE_ERROR, "mx_grad: input %d does not require grad", i);
   }
   capture caps[n_inputs + 1];
+  memset(caps, 0, sizeof caps); /* a failure before the captures are set up drops none */
   mx_scope *scope = mx_scope_begin();
   mx_tensor *starts[n_outputs + 1];
   mx_status status = MX_OK;

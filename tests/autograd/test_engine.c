@@ -115,6 +115,30 @@ Test(engine, mixed_dtypes_give_gradients_in_each_inputs_dtype) {
   mx_scope_end(s);
 }
 
+/* Leaves junk where the next call's locals will be (what an earlier call
+ * would), so reading one before it is set shows in a plain run too. */
+static __attribute__((noinline)) void leave_junk_on_the_stack(void) {
+  volatile unsigned char junk[4096];
+  for (size_t i = 0; i < sizeof junk; i++) junk[i] = 0x5a;
+}
+
+/* A grad_output of the wrong shape fails before the engine has set up its
+ * captures: nothing is dropped that was not caught (the ops fuzz target
+ * found mx_grad releasing its uninitialised captures here). */
+Test(engine, mx_grad_fails_cleanly_on_a_wrong_grad_output) {
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *x = param(2, (double[]){2, 3});
+  mx_tensor *y = mx_mul_scalar(x, 2);
+  mx_tensor *wrong = mx_ones(MX_SHAPE(3), MX_F64, MX_CPU), *g = x;
+  mx_clear_error();
+  leave_junk_on_the_stack();
+  cr_expect_eq(mx_grad(1, &y, 1, &x, &wrong, false, false, false, &g), MX_SHAPE_ERROR);
+  cr_expect_str_eq(mx_last_error(), "mx_grad: gradient of shape [3] given for a tensor of shape [2]");
+  cr_expect_null(g);
+  mx_clear_error();
+  mx_scope_end(s);
+}
+
 Test(engine, mx_grad_returns_gradients_without_touching_grad) {
   mx_scope *s = mx_scope_begin();
   mx_tensor *x = param(2, (double[]){2, 3});
