@@ -12,6 +12,13 @@ static mx_tensor *optional(mx__call *c, int which) {
   return mask & which ? c->in[k] : NULL;
 }
 
+/* Normalising needs a float input (PyTorch's kernels refuse the others). */
+static mx_status require_float(const char *op, const mx_tensor *x) {
+  if (mx_dtype_is_floating(x->dtype)) return MX_OK;
+  return mx__error(MX_DTYPE_ERROR, "%s: input dtype %s is not floating; convert it first", op,
+                   mx_dtype_name(x->dtype));
+}
+
 /* A per-channel vector viewed as (1, C, 1, ...) to broadcast over x. */
 static mx_tensor *per_channel(const mx_tensor *v, int ndim) {
   mx_shape shape = {ndim, {0}};
@@ -59,7 +66,7 @@ static mx_tensor *channel_affine(mx_op op, mx_tensor *x, mx_tensor *center, mx_t
   const mx_backend *be = mx__backend_of(op, x->device);
   if (!be || !scale || !shift) return NULL;
   mx_dtype stats = stats_dtype(x->dtype);
-  if (be->channel_affine && !mx_is_grad_enabled() && x->dtype == dtype && scale->dtype == stats &&
+  if (be->channel_affine && !mx_is_grad_enabled() && mx_dtype_is_floating(x->dtype) && x->dtype == dtype && scale->dtype == stats &&
       shift->dtype == stats && (!center || center->dtype == stats)) {
     mx_tensor *xc = mx__tensor_contiguous(x), *sc = mx__tensor_contiguous(scale), *sh = mx__tensor_contiguous(shift);
     mx_tensor *cc = center ? mx__tensor_contiguous(center) : NULL;
@@ -187,6 +194,7 @@ static mx_tensor *channels(const mx_tensor *t, int64_t n_channels, const char *w
 mx_status mx__fwd_batch_norm(mx__call *c) {
   mx_tensor *x = c->in[0];
   if (x->ndim < 2) return mx__error(MX_SHAPE_ERROR, "mx_batch_norm: expected (N, C, ...) input, got %d dims", x->ndim);
+  if (require_float("mx_batch_norm", x) != MX_OK) return mx_last_status();
   mx_tensor *weight = optional(c, HAS_WEIGHT), *bias = optional(c, HAS_BIAS);
   mx_tensor *running_mean = optional(c, HAS_RUNNING_MEAN), *running_var = optional(c, HAS_RUNNING_VAR);
   bool training = c->args->keepdim;
@@ -237,6 +245,7 @@ mx_status mx__fwd_batch_norm(mx__call *c) {
 
 mx_status mx__fwd_layer_norm(mx__call *c) {
   mx_tensor *x = c->in[0];
+  if (require_float("mx_layer_norm", x) != MX_OK) return mx_last_status();
   mx_shape normalized = c->args->shape;
   bool fits = normalized.ndim >= 1 && normalized.ndim <= x->ndim;
   for (int k = 0; fits && k < normalized.ndim; k++)
@@ -255,6 +264,7 @@ mx_status mx__fwd_layer_norm(mx__call *c) {
 
 mx_status mx__fwd_group_norm(mx__call *c) {
   mx_tensor *x = c->in[0];
+  if (require_float("mx_group_norm", x) != MX_OK) return mx_last_status();
   int64_t groups = c->args->i[1];
   if (x->ndim < 2 || groups <= 0 || x->shape[1] % groups)
     return mx__error(MX_SHAPE_ERROR, "mx_group_norm: %lld groups do not divide %lld channels", (long long)groups,

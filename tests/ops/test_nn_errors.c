@@ -282,6 +282,15 @@ Test(nn_errors, normalisation) {
               "mx_batch_norm: expected (N, C, ...) input, got 1 dims");
   EXPECT_NULL(mx_batch_norm(zeros(MX_SHAPE(1, 3)), NULL, NULL, NULL, NULL, true, 0.1, 1e-5), MX_SHAPE_ERROR,
               "mx_batch_norm: training needs more than one value per channel");
+  /* integer inputs: PyTorch's kernels refuse them; the batch norm kernel read them as 16-bit floats (past
+   * the end of the data; found by the ops fuzz target) */
+  mx_tensor *bytes = mx_zeros(MX_SHAPE(4, 3), MX_U8, MX_CPU);
+  EXPECT_NULL(mx_batch_norm(bytes, NULL, NULL, NULL, NULL, true, 0.1, 1e-5), MX_DTYPE_ERROR,
+              "mx_batch_norm: input dtype uint8 is not floating; convert it first");
+  EXPECT_NULL(mx_layer_norm(mx_zeros(MX_SHAPE(4, 3), MX_I64, MX_CPU), MX_SHAPE(3), NULL, NULL, 1e-5), MX_DTYPE_ERROR,
+              "mx_layer_norm: input dtype int64 is not floating; convert it first");
+  EXPECT_NULL(mx_group_norm(bytes, 3, NULL, NULL, 1e-5), MX_DTYPE_ERROR,
+              "mx_group_norm: input dtype uint8 is not floating; convert it first");
   mx_scope_end(s);
 }
 
