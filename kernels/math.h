@@ -157,6 +157,12 @@ MX_HD static inline double mx__saturate(double v, double lo, double hi) {
   return v < lo ? lo : v > hi ? hi : v;
 }
 
+/* int64 arithmetic that wraps around on overflow (two's complement), as
+ * PyTorch's integers do: a signed overflow in C is undefined. */
+MX_HD static inline int64_t mx_wrap_add(int64_t x, int64_t y) { return (int64_t)((uint64_t)x + (uint64_t)y); }
+MX_HD static inline int64_t mx_wrap_sub(int64_t x, int64_t y) { return (int64_t)((uint64_t)x - (uint64_t)y); }
+MX_HD static inline int64_t mx_wrap_mul(int64_t x, int64_t y) { return (int64_t)((uint64_t)x * (uint64_t)y); }
+
 /* v as an int64: truncated toward zero, saturated, NaN as 0. (A C cast of
  * a double outside int64's range is undefined.) Integer kernels take their
  * double parameters (a clamp's bounds, alpha) through it. */

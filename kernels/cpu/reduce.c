@@ -59,11 +59,11 @@ static void reduce_one(int code, const mx_kview *in, const mx_reduce_plan *p, co
     double v = mx_element_load(ptr, in->dtype);
     switch (code) {
     case MX_RED_SUM:
-      if (integer) acc->ivalue += in->dtype == MX_I64 ? *(const int64_t *)ptr : (int64_t)v;
+      if (integer) acc->ivalue = mx_wrap_add(acc->ivalue, in->dtype == MX_I64 ? *(const int64_t *)ptr : (int64_t)v);
       else acc->value += v;
       break;
     case MX_RED_PROD:
-      if (integer) acc->ivalue *= in->dtype == MX_I64 ? *(const int64_t *)ptr : (int64_t)v;
+      if (integer) acc->ivalue = mx_wrap_mul(acc->ivalue, in->dtype == MX_I64 ? *(const int64_t *)ptr : (int64_t)v);
       else acc->value *= v;
       break;
     case MX_RED_MAX:
@@ -333,7 +333,7 @@ mx_status mx__cpu_scan(int code, const mx_kview *out, const mx_kview *in, int di
       char *dst = (char *)out->data + (out_off + k * out->strides[dim]) * (int64_t)out_size;
       if (out->dtype == MX_I64) {
         int64_t v = in->dtype == MX_I64 ? *(const int64_t *)src : (int64_t)mx_element_load(src, in->dtype);
-        iacc = code == MX_RED_PROD ? iacc * v : iacc + v;
+        iacc = code == MX_RED_PROD ? mx_wrap_mul(iacc, v) : mx_wrap_add(iacc, v);
         *(int64_t *)dst = iacc;
       } else {
         double v = mx_element_load(src, in->dtype);

@@ -35,11 +35,11 @@ __device__ static partial empty_partial(int code) {
 __device__ static void fold(int code, partial *p, double v, int64_t iv, bool integer, int64_t k) {
   switch (code) {
   case MX_RED_SUM:
-    if (integer) p->ivalue += iv;
+    if (integer) p->ivalue = mx_wrap_add(p->ivalue, iv);
     else p->value += v;
     break;
   case MX_RED_PROD:
-    if (integer) p->ivalue *= iv;
+    if (integer) p->ivalue = mx_wrap_mul(p->ivalue, iv);
     else p->value *= v;
     break;
   case MX_RED_MAX:
@@ -63,8 +63,8 @@ __device__ static partial combine(int code, partial a, partial b) {
   if (a.empty) return b;
   if (b.empty) return a;
   switch (code) {
-  case MX_RED_SUM: a.value += b.value, a.ivalue += b.ivalue; break;
-  case MX_RED_PROD: a.value *= b.value, a.ivalue *= b.ivalue; break;
+  case MX_RED_SUM: a.value += b.value, a.ivalue = mx_wrap_add(a.ivalue, b.ivalue); break;
+  case MX_RED_PROD: a.value *= b.value, a.ivalue = mx_wrap_mul(a.ivalue, b.ivalue); break;
   case MX_RED_MAX:
   case MX_RED_MIN: {
     bool a_nan = isnan(a.value), b_nan = isnan(b.value);

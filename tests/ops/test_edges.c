@@ -139,6 +139,41 @@ Test(ops_edges, clamp_bounds) {
   mx_scope_end(s);
 }
 
+static void expect_i64(const char *what, const mx_tensor *t, int n, const int64_t *want) {
+  cr_assert_not_null(t, "%s: %s", what, mx_last_error());
+  cr_assert_eq(mx_dtype_of(t), MX_I64, "%s: dtype %s", what, mx_dtype_name(mx_dtype_of(t)));
+  int64_t got[8];
+  cr_assert(n <= 8 && mx_numel(t) == n, "%s", what);
+  cr_assert_eq(mx_to_host(t, got, (size_t)n * sizeof *got), MX_OK);
+  for (int i = 0; i < n; i++)
+    cr_expect_eq(got[i], want[i], "%s: element %d is %lld, expected %lld", what, i, (long long)got[i],
+                 (long long)want[i]);
+}
+
+/* int64 arithmetic wraps around on overflow, as PyTorch 1.13's does (its
+ * values here), where C's signed overflow is undefined (found by the ops
+ * fuzz target under UBSan); x % -1 is 0, where PyTorch dies of SIGFPE. */
+Test(ops_edges, integers_wrap_around) {
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *m = mx_from_data((int64_t[]){INT64_MIN, INT64_MAX}, MX_SHAPE(2), MX_I64, MX_CPU);
+  expect_i64("abs", mx_abs(m), 2, (int64_t[]){INT64_MIN, INT64_MAX});
+  expect_i64("neg", mx_neg(m), 2, (int64_t[]){INT64_MIN, -INT64_MAX});
+  expect_i64("m + m", mx_add(m, m), 2, (int64_t[]){0, -2});
+  expect_i64("m * 3", mx_mul(m, mx_scalar(3, MX_I64, MX_CPU)), 2, (int64_t[]){INT64_MIN, INT64_MAX - 2});
+  expect_i64("m - [1, -1]", mx_sub(m, mx_from_data((int64_t[]){1, -1}, MX_SHAPE(2), MX_I64, MX_CPU)), 2,
+             (int64_t[]){INT64_MAX, INT64_MIN});
+  expect_i64("m % -1", mx_remainder(m, mx_scalar(-1, MX_I64, MX_CPU)), 2, (int64_t[]){0, 0});
+  mx_tensor *top = mx_from_data((int64_t[]){INT64_MAX, 1}, MX_SHAPE(2), MX_I64, MX_CPU);
+  expect_i64("sum [max, 1]", mx_reshape(mx_sum(top, MX_ALL_DIMS, false), MX_SHAPE(1)), 1, (int64_t[]){INT64_MIN});
+  expect_i64("prod [max, 2]", mx_reshape(mx_prod(mx_mul(top, mx_from_data((int64_t[]){1, 2}, MX_SHAPE(2), MX_I64,
+                                                                         MX_CPU)),
+                                                 MX_ALL_DIMS, false),
+                                         MX_SHAPE(1)),
+             1, (int64_t[]){-2});
+  expect_i64("cumsum [max, 1]", mx_cumsum(top, 0), 2, (int64_t[]){INT64_MAX, INT64_MIN});
+  mx_scope_end(s);
+}
+
 /* float32 softmax over rows takes a vectorised exponential of its own: it
  * stays within 4e-6 of the float64 softmax over 14 orders of magnitude (x -
  * max is rounded to float first, as in PyTorch's float kernel: half an ulp
