@@ -104,8 +104,9 @@ mx_status mx__fwd_index_select(mx__call *c) {
 static mx_status index_write(mx__call *c, bool accumulate) {
   const char *op = accumulate ? "mx_index_add" : "mx_index_copy";
   mx_tensor *x = c->in[0], *index = c->in[1];
-  int dim = mx__wrap_dim(op, (int)c->args->i[0], x->ndim);
+  int dim = mx__wrap_dim(op, (int)c->args->i[0], x->ndim > 0 ? x->ndim : 1);
   if (dim < 0 || need_vector_index(op, index)) return mx_last_status();
+  if (x->ndim == 0) return mx__error(MX_SHAPE_ERROR, "%s: cannot index a 0-d tensor", op); /* as index_select */
   mx_tensor *src = mx__prepare(c->in[2], x->dtype, x->device);
   if (!src) return mx_last_status();
   mx_shape want = mx_shape_get(x);

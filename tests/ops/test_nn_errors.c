@@ -92,6 +92,11 @@ Test(nn_errors, index_select_add_copy) {
               "mx_index_select: indices must be int64, got int32");
   EXPECT_NULL(mx_index_select(mx_scalar(1, MX_F64, MX_CPU), 0, IDX(MX_SHAPE(1), 0)), MX_SHAPE_ERROR,
               "mx_index_select: cannot index a 0-d tensor");
+  /* index_add on a 0-d tensor read an index at an unset coordinate (found by the ops fuzz target) */
+  EXPECT_NULL(mx_index_add(mx_scalar(1, MX_F64, MX_CPU), 0, IDX(MX_SHAPE(1), 0), mx_scalar(5, MX_F64, MX_CPU), 1),
+              MX_SHAPE_ERROR, "mx_index_add: cannot index a 0-d tensor");
+  EXPECT_NULL(mx_index_copy(mx_scalar(1, MX_F64, MX_CPU), -1, IDX(MX_SHAPE(1), 0), mx_scalar(5, MX_F64, MX_CPU)),
+              MX_SHAPE_ERROR, "mx_index_copy: cannot index a 0-d tensor");
   EXPECT_NULL(mx_index_add(x, 0, IDX(MX_SHAPE(1), 4), zeros(MX_SHAPE(1, 3)), 1), MX_INDEX_ERROR,
               "mx_index_add: index 4 out of range for dim 0 of size 4");
   EXPECT_NULL(mx_index_add(x, 0, IDX(MX_SHAPE(2), 0, 1), zeros(MX_SHAPE(2, 2)), 1), MX_SHAPE_ERROR,
