@@ -324,6 +324,7 @@ static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx
   char *ws = NULL;
   if (total && !(ws = mx__dnnl_workspace(t, total)))
     return mx__error(MX_OUT_OF_MEMORY, "mx_conv: out of memory for a %zu-byte oneDNN workspace", total);
+  char *scratch = ws ? ws + scratch_at : NULL; /* none at all: no offset from NULL (undefined, even of 0) */
 
   mx_status status = MX_OK;
   dnnl_memory_t user[3] = {NULL, NULL, NULL}, prim[3] = {NULL, NULL, NULL}, bias_mem = NULL;
@@ -342,7 +343,7 @@ static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx
     }
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, user[r]}, {DNNL_ARG_TO, prim[r]}};
     s = mx__dnnl_execute(t->stream, e->reorder[r].primitive, 2, args, &e->reorder[r].scratch_md,
-                         e->reorder[r].scratch_size, ws + scratch_at);
+                         e->reorder[r].scratch_size, scratch);
     if (s != dnnl_success) status = fail(kind, "reordering an input", s);
   }
   if (status == MX_OK) {
@@ -350,7 +351,7 @@ static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx
     for (int r = 0; r < 3; r++) args[r] = (dnnl_exec_arg_t){exec_arg[kind][r], prim[r] ? prim[r] : user[r]};
     if (bias_mem) args[3] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, bias_mem};
     s = mx__dnnl_execute(t->stream, e->primitive, bias_mem ? 4 : 3, args, &e->scratch_md, e->scratch_size,
-                         ws + scratch_at);
+                         scratch);
     if (s != dnnl_success) status = fail(kind, "executing", s);
   }
   if (status == MX_OK && e->reorder[out].channel_blocks) { /* the output back into the view, ours */
@@ -360,7 +361,7 @@ static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx
   if (status == MX_OK && e->reorder[out].primitive) { /* the output back into the view, oneDNN's */
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, prim[out]}, {DNNL_ARG_TO, user[out]}};
     s = mx__dnnl_execute(t->stream, e->reorder[out].primitive, 2, args, &e->reorder[out].scratch_md,
-                         e->reorder[out].scratch_size, ws + scratch_at);
+                         e->reorder[out].scratch_size, scratch);
     if (s != dnnl_success) status = fail(kind, "reordering the output", s);
   }
   if (status == MX_OK && (s = dnnl_stream_wait(t->stream)) != dnnl_success) status = fail(kind, "waiting", s);
