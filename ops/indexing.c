@@ -303,11 +303,16 @@ mx_status mx__fwd_pad(mx__call *c) {
                        (long long)size);
     if (mode != MX_PAD_CONSTANT) {
       out = mx_index_select(out, dim, pad_index(size, left, right, mode, x->device));
+      if (!out) return mx_last_status();
       continue;
     }
     if (left < 0 || right < 0) { /* negative padding crops */
       int64_t a = left < 0 ? -left : 0, b = right < 0 ? -right : 0;
+      if (a + b > size)
+        return mx__error(MX_INVALID_ARGUMENT, "mx_pad: padding (%lld, %lld) crops more than dim %d's size %lld",
+                         (long long)left, (long long)right, dim, (long long)size);
       out = mx_narrow(out, dim, a, size - a - b);
+      if (!out) return mx_last_status();
       left = left < 0 ? 0 : left, right = right < 0 ? 0 : right;
     }
     mx_tensor *parts[3];
@@ -317,6 +322,7 @@ mx_status mx__fwd_pad(mx__call *c) {
     parts[n++] = out;
     if (right) side.d[dim] = right, parts[n++] = mx_full(side, c->args->f[0], out->dtype, out->device);
     out = n > 1 ? mx_cat(n, parts, dim) : out;
+    if (!out) return mx_last_status();
   }
   return OUT0(c, out == x ? mx_reshape(x, mx_shape_get(x)) : out);
 }
