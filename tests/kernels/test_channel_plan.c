@@ -6,15 +6,9 @@
 #include <string.h>
 
 #include "kernels/channel_plan.h"
+#include "shape_view.h"
 
-static mx_kview view(int ndim, const int64_t *shape) {
-  mx_kview v;
-  memset(&v, 0, sizeof v);
-  v.dtype = MX_F32, v.ndim = ndim;
-  int64_t n = 1;
-  for (int d = ndim - 1; d >= 0; d--) v.shape[d] = shape[d], v.strides[d] = n, n *= shape[d];
-  return v;
-}
+static mx_kview view(int ndim, const int64_t *shape) { return shape_view(MX_F32, ndim, shape); }
 
 /* Walking every run of every channel, as the partials kernel does, visits
  * each element exactly once, and each in its own channel. */

@@ -5,16 +5,7 @@
 #include <string.h>
 
 #include "kernels/conv_cudnn_case.h"
-
-/* A contiguous view of the shape (no data: the case reads shapes only). */
-static mx_kview view(mx_dtype dtype, int ndim, const int64_t *shape) {
-  mx_kview v;
-  memset(&v, 0, sizeof v);
-  v.dtype = dtype, v.ndim = ndim;
-  int64_t n = 1;
-  for (int d = ndim - 1; d >= 0; d--) v.shape[d] = shape[d], v.strides[d] = n, n *= shape[d];
-  return v;
-}
+#include "shape_view.h"
 
 static mx_conv_params params(int spatial, int64_t stride, int64_t pad, int64_t dil, int64_t groups) {
   mx_conv_params p;
@@ -31,8 +22,8 @@ static void expect_ints(const int *got, const int *want, int n, const char *what
 /* (3, 4, 11) * (6, 4, 3), stride 2, padding 1 -> (3, 6, 6): cuDNN sees a
  * 2-d convolution of height 1, with nothing done along the height. */
 Test(conv_cudnn_case, a_1d_convolution_is_2d_of_height_one) {
-  mx_kview x = view(MX_F16, 3, (int64_t[]){3, 4, 11}), w = view(MX_F16, 3, (int64_t[]){6, 4, 3}),
-           y = view(MX_F16, 3, (int64_t[]){3, 6, 6});
+  mx_kview x = shape_view(MX_F16, 3, (int64_t[]){3, 4, 11}), w = shape_view(MX_F16, 3, (int64_t[]){6, 4, 3}),
+           y = shape_view(MX_F16, 3, (int64_t[]){3, 6, 6});
   mx_conv_params p = params(1, 2, 1, 1, 1);
   mx_cudnn_conv_case c;
   cr_assert(mx_cudnn_conv_case_of(MX_CONV_BACKWARD_DATA, &x, &w, &y, &p, &c));
@@ -49,8 +40,9 @@ Test(conv_cudnn_case, a_1d_convolution_is_2d_of_height_one) {
 
 /* 3-d with two groups: five dims, the parameters in order. */
 Test(conv_cudnn_case, a_3d_convolution_has_five_dims) {
-  mx_kview x = view(MX_BF16, 5, (int64_t[]){2, 4, 5, 6, 5}), w = view(MX_BF16, 5, (int64_t[]){6, 2, 3, 3, 3}),
-           y = view(MX_BF16, 5, (int64_t[]){2, 6, 5, 6, 5});
+  mx_kview x = shape_view(MX_BF16, 5, (int64_t[]){2, 4, 5, 6, 5});
+  mx_kview w = shape_view(MX_BF16, 5, (int64_t[]){6, 2, 3, 3, 3});
+  mx_kview y = shape_view(MX_BF16, 5, (int64_t[]){2, 6, 5, 6, 5});
   mx_conv_params p = params(3, 1, 1, 1, 2);
   p.padding[2] = 2, p.dilation[2] = 2;
   mx_cudnn_conv_case c;
@@ -66,8 +58,8 @@ Test(conv_cudnn_case, a_3d_convolution_has_five_dims) {
 /* Two makings of one case are the same key, bytewise; another stride is
  * another key. */
 Test(conv_cudnn_case, equal_cases_are_equal_keys) {
-  mx_kview x = view(MX_F32, 4, (int64_t[]){8, 3, 9, 9}), w = view(MX_F32, 4, (int64_t[]){4, 3, 3, 3}),
-           y = view(MX_F32, 4, (int64_t[]){8, 4, 9, 9});
+  mx_kview x = shape_view(MX_F32, 4, (int64_t[]){8, 3, 9, 9}), w = shape_view(MX_F32, 4, (int64_t[]){4, 3, 3, 3}),
+           y = shape_view(MX_F32, 4, (int64_t[]){8, 4, 9, 9});
   mx_conv_params p = params(2, 1, 1, 1, 1);
   mx_cudnn_conv_case a, b;
   memset(&b, 0xff, sizeof b); /* whatever was there before is overwritten */
@@ -84,17 +76,17 @@ Test(conv_cudnn_case, declines_what_the_direct_kernels_keep) {
   int64_t xs[4] = {2, 3, 9, 9}, ws[4] = {4, 3, 3, 3}, ys[4] = {2, 4, 9, 9};
   mx_conv_params p = params(2, 1, 1, 1, 1);
   mx_cudnn_conv_case c;
-  mx_kview x = view(MX_F64, 4, xs), w = view(MX_F64, 4, ws), y = view(MX_F64, 4, ys);
+  mx_kview x = shape_view(MX_F64, 4, xs), w = shape_view(MX_F64, 4, ws), y = shape_view(MX_F64, 4, ys);
   cr_expect_not(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &x, &w, &y, &p, &c), "float64");
-  x = view(MX_F32, 4, xs), w = view(MX_F32, 4, ws), y = view(MX_F32, 4, ys);
+  x = shape_view(MX_F32, 4, xs), w = shape_view(MX_F32, 4, ws), y = shape_view(MX_F32, 4, ys);
   cr_assert(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &x, &w, &y, &p, &c), "the float32 case itself");
   mx_kview t = x;
   t.strides[2] = 1, t.strides[3] = 9; /* h and w swapped */
   cr_expect_not(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &t, &w, &y, &p, &c), "a transposed input");
-  mx_kview e = view(MX_F32, 4, (int64_t[]){0, 3, 9, 9}), ey = view(MX_F32, 4, (int64_t[]){0, 4, 9, 9});
+  mx_kview e = shape_view(MX_F32, 4, (int64_t[]){0, 3, 9, 9}), ey = shape_view(MX_F32, 4, (int64_t[]){0, 4, 9, 9});
   cr_expect_not(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &e, &w, &ey, &p, &c), "an empty batch");
-  mx_kview big = view(MX_F32, 4, (int64_t[]){2, 3, 40000, 20000});
-  mx_kview bigy = view(MX_F32, 4, (int64_t[]){2, 4, 40000, 20000});
+  mx_kview big = shape_view(MX_F32, 4, (int64_t[]){2, 3, 40000, 20000});
+  mx_kview bigy = shape_view(MX_F32, 4, (int64_t[]){2, 4, 40000, 20000});
   cr_expect_not(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &big, &w, &bigy, &p, &c), "4.8e9 elements");
   mx_conv_params far = p;
   far.padding[1] = (int64_t)INT_MAX + 1;
