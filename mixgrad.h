@@ -13,14 +13,16 @@
  * CPU and CUDA kernels), tensor/ (the tensor object, scopes, memory
  * statistics), ops/ and autograd/ (the op table and its dispatcher, the
  * differentiable ops, backward), optim/ (SGD, Adam, AdamW, schedules,
- * clipping), amp/ (autocast, the GradScaler) and nn/ (modules, layers,
- * initialisation, checkpoints).
+ * clipping), amp/ (autocast, the GradScaler), nn/ (modules, layers,
+ * initialisation, checkpoints) and dist/ (data parallelism across
+ * processes).
  */
 #ifndef MIXGRAD_H
 #define MIXGRAD_H
 
 #include "amp/amp.h"
 #include "autograd/autograd.h"
+#include "dist/dist.h"
 #include "kernels/base.h"
 #include "kernels/math.h"
 #include "nn/checkpoint.h"

@@ -1,0 +1,347 @@
+/* The process group: a world of one, arguments and environment, and over
+ * forked ranks on loopback the sums of every dtype, layouts, averages that
+ * are the same bits everywhere, broadcasts, and the errors: calls that do
+ * not match, a peer that leaves, a peer that stays silent. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mixgrad.h"
+#include "ranks.h"
+
+static mx_process_group *join(int rank, int world, int port, double timeout) {
+  return mx_dist_init(rank, world, "127.0.0.1", port, timeout);
+}
+
+static const char *fmt_port(const char *format, int port) {
+  static char buf[256];
+  snprintf(buf, sizeof buf, format, port);
+  return buf;
+}
+
+static void expect_ranks_pass(int world, rank_body body, void *ctx, rank_report *reports) {
+  int failed = run_ranks(world, body, ctx, reports);
+  char all[2048] = "";
+  for (int r = 0; r < world; r++)
+    if (reports[r].msg[0]) snprintf(all + strlen(all), sizeof all - strlen(all), "[rank %d] %s ", r, reports[r].msg);
+  cr_assert_eq(failed, 0, "%d of %d ranks failed: %s", failed, world, all);
+}
+
+Test(dist, a_world_of_one_needs_no_network) {
+  mx_process_group *g = mx_dist_init(0, 1, NULL, 0, 0);
+  cr_assert_not_null(g, "%s", mx_last_error());
+  cr_expect_eq(mx_dist_rank(g), 0);
+  cr_expect_eq(mx_dist_world_size(g), 1);
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *t = mx_from_data((float[]){1.5f, -2, 3}, MX_SHAPE(3), MX_F32, MX_CPU);
+  cr_assert_eq(mx_dist_all_reduce(g, t, MX_DIST_SUM), MX_OK, "%s", mx_last_error());
+  cr_assert_eq(mx_dist_all_reduce(g, t, MX_DIST_AVG), MX_OK, "%s", mx_last_error());
+  cr_assert_eq(mx_dist_broadcast(g, t, 0), MX_OK, "%s", mx_last_error());
+  cr_assert_eq(mx_dist_barrier(g), MX_OK, "%s", mx_last_error());
+  cr_expect_eq(mx_at(t, MX_SHAPE(0)), 1.5);
+  cr_expect_eq(mx_at(t, MX_SHAPE(1)), -2);
+  cr_expect_eq(mx_at(t, MX_SHAPE(2)), 3);
+  cr_expect_eq(mx_dist_broadcast(g, t, 1), MX_INVALID_ARGUMENT);
+  cr_expect_str_eq(mx_last_error(), "mx_dist_broadcast: root 1 is not in [0, 1)");
+  mx_tensor *flags = mx_ones(MX_SHAPE(2), MX_BOOL, MX_CPU), *ints = mx_ones(MX_SHAPE(2), MX_I64, MX_CPU);
+  cr_expect_eq(mx_dist_all_reduce(g, flags, MX_DIST_SUM), MX_DTYPE_ERROR);
+  cr_expect_str_eq(mx_last_error(), "mx_dist_all_reduce: cannot sum bool tensors");
+  cr_expect_eq(mx_dist_all_reduce(g, ints, MX_DIST_AVG), MX_DTYPE_ERROR);
+  cr_expect_str_eq(mx_last_error(), "mx_dist_all_reduce: cannot average int64 tensors");
+  cr_expect_eq(mx_dist_all_reduce(NULL, ints, MX_DIST_SUM), MX_NULL_INPUT);
+  mx_scope_end(s);
+  mx_dist_free(g);
+}
+
+Test(dist, init_rejects_bad_arguments) {
+  struct {
+    int rank, world, port;
+    const char *addr;
+    double timeout;
+    const char *error;
+  } cases[] = {
+      {0, 0, 1234, "127.0.0.1", 0, "mx_dist_init: world_size 0 is not in [1, 65535]"},
+      {2, 2, 1234, "127.0.0.1", 0, "mx_dist_init: rank 2 is not in [0, 2)"},
+      {-1, 2, 1234, "127.0.0.1", 0, "mx_dist_init: rank -1 is not in [0, 2)"},
+      {0, 2, 0, "127.0.0.1", 0, "mx_dist_init: master port 0 is not in [1, 65535]"},
+      {0, 2, 70000, "127.0.0.1", 0, "mx_dist_init: master port 70000 is not in [1, 65535]"},
+      {0, 2, 1234, NULL, 0, "mx_dist_init: argument 'master_addr' is NULL"},
+      {0, 2, 1234, "127.0.0.1", -1, "mx_dist_init: timeout -1 s is not in [0, 1e6]"},
+      {0, 2, 1234, "127.0.0.1", NAN, "mx_dist_init: timeout nan s is not in [0, 1e6]"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    mx_clear_error();
+    cr_expect_null(mx_dist_init(cases[i].rank, cases[i].world, cases[i].addr, cases[i].port, cases[i].timeout));
+    cr_expect_str_eq(mx_last_error(), cases[i].error, "case %zu", i);
+  }
+}
+
+/* Nobody else comes: rank 1 finds no rank 0, rank 0 waits in vain. */
+Test(dist, a_rendezvous_nobody_joins_times_out) {
+  int port = free_port();
+  mx_clear_error();
+  cr_expect_null(mx_dist_init(1, 2, "127.0.0.1", port, 0.3));
+  cr_expect(strstr(mx_last_error(), fmt_port("mx_dist_init: rank 1: cannot reach rank 0 at 127.0.0.1:%d", port)),
+            "%s", mx_last_error());
+  mx_clear_error();
+  cr_expect_null(mx_dist_init(0, 3, "127.0.0.1", port, 0.3));
+  cr_expect(strstr(mx_last_error(), fmt_port("mx_dist_init: rank 0: waiting for rank 1 of 3 at port %d (0 arrived)", port)),
+            "%s", mx_last_error());
+}
+
+Test(dist, init_from_env_reads_torchrun_variables) {
+  unsetenv("WORLD_SIZE"), unsetenv("RANK"), unsetenv("MASTER_ADDR"), unsetenv("MASTER_PORT");
+  mx_process_group *g = mx_dist_init_from_env(0);
+  cr_assert_not_null(g, "%s", mx_last_error());
+  cr_expect_eq(mx_dist_world_size(g), 1);
+  mx_dist_free(g);
+  setenv("WORLD_SIZE", "2", 1);
+  cr_expect_null(mx_dist_init_from_env(0));
+  cr_expect_str_eq(mx_last_error(), "mx_dist_init_from_env: WORLD_SIZE is set but RANK is not");
+  setenv("RANK", "2", 1);
+  cr_expect_null(mx_dist_init_from_env(0));
+  cr_expect_str_eq(mx_last_error(), "mx_dist_init_from_env: RANK='2' is not an integer in [0, 1]");
+  setenv("RANK", "1", 1);
+  cr_expect_null(mx_dist_init_from_env(0));
+  cr_expect_str_eq(mx_last_error(), "mx_dist_init_from_env: WORLD_SIZE is set but MASTER_ADDR is not");
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", "http", 1);
+  cr_expect_null(mx_dist_init_from_env(0));
+  cr_expect_str_eq(mx_last_error(), "mx_dist_init_from_env: MASTER_PORT='http' is not an integer in [1, 65535]");
+  setenv("WORLD_SIZE", "1", 1), setenv("RANK", "0", 1);
+  g = mx_dist_init_from_env(0);
+  cr_expect_not_null(g, "%s", mx_last_error());
+  mx_dist_free(g);
+}
+
+/* Rank r holds (r + 1) * (i % 5 + 1) at i: the sum over w ranks is
+ * w(w + 1)/2 * (i % 5 + 1), exact in every dtype (at most 30 for w = 3). */
+static void sums_every_dtype(int rank, int world, int port, void *ctx, rank_report *out) {
+  (void)ctx;
+  mx_process_group *g = join(rank, world, port, 60);
+  mx_scope *s = mx_scope_begin();
+  RANK_CHECK(out, g, "init: %s", mx_last_error());
+  const mx_dtype dtypes[] = {MX_F32, MX_F64, MX_F16, MX_BF16, MX_I64, MX_I32, MX_U8};
+  const int64_t sizes[] = {0, 1, 2, 7, 4099};
+  for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+      int64_t n = sizes[k];
+      double *v = malloc((size_t)(n + 1) * sizeof *v);
+      for (int64_t j = 0; v && j < n; j++) v[j] = (rank + 1) * (double)(j % 5 + 1);
+      mx_tensor *t = v ? mx_to_dtype(mx_from_data(v, MX_SHAPE(n), MX_F64, MX_CPU), dtypes[d]) : NULL;
+      free(v);
+      RANK_CHECK(out, t, "making the input: %s", mx_last_error());
+      RANK_CHECK(out, mx_dist_all_reduce(g, t, MX_DIST_SUM) == MX_OK, "%s n=%lld: %s", mx_dtype_name(dtypes[d]),
+                 (long long)n, mx_last_error());
+      for (int64_t j = 0; j < n; j++) {
+        double want = world * (world + 1) / 2 * (double)(j % 5 + 1), got = mx_at(t, MX_SHAPE(j));
+        RANK_CHECK(out, got == want, "%s n=%lld: element %lld is %g, not %g", mx_dtype_name(dtypes[d]), (long long)n,
+                   (long long)j, got, want);
+      }
+    }
+  /* 3M floats: chunks of 4 MB, many partial sends and receives each. */
+  mx_tensor *big = mx_full(MX_SHAPE(3000001), rank + 0.5, MX_F32, MX_CPU);
+  RANK_CHECK(out, big && mx_dist_all_reduce(g, big, MX_DIST_SUM) == MX_OK, "3M floats: %s", mx_last_error());
+  double want = world * world / 2.0;
+  int64_t probes[] = {0, 1000000, 2999999, 3000000};
+  for (int j = 0; j < 4; j++)
+    RANK_CHECK(out, mx_at(big, MX_SHAPE(probes[j])) == want, "3M floats: element %lld is %g, not %g",
+               (long long)probes[j], mx_at(big, MX_SHAPE(probes[j])), want);
+done:
+  mx_scope_end(s);
+  mx_dist_free(g);
+}
+
+Test(dist, all_reduce_sums_every_dtype_over_2_and_3_ranks) {
+  rank_report reports[3];
+  expect_ranks_pass(2, sums_every_dtype, NULL, reports);
+  expect_ranks_pass(3, sums_every_dtype, NULL, reports);
+}
+
+/* A transposed view is reduced in place, element for element. */
+static void keeps_the_layout(int rank, int world, int port, void *ctx, rank_report *out) {
+  (void)ctx;
+  mx_process_group *g = join(rank, world, port, 60);
+  mx_scope *s = mx_scope_begin();
+  RANK_CHECK(out, g, "init: %s", mx_last_error());
+  mx_tensor *base = mx_reshape(mx_arange(0, 6, 1, MX_F64, MX_CPU), MX_SHAPE(2, 3));
+  mx_tensor *t = mx_transpose(base, 0, 1); /* (3, 2), strides (1, 3) */
+  RANK_CHECK(out, t && mx_mul_scalar_(base, rank + 1) == MX_OK, "%s", mx_last_error());
+  RANK_CHECK(out, mx_dist_all_reduce(g, t, MX_DIST_SUM) == MX_OK, "%s", mx_last_error());
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 3; j++) {
+      double want = (3 * i + j) * 3.0; /* ranks' factors 1 + 2 */
+      RANK_CHECK(out, mx_at(base, MX_SHAPE(i, j)) == want, "base[%d][%d] = %g, not %g", i, j,
+                 mx_at(base, MX_SHAPE(i, j)), want);
+    }
+done:
+  mx_scope_end(s);
+  mx_dist_free(g);
+}
+
+Test(dist, all_reduce_works_on_strided_views) {
+  rank_report reports[2];
+  expect_ranks_pass(2, keeps_the_layout, NULL, reports);
+}
+
+/* Each rank's own random floats, averaged: reports its inputs, then the
+ * result. */
+static void averages(int rank, int world, int port, void *ctx, rank_report *out) {
+  (void)ctx;
+  mx_process_group *g = join(rank, world, port, 60);
+  mx_generator *gen = mx_generator_new(1000 + (uint64_t)rank);
+  mx_scope *s = mx_scope_begin();
+  RANK_CHECK(out, g && gen, "init: %s", mx_last_error());
+  mx_tensor *t = mx_randn(MX_SHAPE(64), MX_F32, MX_CPU, gen);
+  float in[64], res[64];
+  RANK_CHECK(out, t && mx_to_host(t, in, sizeof in) == MX_OK, "%s", mx_last_error());
+  RANK_CHECK(out, mx_dist_all_reduce(g, t, MX_DIST_AVG) == MX_OK, "%s", mx_last_error());
+  RANK_CHECK(out, mx_to_host(t, res, sizeof res) == MX_OK, "%s", mx_last_error());
+  for (int i = 0; i < 64; i++) out->values[i] = in[i], out->values[64 + i] = res[i];
+  out->n_values = 128;
+done:
+  mx_scope_end(s);
+  mx_generator_free(gen);
+  mx_dist_free(g);
+}
+
+Test(dist, an_average_is_the_same_bits_on_every_rank) {
+  rank_report reports[3];
+  expect_ranks_pass(3, averages, NULL, reports);
+  for (int i = 0; i < 64; i++) {
+    double mean = (reports[0].values[i] + reports[1].values[i] + reports[2].values[i]) / 3;
+    cr_expect(fabs(reports[0].values[64 + i] - mean) <= 1e-6 * (1 + fabs(mean)), "element %d: %.9g, mean %.9g", i,
+              reports[0].values[64 + i], mean);
+    cr_expect(reports[0].values[i] != reports[1].values[i], "ranks drew the same input %d", i);
+    for (int r = 1; r < 3; r++)
+      cr_expect_eq(reports[r].values[64 + i], reports[0].values[64 + i], "rank %d's element %d differs from rank 0's",
+                   r, i);
+  }
+}
+
+/* Root 1 of 3: every rank ends with root's 10 + i, in float64 and int64. */
+static void broadcasts(int rank, int world, int port, void *ctx, rank_report *out) {
+  (void)ctx;
+  mx_process_group *g = join(rank, world, port, 60);
+  mx_scope *s = mx_scope_begin();
+  RANK_CHECK(out, g, "init: %s", mx_last_error());
+  const mx_dtype dtypes[] = {MX_F64, MX_I64};
+  for (int d = 0; d < 2; d++) {
+    mx_tensor *t = mx_reshape(mx_arange(rank * 10, rank * 10 + 6, 1, dtypes[d], MX_CPU), MX_SHAPE(3, 2));
+    RANK_CHECK(out, mx_dist_broadcast(g, t, 1) == MX_OK, "%s", mx_last_error());
+    for (int i = 0; i < 6; i++)
+      RANK_CHECK(out, mx_at(t, MX_SHAPE(i / 2, i % 2)) == 10 + i, "%s element %d: %g", mx_dtype_name(dtypes[d]), i,
+                 mx_at(t, MX_SHAPE(i / 2, i % 2)));
+  }
+  RANK_CHECK(out, mx_dist_barrier(g) == MX_OK, "barrier: %s", mx_last_error());
+done:
+  mx_scope_end(s);
+  mx_dist_free(g);
+}
+
+Test(dist, broadcast_copies_the_roots_tensor) {
+  rank_report reports[3];
+  expect_ranks_pass(3, broadcasts, NULL, reports);
+}
+
+/* Rank 0 sums 4 floats, rank 1 5: both fail naming both calls, and the
+ * group stays broken. */
+static void mismatched(int rank, int world, int port, void *ctx, rank_report *out) {
+  bool broadcast_on_1 = *(bool *)ctx;
+  mx_process_group *g = join(rank, world, port, 60);
+  mx_scope *s = mx_scope_begin();
+  RANK_CHECK(out, g, "init: %s", mx_last_error());
+  mx_tensor *t = mx_ones(MX_SHAPE(rank == 0 ? 4 : 5), MX_F32, MX_CPU);
+  mx_status st = rank == 1 && broadcast_on_1 ? mx_dist_broadcast(g, t, 0) : mx_dist_all_reduce(g, t, MX_DIST_SUM);
+  RANK_CHECK(out, st == MX_INVALID_ARGUMENT, "status %d: %s", st, mx_last_error());
+  char want[256];
+  const char *call1 = broadcast_on_1 ? "broadcast on 5 float32 elements from root 0" : "all_reduce(sum) on 5 float32 elements";
+  if (rank == 0)
+    snprintf(want, sizeof want, "rank 0 calls all_reduce(sum) on 4 float32 elements, but rank 1 calls %s", call1);
+  else
+    snprintf(want, sizeof want, "rank 1 calls %s, but rank 0 calls all_reduce(sum) on 4 float32 elements", call1);
+  RANK_CHECK(out, strstr(mx_last_error(), want), "the error is '%s', not '%s'", mx_last_error(), want);
+  RANK_CHECK(out, mx_dist_barrier(g) == MX_STATE_ERROR, "a broken group took a barrier: %s", mx_last_error());
+  RANK_CHECK(out, strstr(mx_last_error(), "mx_dist_barrier: the process group failed earlier (mx_dist_"), "%s",
+             mx_last_error());
+done:
+  mx_scope_end(s);
+  mx_dist_free(g);
+}
+
+Test(dist, calls_that_differ_fail_on_every_rank) {
+  rank_report reports[2];
+  bool broadcast_on_1 = false;
+  expect_ranks_pass(2, mismatched, &broadcast_on_1, reports);
+  broadcast_on_1 = true;
+  expect_ranks_pass(2, mismatched, &broadcast_on_1, reports);
+}
+
+/* Rank 1 leaves at once; rank 0's sum fails instead of waiting. With
+ * *ctx set, rank 1 stays but says nothing for longer than the timeout. */
+static void deserted(int rank, int world, int port, void *ctx, rank_report *out) {
+  bool silent = *(bool *)ctx;
+  mx_process_group *g = join(rank, world, port, silent ? 0.5 : 60);
+  mx_scope *s = mx_scope_begin();
+  RANK_CHECK(out, g, "init: %s", mx_last_error());
+  mx_tensor *t = mx_ones(MX_SHAPE(8), MX_F32, MX_CPU);
+  if (rank == 1) {
+    if (!silent) goto done;
+    usleep(1500 * 1000);
+  }
+  mx_status st = mx_dist_all_reduce(g, t, MX_DIST_SUM);
+  RANK_CHECK(out, st == MX_BACKEND_ERROR, "status %d: %s", st, mx_last_error());
+  const char *want = rank == 1 ? "mx_dist_all_reduce: rank 1: " /* rank 0 gave up and closed */
+                     : silent  ? "mx_dist_all_reduce: rank 0: no word from rank 1 within 0.5 s"
+                               : "mx_dist_all_reduce: rank 0: ";
+  RANK_CHECK(out, strstr(mx_last_error(), want), "the error is '%s'", mx_last_error());
+  RANK_CHECK(out, silent || strstr(mx_last_error(), "the peer closed the connection"), "the error is '%s'",
+             mx_last_error());
+done:
+  mx_scope_end(s);
+  mx_dist_free(g);
+}
+
+Test(dist, a_peer_that_leaves_or_stays_silent_is_an_error_not_a_hang) {
+  rank_report reports[2];
+  bool silent = false;
+  expect_ranks_pass(2, deserted, &silent, reports);
+  silent = true;
+  expect_ranks_pass(2, deserted, &silent, reports);
+}
+
+/* CUDA tensors, staged through host memory: sums, averages and
+ * broadcasts land back on the device. Each rank asks for a GPU itself
+ * (CUDA does not survive a fork), and the test skips without one. */
+static void on_cuda(int rank, int world, int port, void *ctx, rank_report *out) {
+  (void)ctx;
+  mx_process_group *g = NULL;
+  mx_scope *s = mx_scope_begin();
+  out->values[0] = mx_cuda_device_count();
+  if (out->values[0] == 0) goto done;
+  g = join(rank, world, port, 60);
+  RANK_CHECK(out, g, "init: %s", mx_last_error());
+  mx_tensor *sum = mx_mul_scalar(mx_arange(0, 1000, 1, MX_F32, MX_CUDA), rank + 1);
+  mx_tensor *avg = mx_full(MX_SHAPE(3, 5), rank, MX_BF16, MX_CUDA);
+  mx_tensor *root = mx_full(MX_SHAPE(7), rank + 10, MX_I64, MX_CUDA);
+  RANK_CHECK(out, sum && avg && root, "%s", mx_last_error());
+  RANK_CHECK(out, mx_dist_all_reduce(g, sum, MX_DIST_SUM) == MX_OK && mx_dist_all_reduce(g, avg, MX_DIST_AVG) == MX_OK &&
+                      mx_dist_broadcast(g, root, 1) == MX_OK,
+             "%s", mx_last_error());
+  RANK_CHECK(out, mx_device_of(sum) == MX_CUDA && mx_device_of(avg) == MX_CUDA, "a result left the device");
+  for (int i = 0; i < 1000; i += 111)
+    RANK_CHECK(out, mx_at(sum, MX_SHAPE(i)) == 3.0 * i, "sum[%d] = %g", i, mx_at(sum, MX_SHAPE(i)));
+  RANK_CHECK(out, mx_at(avg, MX_SHAPE(2, 4)) == 0.5, "avg = %g", mx_at(avg, MX_SHAPE(2, 4)));
+  RANK_CHECK(out, mx_at(root, MX_SHAPE(6)) == 11, "broadcast = %g", mx_at(root, MX_SHAPE(6)));
+done:
+  mx_scope_end(s);
+  mx_dist_free(g);
+}
+
+Test(dist, cuda_tensors_go_through_host_memory) {
+  rank_report reports[2];
+  expect_ranks_pass(2, on_cuda, NULL, reports);
+  if (reports[0].values[0] == 0) cr_skip_test("no CUDA device here: collectives on CUDA tensors are not run");
+}
