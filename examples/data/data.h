@@ -104,6 +104,11 @@ typedef struct {
   int crop_padding;
   bool flip;
   bool background; /* prepare the next batches on a worker thread */
+  /* Data parallelism, as PyTorch's DistributedSampler: with shards > 1 the
+   * loader serves samples shard, shard + shards, shard + 2 shards, ... of
+   * each epoch's order, padded with its first samples to a multiple of
+   * shards, so every shard gets ceil(n / shards). 0 or 1: every sample. */
+  int shards, shard;
 } mx_loader_options;
 
 typedef struct mx_loader mx_loader;
@@ -112,7 +117,8 @@ typedef struct mx_loader mx_loader;
 mx_loader *mx_loader_new(const mx_dataset *ds, const mx_loader_options *opts);
 /* Stops the worker thread (if any) and frees the loader. NULL is ignored. */
 void mx_loader_free(mx_loader *l);
-/* Batches per epoch: ceil(n / batch_size), or floor with drop_last. */
+/* Batches per epoch: ceil(n / batch_size), or floor with drop_last (n:
+ * the samples of this loader's shard). */
 int64_t mx_loader_batches(const mx_loader *l);
 /* Starts epoch `epoch` (>= 0) from its first batch, with its permutation. */
 mx_status mx_loader_reset(mx_loader *l, int64_t epoch);
@@ -124,7 +130,7 @@ mx_status mx_loader_reset(mx_loader *l, int64_t epoch);
 bool mx_loader_next(mx_loader *l, mx_tensor **x, mx_tensor **y);
 /* MX_OK unless the last mx_loader_next failed. */
 mx_status mx_loader_status(const mx_loader *l);
-/* The current epoch's order: n sample indices, batch b is the slice
+/* The current epoch's order: n sample indices (of its shard), batch b the slice
  * [b * batch_size, (b + 1) * batch_size). */
 const int64_t *mx_loader_order(const mx_loader *l);
 

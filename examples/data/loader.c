@@ -30,7 +30,9 @@ struct mx_loader {
   const mx_dataset *ds;
   mx_loader_options opt; /* mean and std cleared: lut holds them */
   float *lut;            /* (c, 256) pixel byte -> normalised value */
-  int64_t *order;        /* (n) the epoch's sample order */
+  int64_t n;             /* samples per epoch: the shard's */
+  int64_t *perm;         /* (ds->n) the epoch's permutation of the dataset */
+  int64_t *order;        /* (n) the epoch's sample order: the shard's part of perm */
   int64_t batch_size;    /* min(opt.batch_size, n): a slot's capacity */
   int64_t batches, epoch;
   int64_t next; /* the caller's next batch */
@@ -45,7 +47,7 @@ struct mx_loader {
 };
 
 static int64_t batch_count(const mx_loader *l, int64_t b) {
-  int64_t left = l->ds->n - b * l->batch_size;
+  int64_t left = l->n - b * l->batch_size;
   return left < l->batch_size ? left : l->batch_size;
 }
 
@@ -85,6 +87,7 @@ static void *worker(void *arg) {
 
 static void free_buffers(mx_loader *l) {
   free(l->lut);
+  if (l->perm != l->order) free(l->perm);
   free(l->order);
   for (int i = 0; i < 2; i++) {
     free(l->slots[i].x);
@@ -99,6 +102,8 @@ static mx_status check(const char *op, const mx_dataset *ds, const mx_loader_opt
   if (!ds->images || !ds->labels || ds->n < 1 || ds->c < 1 || ds->h < 1 || ds->w < 1)
     return mx__error(MX_INVALID_ARGUMENT, "%s: the dataset is empty (%lld samples of %dx%dx%d)", op,
                      (long long)ds->n, ds->c, ds->h, ds->w);
+  if (o->shards < 0 || o->shard < 0 || o->shard >= (o->shards > 1 ? o->shards : 1))
+    return mx__error(MX_INVALID_ARGUMENT, "%s: shard %d of %d shards does not exist", op, o->shard, o->shards);
   if (o->batch_size < 1)
     return mx__error(MX_INVALID_ARGUMENT, "%s: batch_size must be positive, got %lld", op,
                      (long long)o->batch_size);
@@ -128,12 +133,15 @@ mx_loader *mx_loader_new(const mx_dataset *ds, const mx_loader_options *opts) {
   l->ds = ds;
   l->opt = *opts;
   l->opt.mean = l->opt.std = NULL;
-  l->batch_size = opts->batch_size < ds->n ? opts->batch_size : ds->n;
-  l->batches = ds->n / opts->batch_size + (!opts->drop_last && ds->n % opts->batch_size != 0);
+  int shards = opts->shards > 1 ? opts->shards : 1;
+  l->n = (ds->n + shards - 1) / shards;
+  l->batch_size = opts->batch_size < l->n ? opts->batch_size : l->n;
+  l->batches = l->n / opts->batch_size + (!opts->drop_last && l->n % opts->batch_size != 0);
   int64_t sample = (int64_t)ds->c * ds->h * ds->w;
   l->lut = malloc((size_t)ds->c * 256 * sizeof *l->lut);
-  l->order = malloc((size_t)ds->n * sizeof *l->order);
-  bool ok = l->lut && l->order;
+  l->order = malloc((size_t)l->n * sizeof *l->order);
+  l->perm = shards > 1 ? malloc((size_t)ds->n * sizeof *l->perm) : l->order;
+  bool ok = l->lut && l->order && l->perm;
   for (int i = 0; i < 2; i++) {
     l->slots[i].x = malloc((size_t)(l->batch_size * sample) * sizeof(float));
     l->slots[i].y = malloc((size_t)l->batch_size * sizeof(int64_t));
@@ -192,7 +200,9 @@ mx_status mx_loader_reset(mx_loader *l, int64_t epoch) {
     while (l->busy) pthread_cond_wait(&l->cv, &l->mu);
   }
   l->epoch = epoch;
-  mx__batch_order(l->order, l->ds->n, l->opt.shuffle, l->opt.seed, epoch);
+  mx__batch_order(l->perm, l->ds->n, l->opt.shuffle, l->opt.seed, epoch);
+  for (int64_t k = 0; l->perm != l->order && k < l->n; k++) /* the shard's part, wrapping into the padding */
+    l->order[k] = l->perm[(l->opt.shard + k * l->opt.shards) % l->ds->n];
   l->slots[0].ready = l->slots[1].ready = false;
   l->produce = 0;
   l->next = 0;

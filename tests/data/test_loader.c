@@ -161,6 +161,47 @@ Test(loader, batch_counts_and_drop_last) {
   }
 }
 
+/* Three shards of 37 shuffled samples, as DistributedSampler cuts them:
+ * shard r serves positions r, r + 3, ... of the epoch's permutation padded
+ * to 39 with its first two, so each shard has 13 and together they hold
+ * every sample, those at positions 0 and 1 twice. */
+Test(loader, shards_split_each_epoch_like_distributed_sampler) {
+  mx_dataset *ds = indexed(37);
+  mx_loader *whole = mx_loader_new(ds, &(mx_loader_options){.batch_size = 5, .shuffle = true, .seed = 9});
+  cr_assert_not_null(whole, "%s", mx_last_error());
+  for (int epoch = 0; epoch < 2; epoch++) {
+    cr_assert_eq(mx_loader_reset(whole, epoch), MX_OK);
+    const int64_t *perm = mx_loader_order(whole);
+    int seen[37] = {0};
+    for (int shard = 0; shard < 3; shard++) {
+      mx_loader *l = mx_loader_new(ds, &(mx_loader_options){.batch_size = 5, .shuffle = true, .seed = 9,
+                                                            .shards = 3, .shard = shard, .background = shard == 1});
+      cr_assert_not_null(l, "%s", mx_last_error());
+      cr_assert_eq(mx_loader_reset(l, epoch), MX_OK);
+      cr_expect_eq(mx_loader_batches(l), 3, "13 samples in batches of 5");
+      int64_t k = 0;
+      mx_tensor *x, *y;
+      while (mx_loader_next(l, &x, &y)) {
+        float *hx = host_x(x);
+        for (int64_t r = 0; r < mx_size(x, 0); r++, k++) {
+          int64_t want = perm[(shard + 3 * k) % 37], got = index_of(hx, r);
+          cr_expect_eq(got, want, "epoch %d shard %d sample %lld", epoch, shard, LL(k));
+          seen[got]++;
+        }
+        free(hx);
+        mx_release(x);
+        mx_release(y);
+      }
+      cr_expect_eq(k, 13, "shard %d", shard);
+      mx_loader_free(l);
+    }
+    for (int i = 0; i < 37; i++)
+      cr_expect_eq(seen[i], i == perm[0] || i == perm[1] ? 2 : 1, "epoch %d: sample %d served %d times", epoch, i, seen[i]);
+  }
+  mx_loader_free(whole);
+  mx_dataset_free(ds);
+}
+
 Test(loader, per_channel_normalisation) {
   mx_dataset *ds = mx_dataset_new(1, 3, 1, 2, 10);
   const uint8_t pixels[6] = {0, 255, 51, 102, 128, 7};
@@ -373,6 +414,10 @@ Test(loader, errors) {
                "mx_loader_new: std[0] must be positive and finite, got 0");
   EXPECT_ERROR(mx_loader_new(ds, &(mx_loader_options){.batch_size = 1, .mean = &nan}),
                "mx_loader_new: mean[0] must be finite, got nan");
+  EXPECT_ERROR(mx_loader_new(ds, &(mx_loader_options){.batch_size = 1, .shards = 3, .shard = 3}),
+               "mx_loader_new: shard 3 of 3 shards does not exist");
+  EXPECT_ERROR(mx_loader_new(ds, &(mx_loader_options){.batch_size = 1, .shards = -2}),
+               "mx_loader_new: shard 0 of -2 shards does not exist");
   mx_dataset empty = {0};
   EXPECT_ERROR(mx_loader_new(&empty, &o), "mx_loader_new: the dataset is empty (0 samples of 0x0x0)");
   mx_loader *l = mx_loader_new(ds, &o);
