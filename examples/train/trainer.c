@@ -18,6 +18,9 @@ typedef struct {
   mx_loader *train, *test;
   mx_demo_metrics metrics;
   int64_t skipped;
+  /* data parallelism: this process is rank `rank` of `world` (1: alone) */
+  mx_process_group *group;
+  int rank, world;
 } run_state;
 
 static int fail(const char *what) {
@@ -38,6 +41,18 @@ static bool batch_to_device(const mx_demo_flags *f, mx_tensor **x, mx_tensor **y
 
 static int64_t count_correct(const mx_tensor *logits, const mx_tensor *y) {
   return (int64_t)mx_item(mx_sum(mx_eq(mx_argmax(logits, 1, false), y), MX_ALL_DIMS, false));
+}
+
+/* Adds v[0..n) up over the ranks, so each rank reports the whole batch or
+ * test set rather than its share. */
+static mx_status sum_over_ranks(run_state *r, double *v, int n) {
+  if (r->world == 1) return MX_OK;
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *t = mx_from_data(v, MX_SHAPE(n), MX_F64, MX_CPU);
+  mx_status st = t ? mx_dist_all_reduce(r->group, t, MX_DIST_SUM) : mx_last_status();
+  if (st == MX_OK) st = mx_to_host(t, v, (size_t)n * sizeof *v);
+  mx_scope_end(s);
+  return st;
 }
 
 /* The optimizer over every parameter, its one-cycle schedule over the whole
@@ -77,25 +92,31 @@ static int make_optimizer(run_state *r, int64_t total_steps) {
   return r->scaler ? 0 : fail("GradScaler");
 }
 
+/* With several ranks each takes its shard of every epoch (the same
+ * shuffle everywhere) in batches of batch / world, so a step's batches
+ * together are the batch one process would take: the recipe and the
+ * number of steps stay the same. The test set is sharded too (a shard
+ * padded by a few samples counts them twice). */
 static int make_loaders(run_state *r) {
   const mx_demo_task *t = r->task;
-  r->train = mx_loader_new(t->train, &(mx_loader_options){.batch_size = r->flags->batch, .shuffle = true,
+  r->train = mx_loader_new(t->train, &(mx_loader_options){.batch_size = r->flags->batch / r->world, .shuffle = true,
                                                            .seed = r->flags->seed, .mean = t->mean, .std = t->std,
                                                            .crop_padding = t->crop_padding, .flip = t->flip,
-                                                           .background = true});
+                                                           .background = true, .shards = r->world, .shard = r->rank});
   if (!r->train) return fail("training data");
   if (t->test) {
     r->test = mx_loader_new(t->test, &(mx_loader_options){.batch_size = 500, .mean = t->mean, .std = t->std,
-                                                          .background = true});
+                                                          .background = true, .shards = r->world, .shard = r->rank});
     if (!r->test) return fail("test data");
   }
   return 0;
 }
 
-/* One step: forward under autocast, scaled backward, scaler step and
- * update, schedule step. Fills the step's row. */
+/* One step: forward under autocast, scaled backward, the gradients
+ * averaged over the ranks, scaler step and update, schedule step. Fills the
+ * step's row and the samples and right answers of the whole batch. */
 static int train_step(run_state *r, const mx_tensor *x, const mx_tensor *y, mx_demo_step_row *row,
-                      int64_t *correct) {
+                      int64_t *samples, int64_t *correct) {
   const mx_demo_flags *f = r->flags;
   mx_scope *s = mx_scope_begin();
   int rc = 0;
@@ -108,14 +129,19 @@ static int train_step(run_state *r, const mx_tensor *x, const mx_tensor *y, mx_d
                   : NULL;
   }
   mx_scaler_step_info info = {.stepped = true, .scale = 1.0};
+  double batch = (double)mx_shape_get(y).d[0], sums[3];
   if (!loss || mx_backward(mx_scaler_scale(r->scaler, loss), NULL, false) != MX_OK ||
+      mx_ddp_average_gradients(r->group, r->task->model) != MX_OK ||
       mx_scaler_step(r->scaler, r->opt, &info) != MX_OK || mx_scaler_update(r->scaler) != MX_OK ||
       (r->schedule && mx_schedule_step(r->schedule) != MX_OK)) {
     rc = fail("training step");
+  } else if ((sums[0] = mx_item(loss) * batch, sums[1] = (double)count_correct(logits, y), sums[2] = batch,
+              sum_over_ranks(r, sums, 3) != MX_OK)) {
+    rc = fail("training step");
   } else {
-    row->loss = mx_item(loss);
-    *correct = count_correct(logits, y);
-    row->accuracy = (double)*correct / (double)mx_shape_get(y).d[0];
+    row->loss = sums[0] / sums[2];
+    *samples = (int64_t)sums[2], *correct = (int64_t)sums[1];
+    row->accuracy = sums[1] / sums[2];
     row->scale = info.scale;
     row->skipped = !info.stepped;
     r->skipped += !info.stepped;
@@ -182,6 +208,19 @@ static int evaluate(run_state *r, eval_result *out) {
   free(label);
   mx_module_train(t->model, true);
   if (rc == 0 && mx_loader_status(r->test) != MX_OK) rc = fail("test data");
+  if (rc == 0 && r->world > 1) { /* every rank's share, added up */
+    double *v = malloc((3 + 2 * (size_t)classes) * sizeof *v);
+    if (v) {
+      v[0] = loss_sum, v[1] = (double)n, v[2] = (double)right;
+      for (int c = 0; c < classes; c++) v[3 + c] = (double)out->right[c], v[3 + classes + c] = (double)out->seen[c];
+    }
+    if (!v || sum_over_ranks(r, v, 3 + 2 * classes) != MX_OK) rc = fail("evaluation over the ranks");
+    else {
+      loss_sum = v[0], n = (int64_t)v[1], right = (int64_t)v[2];
+      for (int c = 0; c < classes; c++) out->right[c] = (int64_t)v[3 + c], out->seen[c] = (int64_t)v[3 + classes + c];
+    }
+    free(v);
+  }
   out->loss = n ? loss_sum / (double)n : NAN;
   out->accuracy = n ? (double)right / (double)n : NAN;
   return rc;
@@ -218,8 +257,8 @@ static int train_epochs(run_state *r, int64_t step, int64_t stop, eval_result *l
     while (step < stop && mx_loader_next(r->train, &x, &y)) {
       if (!batch_to_device(f, &x, &y)) return fail("training data to the device");
       mx_demo_step_row row = {.step = step + 1, .epoch = epoch + 1};
-      int64_t correct = 0, b = mx_shape_get(y).d[0];
-      int rc = train_step(r, x, y, &row, &correct);
+      int64_t correct = 0, b = 0;
+      int rc = train_step(r, x, y, &row, &b, &correct);
       mx_release(x);
       mx_release(y);
       if (rc) return rc;
@@ -238,13 +277,16 @@ static int train_epochs(run_state *r, int64_t step, int64_t stop, eval_result *l
                             .seconds = mx_demo_now() - t0};
     er.train_loss = bar.samples ? bar.loss_sum / (double)bar.samples : NAN;
     er.train_accuracy = bar.samples ? (double)bar.correct / (double)bar.samples : NAN;
+    /* Batch norm's running statistics differ between the ranks (each saw
+     * its own shard): rank 0's are the model's, as in PyTorch's DDP. */
+    if (r->world > 1 && mx_ddp_broadcast_module(r->group, r->task->model, 0) != MX_OK) return fail("syncing the ranks");
     if (r->test) {
       if (evaluate(r, last)) return 1;
       er.test_loss = last->loss, er.test_accuracy = last->accuracy;
       printf("  test: loss %.4f  accuracy %.2f%%\n", last->loss, 100 * last->accuracy);
     }
     if (!mx_demo_metrics_add_epoch(&r->metrics, er)) return fail("metrics: out of memory");
-    if (f->save && save_checkpoint(r, step, batches)) return 1;
+    if (f->save && r->rank == 0 && save_checkpoint(r, step, batches)) return 1;
   }
   return 0;
 }
@@ -257,6 +299,7 @@ static int report(run_state *r, const eval_result *last, double seconds) {
   if (scaled)
     printf("\nGradScaler: final scale %g, %lld of %lld steps skipped for inf/NaN gradients\n",
            mx_scaler_get_scale(r->scaler), (long long)r->skipped, (long long)r->metrics.n_steps);
+  if (r->rank != 0) return 0; /* rank 0 writes the files */
   if (f->metrics && !mx_demo_metrics_write_csv(&r->metrics, f->metrics)) return 1;
   if (f->plot) {
     char title[256];
@@ -288,7 +331,23 @@ static int to_device(const mx_demo_task *t, const mx_demo_flags *f) {
 }
 
 
+/* Joins the ranks when a launcher (scripts/launch, torchrun) set WORLD_SIZE:
+ * each rank starts from rank 0's weights, and only rank 0 prints. */
+static int join_ranks(run_state *r) {
+  r->group = mx_dist_init_from_env(0);
+  if (!r->group) return fail("joining the other ranks");
+  r->rank = mx_dist_rank(r->group), r->world = mx_dist_world_size(r->group);
+  if (r->world == 1) return 0;
+  if (r->flags->batch % r->world) {
+    fprintf(stderr, "--batch %lld does not split evenly over %d ranks\n", (long long)r->flags->batch, r->world);
+    return 1;
+  }
+  if (r->rank != 0 && !freopen("/dev/null", "w", stdout)) return fail("rank's stdout");
+  return mx_ddp_broadcast_module(r->group, r->task->model, 0) == MX_OK ? 0 : fail("copying rank 0's weights");
+}
+
 static void free_run(run_state *r) {
+  mx_dist_free(r->group);
   mx_loader_free(r->train);
   mx_loader_free(r->test);
   mx_schedule_free(r->schedule);
@@ -299,11 +358,12 @@ static void free_run(run_state *r) {
 
 int mx_demo_train(const mx_demo_task *task, const mx_demo_flags *flags) {
   if (to_device(task, flags)) return 1;
-  run_state r = {.task = task, .flags = flags};
+  run_state r = {.task = task, .flags = flags, .world = 1};
   int classes = task->train->classes;
   int64_t *counts = calloc(2 * (size_t)classes, sizeof *counts);
   eval_result last = {.right = counts, .seen = counts ? counts + classes : NULL};
-  int rc = counts ? make_loaders(&r) : fail("out of memory");
+  int rc = counts ? join_ranks(&r) : fail("out of memory");
+  if (rc == 0) rc = make_loaders(&r);
   int64_t batches = rc ? 0 : mx_loader_batches(r.train);
   int64_t total = batches * flags->epochs;
   if (rc == 0) rc = make_optimizer(&r, total);
@@ -321,9 +381,11 @@ int mx_demo_train(const mx_demo_task *task, const mx_demo_flags *flags) {
     }
   }
   if (rc == 0) {
-    printf("%s: %lld parameters, %lld training samples, %lld steps of %lld, amp %s, %s, lr %g\n", task->title,
+    printf("%s: %lld parameters, %lld training samples, %lld steps of %lld, amp %s, %s, lr %g", task->title,
            (long long)mx_module_parameter_count(task->model), (long long)task->train->n, (long long)total,
            (long long)flags->batch, mx_demo_amp_name(flags->amp), flags->optimizer, flags->lr);
+    if (r.world > 1) printf(", %d ranks of %lld", r.world, (long long)(flags->batch / r.world));
+    printf("\n");
     int64_t stop = flags->steps && flags->steps < total ? flags->steps : total;
     double t0 = mx_demo_now();
     rc = train_epochs(&r, step, stop, &last); /* which saves after each epoch, the last partial one too */

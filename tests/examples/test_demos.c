@@ -2,8 +2,9 @@
  * as a child process: training on synthetic data and on IDX files written
  * here (raw and gzipped), the metrics CSV, bit-exact resume, the gnuplot
  * picture, and the exit codes and messages of bad flags, bad data and
- * --device cuda without a GPU. tests/examples/meson.build passes the demos'
- * paths in MX_MNIST_DEMO and MX_CIFAR10_DEMO.
+ * --device cuda without a GPU, and two ranks under scripts/launch against
+ * one process. tests/examples/meson.build passes the demos' paths in
+ * MX_MNIST_DEMO and MX_CIFAR10_DEMO, the launcher's in MX_LAUNCH.
  *
  * MX_TEST_QUICK (set, non-empty and not "0"; CI sets it for the sanitizer and
  * valgrind runs, which trace the demos too) shrinks the runs and skips the
@@ -12,12 +13,16 @@
  * errors there (uninitialised values valgrind cannot follow through JIT
  * code), and --error-exitcode turns them into the demo's exit code. ASan and
  * UBSan check those runs; valgrind checks the ones that fail early. */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <math.h>
+#include <netinet/in.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -253,6 +258,67 @@ Test(mnist, mlp_learns_synthetic_data) {
   expect_loss_falls(&m);
   expect_learned(&m, epochs);
   free_metrics(&m);
+  free_result(&r);
+}
+
+/* --- data parallelism: scripts/launch ------------------------------------------ */
+
+#define LAUNCH demo("MX_LAUNCH")
+
+/* Points MASTER_PORT, which the launched ranks inherit, at a port nobody
+ * listens on now. */
+static void pick_master_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+            getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+  close(fd);
+  setenv("MASTER_PORT", fmt("%d", ntohs(a.sin_port)), 1);
+}
+
+/* Two ranks, each on half of every batch, train as one process on the
+ * whole: the same steps and lr, float32 losses within rounding of each
+ * other's, the same test accuracy; rank 0 alone prints. */
+Test(mnist, two_ranks_train_as_one_process) {
+  skip_training_under_valgrind();
+  int epochs = 2, batches = 20;
+  char one[1024], two[1024];
+  snprintf(one, sizeof one, "%s", tmp_path("one.csv"));
+  snprintf(two, sizeof two, "%s", tmp_path("two.csv"));
+  run_result a = RUN(MNIST, "--synthetic", "400", "--model", "mlp", "--epochs", "2", "--batch", "20", "--amp", "off",
+                     "--metrics", one);
+  pick_master_port();
+  run_result b = RUN(LAUNCH, "2", MNIST, "--synthetic", "400", "--model", "mlp", "--epochs", "2", "--batch", "20",
+                     "--amp", "off", "--metrics", two);
+  expect_status(&a, 0, "mnist");
+  expect_status(&b, 0, "scripts/launch 2 mnist");
+  cr_expect(strstr(b.out, "40 steps of 20, amp off, adam, lr 0.003, 2 ranks of 10\n"), "%s", tail(b.out));
+  const char *summary = strstr(b.out, "synthetic mlp: test accuracy ");
+  cr_expect(summary && !strstr(summary + 1, "synthetic mlp: test accuracy "), "not one summary:\n%s", tail(b.out));
+  metrics ma = read_metrics(one), mb = read_metrics(two);
+  expect_steps(&mb, epochs * batches, batches);
+  for (int i = 0; i < ma.n_steps && i < mb.n_steps; i++) {
+    cr_expect_str_eq(mb.steps[i].field[LR], ma.steps[i].field[LR], "step %d's lr", i + 1);
+    cr_expect(fabs(number(&mb.steps[i], LOSS) - number(&ma.steps[i], LOSS)) <= 0.01, "step %d: loss %s, alone %s",
+              i + 1, mb.steps[i].field[LOSS], ma.steps[i].field[LOSS]);
+  }
+  cr_assert_eq(mb.n_epochs, epochs);
+  for (int e = 0; e < epochs; e++)
+    cr_expect(fabs(number(&mb.epochs[e], TEST_ACCURACY) - number(&ma.epochs[e], TEST_ACCURACY)) <= 0.02,
+              "epoch %d: test accuracy %s, alone %s", e + 1, mb.epochs[e].field[TEST_ACCURACY],
+              ma.epochs[e].field[TEST_ACCURACY]);
+  free_metrics(&ma);
+  free_metrics(&mb);
+  free_result(&a);
+  free_result(&b);
+}
+
+Test(mnist, ranks_need_a_batch_that_splits_evenly) {
+  pick_master_port();
+  run_result r = RUN(LAUNCH, "3", MNIST, "--synthetic", "100", "--batch", "20");
+  expect_status(&r, 1, "scripts/launch 3 mnist --batch 20");
+  cr_expect(strstr(r.err, "--batch 20 does not split evenly over 3 ranks\n"), "stderr:\n%s", tail(r.err));
   free_result(&r);
 }
 
