@@ -17,8 +17,10 @@
 #include "dist/dist_internal.h"
 #include "dist/transport.h"
 #include "kernels/base_internal.h"
+#include "autograd/autograd.h"
 #include "ops/ops.h"
 #include "tensor/scope.h"
+#include "tensor/tensor_impl.h" /* mx__bump_version */
 
 #define DEFAULT_TIMEOUT 1800.0 /* seconds, as torch.distributed's */
 #define HEADER_MAGIC 0x6d78636f6c6cLL /* "mxcoll" */
@@ -174,24 +176,47 @@ static mx_status ring_sum(mx_process_group *g, const char *op, mx_tensor *buf) {
 mx_status mx__dist_reduce(mx_process_group *g, const char *op, mx_tensor *buf, mx_dist_reduce_op how) {
   mx_status st = agree(g, op, (call_header){.kind = how == MX_DIST_AVG ? CALL_AVG : CALL_SUM,
                                             .dtype = mx_dtype_of(buf), .numel = mx_numel(buf), .root = -1});
-  if (st == MX_OK && g->ring.world_size > 1 && mx_numel(buf) > 0) st = ring_sum(g, op, buf);
-  if (st == MX_OK && how == MX_DIST_AVG && g->ring.world_size > 1) {
-    mx_scope *scope = mx_scope_begin();
-    mx_tensor *mean = mx_div_scalar(buf, g->ring.world_size);
-    st = mean ? mx_copy_(buf, mean) : mx_last_status();
-    if (st != MX_OK) mx__error_prefix(op);
-    mx_scope_end(scope);
+  MX_NO_GRAD { /* buf may be a view of a parameter */
+    if (st == MX_OK && g->ring.world_size > 1 && mx_numel(buf) > 0) st = ring_sum(g, op, buf);
+    if (st == MX_OK && how == MX_DIST_AVG && g->ring.world_size > 1) {
+      mx_scope *scope = mx_scope_begin();
+      mx_tensor *mean = mx_div_scalar(buf, g->ring.world_size);
+      st = mean ? mx_copy_(buf, mean) : mx_last_status();
+      if (st != MX_OK) mx__error_prefix(op);
+      mx_scope_end(scope);
+    }
   }
   return broke(g, st);
 }
 
-/* A dense CPU copy of t to work on (with *shaped, its view in t's shape),
- * or NULL with the error named after op. */
-static mx_tensor *staging(const char *op, const mx_tensor *t, mx_tensor **shaped, bool copy_in) {
-  mx_tensor *buf = mx_empty(MX_SHAPE(mx_numel(t)), mx_dtype_of(t), MX_CPU);
-  *shaped = buf ? mx_view(buf, mx_shape_get(t)) : NULL;
-  if (!*shaped || (copy_in && mx_copy_(*shaped, t) != MX_OK)) return mx__error_prefix(op), NULL;
+/* The dense 1-d CPU tensor a collective works on: t itself, flattened,
+ * when t is dense on the CPU (the result lands in place, with no copies);
+ * otherwise a copy, filled from t when copy_in, that finish() copies back.
+ * NULL with the error named after op. */
+static mx_tensor *work_buffer(const char *op, const mx_tensor *t, bool copy_in) {
+  mx_tensor *buf = NULL;
+  MX_NO_GRAD { /* a view of a parameter must not join its graph */
+    if (mx_device_of(t) == MX_CPU && mx_is_contiguous(t)) {
+      buf = mx_view(t, MX_SHAPE(mx_numel(t)));
+    } else {
+      buf = mx_empty(MX_SHAPE(mx_numel(t)), mx_dtype_of(t), MX_CPU);
+      mx_tensor *shaped = buf ? mx_view(buf, mx_shape_get(t)) : NULL;
+      if (!shaped || (copy_in && mx_copy_(shaped, t) != MX_OK)) buf = NULL;
+    }
+  }
+  if (!buf) mx__error_prefix(op);
   return buf;
+}
+
+/* Leaves the result in t: written in place, t's version moves on, as after
+ * any in-place write; a copy is copied back. */
+static mx_status finish(const char *op, mx_tensor *t, mx_tensor *buf) {
+  if (mx_shares_storage(t, buf)) {
+    mx__bump_version(t);
+    return MX_OK;
+  }
+  mx_tensor *shaped = mx_view(buf, mx_shape_get(t));
+  return shaped && mx_copy_(t, shaped) == MX_OK ? MX_OK : mx__error_prefix(op);
 }
 
 mx_status mx_dist_all_reduce(mx_process_group *g, mx_tensor *t, mx_dist_reduce_op how) {
@@ -206,9 +231,9 @@ mx_status mx_dist_all_reduce(mx_process_group *g, mx_tensor *t, mx_dist_reduce_o
     return mx__error(MX_DTYPE_ERROR, "%s: cannot %s %s tensors", op, how == MX_DIST_AVG ? "average" : "sum",
                      mx_dtype_name(dt));
   mx_scope *scope = mx_scope_begin();
-  mx_tensor *shaped, *buf = staging(op, t, &shaped, true);
+  mx_tensor *buf = work_buffer(op, t, true);
   st = buf ? mx__dist_reduce(g, op, buf, how) : mx_last_status();
-  if (st == MX_OK && mx_copy_(t, shaped) != MX_OK) st = mx__error_prefix(op);
+  if (st == MX_OK) st = finish(op, t, buf);
   mx_scope_end(scope);
   return st;
 }
@@ -225,12 +250,12 @@ mx_status mx_dist_broadcast(mx_process_group *g, mx_tensor *t, int root) {
   st = agree(g, op, (call_header){.kind = CALL_BROADCAST, .dtype = mx_dtype_of(t), .numel = mx_numel(t), .root = root});
   if (st != MX_OK || w == 1) return broke(g, st);
   mx_scope *scope = mx_scope_begin();
-  mx_tensor *shaped, *buf = staging(op, t, &shaped, r == root);
+  mx_tensor *buf = work_buffer(op, t, r == root);
   size_t bytes = (size_t)mx_numel(t) * mx_dtype_size(mx_dtype_of(t));
   st = buf ? MX_OK : mx_last_status();
   if (st == MX_OK && r != root) st = mx__ring_exchange(&g->ring, op, NULL, 0, mx_data_ptr(buf), bytes);
   if (st == MX_OK && (r + 1) % w != root) st = mx__ring_exchange(&g->ring, op, mx_data_ptr(buf), bytes, NULL, 0);
-  if (st == MX_OK && r != root && mx_copy_(t, shaped) != MX_OK) st = mx__error_prefix(op);
+  if (st == MX_OK && r != root) st = finish(op, t, buf);
   mx_scope_end(scope);
   return broke(g, st);
 }

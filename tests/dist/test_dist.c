@@ -160,7 +160,8 @@ Test(dist, all_reduce_sums_every_dtype_over_2_and_3_ranks) {
   expect_ranks_pass(3, sums_every_dtype, NULL, reports);
 }
 
-/* A transposed view is reduced in place, element for element. */
+/* A transposed view is reduced element for element (through a copy), a
+ * dense parameter in place. */
 static void keeps_the_layout(int rank, int world, int port, void *ctx, rank_report *out) {
   (void)ctx;
   mx_process_group *g = join(rank, world, port, 60);
@@ -176,12 +177,22 @@ static void keeps_the_layout(int rank, int world, int port, void *ctx, rank_repo
       RANK_CHECK(out, mx_at(base, MX_SHAPE(i, j)) == want, "base[%d][%d] = %g, not %g", i, j,
                  mx_at(base, MX_SHAPE(i, j)), want);
     }
+  /* A parameter, reduced in place in grad mode: it stays a leaf that
+   * requires grad, and its version moves on like any in-place write's. */
+  mx_tensor *w = mx_full(MX_SHAPE(4), rank + 1, MX_F32, MX_CPU);
+  RANK_CHECK(out, w && mx_set_requires_grad(w, true) == MX_OK, "%s", mx_last_error());
+  uint64_t v0 = mx_version(w);
+  RANK_CHECK(out, mx_dist_all_reduce(g, w, MX_DIST_AVG) == MX_OK, "a parameter: %s", mx_last_error());
+  RANK_CHECK(out, mx_at(w, MX_SHAPE(3)) == 1.5, "the parameter's average is %g", mx_at(w, MX_SHAPE(3)));
+  RANK_CHECK(out, mx_version(w) > v0 && mx_requires_grad(w) && !mx_grad_fn_name(w),
+             "version %llu -> %llu, requires grad %d, grad_fn %s", (unsigned long long)v0,
+             (unsigned long long)mx_version(w), mx_requires_grad(w), mx_grad_fn_name(w));
 done:
   mx_scope_end(s);
   mx_dist_free(g);
 }
 
-Test(dist, all_reduce_works_on_strided_views) {
+Test(dist, all_reduce_works_on_strided_views_and_parameters) {
   rank_report reports[2];
   expect_ranks_pass(2, keeps_the_layout, NULL, reports);
 }
