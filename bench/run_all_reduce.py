@@ -58,6 +58,8 @@ def main():
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, stdout=subprocess.PIPE,
                             universal_newlines=True).stdout.strip()
+    if subprocess.run(["git", "diff", "--quiet", "HEAD", "--", ".", ":!bench/all_reduce.md"], cwd=ROOT).returncode:
+        commit += " with uncommitted changes"  # its own output aside
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     torch_version = subprocess.run([args.python, "-c", "import torch; print(torch.__version__)"],
                                    stdout=subprocess.PIPE, universal_newlines=True).stdout.strip()
