@@ -1,6 +1,6 @@
 /* mixgrad's collectives timed on 2 ranks on this machine (bench/all_reduce.py is
- * PyTorch's twin, on gloo): the ranks are forked here, meet on a free
- * loopback port, and rank 0 prints one JSON line per measurement:
+ * PyTorch's twin, on gloo): the ranks are forked here (tests/dist/ranks.c),
+ * meet on a free loopback port, and rank 0 prints one JSON line per measurement:
  *
  *     {"impl":"mixgrad","op":"all_reduce","bytes":2678824,"times_ms":[...]}
  *
@@ -10,31 +10,17 @@
  *
  *     build/bench/all_reduce [--quick]      # OMP_NUM_THREADS=1 per rank is the fair setting
  */
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "bench/bench_util.h"
 #include "mixgrad.h"
+#include "tests/dist/ranks.h" /* the ranks, forked as the dist tests fork theirs */
 
 #define WORLD 2
 
 static const long sizes[] = {4096, 262144, 2678824, 16777216}; /* bytes */
-
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-    port = ntohs(a.sin_port);
-  if (fd >= 0) close(fd);
-  return port;
-}
 
 static void report(int rank, const char *op, long bytes, const double *times, int n) {
   if (rank != 0) return;
@@ -43,10 +29,10 @@ static void report(int rank, const char *op, long bytes, const double *times, in
   printf("}\n");
 }
 
-/* One rank's measurements; returns the process's exit code. */
+/* One rank's measurements; 0, or 1 with the error set. */
 static int rank_main(int rank, int port, bool quick) {
   mx_process_group *g = mx_dist_init(rank, WORLD, "127.0.0.1", port, 60);
-  if (!g) return fprintf(stderr, "all_reduce: %s\n", mx_last_error()), 1;
+  if (!g) return 1;
   int reps = quick ? 5 : 50;
   double times[50];
   int rc = 0;
@@ -66,24 +52,21 @@ static int rank_main(int rank, int port, bool quick) {
     if (i >= 0) times[i] = bench_now_ms() - t0;
   }
   if (rc == 0) report(rank, "barrier", 0, times, reps);
-  if (rc) fprintf(stderr, "all_reduce: rank %d: %s\n", rank, mx_last_error());
   fflush(stdout);
   mx_dist_free(g);
   return rc;
 }
 
+static void timed_rank(int rank, int world, int port, void *ctx, rank_report *out) {
+  (void)world;
+  if (rank_main(rank, port, *(bool *)ctx) != 0) snprintf(out->msg, sizeof out->msg, "%s", mx_last_error());
+}
+
 int main(int argc, char **argv) {
   bool quick = argc > 1 && !strcmp(argv[1], "--quick");
-  int port = free_port();
-  if (port < 0) return perror("all_reduce: free port"), 1;
-  fflush(stdout);
-  pid_t pids[WORLD];
+  rank_report reports[WORLD];
+  int failed = run_ranks(WORLD, timed_rank, &quick, reports);
   for (int r = 0; r < WORLD; r++)
-    if ((pids[r] = fork()) == 0) _exit(rank_main(r, port, quick));
-  int rc = 0;
-  for (int r = 0; r < WORLD; r++) {
-    int status = 0;
-    if (pids[r] < 0 || waitpid(pids[r], &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status)) rc = 1;
-  }
-  return rc;
+    if (reports[r].msg[0]) fprintf(stderr, "all_reduce: rank %d: %s\n", r, reports[r].msg);
+  return failed ? 1 : 0;
 }
