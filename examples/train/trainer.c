@@ -129,22 +129,25 @@ static int train_step(run_state *r, const mx_tensor *x, const mx_tensor *y, mx_d
                   : NULL;
   }
   mx_scaler_step_info info = {.stepped = true, .scale = 1.0};
-  double batch = (double)mx_shape_get(y).d[0], sums[3];
   if (!loss || mx_backward(mx_scaler_scale(r->scaler, loss), NULL, false) != MX_OK ||
       mx_ddp_average_gradients(r->group, r->task->model) != MX_OK ||
       mx_scaler_step(r->scaler, r->opt, &info) != MX_OK || mx_scaler_update(r->scaler) != MX_OK ||
       (r->schedule && mx_schedule_step(r->schedule) != MX_OK)) {
     rc = fail("training step");
-  } else if ((sums[0] = mx_item(loss) * batch, sums[1] = (double)count_correct(logits, y), sums[2] = batch,
-              sum_over_ranks(r, sums, 3) != MX_OK)) {
-    rc = fail("training step");
   } else {
-    row->loss = sums[0] / sums[2];
-    *samples = (int64_t)sums[2], *correct = (int64_t)sums[1];
-    row->accuracy = sums[1] / sums[2];
-    row->scale = info.scale;
-    row->skipped = !info.stepped;
-    r->skipped += !info.stepped;
+    /* the loss summed over the batch, its right answers and its size */
+    double batch = (double)mx_shape_get(y).d[0];
+    double sums[3] = {mx_item(loss) * batch, (double)count_correct(logits, y), batch};
+    if (sum_over_ranks(r, sums, 3) != MX_OK) {
+      rc = fail("training step");
+    } else {
+      row->loss = sums[0] / sums[2];
+      row->accuracy = sums[1] / sums[2];
+      *samples = (int64_t)sums[2], *correct = (int64_t)sums[1];
+      row->scale = info.scale;
+      row->skipped = !info.stepped;
+      r->skipped += !info.stepped;
+    }
   }
   mx_scope_end(s);
   return rc;
