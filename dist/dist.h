@@ -48,7 +48,9 @@ typedef enum {
  * master_addr:master_port, where rank 0 listens (a name or an IPv4
  * address). Returns when the ring is connected, or NULL after
  * timeout_seconds (0: 1800, PyTorch's default) with the error set. A
- * world of one needs no network (master_addr may be NULL). */
+ * world of one needs no network (master_addr may be NULL). Connections to
+ * the master port that are not mixgrad ranks (a port scanner, say) are
+ * dropped, and the timeout's error counts them. */
 mx_process_group *mx_dist_init(int rank, int world_size, const char *master_addr, int master_port,
                                double timeout_seconds);
 /* The same from torchrun's variables RANK, WORLD_SIZE, MASTER_ADDR and

@@ -5,9 +5,11 @@
  * port). Ranks 1..N-1 connect to rank 0 at the master's address and say
  * who they are and their ring port; rank 0 answers each with the table of
  * every rank's address and ring port, then each rank connects to the next
- * one's ring port and accepts the previous one. All sockets are
- * non-blocking and every wait is a poll() with a deadline, so a missing or
- * dead peer is an error after the timeout, never a hang.
+ * one's ring port and accepts the previous one. A connection to either
+ * port that does not greet as a mixgrad rank is dropped (see greeter), so
+ * a port scanner cannot break a rendezvous. All sockets are non-blocking
+ * and every wait is a poll() with a deadline, so a missing or dead peer is
+ * an error after the timeout, never a hang.
  */
 #include "dist/transport.h"
 
@@ -76,24 +78,87 @@ static int port_of(int fd) {
   return getsockname(fd, (struct sockaddr *)&a, &len) == 0 ? ntohs(a.sin_port) : -1;
 }
 
-/* A connection accepted before deadline (-1 with errno ETIMEDOUT after it). */
-static int accept_until(int listener, double deadline, uint32_t *peer_ip) {
+/* Connections accepted on a listening socket and not yet heard from. A
+ * connection counts once it has sent its greeting: a few 32-bit words that
+ * begin with HELLO_MAGIC. Anything else that connects (a port scanner, a
+ * health check, a client of another service) is dropped, and one that
+ * connects and says nothing never holds up the others: every pending
+ * connection is read as its bytes arrive. */
+#define MAX_PENDING 16
+
+typedef struct {
+  int fd;
+  uint32_t ip;       /* the peer's, network order */
+  size_t got;        /* bytes of the greeting read so far */
+  uint32_t words[4]; /* the greeting, network order */
+} pending_connection;
+
+typedef struct {
+  int listener;
+  int n_pending, dropped;
+  pending_connection pending[MAX_PENDING]; /* oldest first */
+} greeter;
+
+static void drop_pending(greeter *g, int i) {
+  close(g->pending[i].fd);
+  memmove(&g->pending[i], &g->pending[i + 1], (size_t)(g->n_pending - i - 1) * sizeof g->pending[0]);
+  g->n_pending--;
+  g->dropped++;
+}
+
+static void greeter_close(greeter *g) {
+  for (int i = g->n_pending - 1; i >= 0; i--) drop_pending(g, i);
+}
+
+/* Reads what pending connection i has sent. Returns its fd (taken out of
+ * the pending list, the greeting in greeting) once all `size` bytes are
+ * there; -1 while it is incomplete or when it was dropped. */
+static int read_greeting(greeter *g, int i, size_t size, uint32_t *greeting, uint32_t *peer_ip) {
+  pending_connection *c = &g->pending[i];
+  ssize_t r = recv(c->fd, (char *)c->words + c->got, size - c->got, 0);
+  if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return -1;
+  if (r > 0) c->got += (size_t)r;
+  if (r <= 0 || (c->got >= sizeof c->words[0] && ntohl(c->words[0]) != HELLO_MAGIC)) {
+    drop_pending(g, i);
+    return -1;
+  }
+  if (c->got < size) return -1;
+  int fd = c->fd;
+  memcpy(greeting, c->words, size);
+  if (peer_ip) *peer_ip = c->ip;
+  memmove(&g->pending[i], &g->pending[i + 1], (size_t)(g->n_pending - i - 1) * sizeof g->pending[0]);
+  g->n_pending--;
+  return fd;
+}
+
+/* The next connection on g's listener to send a greeting of `words`
+ * words, before deadline (-1 with errno ETIMEDOUT after it). */
+static int next_greeting(greeter *g, size_t words, double deadline, uint32_t *greeting, uint32_t *peer_ip) {
   for (;;) {
-    struct pollfd p = {listener, POLLIN, 0};
-    int n = poll(&p, 1, ms_left(deadline));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (n == 0) errno = ETIMEDOUT;
+    struct pollfd p[MAX_PENDING + 1];
+    p[0] = (struct pollfd){g->listener, POLLIN, 0};
+    for (int i = 0; i < g->n_pending; i++) p[i + 1] = (struct pollfd){g->pending[i].fd, POLLIN, 0};
+    int k = poll(p, (nfds_t)g->n_pending + 1, ms_left(deadline));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      if (k == 0) errno = ETIMEDOUT;
       return -1;
     }
+    /* Backwards, so that dropping one does not move those still to read. */
+    for (int i = g->n_pending - 1; i >= 0; i--) {
+      int fd = p[i + 1].revents ? read_greeting(g, i, words * sizeof *greeting, greeting, peer_ip) : -1;
+      if (fd >= 0) return fd;
+    }
+    if (!p[0].revents) continue;
     struct sockaddr_in a;
     socklen_t len = sizeof a;
-    int fd = accept4(listener, (struct sockaddr *)&a, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd >= 0) {
-      if (peer_ip) *peer_ip = a.sin_addr.s_addr;
-      return fd;
+    int fd = accept4(g->listener, (struct sockaddr *)&a, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) return -1;
+      continue;
     }
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) return -1;
+    if (g->n_pending == MAX_PENDING) drop_pending(g, 0); /* a flood of strays: the oldest goes */
+    g->pending[g->n_pending++] = (pending_connection){.fd = fd, .ip = a.sin_addr.s_addr};
   }
 }
 
@@ -171,32 +236,30 @@ static mx_status resolve(const char *op, const char *addr, int port, struct sock
  * port and sends each the table of ring addresses. */
 static mx_status gather_table(mx__ring *ring, const char *op, int master_port, peer_address *table, double deadline) {
   int n = ring->world_size;
-  int listener = listen_on(master_port, n), *fds = malloc((size_t)n * sizeof *fds);
-  if (!fds) {
-    close_fd(&listener);
-    return mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", op);
-  }
+  int *fds = malloc((size_t)n * sizeof *fds);
+  if (!fds) return mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", op);
+  greeter greet = {.listener = listen_on(master_port, n)};
   for (int i = 0; i < n; i++) fds[i] = -1;
   mx_status st = MX_OK;
-  char what[96];
-  if (listener < 0) {
+  char what[200];
+  if (greet.listener < 0) {
     snprintf(what, sizeof what, "cannot listen on the master port %d", master_port);
     st = fail(op, 0, what);
   }
   for (int k = 1; st == MX_OK && k < n; k++) {
     uint32_t ip = 0, hello[4];
-    int fd = accept_until(listener, deadline, &ip);
+    int fd = next_greeting(&greet, 4, deadline, hello, &ip);
     if (fd < 0) {
-      snprintf(what, sizeof what, "waiting for rank %d of %d at port %d (%d arrived)", k, n, master_port, k - 1);
+      char strays[96] = "";
+      if (greet.dropped > 0)
+        snprintf(strays, sizeof strays, "; dropped %d connection%s that did not greet as a mixgrad rank", greet.dropped,
+                 greet.dropped == 1 ? "" : "s");
+      snprintf(what, sizeof what, "waiting for rank %d of %d at port %d (%d arrived%s)", k, n, master_port, k - 1,
+               strays);
       st = fail(op, 0, what);
-    } else if (transfer(fd, hello, sizeof hello, false, deadline) != 0) {
-      st = fail(op, 0, "reading a rank's hello");
     } else {
-      uint32_t magic = ntohl(hello[0]), rank = ntohl(hello[1]), world = ntohl(hello[2]);
-      if (magic != HELLO_MAGIC)
-        st = mx__error(MX_BACKEND_ERROR, "%s: rank 0: a connection to the master port %d is not a mixgrad rank", op,
-                       master_port);
-      else if (world != (uint32_t)n)
+      uint32_t rank = ntohl(hello[1]), world = ntohl(hello[2]);
+      if (world != (uint32_t)n)
         st = mx__error(MX_INVALID_ARGUMENT, "%s: rank %u was started with world_size %u, rank 0 with %d", op, rank,
                        world, n);
       else if (rank == 0 || rank >= (uint32_t)n || fds[rank] >= 0)
@@ -231,7 +294,8 @@ static mx_status gather_table(mx__ring *ring, const char *op, int master_port, p
   }
   for (int i = 0; i < n; i++) close_fd(&fds[i]);
   free(fds);
-  close_fd(&listener);
+  greeter_close(&greet);
+  close_fd(&greet.listener);
   return st;
 }
 
@@ -261,28 +325,30 @@ static mx_status fetch_table(mx__ring *ring, const char *op, const struct sockad
   return st;
 }
 
-/* Connects to the next rank and accepts the previous one; each side names
- * itself so a stray connection is refused. */
+/* Connects to the next rank and accepts the previous one; each side greets
+ * with its rank, so a stray connection to the ring port is dropped. */
 static mx_status link_neighbours(mx__ring *ring, const char *op, int listener, const peer_address *table,
                                  double deadline) {
   int n = ring->world_size, next = (ring->rank + 1) % n, prev = (ring->rank + n - 1) % n;
   struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(table[next].port),
                            .sin_addr.s_addr = table[next].ip};
   char what[64];
-  uint32_t me = htonl((uint32_t)ring->rank), them = 0;
+  uint32_t me[2] = {htonl(HELLO_MAGIC), htonl((uint32_t)ring->rank)}, them[2];
   ring->right = connect_until(&to, deadline);
-  if (ring->right < 0 || transfer(ring->right, &me, sizeof me, true, deadline) != 0) {
+  if (ring->right < 0 || transfer(ring->right, me, sizeof me, true, deadline) != 0) {
     snprintf(what, sizeof what, "connecting to rank %d", next);
     return fail(op, ring->rank, what);
   }
-  ring->left = accept_until(listener, deadline, NULL);
-  if (ring->left < 0 || transfer(ring->left, &them, sizeof them, false, deadline) != 0) {
+  greeter greet = {.listener = listener};
+  ring->left = next_greeting(&greet, 2, deadline, them, NULL);
+  greeter_close(&greet);
+  if (ring->left < 0) {
     snprintf(what, sizeof what, "waiting for rank %d to connect", prev);
     return fail(op, ring->rank, what);
   }
-  if (ntohl(them) != (uint32_t)prev)
+  if (ntohl(them[1]) != (uint32_t)prev)
     return mx__error(MX_BACKEND_ERROR, "%s: rank %d: expected rank %d to connect, got rank %u", op, ring->rank, prev,
-                     ntohl(them));
+                     ntohl(them[1]));
   /* Collectives send small headers and wait for the answer: no Nagle delay. */
   int one = 1;
   setsockopt(ring->left, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);

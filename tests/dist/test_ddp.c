@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "mixgrad.h"
-#include "ranks.h"
+#include "rank_tests.h"
 
 /* Linear(4, 8), ReLU, Linear(8, 3), drawn from seed: 67 parameters. */
 static mx_module *tiny_net(uint64_t seed) {
@@ -82,25 +82,22 @@ static const char *train(mx_module *net, mx_process_group *g, int64_t lo, int64_
 
 /* Rank r starts from its own seed, takes rank 0's weights and trains on
  * rows 4r..4r+3. */
-static void ddp_rank(int rank, int world, int port, void *ctx, rank_report *out) {
+static void ddp_rank(mx_process_group *g, int rank, void *ctx, rank_report *out) {
   (void)ctx;
-  mx_process_group *g = mx_dist_init(rank, world, "127.0.0.1", port, 60);
   mx_module *net = tiny_net(100 + (uint64_t)rank);
   const char *failed = NULL;
-  RANK_CHECK(out, g && net, "init: %s", mx_last_error());
+  RANK_CHECK(out, net, "net: %s", mx_last_error());
   RANK_CHECK(out, mx_ddp_broadcast_module(g, net, 0) == MX_OK, "broadcast: %s", mx_last_error());
   failed = train(net, g, 4 * rank, 4 * rank + 4, out->values);
   RANK_CHECK(out, !failed, "%s: %s", failed, mx_last_error());
   out->n_values = 67;
 done:
   mx_module_free(net);
-  mx_dist_free(g);
 }
 
 Test(ddp, two_ranks_on_half_batches_step_as_one_process_on_the_whole) {
   rank_report reports[2];
-  int failed = run_ranks(2, ddp_rank, NULL, reports);
-  cr_assert_eq(failed, 0, "%s | %s", reports[0].msg, reports[1].msg);
+  expect_group_passes(2, 60, ddp_rank, NULL, reports);
   double want[67], before[67];
   mx_module *net = tiny_net(100);
   flat_params(net, before);
@@ -119,15 +116,13 @@ Test(ddp, two_ranks_on_half_batches_step_as_one_process_on_the_whole) {
 
 /* Rank 1's first gradient overflows: both ranks skip, halve the scale,
  * and step together on the next, clean, batch. */
-static void overflow_rank(int rank, int world, int port, void *ctx, rank_report *out) {
+static void overflow_rank(mx_process_group *g, int rank, void *ctx, rank_report *out) {
   (void)ctx;
-  mx_process_group *g = mx_dist_init(rank, world, "127.0.0.1", port, 60);
   mx_module *net = tiny_net(100);
   mx_optimizer *opt = net ? sgd(net) : NULL;
   mx_scaler *scaler = mx_scaler_new(NULL);
-  mx_scope *s = mx_scope_begin();
   double before[67], after[67];
-  RANK_CHECK(out, g && opt && scaler, "init: %s", mx_last_error());
+  RANK_CHECK(out, opt && scaler, "init: %s", mx_last_error());
   for (int step = 0; step < 2; step++) {
     mx_optimizer_zero_grad(opt, true);
     RANK_CHECK(out, backward(net, scaler, 4 * rank, 4 * rank + 4) == MX_OK, "backward: %s", mx_last_error());
@@ -147,17 +142,14 @@ static void overflow_rank(int rank, int world, int port, void *ctx, rank_report 
   }
   out->n_values = 2;
 done:
-  mx_scope_end(s);
   mx_scaler_free(scaler);
   mx_optimizer_free(opt);
   mx_module_free(net);
-  mx_dist_free(g);
 }
 
 Test(ddp, an_overflow_on_one_rank_skips_the_step_on_every_rank) {
   rank_report reports[2];
-  int failed = run_ranks(2, overflow_rank, NULL, reports);
-  cr_assert_eq(failed, 0, "%s | %s", reports[0].msg, reports[1].msg);
+  expect_group_passes(2, 60, overflow_rank, NULL, reports);
   for (int r = 0; r < 2; r++) {
     cr_expect_eq(reports[r].values[0], 32768.0, "rank %d's scale after the overflow", r);
     cr_expect_eq(reports[r].values[1], 32768.0, "rank %d's scale after the clean step", r);
@@ -166,12 +158,11 @@ Test(ddp, an_overflow_on_one_rank_skips_the_step_on_every_rank) {
 
 /* Rank 0 runs a backward, rank 1 does not; or, with *ctx, rank 1's model
  * has one layer fewer. Both ranks fail with the same words. */
-static void mistaken_rank(int rank, int world, int port, void *ctx, rank_report *out) {
+static void mistaken_rank(mx_process_group *g, int rank, void *ctx, rank_report *out) {
   bool modules_differ = *(bool *)ctx;
-  mx_process_group *g = mx_dist_init(rank, world, "127.0.0.1", port, 60);
   mx_module *net = modules_differ && rank == 1 ? mx_linear_new(4, 8, true, NULL) : tiny_net(100);
   mx_scaler *off = mx_scaler_new(&(mx_scaler_opts){.enabled = false});
-  RANK_CHECK(out, g && net && off, "init: %s", mx_last_error());
+  RANK_CHECK(out, net && off, "init: %s", mx_last_error());
   char want[200];
   if (modules_differ) {
     RANK_CHECK(out, mx_ddp_broadcast_module(g, net, 0) == MX_INVALID_ARGUMENT, "broadcast: %s", mx_last_error());
@@ -189,15 +180,12 @@ static void mistaken_rank(int rank, int world, int port, void *ctx, rank_report 
 done:
   mx_scaler_free(off);
   mx_module_free(net);
-  mx_dist_free(g);
 }
 
 Test(ddp, gradients_on_some_ranks_only_or_modules_that_differ_are_errors) {
   rank_report reports[2];
   bool modules_differ = false;
-  int failed = run_ranks(2, mistaken_rank, &modules_differ, reports);
-  cr_expect_eq(failed, 0, "%s | %s", reports[0].msg, reports[1].msg);
+  expect_group_passes(2, 60, mistaken_rank, &modules_differ, reports);
   modules_differ = true;
-  failed = run_ranks(2, mistaken_rank, &modules_differ, reports);
-  cr_expect_eq(failed, 0, "%s | %s", reports[0].msg, reports[1].msg);
+  expect_group_passes(2, 60, mistaken_rank, &modules_differ, reports);
 }

@@ -1,32 +1,26 @@
-/* The process group: a world of one, arguments and environment, and over
- * forked ranks on loopback the sums of every dtype, layouts, averages that
- * are the same bits everywhere, broadcasts, and the errors: calls that do
- * not match, a peer that leaves, a peer that stays silent. */
+/* The process group: a world of one, arguments and environment, a
+ * rendezvous among connections that are not ranks, and over forked ranks
+ * on loopback the sums of every dtype, layouts, averages that are the same
+ * bits everywhere, broadcasts, and the errors: calls that do not match, a
+ * peer that leaves, a peer that stays silent. */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "mixgrad.h"
-#include "ranks.h"
-
-static mx_process_group *join(int rank, int world, int port, double timeout) {
-  return mx_dist_init(rank, world, "127.0.0.1", port, timeout);
-}
+#include "rank_tests.h"
 
 static const char *fmt_port(const char *format, int port) {
   static char buf[256];
   snprintf(buf, sizeof buf, format, port);
   return buf;
-}
-
-static void expect_ranks_pass(int world, rank_body body, void *ctx, rank_report *reports) {
-  int failed = run_ranks(world, body, ctx, reports);
-  char all[2048] = "";
-  for (int r = 0; r < world; r++)
-    if (reports[r].msg[0]) snprintf(all + strlen(all), sizeof all - strlen(all), "[rank %d] %s ", r, reports[r].msg);
-  cr_assert_eq(failed, 0, "%d of %d ranks failed: %s", failed, world, all);
 }
 
 Test(dist, a_world_of_one_needs_no_network) {
@@ -91,6 +85,108 @@ Test(dist, a_rendezvous_nobody_joins_times_out) {
             "%s", mx_last_error());
 }
 
+/* A connection to 127.0.0.1:port, tried for 10 s while nobody listens
+ * there yet; reads on it give up after 20 s. -1 if none. */
+static int connect_to(int port) {
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  for (int tries = 0; tries < 500; tries++) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
+      setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &(struct timeval){20, 0}, sizeof(struct timeval));
+      return fd;
+    }
+    if (fd >= 0) close(fd);
+    usleep(20 * 1000);
+  }
+  return -1;
+}
+
+/* Whether the other end hung up on fd: a read sees the end, or a reset
+ * (a peer that closes with bytes left unread resets), not a timeout. */
+static bool closed_by_peer(int fd) {
+  char c;
+  ssize_t r = recv(fd, &c, 1, 0);
+  return r == 0 || (r < 0 && errno == ECONNRESET);
+}
+
+static const char http_request[] = "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n";
+
+/* Not a rank: connects to the master port twice, once to say nothing and
+ * once as an HTTP client would, then lets rank 1 go on (a byte to
+ * go_ahead), and checks that rank 0 hangs up on both (on the silent one
+ * when the rendezvous is over). */
+static void stray_client(int port, int go_ahead, rank_report *out) {
+  int silent = connect_to(port), talker = silent >= 0 ? connect_to(port) : -1;
+  RANK_CHECK(out, talker >= 0, "cannot reach the master port %d", port);
+  RANK_CHECK(out, send(talker, http_request, sizeof http_request - 1, 0) == (ssize_t)sizeof http_request - 1,
+             "sending");
+  RANK_CHECK(out, write(go_ahead, "x", 1) == 1, "cannot tell rank 1 to go on");
+  RANK_CHECK(out, closed_by_peer(talker), "rank 0 kept the HTTP client's connection");
+  RANK_CHECK(out, closed_by_peer(silent), "rank 0 kept the silent connection");
+done:
+  if (silent >= 0) close(silent);
+  if (talker >= 0) close(talker);
+}
+
+/* Ranks 0 and 1 of a world of two, and process 2 the stray client: the
+ * group forms and sums as if the strays had not been there. ctx is a pipe
+ * on which the stray client tells rank 1 that the strays are in. */
+static void among_strays(int rank, int world, int port, void *ctx, rank_report *out) {
+  (void)world;
+  const int *pipe_fds = ctx;
+  mx_process_group *g = NULL;
+  mx_scope *s = mx_scope_begin();
+  if (rank == 2) {
+    stray_client(port, pipe_fds[1], out);
+    goto done;
+  }
+  char c;
+  RANK_CHECK(out, rank == 0 || read(pipe_fds[0], &c, 1) == 1, "no word from the stray client");
+  g = mx_dist_init(rank, 2, "127.0.0.1", port, 60);
+  RANK_CHECK(out, g, "init: %s", mx_last_error());
+  mx_tensor *t = mx_full(MX_SHAPE(5), rank + 1, MX_F32, MX_CPU);
+  RANK_CHECK(out, mx_dist_all_reduce(g, t, MX_DIST_SUM) == MX_OK, "%s", mx_last_error());
+  RANK_CHECK(out, mx_at(t, MX_SHAPE(4)) == 3, "the sum is %g, not 3", mx_at(t, MX_SHAPE(4)));
+done:
+  mx_scope_end(s);
+  mx_dist_free(g);
+}
+
+Test(dist, connections_that_are_not_ranks_are_dropped) {
+  rank_report reports[3];
+  int pipe_fds[2];
+  cr_assert_eq(pipe(pipe_fds), 0);
+  expect_ranks_pass(3, among_strays, pipe_fds, reports);
+  close(pipe_fds[0]), close(pipe_fds[1]);
+}
+
+/* Rank 0 alone, with an HTTP client (process 1) at its door: the timeout
+ * error counts the connection it dropped. */
+static void waits_past_a_stray(int rank, int world, int port, void *ctx, rank_report *out) {
+  (void)world, (void)ctx;
+  int fd = -1;
+  if (rank == 1) {
+    fd = connect_to(port);
+    RANK_CHECK(out, fd >= 0 && send(fd, http_request, sizeof http_request - 1, 0) > 0, "cannot reach rank 0");
+    RANK_CHECK(out, closed_by_peer(fd), "rank 0 kept the HTTP client's connection");
+    goto done;
+  }
+  RANK_CHECK(out, !mx_dist_init(0, 2, "127.0.0.1", port, 1.0), "a world of two formed with one rank");
+  char want[160];
+  snprintf(want, sizeof want,
+           "waiting for rank 1 of 2 at port %d (0 arrived; dropped 1 connection that did not greet as a mixgrad rank)",
+           port);
+  RANK_CHECK(out, strstr(mx_last_error(), want), "the error is '%s'", mx_last_error());
+done:
+  if (fd >= 0) close(fd);
+}
+
+Test(dist, a_rendezvous_that_times_out_counts_the_strays) {
+  rank_report reports[2];
+  expect_ranks_pass(2, waits_past_a_stray, NULL, reports);
+}
+
 Test(dist, init_from_env_reads_torchrun_variables) {
   unsetenv("WORLD_SIZE"), unsetenv("RANK"), unsetenv("MASTER_ADDR"), unsetenv("MASTER_PORT");
   mx_process_group *g = mx_dist_init_from_env(0);
@@ -118,11 +214,9 @@ Test(dist, init_from_env_reads_torchrun_variables) {
 
 /* Rank r holds (r + 1) * (i % 5 + 1) at i: the sum over w ranks is
  * w(w + 1)/2 * (i % 5 + 1), exact in every dtype (at most 30 for w = 3). */
-static void sums_every_dtype(int rank, int world, int port, void *ctx, rank_report *out) {
+static void sums_every_dtype(mx_process_group *g, int rank, void *ctx, rank_report *out) {
   (void)ctx;
-  mx_process_group *g = join(rank, world, port, 60);
-  mx_scope *s = mx_scope_begin();
-  RANK_CHECK(out, g, "init: %s", mx_last_error());
+  int world = mx_dist_world_size(g);
   const mx_dtype dtypes[] = {MX_F32, MX_F64, MX_F16, MX_BF16, MX_I64, MX_I32, MX_U8};
   const int64_t sizes[] = {0, 1, 2, 7, 4099};
   for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
@@ -149,24 +243,19 @@ static void sums_every_dtype(int rank, int world, int port, void *ctx, rank_repo
   for (int j = 0; j < 4; j++)
     RANK_CHECK(out, mx_at(big, MX_SHAPE(probes[j])) == want, "3M floats: element %lld is %g, not %g",
                (long long)probes[j], mx_at(big, MX_SHAPE(probes[j])), want);
-done:
-  mx_scope_end(s);
-  mx_dist_free(g);
+done:;
 }
 
 Test(dist, all_reduce_sums_every_dtype_over_2_and_3_ranks) {
   rank_report reports[3];
-  expect_ranks_pass(2, sums_every_dtype, NULL, reports);
-  expect_ranks_pass(3, sums_every_dtype, NULL, reports);
+  expect_group_passes(2, 60, sums_every_dtype, NULL, reports);
+  expect_group_passes(3, 60, sums_every_dtype, NULL, reports);
 }
 
 /* A transposed view is reduced element for element (through a copy), a
  * dense parameter in place. */
-static void keeps_the_layout(int rank, int world, int port, void *ctx, rank_report *out) {
+static void keeps_the_layout(mx_process_group *g, int rank, void *ctx, rank_report *out) {
   (void)ctx;
-  mx_process_group *g = join(rank, world, port, 60);
-  mx_scope *s = mx_scope_begin();
-  RANK_CHECK(out, g, "init: %s", mx_last_error());
   mx_tensor *base = mx_reshape(mx_arange(0, 6, 1, MX_F64, MX_CPU), MX_SHAPE(2, 3));
   mx_tensor *t = mx_transpose(base, 0, 1); /* (3, 2), strides (1, 3) */
   RANK_CHECK(out, t && mx_mul_scalar_(base, rank + 1) == MX_OK, "%s", mx_last_error());
@@ -187,24 +276,20 @@ static void keeps_the_layout(int rank, int world, int port, void *ctx, rank_repo
   RANK_CHECK(out, mx_version(w) > v0 && mx_requires_grad(w) && !mx_grad_fn_name(w),
              "version %llu -> %llu, requires grad %d, grad_fn %s", (unsigned long long)v0,
              (unsigned long long)mx_version(w), mx_requires_grad(w), mx_grad_fn_name(w));
-done:
-  mx_scope_end(s);
-  mx_dist_free(g);
+done:;
 }
 
 Test(dist, all_reduce_works_on_strided_views_and_parameters) {
   rank_report reports[2];
-  expect_ranks_pass(2, keeps_the_layout, NULL, reports);
+  expect_group_passes(2, 60, keeps_the_layout, NULL, reports);
 }
 
 /* Each rank's own random floats, averaged: reports its inputs, then the
  * result. */
-static void averages(int rank, int world, int port, void *ctx, rank_report *out) {
+static void averages(mx_process_group *g, int rank, void *ctx, rank_report *out) {
   (void)ctx;
-  mx_process_group *g = join(rank, world, port, 60);
   mx_generator *gen = mx_generator_new(1000 + (uint64_t)rank);
-  mx_scope *s = mx_scope_begin();
-  RANK_CHECK(out, g && gen, "init: %s", mx_last_error());
+  RANK_CHECK(out, gen, "generator: %s", mx_last_error());
   mx_tensor *t = mx_randn(MX_SHAPE(64), MX_F32, MX_CPU, gen);
   float in[64], res[64];
   RANK_CHECK(out, t && mx_to_host(t, in, sizeof in) == MX_OK, "%s", mx_last_error());
@@ -213,14 +298,12 @@ static void averages(int rank, int world, int port, void *ctx, rank_report *out)
   for (int i = 0; i < 64; i++) out->values[i] = in[i], out->values[64 + i] = res[i];
   out->n_values = 128;
 done:
-  mx_scope_end(s);
   mx_generator_free(gen);
-  mx_dist_free(g);
 }
 
 Test(dist, an_average_is_the_same_bits_on_every_rank) {
   rank_report reports[3];
-  expect_ranks_pass(3, averages, NULL, reports);
+  expect_group_passes(3, 60, averages, NULL, reports);
   for (int i = 0; i < 64; i++) {
     double mean = (reports[0].values[i] + reports[1].values[i] + reports[2].values[i]) / 3;
     cr_expect(fabs(reports[0].values[64 + i] - mean) <= 1e-6 * (1 + fabs(mean)), "element %d: %.9g, mean %.9g", i,
@@ -233,11 +316,8 @@ Test(dist, an_average_is_the_same_bits_on_every_rank) {
 }
 
 /* Root 1 of 3: every rank ends with root's 10 + i, in float64 and int64. */
-static void broadcasts(int rank, int world, int port, void *ctx, rank_report *out) {
+static void broadcasts(mx_process_group *g, int rank, void *ctx, rank_report *out) {
   (void)ctx;
-  mx_process_group *g = join(rank, world, port, 60);
-  mx_scope *s = mx_scope_begin();
-  RANK_CHECK(out, g, "init: %s", mx_last_error());
   const mx_dtype dtypes[] = {MX_F64, MX_I64};
   for (int d = 0; d < 2; d++) {
     mx_tensor *t = mx_reshape(mx_arange(rank * 10, rank * 10 + 6, 1, dtypes[d], MX_CPU), MX_SHAPE(3, 2));
@@ -247,23 +327,18 @@ static void broadcasts(int rank, int world, int port, void *ctx, rank_report *ou
                  mx_at(t, MX_SHAPE(i / 2, i % 2)));
   }
   RANK_CHECK(out, mx_dist_barrier(g) == MX_OK, "barrier: %s", mx_last_error());
-done:
-  mx_scope_end(s);
-  mx_dist_free(g);
+done:;
 }
 
 Test(dist, broadcast_copies_the_roots_tensor) {
   rank_report reports[3];
-  expect_ranks_pass(3, broadcasts, NULL, reports);
+  expect_group_passes(3, 60, broadcasts, NULL, reports);
 }
 
 /* Rank 0 sums 4 floats, rank 1 5: both fail naming both calls, and the
  * group stays broken. */
-static void mismatched(int rank, int world, int port, void *ctx, rank_report *out) {
+static void mismatched(mx_process_group *g, int rank, void *ctx, rank_report *out) {
   bool broadcast_on_1 = *(bool *)ctx;
-  mx_process_group *g = join(rank, world, port, 60);
-  mx_scope *s = mx_scope_begin();
-  RANK_CHECK(out, g, "init: %s", mx_last_error());
   mx_tensor *t = mx_ones(MX_SHAPE(rank == 0 ? 4 : 5), MX_F32, MX_CPU);
   mx_status st = rank == 1 && broadcast_on_1 ? mx_dist_broadcast(g, t, 0) : mx_dist_all_reduce(g, t, MX_DIST_SUM);
   RANK_CHECK(out, st == MX_INVALID_ARGUMENT, "status %d: %s", st, mx_last_error());
@@ -277,26 +352,21 @@ static void mismatched(int rank, int world, int port, void *ctx, rank_report *ou
   RANK_CHECK(out, mx_dist_barrier(g) == MX_STATE_ERROR, "a broken group took a barrier: %s", mx_last_error());
   RANK_CHECK(out, strstr(mx_last_error(), "mx_dist_barrier: the process group failed earlier (mx_dist_"), "%s",
              mx_last_error());
-done:
-  mx_scope_end(s);
-  mx_dist_free(g);
+done:;
 }
 
 Test(dist, calls_that_differ_fail_on_every_rank) {
   rank_report reports[2];
   bool broadcast_on_1 = false;
-  expect_ranks_pass(2, mismatched, &broadcast_on_1, reports);
+  expect_group_passes(2, 60, mismatched, &broadcast_on_1, reports);
   broadcast_on_1 = true;
-  expect_ranks_pass(2, mismatched, &broadcast_on_1, reports);
+  expect_group_passes(2, 60, mismatched, &broadcast_on_1, reports);
 }
 
 /* Rank 1 leaves at once; rank 0's sum fails instead of waiting. With
  * *ctx set, rank 1 stays but says nothing for longer than the timeout. */
-static void deserted(int rank, int world, int port, void *ctx, rank_report *out) {
+static void deserted(mx_process_group *g, int rank, void *ctx, rank_report *out) {
   bool silent = *(bool *)ctx;
-  mx_process_group *g = join(rank, world, port, silent ? 0.5 : 60);
-  mx_scope *s = mx_scope_begin();
-  RANK_CHECK(out, g, "init: %s", mx_last_error());
   mx_tensor *t = mx_ones(MX_SHAPE(8), MX_F32, MX_CPU);
   if (rank == 1) {
     if (!silent) goto done;
@@ -310,17 +380,15 @@ static void deserted(int rank, int world, int port, void *ctx, rank_report *out)
   RANK_CHECK(out, strstr(mx_last_error(), want), "the error is '%s'", mx_last_error());
   RANK_CHECK(out, silent || strstr(mx_last_error(), "the peer closed the connection"), "the error is '%s'",
              mx_last_error());
-done:
-  mx_scope_end(s);
-  mx_dist_free(g);
+done:;
 }
 
 Test(dist, a_peer_that_leaves_or_stays_silent_is_an_error_not_a_hang) {
   rank_report reports[2];
   bool silent = false;
-  expect_ranks_pass(2, deserted, &silent, reports);
+  expect_group_passes(2, 60, deserted, &silent, reports);
   silent = true;
-  expect_ranks_pass(2, deserted, &silent, reports);
+  expect_group_passes(2, 0.5, deserted, &silent, reports);
 }
 
 /* CUDA tensors, staged through host memory: sums, averages and
@@ -332,7 +400,7 @@ static void on_cuda(int rank, int world, int port, void *ctx, rank_report *out) 
   mx_scope *s = mx_scope_begin();
   out->values[0] = mx_cuda_device_count();
   if (out->values[0] == 0) goto done;
-  g = join(rank, world, port, 60);
+  g = mx_dist_init(rank, world, "127.0.0.1", port, 60);
   RANK_CHECK(out, g, "init: %s", mx_last_error());
   mx_tensor *sum = mx_mul_scalar(mx_arange(0, 1000, 1, MX_F32, MX_CUDA), rank + 1);
   mx_tensor *avg = mx_full(MX_SHAPE(3, 5), rank, MX_BF16, MX_CUDA);
