@@ -314,6 +314,41 @@ Test(mnist, two_ranks_train_as_one_process) {
   free_result(&b);
 }
 
+/* Two machines of one rank each (here both on loopback: two launchers
+ * with --nnodes 2) train as one machine of two ranks, to the bit: the same
+ * ranks, each on one thread, doing the same sums. */
+Test(mnist, two_machines_of_one_rank_train_as_one_machine_of_two) {
+  skip_training_under_valgrind();
+  setenv("OMP_NUM_THREADS", "1", 1);
+  char one_machine[1024], two_machines[1024];
+  snprintf(one_machine, sizeof one_machine, "%s", tmp_path("one_machine.csv"));
+  snprintf(two_machines, sizeof two_machines, "%s", tmp_path("two_machines.csv"));
+  pick_master_port();
+  run_result a = RUN(LAUNCH, "2", MNIST, "--synthetic", "400", "--model", "mlp", "--epochs", "2", "--batch", "20",
+                     "--amp", "off", "--metrics", one_machine);
+  pick_master_port();
+  /* machine 1 in the background, machine 0 in the foreground, each given
+   * 2 minutes (a rank left without its peers would wait 30); the worse status */
+  const char *script = "timeout 120 \"$0\" --nnodes 2 --node-rank 1 1 \"$@\" & "
+                       "timeout 120 \"$0\" --nnodes 2 --node-rank 0 1 \"$@\"; a=$?; wait $!; b=$?; exit $((a ? a : b))";
+  run_result b = RUN("/bin/sh", "-c", script, LAUNCH, MNIST, "--synthetic", "400", "--model", "mlp", "--epochs", "2",
+                     "--batch", "20", "--amp", "off", "--metrics", two_machines);
+  expect_status(&a, 0, "scripts/launch 2 mnist");
+  expect_status(&b, 0, "scripts/launch --nnodes 2 on two machines");
+  cr_expect(strstr(b.out, "40 steps of 20, amp off, adam, lr 0.003, 2 ranks of 10\n"), "%s", tail(b.out));
+  metrics ma = read_metrics(one_machine), mb = read_metrics(two_machines);
+  cr_assert_eq(mb.n_steps, ma.n_steps);
+  cr_assert_eq(mb.n_epochs, ma.n_epochs);
+  for (int i = 0; i < ma.n_steps; i++)
+    cr_expect_str_eq(mb.steps[i].line, ma.steps[i].line, "step %d", i + 1);
+  for (int e = 0; e < ma.n_epochs; e++)
+    cr_expect_str_eq(mb.epochs[e].line, ma.epochs[e].line, "epoch %d", e + 1);
+  free_metrics(&ma);
+  free_metrics(&mb);
+  free_result(&a);
+  free_result(&b);
+}
+
 Test(mnist, ranks_need_a_batch_that_splits_evenly) {
   pick_master_port();
   run_result r = RUN(LAUNCH, "3", MNIST, "--synthetic", "100", "--batch", "20");
