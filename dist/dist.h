@@ -14,7 +14,7 @@
  *     mx_dist_free(g);
  *
  * `scripts/launch N PROGRAM ARGS...` starts N ranks of a program on this
- * machine. The ranks talk over TCP in a ring (each rank sends to the next):
+ * machine (with --nnodes and --node-rank, on each of several). The ranks talk over TCP in a ring (each rank sends to the next):
  * an all-reduce moves 2(N-1)/N of the tensor through every link, the ring
  * algorithm of Baidu's allreduce, Horovod and NCCL. The sums are reduced
  * chunk by chunk in one order that every rank then copies, so all ranks get
@@ -42,6 +42,8 @@ typedef struct mx_process_group mx_process_group;
 typedef enum {
   MX_DIST_SUM, /* every dtype but bool; integers wrap as PyTorch's do */
   MX_DIST_AVG, /* the sum divided by the world size, floating dtypes */
+  MX_DIST_MAX, /* every dtype but bool; NaN wins, as in mx_maximum */
+  MX_DIST_MIN, /* every dtype but bool; NaN wins, as in mx_minimum */
 } mx_dist_reduce_op;
 
 /* Joins rank `rank` of `world_size` processes, meeting the others at
@@ -65,6 +67,11 @@ int mx_dist_world_size(const mx_process_group *g);
 /* Reduces t over the ranks in place: afterwards every rank's t holds the
  * same result. t may have any layout and live on any device. */
 mx_status mx_dist_all_reduce(mx_process_group *g, mx_tensor *t, mx_dist_reduce_op op);
+/* Every rank's t, stacked: a new tensor of shape (world_size, t's shape)
+ * on t's device, rank r's t at index r (torch.distributed's
+ * all_gather_into_tensor, stacked). The ranks' t must have the same dtype
+ * and number of elements. Not differentiable. */
+mx_tensor *mx_dist_all_gather(mx_process_group *g, const mx_tensor *t);
 /* Copies root's t into every rank's t. */
 mx_status mx_dist_broadcast(mx_process_group *g, mx_tensor *t, int root);
 /* Returns when every rank has called it. */

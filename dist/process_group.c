@@ -1,5 +1,5 @@
-/* The process group and its collectives: all-reduce, broadcast and barrier
- * over the TCP ring of dist/transport.c.
+/* The process group and its collectives: all-reduce, all-gather, broadcast
+ * and barrier over the TCP ring of dist/transport.c.
  *
  * Every collective opens with a header that each rank sends to the next:
  * what it calls, on how many elements of which dtype. A rank whose left
@@ -31,8 +31,10 @@ struct mx_process_group {
   char why[512]; /* the error that broke it */
 };
 
-typedef enum { CALL_SUM, CALL_AVG, CALL_BROADCAST } call_kind;
-static const char *const call_names[] = {"all_reduce(sum)", "all_reduce(avg)", "broadcast"};
+/* The first four are the reduce ops, in mx_dist_reduce_op's order. */
+typedef enum { CALL_SUM, CALL_AVG, CALL_MAX, CALL_MIN, CALL_BROADCAST, CALL_ALL_GATHER } call_kind;
+static const char *const call_names[] = {"all_reduce(sum)", "all_reduce(avg)", "all_reduce(max)",
+                                         "all_reduce(min)", "broadcast",       "all_gather"};
 
 /* What a rank is about to do, as its right neighbour checks it. */
 typedef struct {
@@ -125,7 +127,7 @@ static mx_status agree(mx_process_group *g, const char *op, call_header mine) {
   if (st != MX_OK) return st;
   if (!memcmp(&mine, &left, sizeof mine)) return MX_OK;
   int prev = (g->ring.rank + g->ring.world_size - 1) % g->ring.world_size;
-  if (left.magic != HEADER_MAGIC || left.kind < 0 || left.kind > CALL_BROADCAST || !mx_dtype_valid((mx_dtype)left.dtype))
+  if (left.magic != HEADER_MAGIC || left.kind < 0 || left.kind > CALL_ALL_GATHER || !mx_dtype_valid((mx_dtype)left.dtype))
     return mx__error(MX_CORRUPT_DATA, "%s: rank %d: rank %d sent something that is not a collective's header", op,
                      g->ring.rank, prev);
   char root_mine[32] = "", root_left[32] = "";
@@ -142,42 +144,67 @@ static int64_t chunk_start(int64_t n, int world, int i) { return n / world * i +
 
 static char *element(mx_tensor *buf, int64_t i) { return (char *)mx_data_ptr(buf) + i * (int64_t)mx_dtype_size(mx_dtype_of(buf)); }
 
+/* The ring all-gather: buf is cut into world chunks, and rank r starts
+ * with chunk (r + first) complete. In step t each rank passes on the chunk
+ * it completed last, (r + first - t), and receives (r + first - t - 1)
+ * from the left, so after world - 1 steps every rank holds every chunk. */
+static mx_status ring_gather(mx_process_group *g, const char *op, mx_tensor *buf, int first) {
+  int w = g->ring.world_size, r = g->ring.rank;
+  int64_t n = mx_numel(buf);
+  size_t es = mx_dtype_size(mx_dtype_of(buf));
+  mx_status st = MX_OK;
+  for (int t = 0; st == MX_OK && t < w - 1; t++) {
+    int send = ((r + first - t) % w + w) % w, recv = (send - 1 + w) % w;
+    int64_t s0 = chunk_start(n, w, send), s1 = chunk_start(n, w, send + 1);
+    int64_t r0 = chunk_start(n, w, recv), r1 = chunk_start(n, w, recv + 1);
+    st = mx__ring_exchange(&g->ring, op, element(buf, s0), (size_t)(s1 - s0) * es, element(buf, r0),
+                           (size_t)(r1 - r0) * es);
+  }
+  return st;
+}
+
+/* Folds theirs into mine as `how` reduces (an average sums; the division
+ * comes at the end). */
+static mx_status combine(mx_tensor *mine, const mx_tensor *theirs, mx_dist_reduce_op how) {
+  if (how == MX_DIST_SUM || how == MX_DIST_AVG) return mx_add_(mine, theirs);
+  mx_tensor *folded = how == MX_DIST_MAX ? mx_maximum(mine, theirs) : mx_minimum(mine, theirs);
+  return folded ? mx_copy_(mine, folded) : mx_last_status();
+}
+
 /* The ring all-reduce. Reduce-scatter: in step s each rank sends chunk
- * (rank - s) to the right and adds the left's chunk (rank - s - 1) into its
- * own, so after world - 1 steps rank r holds the full sum of chunk r + 1.
- * All-gather: world - 1 more steps pass the finished chunks around. */
-static mx_status ring_sum(mx_process_group *g, const char *op, mx_tensor *buf) {
+ * (rank - s) to the right and folds the left's chunk (rank - s - 1) into
+ * its own, so after world - 1 steps rank r holds the full result of chunk
+ * r + 1. Then the all-gather passes the finished chunks around. */
+static mx_status ring_reduce(mx_process_group *g, const char *op, mx_tensor *buf, mx_dist_reduce_op how) {
   int w = g->ring.world_size, r = g->ring.rank;
   int64_t n = mx_numel(buf);
   size_t es = mx_dtype_size(mx_dtype_of(buf));
   mx_tensor *incoming = mx_empty(MX_SHAPE(n / w + 1), mx_dtype_of(buf), MX_CPU);
   if (!incoming) return mx__error_prefix(op);
   mx_status st = MX_OK;
-  for (int s = 0; st == MX_OK && s < 2 * (w - 1); s++) {
-    bool scatter = s < w - 1;
-    int t = scatter ? s : s - (w - 1); /* the step within its phase */
-    int send = ((r - t + (scatter ? 0 : 1)) % w + w) % w, recv = (send - 1 + w) % w;
+  for (int s = 0; st == MX_OK && s < w - 1; s++) {
+    int send = ((r - s) % w + w) % w, recv = (send - 1 + w) % w;
     int64_t s0 = chunk_start(n, w, send), s1 = chunk_start(n, w, send + 1);
     int64_t r0 = chunk_start(n, w, recv), r1 = chunk_start(n, w, recv + 1);
-    void *into = scatter ? mx_data_ptr(incoming) : element(buf, r0);
-    st = mx__ring_exchange(&g->ring, op, element(buf, s0), (size_t)(s1 - s0) * es, into, (size_t)(r1 - r0) * es);
-    if (st == MX_OK && scatter && r1 > r0) {
+    st = mx__ring_exchange(&g->ring, op, element(buf, s0), (size_t)(s1 - s0) * es, mx_data_ptr(incoming),
+                           (size_t)(r1 - r0) * es);
+    if (st == MX_OK && r1 > r0) {
       mx_scope *scope = mx_scope_begin();
       mx_tensor *mine = mx_narrow(buf, 0, r0, r1 - r0), *theirs = mx_narrow(incoming, 0, 0, r1 - r0);
-      st = mine && theirs ? mx_add_(mine, theirs) : mx_last_status();
+      st = mine && theirs ? combine(mine, theirs, how) : mx_last_status();
       if (st != MX_OK) mx__error_prefix(op);
       mx_scope_end(scope);
     }
   }
   mx_release(incoming);
-  return st;
+  return st == MX_OK ? ring_gather(g, op, buf, 1) : st;
 }
 
 mx_status mx__dist_reduce(mx_process_group *g, const char *op, mx_tensor *buf, mx_dist_reduce_op how) {
-  mx_status st = agree(g, op, (call_header){.kind = how == MX_DIST_AVG ? CALL_AVG : CALL_SUM,
-                                            .dtype = mx_dtype_of(buf), .numel = mx_numel(buf), .root = -1});
+  mx_status st = agree(g, op, (call_header){.kind = (call_kind)how, .dtype = mx_dtype_of(buf), .numel = mx_numel(buf),
+                                            .root = -1});
   MX_NO_GRAD { /* buf may be a view of a parameter */
-    if (st == MX_OK && g->ring.world_size > 1 && mx_numel(buf) > 0) st = ring_sum(g, op, buf);
+    if (st == MX_OK && g->ring.world_size > 1 && mx_numel(buf) > 0) st = ring_reduce(g, op, buf, how);
     if (st == MX_OK && how == MX_DIST_AVG && g->ring.world_size > 1) {
       mx_scope *scope = mx_scope_begin();
       mx_tensor *mean = mx_div_scalar(buf, g->ring.world_size);
@@ -224,18 +251,48 @@ mx_status mx_dist_all_reduce(mx_process_group *g, mx_tensor *t, mx_dist_reduce_o
   mx_status st = mx__dist_usable(g, op);
   if (st != MX_OK) return st;
   if (!t) return mx__null_input(op, "t");
-  if (how != MX_DIST_SUM && how != MX_DIST_AVG)
+  if (how < MX_DIST_SUM || how > MX_DIST_MIN)
     return mx__error(MX_INVALID_ARGUMENT, "%s: unknown reduce op %d", op, (int)how);
   mx_dtype dt = mx_dtype_of(t);
+  static const char *const verbs[] = {"sum", "average", "take the maximum of", "take the minimum of"};
   if (dt == MX_BOOL || (how == MX_DIST_AVG && !mx_dtype_is_floating(dt)))
-    return mx__error(MX_DTYPE_ERROR, "%s: cannot %s %s tensors", op, how == MX_DIST_AVG ? "average" : "sum",
-                     mx_dtype_name(dt));
+    return mx__error(MX_DTYPE_ERROR, "%s: cannot %s %s tensors", op, verbs[how], mx_dtype_name(dt));
   mx_scope *scope = mx_scope_begin();
   mx_tensor *buf = work_buffer(op, t, true);
   st = buf ? mx__dist_reduce(g, op, buf, how) : mx_last_status();
   if (st == MX_OK) st = finish(op, t, buf);
   mx_scope_end(scope);
   return st;
+}
+
+mx_tensor *mx_dist_all_gather(mx_process_group *g, const mx_tensor *t) {
+  const char *op = "mx_dist_all_gather";
+  if (mx__dist_usable(g, op) != MX_OK) return NULL;
+  if (!t) return mx__null_input(op, "t"), NULL;
+  mx_shape shape = mx_shape_get(t);
+  if (shape.ndim == MX_MAX_DIMS)
+    return mx__error(MX_SHAPE_ERROR, "%s: t has %d dims, and the result would need one more (at most %d)", op,
+                     shape.ndim, MX_MAX_DIMS),
+           NULL;
+  int w = g->ring.world_size, r = g->ring.rank;
+  int64_t n = mx_numel(t);
+  mx_status st = agree(g, op, (call_header){.kind = CALL_ALL_GATHER, .dtype = mx_dtype_of(t), .numel = n, .root = -1});
+  mx_tensor *out = NULL;
+  mx_scope *scope = mx_scope_begin();
+  MX_NO_GRAD {
+    mx_tensor *buf = st == MX_OK ? mx_empty(MX_SHAPE((int64_t)w * n), mx_dtype_of(t), MX_CPU) : NULL;
+    mx_tensor *own = buf ? mx_view(mx_narrow(buf, 0, r * n, n), shape) : NULL;
+    if (st == MX_OK) st = own ? mx_copy_(own, t) : mx__error_prefix(op);
+    if (st == MX_OK && w > 1 && n > 0) st = ring_gather(g, op, buf, 0);
+    mx_shape stacked = {shape.ndim + 1, {w}};
+    for (int d = 0; d < shape.ndim; d++) stacked.d[d + 1] = shape.d[d];
+    if (st == MX_OK) out = mx_view(buf, stacked);
+    if (out && mx_device_of(t) != MX_CPU) out = mx_to_device(out, mx_device_of(t));
+    if (st == MX_OK && !out) st = mx__error_prefix(op);
+  }
+  if (out) mx_keep(out);
+  mx_scope_end(scope);
+  return broke(g, st) == MX_OK ? out : NULL;
 }
 
 /* Root sends its bytes to the right; each other rank receives them from the

@@ -44,7 +44,18 @@ Test(dist, a_world_of_one_needs_no_network) {
   cr_expect_str_eq(mx_last_error(), "mx_dist_all_reduce: cannot sum bool tensors");
   cr_expect_eq(mx_dist_all_reduce(g, ints, MX_DIST_AVG), MX_DTYPE_ERROR);
   cr_expect_str_eq(mx_last_error(), "mx_dist_all_reduce: cannot average int64 tensors");
+  cr_expect_eq(mx_dist_all_reduce(g, flags, MX_DIST_MAX), MX_DTYPE_ERROR);
+  cr_expect_str_eq(mx_last_error(), "mx_dist_all_reduce: cannot take the maximum of bool tensors");
+  cr_expect_eq(mx_dist_all_reduce(g, ints, (mx_dist_reduce_op)4), MX_INVALID_ARGUMENT);
+  cr_expect_str_eq(mx_last_error(), "mx_dist_all_reduce: unknown reduce op 4");
   cr_expect_eq(mx_dist_all_reduce(NULL, ints, MX_DIST_SUM), MX_NULL_INPUT);
+  mx_tensor *stacked = mx_dist_all_gather(g, t);
+  cr_assert_not_null(stacked, "%s", mx_last_error());
+  cr_expect_eq(mx_ndim(stacked), 2);
+  cr_expect_eq(mx_size(stacked, 0), 1);
+  cr_expect_eq(mx_at(stacked, MX_SHAPE(0, 2)), 3);
+  cr_expect_null(mx_dist_all_gather(g, mx_zeros(MX_SHAPE(1, 1, 1, 1, 1, 1, 1, 1), MX_F32, MX_CPU)));
+  cr_expect_str_eq(mx_last_error(), "mx_dist_all_gather: t has 8 dims, and the result would need one more (at most 8)");
   mx_scope_end(s);
   mx_dist_free(g);
 }
@@ -335,15 +346,88 @@ Test(dist, broadcast_copies_the_roots_tensor) {
   expect_group_passes(3, 60, broadcasts, NULL, reports);
 }
 
-/* Rank 0 sums 4 floats, rank 1 5: both fail naming both calls, and the
- * group stays broken. */
+/* Rank r of 3 holds v_r[i] = ((i + r) % 3 - 1) * (r + 1) at i (a NaN at
+ * i = 5 on rank 1 in float32): the maximum and minimum over the ranks, in
+ * 5 dtypes, against the same fold on the host. */
+static double held(int r, int i) { return ((i + r) % 3 - 1) * (double)(r + 1); }
+
+static void extremes(mx_process_group *g, int rank, void *ctx, rank_report *out) {
+  (void)ctx;
+  const mx_dtype dtypes[] = {MX_F32, MX_F16, MX_I64, MX_I32, MX_U8};
+  for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
+    for (int how = MX_DIST_MAX; how <= MX_DIST_MIN; how++) {
+      bool unsigned8 = dtypes[d] == MX_U8, with_nan = dtypes[d] == MX_F32;
+      double v[11];
+      for (int i = 0; i < 11; i++) v[i] = unsigned8 ? held(rank, i) + 3 : held(rank, i);
+      if (with_nan && rank == 1) v[5] = NAN;
+      mx_tensor *t = mx_to_dtype(mx_from_data(v, MX_SHAPE(11), MX_F64, MX_CPU), dtypes[d]);
+      RANK_CHECK(out, t && mx_dist_all_reduce(g, t, (mx_dist_reduce_op)how) == MX_OK, "%s: %s",
+                 mx_dtype_name(dtypes[d]), mx_last_error());
+      for (int i = 0; i < 11; i++) {
+        double want = held(0, i);
+        for (int r = 1; r < 3; r++) want = how == MX_DIST_MAX ? fmax(want, held(r, i)) : fmin(want, held(r, i));
+        if (unsigned8) want += 3; /* held is in [-3, 3] */
+        double got = mx_at(t, MX_SHAPE(i));
+        if (with_nan && i == 5) RANK_CHECK(out, isnan(got), "%s: the NaN was lost (%g)", mx_dtype_name(dtypes[d]), got);
+        else RANK_CHECK(out, got == want, "%s %s: element %d is %g, not %g", mx_dtype_name(dtypes[d]),
+                        how == MX_DIST_MAX ? "max" : "min", i, got, want);
+      }
+    }
+done:;
+}
+
+Test(dist, all_reduce_takes_the_maximum_and_the_minimum) {
+  rank_report reports[3];
+  expect_group_passes(3, 60, extremes, NULL, reports);
+}
+
+/* Each rank gathers a transposed (3, 2) view of rank * 100 + i, in float64
+ * and bfloat16, and an empty int32 tensor; the result stacks them in rank
+ * order. */
+static void gathers(mx_process_group *g, int rank, void *ctx, rank_report *out) {
+  (void)ctx;
+  int world = mx_dist_world_size(g);
+  const mx_dtype dtypes[] = {MX_F64, MX_BF16};
+  for (int d = 0; d < 2; d++) {
+    mx_tensor *base = mx_reshape(mx_arange(rank * 100, rank * 100 + 6, 1, dtypes[d], MX_CPU), MX_SHAPE(2, 3));
+    mx_tensor *all = mx_dist_all_gather(g, mx_transpose(base, 0, 1));
+    RANK_CHECK(out, all, "%s: %s", mx_dtype_name(dtypes[d]), mx_last_error());
+    RANK_CHECK(out, mx_ndim(all) == 3 && mx_size(all, 0) == world && mx_size(all, 1) == 3 && mx_size(all, 2) == 2 &&
+                        mx_dtype_of(all) == dtypes[d],
+               "%s: the result's shape or dtype", mx_dtype_name(dtypes[d]));
+    for (int r = 0; r < world; r++)
+      for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 2; j++) {
+          double want = r * 100 + 3 * j + i, got = mx_at(all, MX_SHAPE(r, i, j));
+          RANK_CHECK(out, got == want, "%s: [%d][%d][%d] is %g, not %g", mx_dtype_name(dtypes[d]), r, i, j, got, want);
+        }
+  }
+  mx_tensor *none = mx_dist_all_gather(g, mx_zeros(MX_SHAPE(0), MX_I32, MX_CPU));
+  RANK_CHECK(out, none && mx_ndim(none) == 2 && mx_size(none, 0) == world && mx_numel(none) == 0, "empty: %s",
+             mx_last_error());
+done:;
+}
+
+Test(dist, all_gather_stacks_every_ranks_tensor) {
+  rank_report reports[3];
+  expect_group_passes(3, 60, gathers, NULL, reports);
+  expect_group_passes(2, 60, gathers, NULL, reports);
+}
+
+/* Rank 0 sums 4 floats; rank 1 sums, broadcasts or gathers 5 (*ctx: 0, 1
+ * or 2): both fail naming both calls, and the group stays broken. */
 static void mismatched(mx_process_group *g, int rank, void *ctx, rank_report *out) {
-  bool broadcast_on_1 = *(bool *)ctx;
+  int call_on_1 = *(int *)ctx;
   mx_tensor *t = mx_ones(MX_SHAPE(rank == 0 ? 4 : 5), MX_F32, MX_CPU);
-  mx_status st = rank == 1 && broadcast_on_1 ? mx_dist_broadcast(g, t, 0) : mx_dist_all_reduce(g, t, MX_DIST_SUM);
+  mx_status st = rank == 0 || call_on_1 == 0 ? mx_dist_all_reduce(g, t, MX_DIST_SUM)
+                 : call_on_1 == 1            ? mx_dist_broadcast(g, t, 0)
+                 : mx_dist_all_gather(g, t)  ? MX_OK
+                                             : mx_last_status();
   RANK_CHECK(out, st == MX_INVALID_ARGUMENT, "status %d: %s", st, mx_last_error());
   char want[256];
-  const char *call1 = broadcast_on_1 ? "broadcast on 5 float32 elements from root 0" : "all_reduce(sum) on 5 float32 elements";
+  static const char *const calls[] = {"all_reduce(sum) on 5 float32 elements",
+                                      "broadcast on 5 float32 elements from root 0", "all_gather on 5 float32 elements"};
+  const char *call1 = calls[call_on_1];
   if (rank == 0)
     snprintf(want, sizeof want, "rank 0 calls all_reduce(sum) on 4 float32 elements, but rank 1 calls %s", call1);
   else
@@ -357,10 +441,7 @@ done:;
 
 Test(dist, calls_that_differ_fail_on_every_rank) {
   rank_report reports[2];
-  bool broadcast_on_1 = false;
-  expect_group_passes(2, 60, mismatched, &broadcast_on_1, reports);
-  broadcast_on_1 = true;
-  expect_group_passes(2, 60, mismatched, &broadcast_on_1, reports);
+  for (int call_on_1 = 0; call_on_1 < 3; call_on_1++) expect_group_passes(2, 60, mismatched, &call_on_1, reports);
 }
 
 /* Rank 1 leaves at once; rank 0's sum fails instead of waiting. With
@@ -391,8 +472,8 @@ Test(dist, a_peer_that_leaves_or_stays_silent_is_an_error_not_a_hang) {
   expect_group_passes(2, 0.5, deserted, &silent, reports);
 }
 
-/* CUDA tensors, staged through host memory: sums, averages and
- * broadcasts land back on the device. Each rank asks for a GPU itself
+/* CUDA tensors, staged through host memory: sums, averages, broadcasts
+ * and gathers land back on the device. Each rank asks for a GPU itself
  * (CUDA does not survive a fork), and the test skips without one. */
 static void on_cuda(int rank, int world, int port, void *ctx, rank_report *out) {
   (void)ctx;
@@ -414,6 +495,10 @@ static void on_cuda(int rank, int world, int port, void *ctx, rank_report *out) 
     RANK_CHECK(out, mx_at(sum, MX_SHAPE(i)) == 3.0 * i, "sum[%d] = %g", i, mx_at(sum, MX_SHAPE(i)));
   RANK_CHECK(out, mx_at(avg, MX_SHAPE(2, 4)) == 0.5, "avg = %g", mx_at(avg, MX_SHAPE(2, 4)));
   RANK_CHECK(out, mx_at(root, MX_SHAPE(6)) == 11, "broadcast = %g", mx_at(root, MX_SHAPE(6)));
+  mx_tensor *ranks = mx_dist_all_gather(g, mx_full(MX_SHAPE(3), rank, MX_F32, MX_CUDA));
+  RANK_CHECK(out, ranks && mx_device_of(ranks) == MX_CUDA, "all_gather: %s", mx_last_error());
+  RANK_CHECK(out, mx_at(ranks, MX_SHAPE(0, 2)) == 0 && mx_at(ranks, MX_SHAPE(1, 0)) == 1, "all_gather: %g %g",
+             mx_at(ranks, MX_SHAPE(0, 2)), mx_at(ranks, MX_SHAPE(1, 0)));
 done:
   mx_scope_end(s);
   mx_dist_free(g);
