@@ -29,12 +29,12 @@ int main(int argc, char **argv) {
                "**Kind**: a *primitive* has kernels of its own; a *composite* is written with other\n"
                "ops, runs wherever they run, and is differentiated through them.\n"
                "**Gradient**: *formula* is a backward written with ops (so it differentiates again).\n\n"
-               "**Devices**: every op runs on the CPU. The CUDA backend has, so far, the memory,\n"
+               "**Devices**: every op runs on the CPU and on CUDA. The CUDA backend has the memory,\n"
                "creation, random, copy and cast kernels, elementwise (unary, binary, comparisons,\n"
-               "where), reductions, matrix products (cuBLAS), softmax, gather/scatter/index,\n"
-               "convolution (cuDNN; direct kernels for float64 and what cuDNN declines), pooling\n"
-               "(direct kernels), batch norm's per-channel sums and scale-and-shift, and the AMP\n"
-               "and optimizer kernels; the others (scans) report \"no ... kernel on cuda yet\".\n\n"
+               "where), reductions and scans, matrix products (cuBLAS), softmax,\n"
+               "gather/scatter/index, convolution (cuDNN; direct kernels for float64 and what cuDNN\n"
+               "declines), pooling (direct kernels), batch norm's per-channel sums and\n"
+               "scale-and-shift, and the AMP and optimizer kernels.\n\n"
                "| # | op | inputs | autocast policy | kind | gradient |\n"
                "|---|---|---|---|---|---|\n");
   for (int op = 0; op < mx_op_count(); op++)

@@ -13,6 +13,7 @@
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/reduce_plan.h"
+#include "kernels/scan_line.h"
 
 typedef struct {
   double value; /* floats, and the comparisons of every dtype */
@@ -312,35 +313,9 @@ mx_status mx__cpu_reduce(int code, const mx_kview *out, const mx_kview *index, c
 }
 
 mx_status mx__cpu_scan(int code, const mx_kview *out, const mx_kview *in, int dim, bool reverse) {
-  int64_t len = in->shape[dim];
-  int64_t lines = len ? mx__kview_numel(in) / len : 0;
-  size_t in_size = mx_dtype_size(in->dtype), out_size = mx_dtype_size(out->dtype);
-  MX_PARALLEL_FOR(lines * len)
-  for (int64_t line = 0; line < lines; line++) {
-    int64_t in_off = 0, out_off = 0, rest = line;
-    for (int d = in->ndim - 1; d >= 0; d--) {
-      if (d == dim) continue;
-      int64_t i = rest % in->shape[d];
-      rest /= in->shape[d];
-      in_off += i * in->strides[d];
-      out_off += i * out->strides[d];
-    }
-    double acc = code == MX_RED_PROD ? 1 : 0;
-    int64_t iacc = code == MX_RED_PROD ? 1 : 0;
-    for (int64_t s = 0; s < len; s++) {
-      int64_t k = reverse ? len - 1 - s : s;
-      const char *src = (const char *)in->data + (in_off + k * in->strides[dim]) * (int64_t)in_size;
-      char *dst = (char *)out->data + (out_off + k * out->strides[dim]) * (int64_t)out_size;
-      if (out->dtype == MX_I64) {
-        int64_t v = in->dtype == MX_I64 ? *(const int64_t *)src : (int64_t)mx_element_load(src, in->dtype);
-        iacc = code == MX_RED_PROD ? mx_wrap_mul(iacc, v) : mx_wrap_add(iacc, v);
-        *(int64_t *)dst = iacc;
-      } else {
-        double v = mx_element_load(src, in->dtype);
-        acc = code == MX_RED_PROD ? acc * v : acc + v;
-        mx_element_store(dst, out->dtype, acc);
-      }
-    }
-  }
+  int64_t lines = mx_scan_lines(in, dim);
+  int64_t in_size = (int64_t)mx_dtype_size(in->dtype), out_size = (int64_t)mx_dtype_size(out->dtype);
+  MX_PARALLEL_FOR(lines * in->shape[dim])
+  for (int64_t line = 0; line < lines; line++) mx_scan_line(code, out, in, in_size, out_size, dim, reverse, line);
   return MX_OK;
 }

@@ -248,6 +248,7 @@ static mx_status cuda_init(void) {
   b->binary = mx__cuda_binary;
   b->where = mx__cuda_where;
   b->reduce = mx__cuda_reduce;
+  b->scan = mx__cuda_scan;
   b->matmul = mx__cuda_matmul;
   b->softmax = mx__cuda_softmax;
   b->gather = mx__cuda_gather;

@@ -24,6 +24,7 @@ mx_status mx__cuda_unary(int code, const mx_kview *out, const mx_kview *in, doub
 mx_status mx__cuda_binary(int code, const mx_kview *out, const mx_kview *x, const mx_kview *y, double alpha);
 mx_status mx__cuda_where(const mx_kview *out, const mx_kview *cond, const mx_kview *x, const mx_kview *y);
 mx_status mx__cuda_reduce(int code, const mx_kview *out, const mx_kview *index, const mx_kview *in, uint32_t mask);
+mx_status mx__cuda_scan(int code, const mx_kview *out, const mx_kview *in, int dim, bool reverse);
 mx_status mx__cuda_matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b);
 mx_status mx__cuda_softmax(const mx_kview *out, const mx_kview *x, int dim, bool log_softmax);
 mx_status mx__cuda_gather(const mx_kview *out, const mx_kview *x, const mx_kview *index, int dim);

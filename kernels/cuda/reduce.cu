@@ -1,4 +1,4 @@
-/* Reductions on CUDA, with the CPU's rules (kernels/cpu/reduce.c): floats
+/* Reductions and scans on CUDA, with the CPU's rules (kernels/cpu/reduce.c): floats
  * accumulate in double and integers in int64; max and min let NaN win and
  * keep the first extremum's index (row-major in the reduced sub-space).
  *
@@ -6,9 +6,16 @@
  * the reduced sub-space in order, then the block combines the threads'
  * partials. The combination compares indices, not positions, so a max or
  * min picks exactly the element the CPU's sequential walk picks; a float
- * sum adds in another order than the CPU's, in double. */
+ * sum adds in another order than the CPU's, in double.
+ *
+ * A scan runs the CPU's own line scan (kernels/scan_line.h), a thread per
+ * line: the same bits as the CPU. Each line is walked in order by one
+ * thread, so a scan of few long lines leaves most of the GPU idle; the
+ * lines of a scan along a dim other than the last are neighbours in
+ * memory, and their loads coalesce. */
 #include "kernels/cuda/common.cuh"
 #include "kernels/reduce_plan.h"
+#include "kernels/scan_line.h"
 
 #define REDUCE_THREADS 128
 
@@ -136,4 +143,29 @@ mx_status mx__cuda_reduce(int code, const mx_kview *out, const mx_kview *index, 
                                                                     index ? *index : none, index != NULL);
   MX_CUDA_CHECK_LAUNCH("launch of kernel reduce");
   return MX_OK;
+}
+
+/* --- scans ------------------------------------------------------------------------ */
+
+struct scan_op {
+  int code, dim;
+  bool reverse;
+  mx_kview out, in;
+  int64_t in_size, out_size;
+  __device__ void operator()(int64_t line) const {
+    mx_scan_line(code, &out, &in, in_size, out_size, dim, reverse, line);
+  }
+};
+
+mx_status mx__cuda_scan(int code, const mx_kview *out, const mx_kview *in, int dim, bool reverse) {
+  if (code != MX_RED_SUM && code != MX_RED_PROD) return mx__error(MX_INVALID_ARGUMENT, "cuda scan: unknown code %d", code);
+  scan_op op;
+  op.code = code;
+  op.dim = dim;
+  op.reverse = reverse;
+  op.out = *out;
+  op.in = *in;
+  op.in_size = dtype_bytes(in->dtype);
+  op.out_size = dtype_bytes(out->dtype);
+  return launch_elementwise("launch of kernel scan", mx_scan_lines(in, dim), op);
 }

@@ -1,6 +1,6 @@
 /* The CUDA kernels against the CPU's: every elementwise code, where, the
  * ops and their gradients, matrix products in every dtype and layout,
- * reductions, softmax, indexing, and the AMP check-and-unscale and scale
+ * reductions, scans, softmax, indexing, and the AMP check-and-unscale and scale
  * update. Each gives the same bits on both devices, or, where the two sum
  * in different orders or call different libm functions, agrees within the
  * bound its test states. Skips without a GPU. */
@@ -361,6 +361,51 @@ Test(gpu, reduce_every_code_matches_cpu) {
       mx_scope_end(scope);
     }
   }
+}
+
+/* cumsum and cumprod along each dim of a strided (9, 7, 6) view, forward
+ * and from the end, in every dtype but bool: the devices run the same
+ * line scan (kernels/scan_line.h), so the same bits, the awkward values'
+ * infinities and NaNs included; integers scan into int64. Then the op on
+ * CUDA with its gradient. */
+Test(gpu, scan_matches_cpu) {
+  require_gpu();
+  const int codes[] = {MX_RED_SUM, MX_RED_PROD};
+  for (int d = 0; d < COUNT(all_dtypes); d++) {
+    mx_dtype dtype = all_dtypes[d];
+    if (dtype == MX_BOOL) continue;
+    mx_dtype out_dtype = mx_dtype_is_floating(dtype) ? dtype : MX_I64;
+    for (int c = 0; c < 2; c++)
+      for (int dim = 0; dim < 3; dim++)
+        for (int reverse = 0; reverse < 2; reverse++) {
+          mx_scope *scope = mx_scope_begin();
+          device_pair in = strided_input(dtype, 700 + (uint64_t)d), out;
+          mx_kview in_c = mx__kview_of(in.cpu), in_g = mx__kview_of(in.gpu), views[2];
+          new_outputs(in, out_dtype, &out, views);
+          char what[128];
+          snprintf(what, sizeof what, "scan code %d along dim %d%s, %s", codes[c], dim, reverse ? " reversed" : "",
+                   mx_dtype_name(dtype));
+          cr_assert_eq(mx__backend(MX_CPU)->scan(codes[c], &views[0], &in_c, dim, reverse), MX_OK, "%s: %s", what,
+                       mx_last_error());
+          cr_assert_eq(mx__backend(MX_CUDA)->scan(codes[c], &views[1], &in_g, dim, reverse), MX_OK, "%s: %s", what,
+                       mx_last_error());
+          char why[256];
+          size_t n = differences(out.cpu, out.gpu, 0, 0, why, sizeof why);
+          cr_expect_eq(n, 0, "%s: %zu elements differ; the first, %s", what, n, why);
+          mx_scope_end(scope);
+        }
+  }
+  mx_scope *scope = mx_scope_begin();
+  mx_tensor *x = mx_from_data((double[]){1, 2, 3, 4, 5, 6}, MX_SHAPE(2, 3), MX_F64, MX_CPU), *xg = to_cuda(x);
+  cr_assert_eq(mx_set_requires_grad(xg, true), MX_OK);
+  mx_tensor *y = mx_cumprod(xg, 1);
+  cr_assert(y && mx_device_of(y) == MX_CUDA, "%s", mx_last_error());
+  assert_identical(mx_from_data((double[]){1, 2, 6, 4, 20, 120}, MX_SHAPE(2, 3), MX_F64, MX_CPU), y, "cumprod");
+  cr_assert_eq(mx_backward(mx_sum(y, MX_ALL_DIMS, false), NULL, false), MX_OK, "%s", mx_last_error());
+  /* d/dx_j of sum_k prod_{i<=k} x_i = sum_{k>=j} prod_{i<=k, i!=j} x_i */
+  assert_identical(mx_from_data((double[]){9, 4, 2, 36, 28, 20}, MX_SHAPE(2, 3), MX_F64, MX_CPU), mx_grad_of(xg),
+                   "the gradient of cumprod");
+  mx_scope_end(scope);
 }
 
 /* softmax and log_softmax of the awkward values along the contiguous dim
