@@ -14,8 +14,9 @@
  *     mx_dist_free(g);
  *
  * `scripts/launch N PROGRAM ARGS...` starts N ranks of a program on this
- * machine (with --nnodes and --node-rank, on each of several). The ranks talk over TCP in a ring (each rank sends to the next):
- * an all-reduce moves 2(N-1)/N of the tensor through every link, the ring
+ * machine (with --nnodes and --node-rank, on each of several machines).
+ * The ranks talk over TCP in a ring (each rank sends to the next): an
+ * all-reduce moves 2(N-1)/N of the tensor through every link, the ring
  * algorithm of Baidu's allreduce, Horovod and NCCL. The sums are reduced
  * chunk by chunk in one order that every rank then copies, so all ranks get
  * the same bits. Tensors on a CUDA device go through host memory.

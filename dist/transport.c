@@ -99,10 +99,16 @@ typedef struct {
   pending_connection pending[MAX_PENDING]; /* oldest first */
 } greeter;
 
-static void drop_pending(greeter *g, int i) {
-  close(g->pending[i].fd);
+/* Takes pending connection i out of the list (keeping the order); its fd. */
+static int take_pending(greeter *g, int i) {
+  int fd = g->pending[i].fd;
   memmove(&g->pending[i], &g->pending[i + 1], (size_t)(g->n_pending - i - 1) * sizeof g->pending[0]);
   g->n_pending--;
+  return fd;
+}
+
+static void drop_pending(greeter *g, int i) {
+  close(take_pending(g, i));
   g->dropped++;
 }
 
@@ -123,12 +129,9 @@ static int read_greeting(greeter *g, int i, size_t size, uint32_t *greeting, uin
     return -1;
   }
   if (c->got < size) return -1;
-  int fd = c->fd;
   memcpy(greeting, c->words, size);
   if (peer_ip) *peer_ip = c->ip;
-  memmove(&g->pending[i], &g->pending[i + 1], (size_t)(g->n_pending - i - 1) * sizeof g->pending[0]);
-  g->n_pending--;
-  return fd;
+  return take_pending(g, i);
 }
 
 /* The next connection on g's listener to send a greeting of `words`
