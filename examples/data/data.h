@@ -107,8 +107,13 @@ typedef struct {
   /* Data parallelism, as PyTorch's DistributedSampler: with shards > 1 the
    * loader serves samples shard, shard + shards, shard + 2 shards, ... of
    * each epoch's order, padded with its first samples to a multiple of
-   * shards, so every shard gets ceil(n / shards). 0 or 1: every sample. */
+   * shards, so every shard gets ceil(n / shards) and the ranks take their
+   * steps together. 0 or 1: every sample. */
   int shards, shard;
+  /* No padding: shard s gets the positions s, s + shards, ... below n
+   * (floor or ceil of n / shards), so every sample is served once: for
+   * test passes, which take no steps together. */
+  bool uneven_shards;
 } mx_loader_options;
 
 typedef struct mx_loader mx_loader;

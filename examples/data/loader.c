@@ -134,17 +134,19 @@ mx_loader *mx_loader_new(const mx_dataset *ds, const mx_loader_options *opts) {
   l->opt = *opts;
   l->opt.mean = l->opt.std = NULL;
   int shards = opts->shards > 1 ? opts->shards : 1;
-  l->n = (ds->n + shards - 1) / shards;
+  /* padded: ceil(n / shards) each; uneven: the positions shard, shard +
+   * shards, ... below n (none when shard >= n) */
+  l->n = opts->uneven_shards ? (ds->n - opts->shard + shards - 1) / shards : (ds->n + shards - 1) / shards;
   l->batch_size = opts->batch_size < l->n ? opts->batch_size : l->n;
   l->batches = l->n / opts->batch_size + (!opts->drop_last && l->n % opts->batch_size != 0);
-  int64_t sample = (int64_t)ds->c * ds->h * ds->w;
+  int64_t sample = (int64_t)ds->c * ds->h * ds->w, capacity = l->batch_size > 0 ? l->batch_size : 1;
   l->lut = malloc((size_t)ds->c * 256 * sizeof *l->lut);
-  l->order = malloc((size_t)l->n * sizeof *l->order);
+  l->order = malloc((size_t)(l->n > 0 ? l->n : 1) * sizeof *l->order);
   l->perm = shards > 1 ? malloc((size_t)ds->n * sizeof *l->perm) : l->order;
   bool ok = l->lut && l->order && l->perm;
   for (int i = 0; i < 2; i++) {
-    l->slots[i].x = malloc((size_t)(l->batch_size * sample) * sizeof(float));
-    l->slots[i].y = malloc((size_t)l->batch_size * sizeof(int64_t));
+    l->slots[i].x = malloc((size_t)(capacity * sample) * sizeof(float));
+    l->slots[i].y = malloc((size_t)capacity * sizeof(int64_t));
     ok = ok && l->slots[i].x && l->slots[i].y;
   }
   if (!ok) {
@@ -201,7 +203,7 @@ mx_status mx_loader_reset(mx_loader *l, int64_t epoch) {
   }
   l->epoch = epoch;
   mx__batch_order(l->perm, l->ds->n, l->opt.shuffle, l->opt.seed, epoch);
-  for (int64_t k = 0; l->perm != l->order && k < l->n; k++) /* the shard's part, wrapping into the padding */
+  for (int64_t k = 0; l->perm != l->order && k < l->n; k++) /* the shard's part, wrapping into any padding */
     l->order[k] = l->perm[(l->opt.shard + k * l->opt.shards) % l->ds->n];
   l->slots[0].ready = l->slots[1].ready = false;
   l->produce = 0;

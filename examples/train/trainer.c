@@ -95,8 +95,8 @@ static int make_optimizer(run_state *r, int64_t total_steps) {
 /* With several ranks each takes its shard of every epoch (the same
  * shuffle everywhere) in batches of batch / world, so a step's batches
  * together are the batch one process would take: the recipe and the
- * number of steps stay the same. The test set is sharded too (a shard
- * padded by a few samples counts them twice). */
+ * number of steps stay the same. The test set is sharded without padding,
+ * so the ranks' counts add up to every test sample once. */
 static int make_loaders(run_state *r) {
   const mx_demo_task *t = r->task;
   r->train = mx_loader_new(t->train, &(mx_loader_options){.batch_size = r->flags->batch / r->world, .shuffle = true,
@@ -106,7 +106,8 @@ static int make_loaders(run_state *r) {
   if (!r->train) return fail("training data");
   if (t->test) {
     r->test = mx_loader_new(t->test, &(mx_loader_options){.batch_size = 500, .mean = t->mean, .std = t->std,
-                                                          .background = true, .shards = r->world, .shard = r->rank});
+                                                          .background = true, .shards = r->world, .shard = r->rank,
+                                                          .uneven_shards = true});
     if (!r->test) return fail("test data");
   }
   return 0;

@@ -202,6 +202,56 @@ Test(loader, shards_split_each_epoch_like_distributed_sampler) {
   mx_dataset_free(ds);
 }
 
+/* Uneven shards, for test passes: 37 samples over 3 shards give 13, 12 and
+ * 12, shard r serving positions r, r + 3, ... below 37 of the order, and
+ * every sample once; 2 samples over 3 shards leave shard 2 none. */
+Test(loader, uneven_shards_serve_every_sample_once) {
+  mx_dataset *ds = indexed(37);
+  int seen[37] = {0};
+  for (int shard = 0; shard < 3; shard++) {
+    mx_loader *l = mx_loader_new(ds, &(mx_loader_options){.batch_size = 5, .shards = 3, .shard = shard,
+                                                          .uneven_shards = true, .background = shard == 1});
+    cr_assert_not_null(l, "%s", mx_last_error());
+    int64_t want_n = shard == 0 ? 13 : 12, k = 0;
+    cr_expect_eq(mx_loader_batches(l), 3, "shard %d: %lld samples in batches of 5", shard, LL(want_n));
+    mx_tensor *x, *y;
+    while (mx_loader_next(l, &x, &y)) {
+      float *hx = host_x(x);
+      for (int64_t r = 0; r < mx_size(x, 0); r++, k++) {
+        int64_t got = index_of(hx, r);
+        cr_expect_eq(got, shard + 3 * k, "shard %d sample %lld", shard, LL(k)); /* unshuffled: position = index */
+        seen[got]++;
+      }
+      free(hx);
+      mx_release(x);
+      mx_release(y);
+    }
+    cr_expect_eq(k, want_n, "shard %d", shard);
+    mx_loader_free(l);
+  }
+  for (int i = 0; i < 37; i++) cr_expect_eq(seen[i], 1, "sample %d served %d times", i, seen[i]);
+  mx_dataset_free(ds);
+
+  ds = indexed(2);
+  for (int shard = 0; shard < 3; shard++) {
+    mx_loader *l = mx_loader_new(ds, &(mx_loader_options){.batch_size = 4, .shards = 3, .shard = shard,
+                                                          .uneven_shards = true, .background = true});
+    cr_assert_not_null(l, "%s", mx_last_error());
+    cr_expect_eq(mx_loader_batches(l), shard < 2 ? 1 : 0, "shard %d of 2 samples", shard);
+    mx_tensor *x, *y;
+    bool got = mx_loader_next(l, &x, &y);
+    cr_expect_eq(got, shard < 2, "shard %d", shard);
+    if (got) {
+      cr_expect_eq(mx_size(x, 0), 1);
+      mx_release(x);
+      mx_release(y);
+    }
+    cr_expect_eq(mx_loader_status(l), MX_OK, "%s", mx_last_error());
+    mx_loader_free(l);
+  }
+  mx_dataset_free(ds);
+}
+
 Test(loader, per_channel_normalisation) {
   mx_dataset *ds = mx_dataset_new(1, 3, 1, 2, 10);
   const uint8_t pixels[6] = {0, 255, 51, 102, 128, 7};
