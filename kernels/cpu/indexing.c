@@ -31,7 +31,10 @@ static mx_status bad_index(const char *op, int64_t index, int dim, int64_t size)
                    (long long)size);
 }
 
-mx_status mx__cpu_gather(const mx_kview *out, const mx_kview *x, const mx_kview *index, int dim) {
+/* out[c] = x[c with c[dim] = k] for every position c of out, k read from
+ * index at c (gather) or at c[dim] of the 1-d index (index_select). */
+static mx_status pick_along(const char *op, const mx_kview *out, const mx_kview *x, const mx_kview *index, int dim,
+                            bool index_per_element) {
   int64_t n = mx__kview_numel(out), bad = 0;
   bool any_bad = false;
   size_t size = mx_dtype_size(out->dtype);
@@ -39,7 +42,8 @@ mx_status mx__cpu_gather(const mx_kview *out, const mx_kview *x, const mx_kview 
   for (int64_t i = 0; i < n; i++) {
     int64_t c[MX_MAX_DIMS];
     unravel(i, out->ndim, out->shape, c);
-    int64_t k = *(const int64_t *)at(index, offset_of(index->ndim, c, index->strides));
+    int64_t where = index_per_element ? offset_of(index->ndim, c, index->strides) : c[dim] * index->strides[0];
+    int64_t k = *(const int64_t *)at(index, where);
     if (k < 0 || k >= x->shape[dim]) {
       bad = k;
       any_bad = true;
@@ -49,7 +53,15 @@ mx_status mx__cpu_gather(const mx_kview *out, const mx_kview *x, const mx_kview 
     c[dim] = k;
     memcpy(at(out, oc), at(x, offset_of(x->ndim, c, x->strides)), size);
   }
-  return !any_bad ? MX_OK : bad_index("mx_gather", bad, dim, x->shape[dim]);
+  return !any_bad ? MX_OK : bad_index(op, bad, dim, x->shape[dim]);
+}
+
+mx_status mx__cpu_gather(const mx_kview *out, const mx_kview *x, const mx_kview *index, int dim) {
+  return pick_along("mx_gather", out, x, index, dim, true);
+}
+
+mx_status mx__cpu_index_select(const mx_kview *out, const mx_kview *x, const mx_kview *index, int dim) {
+  return pick_along("mx_index_select", out, x, index, dim, false);
 }
 
 mx_status mx__cpu_scatter(const mx_kview *out, const mx_kview *index, const mx_kview *src, int dim, bool accumulate) {
@@ -67,28 +79,6 @@ mx_status mx__cpu_scatter(const mx_kview *out, const mx_kview *index, const mx_k
     else memcpy(o, s, size);
   }
   return MX_OK;
-}
-
-/* Views over the other dims: (outer, dim, inner) as one loop each. */
-mx_status mx__cpu_index_select(const mx_kview *out, const mx_kview *x, const mx_kview *index, int dim) {
-  int64_t n = mx__kview_numel(out), bad = 0;
-  bool any_bad = false;
-  size_t size = mx_dtype_size(out->dtype);
-  MX_PARALLEL_FOR(n)
-  for (int64_t i = 0; i < n; i++) {
-    int64_t c[MX_MAX_DIMS];
-    unravel(i, out->ndim, out->shape, c);
-    int64_t k = *(const int64_t *)at(index, c[dim] * index->strides[0]);
-    if (k < 0 || k >= x->shape[dim]) {
-      bad = k;
-      any_bad = true;
-      continue;
-    }
-    int64_t oc = offset_of(out->ndim, c, out->strides);
-    c[dim] = k;
-    memcpy(at(out, oc), at(x, offset_of(x->ndim, c, x->strides)), size);
-  }
-  return !any_bad ? MX_OK : bad_index("mx_index_select", bad, dim, x->shape[dim]);
 }
 
 mx_status mx__cpu_index_add(const mx_kview *out, const mx_kview *index, const mx_kview *src, int dim, double alpha,
