@@ -6,7 +6,10 @@
  *
  * Each timing is one call, back to back after warm-up calls; all_reduce
  * sums float32 tensors of the sizes below (2,678,824 bytes are the MNIST
- * MLP's gradients), barrier waits for the other rank.
+ * MLP's gradients), barrier waits for the other rank. ddp_step_mlp is a
+ * data-parallel training step of the MNIST MLP (bench/train_step.c's, SGD
+ * with momentum), its batch of 128 split 64 per rank: zero_grad, forward,
+ * cross-entropy, backward, mx_ddp_average_gradients, optimizer step.
  *
  *     build/bench/all_reduce [--quick]      # OMP_NUM_THREADS=1 per rank is the fair setting
  */
@@ -15,6 +18,7 @@
 #include <string.h>
 
 #include "bench/bench_util.h"
+#include "examples/train/models.h"
 #include "mixgrad.h"
 #include "tests/dist/ranks.h" /* the ranks, forked as the dist tests fork theirs */
 
@@ -27,6 +31,46 @@ static void report(int rank, const char *op, long bytes, const double *times, in
   printf("{\"impl\":\"mixgrad\",\"op\":\"%s\",\"bytes\":%ld,", op, bytes);
   bench_json_doubles(stdout, "times_ms", times, n);
   printf("}\n");
+}
+
+/* One data-parallel step of net on rank's half of the batch. */
+static mx_status ddp_step(mx_process_group *g, mx_module *net, mx_optimizer *opt, const mx_tensor *x,
+                          const mx_tensor *y) {
+  mx_scope *s = mx_scope_begin();
+  mx_status st = mx_optimizer_zero_grad(opt, true);
+  mx_tensor *logits = st == MX_OK ? mx_module_forward(net, x) : NULL;
+  mx_tensor *loss = logits ? mx_cross_entropy(logits, y, NULL, MX_IGNORE_INDEX, MX_REDUCTION_MEAN, 0.0) : NULL;
+  if (st == MX_OK) st = loss ? mx_backward(loss, NULL, false) : mx_last_status();
+  if (st == MX_OK) st = mx_ddp_average_gradients(g, net);
+  if (st == MX_OK) st = mx_optimizer_step(opt);
+  mx_scope_end(s);
+  return st;
+}
+
+/* The MLP's DDP steps timed into times; 0, or 1 with the error set. */
+static int time_ddp_steps(mx_process_group *g, int rank, double *times, int reps) {
+  mx_module *net = mx_demo_mlp();
+  mx_tensor *params[6]; /* its three weights and biases */
+  int n = net ? mx_module_num_parameters(net) : 0;
+  for (int i = 0; i < n && i < 6; i++) params[i] = mx_module_parameter(net, i, NULL);
+  mx_sgd_opts o = mx_sgd_defaults();
+  o.lr = 0.05, o.momentum = 0.9;
+  mx_optimizer *opt = n == 6 ? mx_sgd_new(n, params, &o) : NULL;
+  mx_generator *gen = mx_generator_new(7 + (uint64_t)rank);
+  mx_tensor *x = mx_randn(MX_SHAPE(128 / WORLD, 1, 28, 28), MX_F32, MX_CPU, gen);
+  mx_tensor *y = mx_randint(0, 10, MX_SHAPE(128 / WORLD), MX_I64, MX_CPU, gen);
+  int rc = opt && x && y && mx_ddp_broadcast_module(g, net, 0) == MX_OK ? 0 : 1;
+  for (int i = -5; rc == 0 && i < reps; i++) {
+    double t0 = bench_now_ms();
+    if (ddp_step(g, net, opt, x, y) != MX_OK) rc = 1;
+    if (i >= 0) times[i] = bench_now_ms() - t0;
+  }
+  mx_release(x);
+  mx_release(y);
+  mx_generator_free(gen);
+  mx_optimizer_free(opt);
+  mx_module_free(net);
+  return rc;
 }
 
 /* One rank's measurements; 0, or 1 with the error set. */
@@ -52,6 +96,8 @@ static int rank_main(int rank, int port, bool quick) {
     if (i >= 0) times[i] = bench_now_ms() - t0;
   }
   if (rc == 0) report(rank, "barrier", 0, times, reps);
+  if (rc == 0) rc = time_ddp_steps(g, rank, times, reps);
+  if (rc == 0) report(rank, "ddp_step_mlp", 0, times, reps);
   fflush(stdout);
   mx_dist_free(g);
   return rc;
