@@ -197,23 +197,6 @@ static mx_status read_schedule(mx__ckpt_reader *r, const mx_schedule *s, plan *p
   return MX_OK;
 }
 
-/* The optimizer's state tensors are all in the file, shaped as it keeps them. */
-static mx_status check_optimizer_state(mx__ckpt_reader *r, const mx_optimizer *opt) {
-  for (int i = 0; i < mx_optimizer_num_params(opt); i++) {
-    const char *names[4];
-    int n = mx_optimizer_state_names(opt, i, names);
-    for (int k = 0; k < n; k++) {
-      char name[64];
-      snprintf(name, sizeof name, "optimizer.%d.%s", i, names[k]);
-      mx_tensor *like = mx_optimizer_state(opt, i, names[k]);
-      bool ok = mx__ckpt_tensor(r, name, like, "the optimizer") != NULL;
-      mx_release(like);
-      if (!ok) return mx_last_status();
-    }
-  }
-  return MX_OK;
-}
-
 static mx_status read_plan(mx__ckpt_reader *r, const mx_checkpoint *ck, plan *p) {
   const char *format = mx_safetensors_metadata(r->file, "format");
   if (!format || strcmp(format, FORMAT))
@@ -288,18 +271,23 @@ static mx_status set_schedule(mx_schedule *s, const mx_tensor *state, double **o
   return MX_OK;
 }
 
-/* The optimizer's state tensors from the file (all checked). */
-static mx_status copy_optimizer_state(mx__ckpt_reader *r, mx_optimizer *opt) {
+/* Each of the optimizer's state tensors and its entry in the file: checked
+ * to be there, shaped as the optimizer keeps it (copy false), or, once
+ * everything is checked, copied in (copy true). */
+static mx_status each_optimizer_state(mx__ckpt_reader *r, mx_optimizer *opt, bool copy) {
   for (int i = 0; i < mx_optimizer_num_params(opt); i++) {
     const char *names[4];
     int n = mx_optimizer_state_names(opt, i, names);
     for (int k = 0; k < n; k++) {
       char name[64];
       snprintf(name, sizeof name, "optimizer.%d.%s", i, names[k]);
-      mx_tensor *dst = mx_optimizer_state(opt, i, names[k]);
-      mx_status st = mx_copy_(dst, mx_safetensors_get(r->file, name));
-      mx_release(dst);
-      if (st != MX_OK) return restore_error(r->path, name);
+      mx_tensor *state = mx_optimizer_state(opt, i, names[k]);
+      mx_status st;
+      if (!copy) st = mx__ckpt_tensor(r, name, state, "the optimizer") ? MX_OK : mx_last_status();
+      else if (mx_copy_(state, mx_safetensors_get(r->file, name)) != MX_OK) st = restore_error(r->path, name);
+      else st = MX_OK;
+      mx_release(state);
+      if (st != MX_OK) return st;
     }
   }
   return MX_OK;
@@ -321,7 +309,7 @@ static mx_status restore(mx__ckpt_reader *r, mx_checkpoint *ck, const plan *p) {
   bool groups_set = false, schedule_set = false;
   if (st == MX_OK && ck->optimizer && (st = set_groups(ck->optimizer, p, &old, r->path)) == MX_OK) {
     groups_set = true;
-    st = check_optimizer_state(r, ck->optimizer); /* the state kept follows the hyper-parameters */
+    st = each_optimizer_state(r, ck->optimizer, false); /* the state kept follows the hyper-parameters */
   }
   if (st == MX_OK) st = mx__ckpt_check_unused(r, n_ignored, ignored);
   if (st == MX_OK && ck->schedule) {
@@ -339,7 +327,7 @@ static mx_status restore(mx__ckpt_reader *r, mx_checkpoint *ck, const plan *p) {
   plan_free(&old);
   if (st != MX_OK) return st;
   st = mx__ckpt_copy_module(r, ck->model, "model.");
-  if (st == MX_OK && ck->optimizer) st = copy_optimizer_state(r, ck->optimizer);
+  if (st == MX_OK && ck->optimizer) st = each_optimizer_state(r, ck->optimizer, true);
   if (st != MX_OK) return st;
   mx_generator_set_state(ck->generator, p->seed, p->offset);
   ck->step = p->step;
