@@ -1,6 +1,8 @@
 /* Bulk float16 / bfloat16 conversions on the CPU. */
 #include "kernels/cpu/convert.h"
 
+#include <stdatomic.h>
+
 #include "kernels/math.h"
 
 /* --- bulk float16 / bfloat16 ------------------------------------------------ */
@@ -32,9 +34,17 @@ __attribute__((target("f16c,avx"))) static void f16_to_f32_f16c(const uint16_t *
 bool mx__cpu_has_f16c(void) {
 #ifdef MX__X86
   /* F16C from CPUID itself: clang's __builtin_cpu_supports does not know
-   * "f16c" (AVX's check covers the OS saving the registers) */
-  unsigned eax, ebx, ecx, edx;
-  return __builtin_cpu_supports("avx") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+   * "f16c" (AVX's check covers the OS saving the registers). Asked once:
+   * in a virtual machine every CPUID instruction traps to the hypervisor,
+   * which costs more than converting a row. */
+  static _Atomic int known = -1; /* -1: not asked yet; threads that race ask the same CPU */
+  int has = atomic_load_explicit(&known, memory_order_relaxed);
+  if (has < 0) {
+    unsigned eax, ebx, ecx, edx;
+    has = __builtin_cpu_supports("avx") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+    atomic_store_explicit(&known, has, memory_order_relaxed);
+  }
+  return has;
 #else
   return false;
 #endif
