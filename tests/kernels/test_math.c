@@ -567,6 +567,15 @@ Test(math, bf16_to_f32_every_pattern) {
             vs_bulk.count, vs_bulk.first);
 }
 
+/* The bulk converters' F16C check reads CPUID once and keeps the answer:
+ * the kept answer is the CPU's, on the first call and on later ones. */
+Test(math, f16c_check_answers_as_the_cpu_on_every_call) {
+  bool hw = have_f16c();
+  for (int call = 0; call < 3; call++)
+    cr_expect_eq(mx__cpu_has_f16c(), hw, "call %d: mx__cpu_has_f16c says %d, GCC's cpuid reading says %d", call,
+                 mx__cpu_has_f16c(), hw);
+}
+
 /* The bulk converters on short and unaligned spans: the vector loop, the
  * scalar tail, and nothing written past n. */
 Test(math, bulk_converters_tails_and_offsets) {
