@@ -39,6 +39,17 @@ static void merge_dims(int n, const mx_kview *const *views, merged_dims *m) {
   }
   }
 
+int64_t mx__cpu_row_chunk(int64_t row_len, int threads) {
+  if (threads < 2 || row_len < 2 * MX_PARALLEL_MIN_ELEMENTS) return row_len;
+  /* a whole number of chunks per thread, so that the static schedule gives
+   * each thread the same share (13 chunks of the minimum would give two
+   * threads 7 and 6); each a multiple of 16 elements, whole vectors */
+  int64_t per_thread = (row_len + (int64_t)threads * MX_PARALLEL_MIN_ELEMENTS - 1) /
+                       ((int64_t)threads * MX_PARALLEL_MIN_ELEMENTS);
+  int64_t chunks = per_thread * threads;
+  return ((row_len + chunks - 1) / chunks + 15) / 16 * 16;
+}
+
 /* The rows of the views, cut into tasks of at most `chunk` elements. */
 typedef struct {
   merged_dims m;
@@ -74,8 +85,7 @@ void mx__cpu_foreach(int n, const mx_kview *const *views, mx__row_fn fn, void *c
   int64_t rows = numel / p.row_len;
   /* Long rows are split into chunks so a single contiguous row still uses
    * every thread. */
-  p.chunk = p.row_len;
-  if (rows == 1 && p.row_len >= 2 * MX_PARALLEL_MIN_ELEMENTS) p.chunk = MX_PARALLEL_MIN_ELEMENTS;
+  p.chunk = rows == 1 ? mx__cpu_row_chunk(p.row_len, mx__cpu_threads_here()) : p.row_len;
   p.chunks_per_row = (p.row_len + p.chunk - 1) / p.chunk;
   int64_t tasks = rows * p.chunks_per_row;
   /* Small views skip the parallel region altogether: even with its `if`

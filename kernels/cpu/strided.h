@@ -27,4 +27,8 @@ void mx__cpu_foreach(int n, const mx_kview *const *views, mx__row_fn fn, void *c
 /* The common cases: out alone, and out with one input of its shape. */
 void mx__cpu_foreach_row(const mx_kview *out, const mx_kview *in, mx__row_fn fn, void *ctx);
 
+/* The length of the tasks mx__cpu_foreach cuts a single row of row_len
+ * elements into for `threads` threads: the whole row when it is short. */
+int64_t mx__cpu_row_chunk(int64_t row_len, int threads);
+
 #endif
