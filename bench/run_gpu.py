@@ -1,0 +1,377 @@
+#!/usr/bin/env python3
+"""scripts/gpu-check's driver on a GPU machine: tests/gpu, the GPU suite under
+compute-sanitizer, and the training steps beside PyTorch's, alternating,
+written to bench/GPU.md (issue #32, item 1).
+
+    scripts/gpu-check                       # sets the library path and runs this
+    python3 bench/run_gpu.py --bundle build-gpu/carry --out bench/GPU.md [--quick] [--budget S]
+    python3 bench/run_gpu.py --bundle build-gpu/carry --device cpu --quick --out /tmp/GPU.md  # a smoke run
+
+The steps run in the order of their value, each under a timeout cut from one
+wall-clock budget (default 450 s, inside the issue's 8 minutes): machine
+facts, tests/gpu, the timings, then memcheck over the whole GPU suite, then
+racecheck over the tests of the kernels that share memory within a block
+(reductions, softmax, batch norm, the AMP unscale). A step the budget cannot
+fit is written down as skipped. GPU.md is rewritten after every step and
+copied to $OUT when that is set, so a run cut short still reports what it
+did. Only the standard library is used; PyTorch runs in its own processes
+(bench/train_step.py), with the Python that runs this script by default.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+CONFIGS = [("mlp", 128), ("cnn", 128), ("resnet9", 64)]
+AMPS = ["off", "bf16", "f16"]
+STEP_TARGET = 1.0  # mixgrad/PyTorch step time, every model and precision (issue #32, item 6)
+# racecheck's tests: the kernels whose threads share memory within a block
+RACECHECK_FILTERS = ["gpu/reduce*", "gpu/softmax*", "gpu/batch_norm*", "gpu/amp_unscale*"]
+
+
+class Budget:
+    """One wall-clock budget shared by the steps."""
+
+    def __init__(self, seconds):
+        self.end = time.monotonic() + seconds
+
+    def left(self):
+        return self.end - time.monotonic()
+
+    def timeout(self, cap, reserve=0.0):
+        """Seconds a step may take: its cap, less what later steps need; None when under 10."""
+        t = min(cap, self.left() - reserve)
+        return t if t >= 10 else None
+
+
+def run(cmd, timeout, env=None):
+    """(exit code or 'timeout', combined output, seconds) of cmd."""
+    start = time.monotonic()
+    try:
+        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           errors="replace", timeout=timeout)
+        return p.returncode, p.stdout, time.monotonic() - start
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return "timeout", out, time.monotonic() - start
+    except OSError as e:
+        return "not run", str(e), time.monotonic() - start
+
+
+def mixgrad_env():
+    """The environment of mixgrad's processes: the bundle's and CUDA's libraries first."""
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
+    path = os.environ.get("MX_GPU_CHECK_LIBRARY_PATH", "")
+    if path:
+        env["LD_LIBRARY_PATH"] = path + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    return env
+
+
+# --- the machine ------------------------------------------------------------------------------
+
+def first_line(cmd):
+    code, out, _ = run(cmd, 30)
+    lines = [l.strip() for l in out.splitlines() if l.strip()]
+    return lines[0] if code == 0 and lines else None
+
+
+def machine_facts(args):
+    facts = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+             "host": platform.node()}
+    smi = first_line(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
+                      "--format=csv,noheader"])
+    facts["gpu"] = smi or "none found (nvidia-smi did not answer)"
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    code, out, _ = run([nvcc, "--version"], 30)
+    facts["nvcc"] = out.strip().splitlines()[-1] if code == 0 and out.strip() else "not found"
+    with open("/proc/cpuinfo") as f:
+        model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "?")
+    facts["cpu"] = f"{model}, {os.cpu_count()} cores"
+    probe = ("import json, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
+             "'cudnn': torch.backends.cudnn.version(), 'gpu': torch.cuda.get_device_name(0) "
+             "if torch.cuda.is_available() else None}))")
+    code, out, _ = run([args.python, "-c", probe], 120)
+    try:
+        facts["pytorch"] = json.loads(out.strip().splitlines()[-1]) if code == 0 else {"error": out.strip()[-300:]}
+    except (ValueError, IndexError):
+        facts["pytorch"] = {"error": out.strip()[-300:]}
+    try:
+        with open(os.path.join(args.bundle, "build.json")) as f:
+            facts["build"] = json.load(f)
+    except (OSError, ValueError) as e:
+        facts["build"] = {"error": str(e)}
+    return facts
+
+
+# --- the tests ---------------------------------------------------------------------------------
+
+SYNTHESIS = re.compile(r"Synthesis: Tested: (\d+) \| Passing: (\d+) \| Failing: (\d+) \| Crashing: (\d+)")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def criterion_summary(code, out, seconds):
+    """What a Criterion run says: its counts, failed and skipped tests, and its last lines."""
+    text = ANSI.sub("", out)
+    m = SYNTHESIS.findall(text)
+    tested, passing, failing, crashing = (int(x) for x in m[-1]) if m else (0, 0, 0, 0)
+    failed = sorted(set(re.findall(r"\[FAIL\] (\S+): ", text)))
+    skipped = sorted(set(re.findall(r"\[SKIP\] (\S+): ", text)))
+    return {"exit": code, "seconds": round(seconds, 1), "tested": tested, "passing": passing, "failing": failing,
+            "crashing": crashing, "failed": failed, "skipped_tests": len(skipped), "counted": bool(m),
+            "tail": text.strip().splitlines()[-15:]}
+
+
+def gpu_tests(args, budget, log):
+    timeout = budget.timeout(180, reserve=args.bench_reserve)
+    if timeout is None:
+        return {"skipped": "out of time"}
+    code, out, secs = run([os.path.join(args.bundle, "bin", "test_gpu"), "--verbose", "--jobs", "1"], timeout,
+                          env=mixgrad_env())
+    log("tests.log", out)
+    return criterion_summary(code, out, secs)
+
+
+def sanitizer(args, budget, log, tool, filters, cap):
+    """compute-sanitizer's tool over the GPU suite (or the tests matching filters), one run per filter."""
+    if args.device != "cuda":
+        return {"skipped": "no GPU (--device cpu)"}
+    exe = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+    runs = []
+    for f in filters:
+        timeout = budget.timeout(cap / len(filters))
+        if timeout is None:
+            runs.append({"filter": f or "all", "skipped": "out of time"})
+            continue
+        cmd = [exe, "--tool", tool, "--target-processes", "all", "--error-exitcode", "9"]
+        cmd += ["--leak-check", "full"] if tool == "memcheck" else ["--racecheck-report", "all"]
+        cmd += [os.path.join(args.bundle, "bin", "test_gpu"), "--jobs", "1"] + (["--filter", f] if f else [])
+        code, out, secs = run(cmd, timeout, env=mixgrad_env())
+        log(f"{tool}.log", out, append=True)
+        errors = [int(n) for n in re.findall(r"ERROR SUMMARY: (\d+) error", out)]
+        hazards = re.findall(r"RACECHECK SUMMARY: (\d+) hazard", out)
+        s = criterion_summary(code, out, secs)
+        runs.append({"filter": f or "all", "exit": code, "seconds": s["seconds"], "processes": len(errors),
+                     "errors": sum(errors), "hazards": sum(int(h) for h in hazards),
+                     "tests": f"{s['passing']}/{s['tested']}", "tail": s["tail"][-6:]})
+    return {"runs": runs}
+
+
+# --- the training steps ---------------------------------------------------------------------------
+
+def step_command(args, impl, model, amp, batch):
+    flags = ["--model", model, "--amp", amp, "--batch", str(batch), "--device", args.device,
+             "--warmup", str(args.warmup), "--repeat", str(args.repeat), "--seconds", str(args.seconds)]
+    if impl == "mixgrad":
+        return [os.path.join(args.bundle, "bin", "train_step")] + flags
+    return [args.python, os.path.join(HERE, "train_step.py")] + flags
+
+
+def one_step_run(args, impl, cfg, timeout, log):
+    model, amp, batch = cfg
+    env = mixgrad_env() if impl == "mixgrad" else dict(os.environ, OMP_NUM_THREADS="2")
+    code, out, _ = run(step_command(args, impl, model, amp, batch), timeout, env=env)
+    log("bench.log", f"$ {impl} {model} {amp} {batch}: exit {code}\n{out}\n", append=True)
+    for line in reversed(out.splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                break
+    return {"error": f"exit {code}: " + " | ".join(out.strip().splitlines()[-3:])}
+
+
+def bench(args, budget, log):
+    """Rounds of every configuration, mixgrad and PyTorch in alternating order; rounds outermost."""
+    configs = [(m, a, b) for m, b in CONFIGS for a in AMPS]
+    results = {c: {"mixgrad": [], "pytorch": [], "errors": [], "notes": set()} for c in configs}
+    rounds_done = 0
+    for r in range(args.rounds):
+        # a round needs about 2 processes per configuration; keep what later steps need
+        if budget.left() - args.sanitizer_reserve < len(configs) * 2 * 8 and r > 0:
+            break
+        for c in configs:
+            for impl in (["mixgrad", "pytorch"] if r % 2 == 0 else ["pytorch", "mixgrad"]):
+                timeout = budget.timeout(90, reserve=args.sanitizer_reserve if r > 0 else 0)
+                if timeout is None:
+                    results[c]["errors"].append(f"{impl}: out of time")
+                    continue
+                res = one_step_run(args, impl, c, timeout, log)
+                if "times_ms" in res:
+                    results[c][impl].extend(res["times_ms"])
+                    if impl == "pytorch":
+                        results[c]["notes"].add(f"PyTorch {res.get('version', '?')}")
+                elif "skipped" in res:
+                    results[c]["notes"].add(f"{impl}: {res['skipped']}")
+                else:
+                    results[c]["errors"].append(f"{impl}: {res.get('error', '?')}")
+        rounds_done += 1
+    return {"rounds": rounds_done, "results": results}
+
+
+def stats(times):
+    if not times:
+        return None
+    q = statistics.quantiles(times, n=10) if len(times) >= 2 else [times[0]] * 9
+    return {"median": statistics.median(times), "p10": q[0], "p90": q[-1], "n": len(times)}
+
+
+# --- the report ------------------------------------------------------------------------------------
+
+def fmt_ms(s):
+    return f"{s['median']:.3f} ({s['p10']:.3f}-{s['p90']:.3f})" if s else "-"
+
+
+def report(args, facts, tests, timing, memcheck, racecheck, elapsed):
+    pt = facts.get("pytorch", {})
+    b = facts.get("build", {})
+    out = ["# mixgrad on a GPU: `scripts/gpu-check`", "",
+           "Written by `scripts/gpu-check` (bench/run_gpu.py); rerun it on a lent GPU and commit what it writes.", "",
+           "## The machine", "",
+           "| | |", "|---|---|",
+           f"| date | {facts['date']} |",
+           f"| GPU (name, driver, memory, max SM clock) | {facts['gpu']} |",
+           f"| host CPU | {facts['cpu']} |",
+           f"| CUDA compiler there | {facts['nvcc']} |",
+           f"| PyTorch | {pt.get('torch', pt.get('error', '?'))} (CUDA {pt.get('cuda', '?')}, cuDNN {pt.get('cudnn', '?')}) |",
+           f"| mixgrad | commit {b.get('commit', '?')}, built {b.get('built', '?')} on {b.get('host', '?')} "
+           f"({b.get('compiler', '?')}; {b.get('nvcc', '?')}; oneDNN off) |",
+           f"| this run | {elapsed:.0f} s, device `{args.device}`, {'quick' if args.quick else 'full'} |", ""]
+
+    out += ["## tests/gpu", ""]
+    if "skipped" in tests:
+        out += [f"Skipped: {tests['skipped']}.", ""]
+    else:
+        verdict = "PASS" if tests["counted"] and tests["failing"] + tests["crashing"] == 0 else "FAIL"
+        if verdict == "PASS" and tests["skipped_tests"] and args.device == "cuda":
+            verdict = "INCOMPLETE (tests skipped on a GPU machine: did the CUDA backend load?)"
+        out += [f"**{verdict}**: {tests['passing']} of {tests['tested']} passed, {tests['failing']} failed, "
+                f"{tests['crashing']} crashed, {tests['skipped_tests']} skipped (exit {tests['exit']}, "
+                f"{tests['seconds']} s).", ""]
+        if tests["failed"]:
+            out += ["Failed: " + ", ".join(f"`{t}`" for t in tests["failed"]), ""]
+        if verdict == "FAIL" or not tests["counted"]:
+            out += ["```"] + tests["tail"] + ["```", ""]
+
+    for title, res in (("compute-sanitizer memcheck (leak check on), the whole GPU suite", memcheck),
+                       ("compute-sanitizer racecheck, the block-shared kernels' tests", racecheck)):
+        out += [f"## {title}", ""]
+        if res is None or "skipped" in res:
+            out += [f"Skipped: {(res or {}).get('skipped', 'not reached')}.", ""]
+            continue
+        out += ["| tests | exit | processes | errors | hazards | tests passed | seconds |", "|---|---|---|---|---|---|---|"]
+        for r in res["runs"]:
+            if "skipped" in r:
+                out.append(f"| `{r['filter']}` | skipped: {r['skipped']} | | | | | |")
+            else:
+                out.append(f"| `{r['filter']}` | {r['exit']} | {r['processes']} | {r['errors']} | {r['hazards']} | "
+                           f"{r['tests']} | {r['seconds']} |")
+        bad = [r for r in res["runs"] if r.get("exit") not in (0, None) or r.get("errors")]
+        for r in bad:
+            out += ["", f"`{r['filter']}`, last lines:", "```"] + r["tail"] + ["```"]
+        out.append("")
+
+    out += ["## Training steps beside PyTorch's", ""]
+    if timing is None:
+        out += ["Not reached.", ""]
+    else:
+        out += [f"`bench/train_step --device {args.device}` against `bench/train_step.py --device {args.device}`, "
+                f"{timing['rounds']} alternating round(s), each process {args.warmup} warm-up and up to "
+                f"{args.repeat} timed steps (at most {args.seconds} s); every step ends with a device "
+                "synchronisation. Milliseconds: median (p10-p90) of the pooled steps. Target (issue #32): "
+                f"mixgrad/PyTorch <= {STEP_TARGET}.", "",
+                "| model | batch | amp | mixgrad ms | PyTorch ms | mixgrad/PyTorch | target |",
+                "|---|---|---|---|---|---|---|"]
+        med = {}
+        notes = set()
+        for (model, amp, batch), r in timing["results"].items():
+            m, p = stats(r["mixgrad"]), stats(r["pytorch"])
+            med[(model, amp)] = (m and m["median"], p and p["median"])
+            ratio = m["median"] / p["median"] if m and p else None
+            verdict = "" if ratio is None else ("PASS" if ratio <= STEP_TARGET else "MISS")
+            out.append(f"| {model} | {batch} | {amp} | {fmt_ms(m)} | {fmt_ms(p)} | "
+                       f"{'-' if ratio is None else f'{ratio:.2f}'} | {verdict} |")
+            notes |= r["notes"]
+            for e in r["errors"]:
+                notes.add(f"{model} {amp}: {e}")
+        out += ["", "The fp32/bf16 step-time ratio (the speed bf16 gains; target: mixgrad's at least PyTorch's):", "",
+                "| model | mixgrad fp32/bf16 | PyTorch fp32/bf16 | target |", "|---|---|---|---|"]
+        for model, _ in CONFIGS:
+            (mf, pf), (mb, pb) = med.get((model, "off"), (None, None)), med.get((model, "bf16"), (None, None))
+            mr = mf / mb if mf and mb else None
+            pr = pf / pb if pf and pb else None
+            verdict = "" if mr is None or pr is None else ("PASS" if mr >= pr else "MISS")
+            out.append(f"| {model} | {'-' if mr is None else f'{mr:.2f}'} | {'-' if pr is None else f'{pr:.2f}'} | "
+                       f"{verdict} |")
+        if notes:
+            out += ["", "Notes:", ""] + [f"- {n}" for n in sorted(notes)]
+        out.append("")
+    return "\n".join(out)
+
+
+def main():
+    p = argparse.ArgumentParser(description="tests/gpu, compute-sanitizer and the GPU training steps, to GPU.md")
+    p.add_argument("--bundle", default="build-gpu/carry", help="what scripts/gpu-check --prepare built")
+    p.add_argument("--out", default=os.path.join(HERE, "GPU.md"))
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: a smoke run of this script")
+    p.add_argument("--python", default=sys.executable, help="the Python that has PyTorch")
+    p.add_argument("--budget", type=float, default=450, help="wall-clock seconds for everything (default 450)")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--repeat", type=int, default=60)
+    p.add_argument("--seconds", type=int, default=4, help="cap on each process's timed steps")
+    p.add_argument("--quick", action="store_true", help="1 round, 2 warm-up and 5 timed steps")
+    args = p.parse_args()
+    if args.quick:
+        args.rounds, args.warmup, args.repeat, args.seconds = 1, 2, 5, 2
+    args.bench_reserve = 150 if args.quick else 240  # what the timings need after the tests
+    args.sanitizer_reserve = 0 if args.device != "cuda" else 100  # kept for the sanitizer after round 1
+    start = time.monotonic()
+    budget = Budget(args.budget)
+    out_dir = os.environ.get("OUT")
+    logs = {}
+
+    def log(name, text, append=False):
+        logs[name] = (logs.get(name, "") if append else "") + text
+        if out_dir:
+            with open(os.path.join(out_dir, name), "w") as f:
+                f.write(logs[name])
+
+    state = {"tests": {"skipped": "not reached"}, "timing": None, "memcheck": None, "racecheck": None}
+    facts = machine_facts(args)
+
+    def write():
+        text = report(args, facts, state["tests"], state["timing"], state["memcheck"], state["racecheck"],
+                      time.monotonic() - start)
+        with open(args.out, "w") as f:
+            f.write(text)
+        if out_dir:
+            shutil.copy(args.out, os.path.join(out_dir, "GPU.md"))
+        return text
+
+    print(f"gpu-check: {facts['gpu']}; PyTorch {facts['pytorch'].get('torch', '?')}", flush=True)
+    write()
+    state["tests"] = gpu_tests(args, budget, log)
+    print(f"gpu-check: tests/gpu: {state['tests']}", flush=True)
+    write()
+    state["timing"] = bench(args, budget, log)
+    write()
+    state["memcheck"] = sanitizer(args, budget, log, "memcheck", [None], cap=max(budget.left() * 0.6, 10))
+    write()
+    state["racecheck"] = sanitizer(args, budget, log, "racecheck", RACECHECK_FILTERS, cap=budget.left())
+    print(write())
+    t = state["tests"]
+    ok = "skipped" not in t and t["counted"] and t["failing"] + t["crashing"] == 0
+    return 0 if ok and not (t["skipped_tests"] and args.device == "cuda") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
