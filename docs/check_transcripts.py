@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Keeps the docs' transcripts true: every fenced block in docs/*.md whose
+first line is `$ COMMAND` is run again (in a scratch folder, with `build/`
+meaning the build directory) and must print exactly the rest of the block.
+It also checks the example ops in docs/AMP.md's policy table against the
+library's own listing (build/examples/amp/policies), so a policy change
+cannot leave the table behind.
+
+    python3 docs/check_transcripts.py BUILD_DIR [FILE.md ...]            # the test (meson: doc-transcripts)
+    python3 docs/check_transcripts.py BUILD_DIR --update [FILE.md ...]   # rewrite the blocks from the programs
+"""
+import difflib
+import glob
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+DOCS = os.path.dirname(os.path.abspath(__file__))
+BLOCK = re.compile(r"^```\n(\$ [^\n]*)\n(.*?)^```$", re.M | re.S)
+POLICIES = ["lower", "fp32", "promote", "banned", "none"]
+
+
+def run(command, build):
+    """The output of a transcript's command, run by the shell in a scratch folder."""
+    command = re.sub(r"(^|[\s=])build/", lambda m: m.group(1) + os.path.abspath(build) + "/", command)
+    with tempfile.TemporaryDirectory() as scratch:
+        p = subprocess.run(command, shell=True, cwd=scratch, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    return p.stdout
+
+
+def check_file(path, build, update):
+    text = open(path).read()
+    problems = []
+
+    def replace(m):
+        command, shown = m.group(1), m.group(2)
+        actual = run(command[2:], build)
+        if actual != shown:
+            problems.append(f"{os.path.relpath(path)}: `{command}` prints something else now:\n" + "".join(
+                difflib.unified_diff(shown.splitlines(True), actual.splitlines(True), "the doc", "the program")))
+        return f"```\n{command}\n{actual}```"
+
+    new_text = BLOCK.sub(replace, text)
+    if update and new_text != text:
+        with open(path, "w") as f:
+            f.write(new_text)
+        print(f"updated {os.path.relpath(path)}")
+        return []
+    return problems
+
+
+def policy_of_each_op(build):
+    """{op: policy} from the policies program's listing."""
+    out = run("build/examples/amp/policies", build)
+    listing = out.split("\n\n")[0]
+    ops, policy = {}, None
+    for line in listing.splitlines()[1:]:
+        m = re.match(r"(\w+) \(\d+\):$", line)
+        if m:
+            policy = m.group(1)
+        elif policy:
+            ops.update({op: policy for op in line.split()})
+    return ops
+
+
+def check_policy_table(build):
+    """Each op named in AMP.md's policy table has the policy of its row."""
+    ops = policy_of_each_op(build)
+    if not ops:
+        return ["build/examples/amp/policies listed no ops"]
+    problems = []
+    text = open(os.path.join(DOCS, "AMP.md")).read()
+    rows = re.findall(r"^\| (" + "|".join(POLICIES) + r") \| [^|]+ \| ([^|]+) \|$", text, re.M)
+    if len(rows) != len(POLICIES):
+        problems.append(f"docs/AMP.md: the policy table has {len(rows)} of the {len(POLICIES)} policies' rows")
+    for policy, examples in rows:
+        for word in re.findall(r"[a-z_0-9]+", examples):
+            if word in ops and ops[word] != policy:
+                problems.append(f"docs/AMP.md: the policy table lists {word} under {policy}; the library says "
+                                f"{ops[word]}")
+    return problems
+
+
+def main():
+    args = [a for a in sys.argv[1:] if a != "--update"]
+    if not args:
+        sys.exit(__doc__)
+    build, files = args[0], args[1:] or sorted(glob.glob(os.path.join(DOCS, "*.md")))
+    update = "--update" in sys.argv
+    problems = []
+    for path in files:
+        problems += check_file(path, build, update)
+    problems += check_policy_table(build)
+    for p in problems:
+        print(p)
+    if problems and not update:
+        print(f"{len(problems)} problem(s); `python3 docs/check_transcripts.py {build} --update` rewrites the "
+              "transcripts from the programs")
+        return 1
+    print("every transcript matches its program")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
