@@ -17,8 +17,9 @@
  * Autocast state is per thread (a new thread starts with autocast off).
  * Inside a region every op applies its policy from the op table
  * (docs/ops.md): LOWER casts eligible inputs to the region's dtype, FP32 to
- * float32, PROMOTE to the widest floating type among them, BANNED refuses to
- * run, NONE leaves them alone. Eligible: floating tensors on the region's
+ * float32, PROMOTE to the widest floating type among them (float16 meeting
+ * bfloat16 is an error, as in PyTorch), BANNED refuses to run, NONE leaves
+ * them alone. Eligible: floating tensors on the region's
  * device type that are not float64. In-place ops and ops given an explicit
  * dtype (mx_sum_dtype, mx_softmax_dtype, ...) are not autocast. The one
  * policy table applies on every device, so CPU autocast rehearses GPU

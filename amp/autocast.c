@@ -194,13 +194,29 @@ static mx_tensor *cast(mx_tensor *t, mx_dtype to, const autocast_state *s, mx_de
   return c;
 }
 
-/* PROMOTE: the widest floating type among the eligible inputs, starting
- * from the region's dtype (float16 with bfloat16 gives float32). */
-static mx_dtype widest(int n_in, mx_tensor *const *in, mx_dtype lower, mx_device device) {
-  mx_dtype w = lower;
-  for (int i = 0; i < n_in; i++)
-    if (eligible(in[i], device) && in[i]->dtype != w) w = MX_F32; /* float32 meets a 16-bit type, or two meet */
-  return w;
+/* PROMOTE: PyTorch's prioritize(), input by input from the region's dtype:
+ * float32 wins over the region's dtype, the region's dtype with itself stays
+ * (float64 is not eligible, so it is skipped). The other 16-bit dtype met
+ * before any float32 is an error, as in PyTorch ("Unexpected floating
+ * ScalarType in at::autocast::prioritize"): float16 and bfloat16 have no
+ * common 16-bit type, and silently computing in float32 would hide a model
+ * whose tensors disagree. MX_DTYPE_COUNT after the error. */
+static mx_dtype widest(mx_op op, int n_in, mx_tensor *const *in, mx_dtype lower, mx_device device) {
+  mx_dtype current = lower;
+  for (int i = 0; i < n_in && current != MX_F32; i++) {
+    if (!eligible(in[i], device)) continue;
+    mx_dtype next = in[i]->dtype;
+    if (next == MX_F32) {
+      current = MX_F32;
+    } else if (next != lower) {
+      mx__error(MX_DTYPE_ERROR, "mx_%s: autocast cannot promote input %d, %s, with %s (the %s region's dtype): "
+                "float16 and bfloat16 have no common type under the promote policy (PyTorch: \"Unexpected floating "
+                "ScalarType in at::autocast::prioritize\"); cast the inputs to one dtype first",
+                mx__ops[op].name, i, mx_dtype_name(next), mx_dtype_name(lower), mx_dtype_name(lower));
+      return MX_DTYPE_COUNT;
+    }
+  }
+  return current;
 }
 
 static mx_status banned(mx_op op) {
@@ -231,7 +247,10 @@ static mx_status before(mx_op op, int n_in, mx_tensor **in, const mx__args *args
   switch (r->policy) {
   case MX_CAST_LOWER: to = s->dtype[device]; break;
   case MX_CAST_FP32: to = MX_F32; break;
-  case MX_CAST_PROMOTE: to = widest(n_in, in, s->dtype[device], device); break;
+  case MX_CAST_PROMOTE:
+    to = widest(op, n_in, in, s->dtype[device], device);
+    if (to == MX_DTYPE_COUNT) return mx_last_status();
+    break;
   case MX_CAST_BANNED: return banned(op);
   default: return MX_OK;
   }

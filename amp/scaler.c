@@ -220,7 +220,7 @@ static mx_status check_and_unscale(mx_scaler *s, opt_record *r, const char *fn, 
   r->row = rows;
   r->rows = k;
   r->values = values;
-  r->checked = true;
+  r->checked = k > 0; /* no gradient, no inf check: update() must not count it (PyTorch's rule) */
   return MX_OK;
 }
 
@@ -287,6 +287,10 @@ mx_status mx_scaler_step(mx_scaler *s, mx_optimizer *opt, mx_scaler_step_info *i
   if (r->stage == STEPPED)
     return mx__error(MX_STATE_ERROR, "mx_scaler_step: step() has already been called since the last update().");
   mx_status status = r->stage == READY ? unscale(s, r, opt, "mx_scaler_step") : MX_OK;
+  if (status == MX_OK && !r->checked) /* none of opt's parameters has a gradient */
+    status = mx__error(MX_STATE_ERROR, "mx_scaler_step: No inf checks were recorded for this optimizer. (none of "
+                       "its %d parameters has a gradient: was backward run on the scaled loss?)",
+                       mx_optimizer_num_params(opt));
   if (status == MX_OK) status = mx_optimizer_step_amp(opt, r->found_inf, NULL);
   if (status != MX_OK) return status;
   r->stage = STEPPED;

@@ -19,9 +19,7 @@
  * containers, CUDA streams, sparse gradients, JIT and multiple GPUs have no
  * counterpart and are noted where a test used them.
  *
- * Every case asserts values, PyTorch's. The one deliberate difference
- * (promote of two different 16-bit dtypes) is pinned by a test whose
- * comment starts "DIFFERS". */
+ * Every case asserts values, PyTorch's. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <math.h>
@@ -523,28 +521,37 @@ Test(pytorch_cases, ops_float32_through_a_listed_op) {
   expect_bitwise("rdiv", y[3], mx_rdiv_scalar(2.0, mx_to_dtype(x, MX_F32)));
 }
 
-/* autocast_mode.h prioritize() (the promote policy): float32 wins over the
- * lower dtype and float64 is skipped; two different 16-bit dtypes (a
- * float16 operand in a bfloat16 region) make PyTorch raise "Unexpected
- * floating ScalarType in at::autocast::prioritize" (the error behind
- * test_autocast_prioritize's issue 132715). DIFFERS, by design (amp/autocast.c,
- * widest(): "float16 with bfloat16 gives float32"): mixgrad promotes them to
- * float32. This test pins mixgrad's choice and the cases where the two agree. */
+/* autocast_mode.h prioritize() (the promote policy), input by input from
+ * the region's dtype: float32 wins over the lower dtype, float64 is
+ * skipped, and the other 16-bit dtype met before any float32 raises
+ * "Unexpected floating ScalarType in at::autocast::prioritize" (the error
+ * behind test_autocast_prioritize's issue 132715). So, as in PyTorch, the
+ * order counts: a float32 first makes the float16 that follows harmless. */
 Test(pytorch_cases, promote_of_mixed_lower_dtypes) {
   mx_tensor *h = mx_to_dtype(mx_randn(MX_SHAPE(8), MX_F32, MX_CPU, NULL), MX_F16);
   mx_tensor *b = mx_to_dtype(mx_randn(MX_SHAPE(8), MX_F32, MX_CPU, NULL), MX_BF16);
   mx_tensor *f = mx_randn(MX_SHAPE(8), MX_F32, MX_CPU, NULL);
-  mx_tensor *mixed = NULL, *with_f32 = NULL, *same = NULL;
+  mx_tensor *mixed = b, *f16_before_f32 = b, *f32_first = NULL, *same = NULL, *in_f16_region = b;
+  char mixed_error[512] = "";
   MX_AUTOCAST(MX_CPU, MX_BF16, true, true) {
     mixed = mx_addcmul(b, h, b, 1.0); /* PyTorch: RuntimeError */
-    with_f32 = mx_addcmul(b, h, f, 1.0);
+    snprintf(mixed_error, sizeof mixed_error, "%s", mx_last_error());
+    f16_before_f32 = mx_addcmul(b, h, f, 1.0); /* PyTorch: RuntimeError, at h */
+    f32_first = mx_addcmul(f, h, b, 1.0);
     same = mx_addcmul(b, b, b, 1.0);
   }
-  cr_assert_eq(mx_dtype_of(mixed), MX_F32);
-  cr_assert_eq(mx_dtype_of(with_f32), MX_F32);
+  MX_AUTOCAST(MX_CPU, MX_F16, true, true) { in_f16_region = mx_addcmul(b, b, b, 1.0); }
+  cr_assert_null(mixed);
+  cr_assert_str_eq(mixed_error, "mx_addcmul: autocast cannot promote input 1, float16, with bfloat16 (the bfloat16 "
+                   "region's dtype): float16 and bfloat16 have no common type under the promote policy (PyTorch: "
+                   "\"Unexpected floating ScalarType in at::autocast::prioritize\"); cast the inputs to one dtype "
+                   "first");
+  cr_assert_null(f16_before_f32);
+  cr_assert_null(in_f16_region);
+  cr_assert_eq(mx_dtype_of(f32_first), MX_F32);
   cr_assert_eq(mx_dtype_of(same), MX_BF16);
-  expect_bitwise("addcmul(bf16, f16, bf16)", mixed,
-                 mx_addcmul(mx_to_dtype(b, MX_F32), mx_to_dtype(h, MX_F32), mx_to_dtype(b, MX_F32), 1.0));
+  expect_bitwise("addcmul(f32, f16, bf16)", f32_first,
+                 mx_addcmul(f, mx_to_dtype(h, MX_F32), mx_to_dtype(b, MX_F32), 1.0));
 }
 
 /* test_cuda.py test_autocast_banned: every op of the banned list raises

@@ -339,6 +339,38 @@ Test(scaler, the_state_machine_errors_are_pytorchs) {
   cr_assert_eq(mx_scaler_update(NULL), MX_NULL_INPUT);
 }
 
+/* PyTorch's step asserts "No inf checks were recorded for this optimizer."
+ * when none of its parameters has a gradient, and update() then refuses too:
+ * a scale grown on unchecked gradients would be a guess. The scale stays,
+ * the parameters stay, and the next real iteration runs as usual. */
+Test(scaler, step_without_gradients_records_no_inf_check) {
+  mx_scaler *s = scaler_init(1024.0, 1); /* growth after every clean step: a wrong update would show */
+  mx_tensor *p = param(2, (float[]){1.0f, 1.0f});
+  mx_optimizer *opt = sgd(1, &p, 0.5);
+  prime(s);
+  FAILS(mx_scaler_step(s, opt, NULL), MX_STATE_ERROR,
+        "mx_scaler_step: No inf checks were recorded for this optimizer. (none of its 1 parameters has a "
+        "gradient: was backward run on the scaled loss?)");
+  FAILS(mx_scaler_update(s), MX_STATE_ERROR, "mx_scaler_update: No inf checks were recorded prior to update.");
+  cr_assert_eq(mx_scaler_get_scale(s), 1024.0);
+  expect_values(p, 2, (double[]){1.0, 1.0});
+  cr_assert_eq(mx_scaler_stats_get(s).updates, 0);
+
+  /* an explicit unscale of gradient-less parameters is no check either */
+  OK(mx_scaler_unscale(s, opt));
+  FAILS(mx_scaler_step(s, opt, NULL), MX_STATE_ERROR,
+        "mx_scaler_step: No inf checks were recorded for this optimizer. (none of its 1 parameters has a "
+        "gradient: was backward run on the scaled loss?)");
+  FAILS(mx_scaler_update(s), MX_STATE_ERROR, "mx_scaler_update: No inf checks were recorded prior to update.");
+  cr_assert_eq(mx_scaler_get_scale(s), 1024.0);
+
+  scaled_backward(s, p, vec(2, (float[]){1.0f, 2.0f}));
+  OK(mx_scaler_step(s, opt, NULL));
+  expect_values(p, 2, (double[]){0.5, 0.0});
+  OK(mx_scaler_update(s));
+  cr_assert_eq(mx_scaler_get_scale(s), 2048.0);
+}
+
 Test(scaler, step_after_explicit_unscale_does_not_unscale_again) {
   mx_scaler *s = scaler_init(256.0, 2000);
   mx_tensor *p = param(3, (float[]){0, 0, 0});
