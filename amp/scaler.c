@@ -433,6 +433,14 @@ mx_status mx_scaler_state_dict(const mx_scaler *s, mx_scaler_state *out) {
   if (!s || !out) return mx__null_input("mx_scaler_state_dict", s ? "out" : "s");
   *out = (mx_scaler_state){0};
   if (!s->o.enabled) return MX_OK;
+  /* The per-optimizer stages and found_inf flags of an iteration in
+   * progress are not part of the state: saving now would drop them (PyTorch
+   * refuses to pickle a scaler then, for the same reason). */
+  for (int i = 0; i < s->n_records; i++)
+    if (s->records[i].stage != READY)
+      return mx__error(MX_STATE_ERROR, "mx_scaler_state_dict: a GradScaler may only be saved at the beginning of "
+                       "an iteration, or at its end after mx_scaler_update(): unscale or step has run since the "
+                       "last update, and that iteration's checks would be lost. Save after mx_scaler_update().");
   float scale = (float)s->init_scale;
   int32_t tracker = (int32_t)s->init_tracker;
   mx_status status = s->scale ? mx_to_host(s->scale, &scale, sizeof scale) : MX_OK;

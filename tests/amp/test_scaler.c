@@ -3,6 +3,8 @@
  * the state machine's errors) and step (a skipped step leaves parameters
  * and every piece of optimizer state untouched). Part 2 is
  * test_scaler_update.c. */
+#include <unistd.h>
+
 #include "scaler_fixture.h"
 
 TestSuite(scaler, .init = open_scope, .fini = close_scope);
@@ -369,6 +371,45 @@ Test(scaler, step_without_gradients_records_no_inf_check) {
   expect_values(p, 2, (double[]){0.5, 0.0});
   OK(mx_scaler_update(s));
   cr_assert_eq(mx_scaler_get_scale(s), 2048.0);
+}
+
+/* A scaler's state (and a checkpoint holding it) is refused between
+ * unscale/step and update: the iteration's checks would not be saved. */
+Test(scaler, state_between_unscale_and_update_is_refused) {
+  static const char refused[] =
+      "mx_scaler_state_dict: a GradScaler may only be saved at the beginning of an iteration, or at its end after "
+      "mx_scaler_update(): unscale or step has run since the last update, and that iteration's checks would be "
+      "lost. Save after mx_scaler_update().";
+  mx_scaler *s = scaler_init(8.0, 2000);
+  mx_tensor *p = param(2, (float[]){1.0f, 1.0f});
+  mx_optimizer *opt = sgd(1, &p, 0.5);
+  mx_scaler_state st;
+  scaled_backward(s, p, vec(2, (float[]){1.0f, 2.0f}));
+  OK(mx_scaler_state_dict(s, &st)); /* after backward, before unscale: nothing checked yet */
+  OK(mx_scaler_unscale(s, opt));
+  FAILS(mx_scaler_state_dict(s, &st), MX_STATE_ERROR, refused);
+  cr_assert_not(st.present);
+  OK(mx_scaler_step(s, opt, NULL));
+  FAILS(mx_scaler_state_dict(s, &st), MX_STATE_ERROR, refused);
+
+  mx_module *net = mx_linear_new(2, 1, true, NULL);
+  NOT_NULL(net);
+  char path[] = "/tmp/mx_scaler_ckpt_XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  close(fd);
+  mx_checkpoint ck = {.model = net, .scaler = s};
+  mx_clear_error();
+  cr_assert_eq(mx_checkpoint_save(path, &ck), MX_STATE_ERROR);
+  cr_assert(strstr(mx_last_error(), refused), "%s", mx_last_error());
+
+  OK(mx_scaler_update(s));
+  OK(mx_scaler_state_dict(s, &st));
+  cr_assert(st.present);
+  cr_assert_eq(st.scale, 8.0);
+  OK(mx_checkpoint_save(path, &ck));
+  unlink(path);
+  mx_module_free(net);
 }
 
 Test(scaler, step_after_explicit_unscale_does_not_unscale_again) {
