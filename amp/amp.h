@@ -54,18 +54,20 @@ mx_status mx_autocast_begin(mx_device device_type, mx_dtype dtype, bool enabled,
 mx_status mx_autocast_end(void);
 
 /* MX_AUTOCAST(device, dtype, enabled, cache_enabled) { ... }: a region that
- * ends however the block is left (break and return included). When the
- * region cannot begin, the block is skipped and the error is set. */
+ * ends however the block is left (break and return included). The block
+ * runs exactly once, so variables assigned in it are always set. When the
+ * region cannot begin (a bad dtype, say), every op in the block fails with
+ * that error instead: its results are NULL, and mx_last_error() names the
+ * op and the cause, as after any failed op. */
 typedef struct {
   bool begun, once;
 } mx_autocast_guard;
-mx_autocast_guard mx__autocast_guard_begin(mx_device device_type, mx_dtype dtype, bool enabled,
-                                           bool cache_enabled);
+bool mx__autocast_guard_open(mx_device device_type, mx_dtype dtype, bool enabled, bool cache_enabled);
 void mx__autocast_guard_end(mx_autocast_guard *guard);
 #define MX__AUTOCAST_GUARD MX__GLUE(mx__autocast_guard_, __LINE__)
-#define MX_AUTOCAST(device_type, dtype, enabled, cache_enabled)                                     \
-  for (mx_autocast_guard MX__AUTOCAST_GUARD __attribute__((cleanup(mx__autocast_guard_end))) =      \
-           mx__autocast_guard_begin(device_type, dtype, enabled, cache_enabled);                    \
+#define MX_AUTOCAST(device_type, dtype, enabled, cache_enabled)                                          \
+  for (mx_autocast_guard MX__AUTOCAST_GUARD __attribute__((cleanup(mx__autocast_guard_end))) = {         \
+           .begun = mx__autocast_guard_open(device_type, dtype, enabled, cache_enabled), .once = true}; \
        MX__AUTOCAST_GUARD.once; MX__AUTOCAST_GUARD.once = false)
 
 /* Runs fn(ctx) inside a region (the decorator's equivalent) and returns

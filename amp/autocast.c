@@ -1,6 +1,7 @@
 /* Autocast: per-thread regions and the dispatcher's autocast layer, which
  * applies each op's policy to its inputs (PyTorch's torch.autocast). */
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,16 +16,18 @@ typedef struct {
   mx_dtype dtype[N_DEVICE_TYPES];
   bool cache_enabled;
   int backward_depth; /* regions reach only the backward level they opened at */
+  mx_status failed;   /* MX_OK, or why an MX_AUTOCAST block's region could not begin */
 } autocast_state;
 
-#define OUTSIDE {{false, false}, {MX_BF16, MX_F16}, true, 0}
+#define OUTSIDE {{false, false}, {MX_BF16, MX_F16}, true, 0, MX_OK}
 static const autocast_state outside = OUTSIDE;
 
 /* This thread's regions, and the op between the layer's before and after. */
 typedef struct {
   autocast_state current;
-  autocast_state saved[MAX_DEPTH];
+  autocast_state saved[MAX_DEPTH + 1]; /* + 1: a failed region opened at the limit */
   int depth;
+  char failed_message[512]; /* the error of the innermost failed region */
   mx__trace_record pending;
   bool tracing_pending;
 } thread_state;
@@ -49,7 +52,7 @@ mx_status mx_autocast_begin(mx_device device_type, mx_dtype dtype, bool enabled,
     return mx__error(MX_DTYPE_ERROR, "mx_autocast_begin: autocast dtype must be float16 or bfloat16, got %s",
                      mx_dtype_name(dtype));
   thread_state *t = this_thread();
-  if (t->depth == MAX_DEPTH)
+  if (t->depth >= MAX_DEPTH)
     return mx__error(MX_STATE_ERROR, "mx_autocast_begin: more than %d nested autocast regions", MAX_DEPTH);
   autocast_state *s = &t->current;
   t->saved[t->depth++] = *s;
@@ -68,10 +71,22 @@ mx_status mx_autocast_end(void) {
   return MX_OK;
 }
 
-mx_autocast_guard mx__autocast_guard_begin(mx_device device_type, mx_dtype dtype, bool enabled,
-                                           bool cache_enabled) {
-  bool begun = mx_autocast_begin(device_type, dtype, enabled, cache_enabled) == MX_OK;
-  return (mx_autocast_guard){.begun = begun, .once = begun};
+/* MX_AUTOCAST's block runs exactly once, so that the compiler can see every
+ * variable assigned in it is set (a block that may be skipped makes GCC
+ * warn -Wmaybe-uninitialized in user code). When its region cannot begin,
+ * a failed region opens instead, in which every op fails with that error:
+ * the block's results are NULL, as after any failed op, and the error
+ * names the cause. Inside a failed region at the nesting limit, the
+ * enclosing failed region already makes every op fail. */
+bool mx__autocast_guard_open(mx_device device_type, mx_dtype dtype, bool enabled, bool cache_enabled) {
+  mx_status status = mx_autocast_begin(device_type, dtype, enabled, cache_enabled);
+  if (status == MX_OK) return true;
+  thread_state *t = this_thread();
+  if (t->depth > MAX_DEPTH) return false;
+  snprintf(t->failed_message, sizeof t->failed_message, "%s", mx_last_error());
+  t->saved[t->depth++] = t->current;
+  t->current.failed = status;
+  return true;
 }
 
 void mx__autocast_guard_end(mx_autocast_guard *guard) {
@@ -231,8 +246,12 @@ static mx_status banned(mx_op op) {
 static mx_status before(mx_op op, int n_in, mx_tensor **in, const mx__args *args) {
   thread_state *t = this_thread();
   t->tracing_pending = false;
-  if (t->depth == 0 || n_in == 0) return MX_OK;
+  if (t->depth == 0) return MX_OK;
   const autocast_state *s = &t->current;
+  if (s->failed != MX_OK)
+    return mx__error(s->failed, "mx_%s: not run: its MX_AUTOCAST region could not begin (%s)", mx__ops[op].name,
+                     t->failed_message);
+  if (n_in == 0) return MX_OK;
   mx_device device = call_device(n_in, in);
   if (!valid_device(device) || !s->enabled[device] || s->backward_depth != mx__backward_depth()) return MX_OK;
 

@@ -66,10 +66,49 @@ Test(autocast, block_macro_ends_on_break_and_return) {
   cr_assert_eq(mx_autocast_depth(), 0);
   cr_assert_eq(leave_early(), 1);
   cr_assert_eq(mx_autocast_depth(), 0);
-  bool ran = false;
-  MX_AUTOCAST(MX_CPU, MX_F32, true, true) { ran = true; } /* cannot begin: the body is skipped */
-  cr_assert_not(ran);
+}
+
+/* A region that cannot begin still runs its block once (so every variable
+ * assigned there is set: GCC warns -Wmaybe-uninitialized at -O2 otherwise),
+ * but every op in it fails, naming itself and the region's error; the
+ * failed region ends with the block, nested regions included. */
+Test(autocast, block_whose_region_cannot_begin_runs_once_with_every_op_failing) {
+  mx_tensor *x = filled(MX_SHAPE(2, 2), 1, MX_F32);
+  mx_tensor *y = x, *z = x;
+  int runs = 0, depth_inside = -1;
+  MX_AUTOCAST(MX_CPU, MX_F32, true, true) {
+    runs++;
+    depth_inside = mx_autocast_depth();
+    y = mx_matmul(x, x);
+    MX_AUTOCAST(MX_CPU, MX_BF16, true, true) { z = mx_relu(x); } /* nested inside the failed one: fails too */
+  }
+  cr_assert_eq(runs, 1);
+  cr_assert_eq(depth_inside, 1);
+  cr_assert_null(y);
+  cr_assert_null(z);
   cr_assert_eq(mx_last_status(), MX_DTYPE_ERROR);
+  cr_assert_eq(mx_autocast_depth(), 0);
+  cr_assert_not_null(mx_matmul(x, x)); /* outside, ops run again */
+  MX_AUTOCAST(MX_CPU, MX_F32, true, true) { y = mx_matmul(x, x); }
+  cr_assert_str_eq(mx_last_error(), "mx_matmul: not run: its MX_AUTOCAST region could not begin (mx_autocast_begin: "
+                                    "autocast dtype must be float16 or bfloat16, got float32)");
+}
+
+/* At the nesting limit a block's region cannot begin either; the failed
+ * region still opens (one past the limit) and closes. */
+Test(autocast, block_past_the_nesting_limit_fails_its_ops) {
+  mx_tensor *x = filled(MX_SHAPE(2), 1, MX_F32), *y = x;
+  for (int i = 0; i < 64; i++) OK(mx_autocast_begin(MX_CPU, MX_BF16, true, true));
+  MX_AUTOCAST(MX_CPU, MX_BF16, true, true) {
+    cr_assert_eq(mx_autocast_depth(), 65);
+    MX_AUTOCAST(MX_CPU, MX_BF16, true, true) { cr_assert_eq(mx_autocast_depth(), 65); }
+    y = mx_relu(x);
+  }
+  cr_assert_null(y);
+  cr_assert_str_eq(mx_last_error(), "mx_relu: not run: its MX_AUTOCAST region could not begin (mx_autocast_begin: "
+                                    "more than 64 nested autocast regions)");
+  cr_assert_eq(mx_autocast_depth(), 64);
+  for (int i = 0; i < 64; i++) OK(mx_autocast_end());
 }
 
 static mx_status matmul_in_region(void *ctx) {
