@@ -105,7 +105,9 @@ bool mx_ctx_needs_input_grad(mx_function_ctx *ctx, int i);
 /* A function of n float64 inputs with one output, for gradcheck. */
 typedef mx_tensor *(*mx_gradcheck_fn)(int n_inputs, mx_tensor *const *inputs, void *ctx);
 /* Compares analytic gradients (mx_grad) with central finite differences for
- * every input that requires grad. Inputs must be float64. Returns MX_OK or
+ * every input that requires grad. Inputs must be float64. fn runs with grad
+ * mode on in both, whatever the caller's mode, so a function that takes
+ * gradients itself (a gradient penalty) can be checked. Returns MX_OK or
  * MX_STATE_ERROR with a message naming the input, element, both values. */
 mx_status mx_gradcheck(mx_gradcheck_fn fn, int n_inputs, mx_tensor *const *inputs, void *ctx, double eps,
                        double atol, double rtol);

@@ -31,10 +31,12 @@ static mx_shape unravel(const mx_tensor *t, int64_t linear) {
   return index;
 }
 
-/* f evaluated without a graph, as doubles. */
+/* f evaluated as doubles, with grad mode on as in the analytic pass: a
+ * function that takes gradients itself (a gradient penalty) needs it, and
+ * the scope frees the graph it builds. */
 static double *evaluate(mx_gradcheck_fn fn, int n, mx_tensor *const *inputs, void *ctx, int64_t *count) {
   double *v = NULL;
-  MX_NO_GRAD {
+  MX_ENABLE_GRAD {
     mx_scope *s = mx_scope_begin();
     mx_tensor *out = fn(n, inputs, ctx);
     v = out ? values_of(out, count) : NULL;
@@ -98,8 +100,8 @@ static mx_status check_input(mx_gradcheck_fn fn, int n, mx_tensor *const *inputs
   return status;
 }
 
-mx_status mx_gradcheck(mx_gradcheck_fn fn, int n_inputs, mx_tensor *const *inputs, void *ctx, double eps,
-                       double atol, double rtol) {
+static mx_status gradcheck(mx_gradcheck_fn fn, int n_inputs, mx_tensor *const *inputs, void *ctx, double eps,
+                           double atol, double rtol) {
   for (int i = 0; i < n_inputs; i++) {
     if (!inputs[i]) return mx__null_input("mx_gradcheck", "inputs[i]");
     if (mx_requires_grad(inputs[i]) && mx_dtype_of(inputs[i]) != MX_F64)
@@ -142,8 +144,18 @@ static mx_tensor *first_gradient(int n, mx_tensor *const *inputs, void *vctx) {
   return grad;
 }
 
-mx_status mx_gradgradcheck(mx_gradcheck_fn fn, int n_inputs, mx_tensor *const *inputs, void *ctx, double eps,
-                           double atol, double rtol) {
+/* Both checks run fn with grad mode on, whatever the caller's mode (see
+ * autograd.h): the analytic pass needs a graph, and a function that takes
+ * gradients itself needs one in the finite differences too. */
+mx_status mx_gradcheck(mx_gradcheck_fn fn, int n_inputs, mx_tensor *const *inputs, void *ctx, double eps,
+                       double atol, double rtol) {
+  mx_status status = MX_OK;
+  MX_ENABLE_GRAD { status = gradcheck(fn, n_inputs, inputs, ctx, eps, atol, rtol); }
+  return status;
+}
+
+static mx_status gradgradcheck(mx_gradcheck_fn fn, int n_inputs, mx_tensor *const *inputs, void *ctx, double eps,
+                               double atol, double rtol) {
   mx_scope *s = mx_scope_begin();
   mx_tensor *out = fn(n_inputs, inputs, ctx);
   mx_status status = out ? MX_OK : mx_last_status();
@@ -161,5 +173,12 @@ mx_status mx_gradgradcheck(mx_gradcheck_fn fn, int n_inputs, mx_tensor *const *i
     }
   }
   mx_scope_end(s);
+  return status;
+}
+
+mx_status mx_gradgradcheck(mx_gradcheck_fn fn, int n_inputs, mx_tensor *const *inputs, void *ctx, double eps,
+                           double atol, double rtol) {
+  mx_status status = MX_OK;
+  MX_ENABLE_GRAD { status = gradgradcheck(fn, n_inputs, inputs, ctx, eps, atol, rtol); }
   return status;
 }

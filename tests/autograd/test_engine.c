@@ -352,6 +352,31 @@ Test(engine, gradcheck_rejects_a_wrong_gradient) {
   mx_scope_end(s);
 }
 
+/* A gradient penalty: sum((d/dx sum(x^3))^2) = sum(9 x^4), whose body takes
+ * a gradient with create_graph. gradcheck runs it with grad mode on in both
+ * passes (it used to evaluate the finite differences under no-grad, where
+ * the inner mx_grad has no graph to follow), even when the caller has grad
+ * mode off. */
+static mx_tensor *gradient_penalty(int n, mx_tensor *const *in, void *ctx) {
+  mx_tensor *x = in[0], *g = NULL;
+  mx_tensor *y = mx_sum(mx_pow_scalar(x, 3.0), MX_ALL_DIMS, false);
+  if (mx_grad(1, &y, 1, &x, NULL, false, true, false, &g) != MX_OK) return NULL;
+  return mx_sum(mx_mul(g, g), MX_ALL_DIMS, false);
+}
+
+Test(engine, gradcheck_checks_a_function_that_takes_gradients) {
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *x = param(3, (double[]){0.5, -1.25, 2});
+  mx_tensor *p = gradient_penalty(1, &x, NULL);
+  cr_assert_not_null(p, "%s", mx_last_error());
+  cr_expect_float_eq(mx_item(p), 9 * (pow(0.5, 4) + pow(1.25, 4) + 16), 1e-12);
+  cr_expect_eq(mx_gradcheck(gradient_penalty, 1, &x, NULL, 1e-6, 1e-6, 1e-5), MX_OK, "%s", mx_last_error());
+  MX_NO_GRAD {
+    cr_expect_eq(mx_gradcheck(gradient_penalty, 1, &x, NULL, 1e-6, 1e-6, 1e-5), MX_OK, "%s", mx_last_error());
+  }
+  mx_scope_end(s);
+}
+
 Test(engine, the_graph_is_freed_with_its_tensors) {
   mx_memory_stats before = mx_memory_stats_get(MX_CPU);
   mx_scope *s = mx_scope_begin();
