@@ -14,6 +14,7 @@
  * run. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <math.h>
 #include <mixgrad.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -459,6 +460,45 @@ Test(divergence, grad_scaler_guard_rails_stop_an_f16_run) {
             "stderr:\n%s", r.err);
   free_result(&r);
   free(data);
+}
+
+/* The scaler's count of skips in a row when every step reads its info (as
+ * the demos' trainer does): a clean step read as such spares the update its
+ * read of the count, and the limit still stops the third skip in a row. */
+Test(divergence, skip_limit_holds_when_step_infos_are_read) {
+  mx_scaler_opts o = mx_scaler_defaults();
+  o.enabled = true, o.max_consecutive_skips = 2;
+  mx_scaler *s = mx_scaler_new(&o);
+  mx_tensor *p = mx_full(MX_SHAPE(3), 1.0, MX_F32, MX_CPU);
+  cr_assert(s && p, "%s", mx_last_error());
+  mx_set_requires_grad(p, true);
+  mx_sgd_opts so = mx_sgd_defaults();
+  so.lr = 0.1;
+  mx_optimizer *opt = mx_sgd_new(1, &p, &so);
+  cr_assert_not_null(opt, "%s", mx_last_error());
+  const bool overflows[] = {true, true, false, true, true, true};
+  for (int i = 0; i < 6; i++) {
+    mx_scope *scope = mx_scope_begin();
+    cr_assert_eq(mx_optimizer_zero_grad(opt, true), MX_OK);
+    mx_tensor *c = mx_full(MX_SHAPE(3), overflows[i] ? INFINITY : 0.25, MX_F32, MX_CPU);
+    mx_tensor *loss = mx_sum(mx_mul(p, c), MX_ALL_DIMS, false);
+    cr_assert_eq(mx_backward(mx_scaler_scale(s, loss), NULL, false), MX_OK, "%s", mx_last_error());
+    mx_scaler_step_info info;
+    cr_assert_eq(mx_scaler_step(s, opt, &info), MX_OK, "%s", mx_last_error());
+    cr_assert_eq(info.stepped, !overflows[i], "step %d", i + 1);
+    mx_status st = mx_scaler_update(s);
+    if (i < 5) cr_assert_eq(st, MX_OK, "update %d: %s", i + 1, mx_last_error());
+    else {
+      cr_expect_eq(st, MX_STATE_ERROR);
+      cr_expect_str_eq(mx_last_error(), "mx_scaler_update: 3 consecutive steps skipped (limit 2): the gradients keep "
+                                        "overflowing at scale 2048; checked set 0: 1 gradients held 3 inf and 0 NaN");
+    }
+    cr_expect_eq(mx_scaler_stats_get(s).consecutive_skips, i < 2 ? i + 1 : i - 2, "after step %d", i + 1);
+    mx_scope_end(scope);
+  }
+  mx_optimizer_free(opt);
+  mx_release(p);
+  mx_scaler_free(s);
 }
 
 /* --- the settings' API ---------------------------------------------------------------- */
