@@ -54,8 +54,8 @@ void mx_demo_print_usage(const mx_demo_usage *u, const mx_demo_flags *d, FILE *o
   fprintf(out, "  --steps N          stop after N training steps, for smoke runs (default: all)\n");
   fprintf(out, "  --save FILE        write a checkpoint after each epoch and at the end\n");
   fprintf(out, "  --resume FILE      go on from a checkpoint written by --save with the same settings\n");
-  fprintf(out, "  --allow-change L   with --resume: let the settings in L (" CHANGEABLE ", comma-separated)\n"
-               "                     differ from the checkpoint's; the schedule is rebuilt for the new run\n");
+  fprintf(out, "  --allow-change L   with --resume: let the settings in L differ from the checkpoint's, e.g.\n"
+               "                     epochs,lr (any of " CHANGEABLE "); the schedule is rebuilt\n");
   fprintf(out, "  --metrics FILE     write the curves as CSV\n");
   fprintf(out, "  --plot FILE        draw the curves (.png or .svg) with gnuplot\n");
   fprintf(out, "  --data DIR         %s\n", u->data_help);
