@@ -88,10 +88,12 @@ static mx_status sum_over_ranks(run_state *r, double *v, int n) {
 /* The one-cycle schedule's warm-up, a fraction of the run's steps. */
 static double warm_up(int64_t total_steps) { return total_steps >= 8 ? 0.25 : 0.5; }
 
-/* Says that training diverged at step and why, and what to try; returns
- * MX_DEMO_DIVERGED. Nothing is saved after this. */
+/* Says (rank 0 does: every rank finds it) that training diverged at step
+ * and why, and what to try; returns MX_DEMO_DIVERGED. Nothing is saved
+ * after this. */
 static int diverged(const run_state *r, int64_t step, const char *why) {
   const mx_demo_flags *f = r->flags;
+  if (r->rank != 0) return MX_DEMO_DIVERGED;
   fprintf(stderr, "training diverged at step %lld: %s\n", (long long)step, why);
   fprintf(stderr, "nothing was saved after it%s; try a smaller --lr (this run's peak is %g)%s, or check the data\n",
           f->save ? " (an earlier checkpoint stays as it was)" : "", f->lr,
@@ -541,7 +543,7 @@ static int check_resume(run_state *r, resume_plan *p) {
   bool refused = false;
   for (int i = 0; i < N_SETTINGS; i++) refused |= p->differs[i] && !change_allowed(f, p, i);
   if (refused) {
-    refuse(r, p);
+    if (r->rank == 0) refuse(r, p); /* every rank refuses; one says why */
     return 2;
   }
   p->rebuild_schedule = p->differs[SCHEDULE] || p->differs[LR];
@@ -580,7 +582,10 @@ static void explain_changes(const run_state *r, const resume_plan *p, int64_t st
     case LR: printf("the schedule now peaks at %s\n", now[LR]); break;
     case SEED: printf("shuffling and augmentation follow seed %s from step %lld\n", now[SEED], n); break;
     case DATA: printf("training goes on over %s from step %lld\n", now[DATA_SOURCE], n); break;
-    default: printf("each step's batch is split over %s ranks from step %lld\n", now[RANKS], n); break; /* RANKS */
+    default: /* RANKS */
+      if (r->world == 1) printf("one process takes each step's whole batch from step %lld\n", n);
+      else printf("%d ranks share each step's batch from step %lld\n", r->world, n);
+      break;
     }
   }
   if (!p->rebuild_schedule) return;
