@@ -212,8 +212,8 @@ static char *keep(const char *s) {
 }
 
 static char *hint(const char *names) {
-  return keep(fmt("to change the run deliberately, add --allow-change %s (see --help); or start afresh without --resume",
-             names));
+  return keep(fmt("to change the run deliberately, add --allow-change %s (see --help); or start afresh without "
+                  "--resume", names));
 }
 
 Test(resume, each_changed_setting_is_refused_and_listed) {
