@@ -6,7 +6,8 @@
  * without settings still resumes, and a run that diverges under f16, bf16 or
  * no autocast stops with exit code 3 and leaves its checkpoints as they
  * were. The settings' API (mx_checkpoint_save_with_settings and
- * mx_checkpoint_settings_read) is checked in-process.
+ * mx_checkpoint_settings_read) and the GradScaler's skip limit under the
+ * trainer's use are checked in-process.
  *
  * Each run trains a few steps of the MLP on one OpenMP thread. Under
  * valgrind the runs that train are skipped, as in tests/examples/test_demos.c
