@@ -15,6 +15,7 @@ typedef struct {
   const void *key;
   opt_stage stage;
   bool checked;         /* an inf check is recorded for the next update */
+  bool read_clean;      /* mx_scaler_step's info has read this check's found_inf: 0 */
   mx_tensor *found_inf; /* float32 0-d, on the scale's device */
   mx_tensor *stats;     /* int64 (rows, 3): infs, NaNs, fp16-underflows of each gradient checked */
   int rows;
@@ -221,6 +222,7 @@ static mx_status check_and_unscale(mx_scaler *s, opt_record *r, const char *fn, 
   r->rows = k;
   r->values = values;
   r->checked = k > 0; /* no gradient, no inf check: update() must not count it (PyTorch's rule) */
+  r->read_clean = false;
   return MX_OK;
 }
 
@@ -300,6 +302,7 @@ mx_status mx_scaler_step(mx_scaler *s, mx_optimizer *opt, mx_scaler_step_info *i
   info->infs = totals[0];
   info->nans = totals[1];
   info->stepped = mx_item(r->found_inf) == 0.0;
+  r->read_clean = info->stepped;
   info->scale = mx_item(s->scale);
   return status;
 }
@@ -312,6 +315,11 @@ static void reset_records(mx_scaler *s) {
 
 static mx_status guard_consecutive_skips(mx_scaler *s) {
   if (!s->o.max_consecutive_skips) return MX_OK;
+  /* A clean update ends the run of skips: when the step infos have read
+   * every check of this update clean, the count is 0 without a sync. */
+  bool read_clean = true;
+  for (int i = 0; i < s->n_records; i++) read_clean &= !s->records[i].checked || s->records[i].read_clean;
+  if (read_clean) return MX_OK;
   int64_t counters[3];
   mx_status status = mx_to_host(s->counters, counters, sizeof counters);
   if (status != MX_OK || counters[2] <= s->o.max_consecutive_skips) return status;

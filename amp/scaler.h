@@ -31,7 +31,8 @@ typedef struct {
   bool enabled;            /* false: losses pass through, steps are plain */
   /* guard rails, off (0) by default so the defaults stay PyTorch's */
   double min_scale, max_scale;   /* bounds the update keeps the scale within */
-  int64_t max_consecutive_skips; /* more skips in a row: update fails with the overflow report */
+  int64_t max_consecutive_skips; /* more skips in a row: update fails with the overflow report (it reads the
+                                  * count from the device, unless step's info has read the step clean) */
 } mx_scaler_opts;
 
 mx_scaler_opts mx_scaler_defaults(void);

@@ -11,6 +11,7 @@
 #include "tensor/scope.h"
 
 #define FORMAT "mixgrad.checkpoint.1" /* the metadata 'format' of every checkpoint */
+#define SETTING "run."                  /* the prefix of the run settings' metadata keys */
 
 static const char *const save_fn = "mx_checkpoint_save";
 static const char *const load_fn = "mx_checkpoint_load";
@@ -77,9 +78,33 @@ static mx_status add_schedule(mx__ckpt_writer *w, const mx_schedule *s) {
   return MX_OK;
 }
 
+/* The run settings, checked first: keys present, non-empty and distinct, values present. */
+static mx_status check_settings(const mx_checkpoint_settings *s) {
+  static const char *const fn = "mx_checkpoint_save_with_settings";
+  if (s->n < 0 || (s->n > 0 && (!s->keys || !s->values)))
+    return mx__error(MX_INVALID_ARGUMENT, "%s: settings: %d settings with keys %s and values %s", fn, s->n,
+                     s->keys ? "given" : "NULL", s->values ? "given" : "NULL");
+  for (int i = 0; i < s->n; i++) {
+    if (!s->keys[i] || !*s->keys[i] || !s->values[i])
+      return mx__error(MX_INVALID_ARGUMENT, "%s: settings: setting %d has %s", fn, i,
+                       !s->keys[i] ? "a NULL key" : !*s->keys[i] ? "an empty key" : "a NULL value");
+    for (int k = 0; k < i; k++)
+      if (!strcmp(s->keys[k], s->keys[i]))
+        return mx__error(MX_INVALID_ARGUMENT, "%s: settings: settings %d and %d have the same key '%s'",
+                         fn, k, i, s->keys[i]);
+  }
+  return MX_OK;
+}
+
 mx_status mx_checkpoint_save(const char *path, const mx_checkpoint *ck) {
+  return mx_checkpoint_save_with_settings(path, ck, NULL);
+}
+
+mx_status mx_checkpoint_save_with_settings(const char *path, const mx_checkpoint *ck,
+                                           const mx_checkpoint_settings *settings) {
   if (!path || !ck) return mx__null_input(save_fn, path ? "ckpt" : "path");
   if (!ck->model) return mx__null_input(save_fn, "ckpt->model");
+  if (settings && check_settings(settings) != MX_OK) return mx_last_status();
   mx__ckpt_writer w = {0};
   uint64_t seed, offset;
   mx_generator_get_state(ck->generator, &seed, &offset);
@@ -91,6 +116,8 @@ mx_status mx_checkpoint_save(const char *path, const mx_checkpoint *ck) {
   mx__ckpt_add_meta(&w, text, "rng.seed");
   snprintf(text, sizeof text, "%" PRIu64, offset);
   mx__ckpt_add_meta(&w, text, "rng.offset");
+  for (int i = 0; settings && i < settings->n; i++)
+    mx__ckpt_add_meta(&w, settings->values[i], SETTING "%s", settings->keys[i]);
   mx_status status = mx__ckpt_add_module(save_fn, &w, ck->model, "model.");
   if (status == MX_OK && ck->optimizer) add_optimizer(&w, ck->optimizer);
   if (status == MX_OK && ck->scaler) status = add_scaler(&w, ck->scaler);
@@ -197,12 +224,17 @@ static mx_status read_schedule(mx__ckpt_reader *r, const mx_schedule *s, plan *p
   return MX_OK;
 }
 
-static mx_status read_plan(mx__ckpt_reader *r, const mx_checkpoint *ck, plan *p) {
+/* The file's metadata 'format' says it is a training checkpoint. */
+static mx_status check_format(mx__ckpt_reader *r) {
   const char *format = mx_safetensors_metadata(r->file, "format");
-  if (!format || strcmp(format, FORMAT))
-    return mx__error(MX_INVALID_ARGUMENT, "%s: %s: not a training checkpoint (its metadata 'format' is %s%s%s, not "
-                     "'" FORMAT "')", r->fn, r->path, format ? "'" : "", format ? format : "missing",
-                     format ? "'" : "");
+  if (format && !strcmp(format, FORMAT)) return MX_OK;
+  return mx__error(MX_INVALID_ARGUMENT, "%s: %s: not a training checkpoint (its metadata 'format' is %s%s%s, not "
+                   "'" FORMAT "')", r->fn, r->path, format ? "'" : "", format ? format : "missing",
+                   format ? "'" : "");
+}
+
+static mx_status read_plan(mx__ckpt_reader *r, const mx_checkpoint *ck, plan *p) {
+  if (check_format(r) != MX_OK) return mx_last_status();
   mx_status st = mx__ckpt_i64(r, "step", &p->step);
   if (st == MX_OK) st = mx__ckpt_i64(r, "epoch", &p->epoch);
   if (st == MX_OK) st = mx__ckpt_u64(r, "rng.seed", &p->seed);
@@ -345,5 +377,43 @@ mx_status mx_checkpoint_load(const char *path, mx_checkpoint *ck) {
   if (st == MX_OK) st = restore(&r, ck, &p);
   plan_free(&p);
   mx__ckpt_close(&r);
+  return st;
+}
+
+/* --- the run's settings -------------------------------------------------------------- */
+
+void mx_checkpoint_settings_free(mx_checkpoint_settings *s) {
+  if (!s) return;
+  for (int i = 0; i < s->n; i++) {
+    if (s->keys) free((char *)s->keys[i]);
+    if (s->values) free((char *)s->values[i]);
+  }
+  free(s->keys);
+  free(s->values);
+  *s = (mx_checkpoint_settings){0};
+}
+
+mx_status mx_checkpoint_settings_read(const char *path, mx_checkpoint_settings *out) {
+  static const char *const fn = "mx_checkpoint_settings_read";
+  if (!path || !out) return mx__null_input(fn, path ? "out" : "path");
+  *out = (mx_checkpoint_settings){0};
+  mx__ckpt_reader r;
+  if (mx__ckpt_open(&r, fn, path) != MX_OK) return mx_last_status();
+  mx_status st = check_format(&r);
+  int n = mx_safetensors_metadata_count(r.file);
+  if (st == MX_OK) {
+    out->keys = calloc((size_t)n + 1, sizeof *out->keys);
+    out->values = calloc((size_t)n + 1, sizeof *out->values);
+    if (!out->keys || !out->values) st = mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", fn);
+  }
+  for (int i = 0; i < n && st == MX_OK; i++) {
+    const char *key = mx_safetensors_metadata_key(r.file, i);
+    if (strncmp(key, SETTING, strlen(SETTING)) != 0) continue;
+    char *k = strdup(key + strlen(SETTING)), *v = strdup(mx_safetensors_metadata_value(r.file, i));
+    if (k && v) out->keys[out->n] = k, out->values[out->n++] = v;
+    else free(k), free(v), st = mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", fn);
+  }
+  mx__ckpt_close(&r);
+  if (st != MX_OK) mx_checkpoint_settings_free(out);
   return st;
 }

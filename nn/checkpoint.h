@@ -32,6 +32,23 @@
  * Everything is checked before anything changes; on a failure past the
  * checks (an invalid hyper-parameter in the file) what was changed is put
  * back.
+ *
+ * A checkpoint may also hold the settings that define its run, as text:
+ * what the training program was told (model, optimizer, epochs, ...) and
+ * what it read (its data's identity), each as metadata "run.<key>". A
+ * program reads them back with mx_checkpoint_settings_read before it
+ * resumes, to refuse a resume that would change the run; mx_checkpoint_load
+ * itself ignores them.
+ *
+ *     const char *keys[] = {"model", "epochs"}, *values[] = {"cnn", "3"};
+ *     mx_checkpoint_settings run = {2, keys, values};
+ *     mx_checkpoint_save_with_settings("run.ckpt", &ck, &run);
+ *     ...
+ *     mx_checkpoint_settings saved;
+ *     if (mx_checkpoint_settings_read("run.ckpt", &saved) == MX_OK) {
+ *       ...                                       // saved.n == 0: none (an older file)
+ *       mx_checkpoint_settings_free(&saved);
+ *     }
  */
 #ifndef MX_NN_CHECKPOINT_H
 #define MX_NN_CHECKPOINT_H
@@ -50,6 +67,12 @@ mx_status mx_module_save(const mx_module *m, const char *path);
 /* Copies them back into m (load_state_dict, strict). */
 mx_status mx_module_load(mx_module *m, const char *path);
 
+/* Settings as text: n keys (non-empty, distinct) and their values. */
+typedef struct {
+  int n;
+  const char **keys, **values;
+} mx_checkpoint_settings;
+
 typedef struct {
   mx_module *model;        /* required */
   mx_optimizer *optimizer; /* NULL: none */
@@ -60,7 +83,17 @@ typedef struct {
 } mx_checkpoint;
 
 mx_status mx_checkpoint_save(const char *path, const mx_checkpoint *ckpt);
+/* The same with the run's settings (NULL: none); loading ignores them. */
+mx_status mx_checkpoint_save_with_settings(const char *path, const mx_checkpoint *ckpt,
+                                           const mx_checkpoint_settings *settings);
 mx_status mx_checkpoint_load(const char *path, mx_checkpoint *ckpt);
+
+/* The run settings the training checkpoint at path was saved with, in
+ * their order (out->n 0 when it holds none). The strings are copies the
+ * caller frees with mx_checkpoint_settings_free. */
+mx_status mx_checkpoint_settings_read(const char *path, mx_checkpoint_settings *out);
+/* Frees what mx_checkpoint_settings_read gave (and zeroes *s). */
+void mx_checkpoint_settings_free(mx_checkpoint_settings *s);
 
 #ifdef __cplusplus
 }

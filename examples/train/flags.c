@@ -4,6 +4,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The settings that --allow-change may name: all that define a run but the
+ * model and the optimizer, whose tensors the checkpoint holds. */
+static const char *const changeable[] = {"amp", "batch", "data", "epochs", "lr", "ranks", "schedule", "seed"};
+#define CHANGEABLE "amp, batch, data, epochs, lr, ranks, schedule, seed"
+
+/* Whether the comma-separated list names the setting. */
+static bool listed(const char *list, const char *setting, size_t len) {
+  for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+    if (!strncmp(p, setting, len) && (p[len] == ',' || !p[len])) return true;
+  return false;
+}
+
+bool mx_demo_change_allowed(const mx_demo_flags *f, const char *setting) {
+  return f->allow_change && listed(f->allow_change, setting, strlen(setting));
+}
+
+/* Each item of the list is a changeable setting. */
+static bool valid_changes(const char *list) {
+  for (const char *p = list;; p++) {
+    size_t len = strcspn(p, ",");
+    bool known = false;
+    for (size_t i = 0; i < sizeof changeable / sizeof *changeable && !known; i++)
+      known = strlen(changeable[i]) == len && !strncmp(p, changeable[i], len);
+    if (!known) return false;
+    p += len;
+    if (!*p) return true;
+  }
+}
+
 const char *mx_demo_amp_name(mx_dtype amp) {
   return amp == MX_F16 ? "f16" : amp == MX_BF16 ? "bf16" : "off";
 }
@@ -24,7 +53,9 @@ void mx_demo_print_usage(const mx_demo_usage *u, const mx_demo_flags *d, FILE *o
           (unsigned long long)d->seed);
   fprintf(out, "  --steps N          stop after N training steps, for smoke runs (default: all)\n");
   fprintf(out, "  --save FILE        write a checkpoint after each epoch and at the end\n");
-  fprintf(out, "  --resume FILE      go on from a checkpoint written by --save with the same flags\n");
+  fprintf(out, "  --resume FILE      go on from a checkpoint written by --save with the same settings\n");
+  fprintf(out, "  --allow-change L   with --resume: let the settings in L differ from the checkpoint's, e.g.\n"
+               "                     epochs,lr (any of " CHANGEABLE "); the schedule is rebuilt\n");
   fprintf(out, "  --metrics FILE     write the curves as CSV\n");
   fprintf(out, "  --plot FILE        draw the curves (.png or .svg) with gnuplot\n");
   fprintf(out, "  --data DIR         %s\n", u->data_help);
@@ -49,7 +80,7 @@ static bool parse_i64(const char *s, int64_t lo, int64_t *out) {
 static bool known(const char *flag) {
   static const char *const flags[] = {"--model", "--amp",   "--device",    "--epochs", "--batch",  "--lr",
                                       "--optimizer", "--seed", "--steps", "--synthetic", "--save", "--resume",
-                                      "--metrics", "--plot", "--data"};
+                                      "--metrics", "--plot", "--data", "--allow-change"};
   for (size_t i = 0; i < sizeof flags / sizeof *flags; i++)
     if (!strcmp(flag, flags[i])) return true;
   return false;
@@ -113,9 +144,17 @@ int mx_demo_parse_flags(int argc, char **argv, const mx_demo_usage *u, mx_demo_f
       f->synthetic = n;
     } else if (!strcmp(flag, "--save")) f->save = v;
     else if (!strcmp(flag, "--resume")) f->resume = v;
+    else if (!strcmp(flag, "--allow-change")) {
+      if (!valid_changes(v)) return bad(p, flag, v, "a comma-separated list of " CHANGEABLE);
+      f->allow_change = v;
+    }
     else if (!strcmp(flag, "--metrics")) f->metrics = v;
     else if (!strcmp(flag, "--plot")) f->plot = v;
     else f->data = v; /* --data, the last known flag */
+  }
+  if (f->allow_change && !f->resume) {
+    fprintf(stderr, "%s: --allow-change applies to a --resume only (see --help)\n", p);
+    return 2;
   }
   return 0;
 }

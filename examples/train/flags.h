@@ -1,7 +1,7 @@
 /* The command line the training demos share (examples/mnist,
  * examples/cifar10): --model, --amp, --device, --epochs, --batch, --lr,
- * --optimizer, --seed, --steps, --save, --resume, --metrics, --plot,
- * --data, --synthetic, --help. Each demo fills in its defaults first. */
+ * --optimizer, --seed, --steps, --save, --resume, --allow-change,
+ * --metrics, --plot, --data, --synthetic, --help. Each demo fills in its defaults first. */
 #ifndef MX_EXAMPLES_TRAIN_FLAGS_H
 #define MX_EXAMPLES_TRAIN_FLAGS_H
 
@@ -23,6 +23,7 @@ typedef struct {
   int64_t steps;          /* stop after this many training steps; 0: run every epoch */
   const char *save;       /* checkpoint written after each epoch and at the end; NULL: none */
   const char *resume;     /* checkpoint to go on from; NULL: start afresh */
+  const char *allow_change; /* with resume: the settings (comma-separated) that may differ from its; NULL: none */
   const char *metrics;    /* CSV of the curves; NULL: none */
   const char *plot;       /* picture of the curves (.png or .svg); NULL: none */
   const char *data;       /* the dataset's folder */
@@ -43,6 +44,8 @@ void mx_demo_print_usage(const mx_demo_usage *u, const mx_demo_flags *defaults, 
  * --help was printed (exit 0), 2 after a message naming the bad flag or
  * value on stderr (exit 2). */
 int mx_demo_parse_flags(int argc, char **argv, const mx_demo_usage *u, mx_demo_flags *flags);
+/* Whether --allow-change names the setting ("epochs", "lr", ...). */
+bool mx_demo_change_allowed(const mx_demo_flags *flags, const char *setting);
 /* "off", "f16", "bf16" */
 const char *mx_demo_amp_name(mx_dtype amp);
 

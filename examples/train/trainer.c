@@ -3,10 +3,39 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "examples/train/metrics.h"
 #include "examples/train/progress.h"
 #include "mixgrad.h"
+
+/* The GradScaler's guard rails: below a loss scale of 1 the scaler would
+ * be shrinking gradients that overflow float16 even unscaled, and no
+ * healthy run skips 25 steps in a row (each halves the scale: 2^25 down). A
+ * step skipped at the floor, or one more skip in a row, is divergence. */
+#define SCALE_FLOOR 1.0
+#define MAX_SKIPS_IN_A_ROW 25
+/* A classifier's cross-entropy starts near log(classes) (2.3 for 10) and
+ * falls: one above this has exploded, even while it is finite. */
+#define MAX_LOSS 1e4
+
+/* The settings that define a run, by their keys in the checkpoint, in the
+ * order a refused resume lists them; the data's source (folder or
+ * --synthetic) only explains a difference in the data. */
+enum { MODEL, OPTIMIZER, AMP, BATCH, EPOCHS, LR, SCHEDULE, SEED, DATA, RANKS, DATA_SOURCE, N_SETTINGS };
+static const char *const setting_keys[N_SETTINGS] = {"model", "optimizer", "amp",  "batch", "epochs",     "lr",
+                                                     "schedule", "seed",   "data", "ranks", "data_source"};
+/* How a difference names each: its flag, or what it is. */
+static const char *const setting_labels[N_SETTINGS] = {"--model", "--optimizer", "--amp", "--batch", "--epochs", "--lr",
+                                                       "schedule", "--seed", "data", "ranks", "data source"};
+
+/* Each at most this long (a longer --data folder is cut short in the texts). */
+#define SETTING_CHARS 1024
+
+typedef struct {
+  char text[N_SETTINGS][SETTING_CHARS];
+  const char *values[N_SETTINGS]; /* the texts */
+} run_settings;
 
 /* Everything a run makes, freed in one place. */
 typedef struct {
@@ -17,7 +46,8 @@ typedef struct {
   mx_scaler *scaler;
   mx_loader *train, *test;
   mx_demo_metrics metrics;
-  int64_t skipped;
+  run_settings settings;
+  int64_t skipped, skips_in_a_row;
   /* data parallelism: this process is rank `rank` of `world` (1: alone) */
   mx_process_group *group;
   int rank, world;
@@ -55,6 +85,22 @@ static mx_status sum_over_ranks(run_state *r, double *v, int n) {
   return st;
 }
 
+/* The one-cycle schedule's warm-up, a fraction of the run's steps. */
+static double warm_up(int64_t total_steps) { return total_steps >= 8 ? 0.25 : 0.5; }
+
+/* Says (rank 0 does: every rank finds it) that training diverged at step
+ * and why, and what to try; returns MX_DEMO_DIVERGED. Nothing is saved
+ * after this. */
+static int diverged(const run_state *r, int64_t step, const char *why) {
+  const mx_demo_flags *f = r->flags;
+  if (r->rank != 0) return MX_DEMO_DIVERGED;
+  fprintf(stderr, "training diverged at step %lld: %s\n", (long long)step, why);
+  fprintf(stderr, "nothing was saved after it%s; try a smaller --lr (this run's peak is %g)%s, or check the data\n",
+          f->save ? " (an earlier checkpoint stays as it was)" : "", f->lr,
+          f->amp == MX_F16 ? ", --amp bf16 (float32's range, no loss scaling)" : "");
+  return MX_DEMO_DIVERGED;
+}
+
 /* The optimizer over every parameter, its one-cycle schedule over the whole
  * run, and the GradScaler (enabled for f16 only: bf16 has float32's range). */
 static int make_optimizer(run_state *r, int64_t total_steps) {
@@ -79,7 +125,7 @@ static int make_optimizer(run_state *r, int64_t total_steps) {
    * the peak lr. */
   if (total_steps >= 3) {
     mx_one_cycle_opts oc = mx_one_cycle_defaults(r->flags->lr, total_steps);
-    oc.pct_start = total_steps >= 8 ? 0.25 : 0.5;
+    oc.pct_start = warm_up(total_steps);
     r->schedule = mx_one_cycle_lr_new(r->opt, &oc);
     if (!r->schedule) return fail("schedule");
   }
@@ -88,6 +134,7 @@ static int make_optimizer(run_state *r, int64_t total_steps) {
   /* PyTorch's default waits 2000 clean steps before growing, longer than a
    * demo runs; 100 lets the picture show the scale finding its level. */
   so.growth_interval = 100;
+  so.min_scale = SCALE_FLOOR, so.max_consecutive_skips = MAX_SKIPS_IN_A_ROW;
   r->scaler = mx_scaler_new(&so);
   return r->scaler ? 0 : fail("GradScaler");
 }
@@ -130,10 +177,20 @@ static int train_step(run_state *r, const mx_tensor *x, const mx_tensor *y, mx_d
                   : NULL;
   }
   mx_scaler_step_info info = {.stepped = true, .scale = 1.0};
-  if (!loss || mx_backward(mx_scaler_scale(r->scaler, loss), NULL, false) != MX_OK ||
-      mx_ddp_average_gradients(r->group, r->task->model) != MX_OK ||
-      mx_scaler_step(r->scaler, r->opt, &info) != MX_OK || mx_scaler_update(r->scaler) != MX_OK ||
-      (r->schedule && mx_schedule_step(r->schedule) != MX_OK)) {
+  bool stepped = loss && mx_backward(mx_scaler_scale(r->scaler, loss), NULL, false) == MX_OK &&
+                 mx_ddp_average_gradients(r->group, r->task->model) == MX_OK &&
+                 mx_scaler_step(r->scaler, r->opt, &info) == MX_OK;
+  if (stepped) r->skips_in_a_row = info.stepped ? 0 : r->skips_in_a_row + 1;
+  char why[600];
+  if (!stepped) {
+    rc = fail("training step");
+  } else if (mx_scaler_update(r->scaler) != MX_OK) { /* its guard rail, or a failure */
+    snprintf(why, sizeof why, "%s", mx_last_error());
+    rc = r->skips_in_a_row > MAX_SKIPS_IN_A_ROW ? diverged(r, row->step, why) : fail("training step");
+  } else if (!info.stepped && info.scale <= SCALE_FLOOR) {
+    snprintf(why, sizeof why, "the gradients overflow float16 even at the loss scale's floor, %g", SCALE_FLOOR);
+    rc = diverged(r, row->step, why);
+  } else if (r->schedule && mx_schedule_step(r->schedule) != MX_OK) {
     rc = fail("training step");
   } else {
     /* the loss summed over the batch, its right answers and its size */
@@ -238,10 +295,32 @@ static void print_class_table(const mx_demo_task *t, const eval_result *e) {
            (long long)e->seen[c]);
 }
 
+/* With the run's settings, which a resume compares with its own. */
 static int save_checkpoint(run_state *r, int64_t step, int64_t batches) {
   mx_checkpoint ck = {r->task->model, r->opt, r->scaler, NULL, r->schedule, step, step / batches};
-  if (mx_checkpoint_save(r->flags->save, &ck) != MX_OK) return fail("--save");
+  mx_checkpoint_settings settings = {N_SETTINGS, (const char **)setting_keys, r->settings.values};
+  if (mx_checkpoint_save_with_settings(r->flags->save, &ck, &settings) != MX_OK) return fail("--save");
   return 0;
+}
+
+/* Divergence at the end of an epoch (step): a weight that is not finite
+ * (each parameter's sum times 0 adds up to 0, or to NaN when one holds inf
+ * or NaN: one sync), before the test pass and before anything is saved. */
+static int check_weights(const run_state *r, int64_t step) {
+  mx_module *m = r->task->model;
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *zero = NULL;
+  MX_NO_GRAD {
+    for (int i = 0; i < mx_module_num_parameters(m); i++) {
+      mx_tensor *z = mx_sum(mx_mul_scalar(mx_module_parameter(m, i, NULL), 0.0), MX_ALL_DIMS, false);
+      zero = zero ? mx_add(zero, z) : z;
+    }
+  }
+  double v = zero ? mx_item(zero) : 0.0;
+  bool failed = mx_module_num_parameters(m) > 0 && !zero;
+  mx_scope_end(s);
+  if (failed) return fail("checking the weights");
+  return v == 0.0 ? 0 : diverged(r, step, "a weight is not finite after it");
 }
 
 /* Training from step (a resumed run's) to the stop, a test pass per epoch. */
@@ -249,6 +328,7 @@ static int train_epochs(run_state *r, int64_t step, int64_t stop, eval_result *l
   const mx_demo_flags *f = r->flags;
   int64_t batches = mx_loader_batches(r->train);
   bool scaled = mx_scaler_is_enabled(r->scaler);
+  int rc;
   while (step < stop) {
     int epoch = (int)(step / batches);
     double t0 = mx_demo_now();
@@ -262,14 +342,14 @@ static int train_epochs(run_state *r, int64_t step, int64_t stop, eval_result *l
       if (!batch_to_device(f, &x, &y)) return fail("training data to the device");
       mx_demo_step_row row = {.step = step + 1, .epoch = epoch + 1};
       int64_t correct = 0, b = 0;
-      int rc = train_step(r, x, y, &row, &b, &correct);
+      rc = train_step(r, x, y, &row, &b, &correct);
       mx_release(x);
       mx_release(y);
       if (rc) return rc;
-      if (!isfinite(row.loss) && !scaled) {
-        fprintf(stderr, "training diverged at step %lld: loss %g (try a smaller --lr)\n", (long long)row.step,
-                row.loss);
-        return 1;
+      if (!(row.loss <= MAX_LOSS)) { /* read for the progress line anyway: in every precision, no extra sync */
+        char why[64];
+        snprintf(why, sizeof why, "the loss is %g%s", row.loss, isfinite(row.loss) ? " (above 1e4)" : "");
+        return diverged(r, row.step, why);
       }
       step++;
       if (!mx_demo_metrics_add_step(&r->metrics, row)) return fail("metrics: out of memory");
@@ -284,8 +364,15 @@ static int train_epochs(run_state *r, int64_t step, int64_t stop, eval_result *l
     /* Batch norm's running statistics differ between the ranks (each saw
      * its own shard): rank 0's are the model's, as in PyTorch's DDP. */
     if (r->world > 1 && mx_ddp_broadcast_module(r->group, r->task->model, 0) != MX_OK) return fail("syncing the ranks");
+    if ((rc = check_weights(r, step))) return rc;
     if (r->test) {
       if (evaluate(r, last)) return 1;
+      if (!(last->loss <= MAX_LOSS)) {
+        char why[64];
+        snprintf(why, sizeof why, "the test loss is %g after it%s", last->loss,
+                 isfinite(last->loss) ? " (above 1e4)" : "");
+        return diverged(r, step, why);
+      }
       er.test_loss = last->loss, er.test_accuracy = last->accuracy;
       printf("  test: loss %.4f  accuracy %.2f%%\n", last->loss, 100 * last->accuracy);
     }
@@ -350,6 +437,185 @@ static int join_ranks(run_state *r) {
   return mx_ddp_broadcast_module(r->group, r->task->model, 0) == MX_OK ? 0 : fail("copying rank 0's weights");
 }
 
+/* --- the run's settings and a resume ---------------------------------------------------- */
+
+/* v in the fewest digits that read back as v (0.003, not 0.0030000000000000001). */
+static void shortest(char *out, size_t n, double v) {
+  for (int digits = 1; digits <= 17; digits++) {
+    snprintf(out, n, "%.*g", digits, v);
+    if (strtod(out, NULL) == v) return;
+  }
+}
+
+/* A dataset's bytes, labels then images, through zlib's CRC-32: its
+ * identity, cheap next to an epoch over it. */
+static uLong dataset_crc(uLong crc, const mx_dataset *d) {
+  if (!d) return crc;
+  crc = crc32_z(crc, d->labels, (size_t)d->n);
+  return crc32_z(crc, d->images, (size_t)d->n * (size_t)d->c * (size_t)d->h * (size_t)d->w);
+}
+
+/* The settings of this run of total steps, as its checkpoints keep them. */
+static void describe_run(run_state *r, int64_t total) {
+  const mx_demo_flags *f = r->flags;
+  const mx_dataset *train = r->task->train, *test = r->task->test;
+  run_settings *s = &r->settings;
+#define SET(i, ...) snprintf(s->text[i], sizeof s->text[i], __VA_ARGS__)
+  SET(MODEL, "%s", f->model);
+  SET(OPTIMIZER, "%s", f->optimizer);
+  SET(AMP, "%s", mx_demo_amp_name(f->amp));
+  SET(BATCH, "%lld", (long long)f->batch);
+  SET(EPOCHS, "%d", f->epochs);
+  shortest(s->text[LR], sizeof s->text[LR], f->lr);
+  if (total >= 3) SET(SCHEDULE, "one-cycle over %lld steps with %g%% warm-up", (long long)total, 100 * warm_up(total));
+  else SET(SCHEDULE, "the peak lr for all %lld steps", (long long)total);
+  SET(SEED, "%llu", (unsigned long long)f->seed);
+  SET(DATA, "%lld + %lld samples of %dx%dx%d with CRC-32 %08lx", (long long)train->n,
+      (long long)(test ? test->n : 0), train->c, train->h, train->w,
+      (unsigned long)dataset_crc(dataset_crc(crc32_z(0, NULL, 0), train), test));
+  SET(RANKS, "%d", r->world);
+  if (f->synthetic) SET(DATA_SOURCE, "--synthetic %lld", (long long)f->synthetic);
+  else SET(DATA_SOURCE, "--data %s", f->data);
+#undef SET
+  for (int i = 0; i < N_SETTINGS; i++) s->values[i] = s->text[i];
+}
+
+/* What the checkpoint's settings say of a resume. */
+typedef struct {
+  bool checked;                /* the checkpoint holds settings (older ones do not) */
+  bool differs[N_SETTINGS];    /* from this run's */
+  char saved[N_SETTINGS][SETTING_CHARS]; /* the checkpoint's */
+  bool rebuild_schedule, fresh_scaler;
+} resume_plan;
+
+/* Whether a difference in setting i may go on: --allow-change names it,
+ * or, for the schedule, an allowed difference in the run's length. */
+static bool change_allowed(const mx_demo_flags *f, const resume_plan *p, int i) {
+  if (i == MODEL || i == OPTIMIZER) return false; /* the checkpoint holds their tensors */
+  if (mx_demo_change_allowed(f, setting_keys[i])) return true;
+  if (i != SCHEDULE) return false;
+  static const int lengths[] = {EPOCHS, BATCH, DATA, RANKS};
+  for (int k = 0; k < 4; k++)
+    if (p->differs[lengths[k]] && change_allowed(f, p, lengths[k])) return true;
+  return false;
+}
+
+/* Prints the refusal: each difference, and what would allow them. */
+static void refuse(const run_state *r, const resume_plan *p) {
+  const mx_demo_flags *f = r->flags;
+  fprintf(stderr, "--resume %s: the checkpoint's run differs from this one:\n", f->resume);
+  char names[128] = "";
+  bool fixed = false, length_listed = false;
+  for (int i = 0; i < DATA_SOURCE; i++) {
+    if (!p->differs[i]) continue;
+    if (i == DATA)
+      fprintf(stderr, "  data: saved %s (%s), given %s (%s)\n", p->saved[i], p->saved[DATA_SOURCE],
+              r->settings.text[i], r->settings.text[DATA_SOURCE]);
+    else fprintf(stderr, "  %s: saved %s, given %s\n", setting_labels[i], p->saved[i], r->settings.text[i]);
+    if (change_allowed(f, p, i)) continue;
+    if (i == MODEL || i == OPTIMIZER) fixed = true;
+    else if (i != SCHEDULE || !length_listed) /* the schedule follows an allowed change of the length */
+      snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", *names ? "," : "", setting_keys[i]);
+    length_listed |= i == EPOCHS || i == BATCH || i == DATA || i == RANKS;
+  }
+  if (fixed) fprintf(stderr, "the model and the optimizer cannot change on a resume: start afresh without --resume\n");
+  else
+    fprintf(stderr, "to change the run deliberately, add --allow-change %s (see --help); or start afresh without "
+            "--resume\n", names);
+}
+
+/* Compares this run's settings with the checkpoint's. Returns 0 to go on
+ * (*p says what an allowed change rebuilds), 2 after listing differences
+ * that are not allowed, 1 when the checkpoint cannot be read. */
+static int check_resume(run_state *r, resume_plan *p) {
+  const mx_demo_flags *f = r->flags;
+  mx_checkpoint_settings saved;
+  if (mx_checkpoint_settings_read(f->resume, &saved) != MX_OK) return fail("--resume");
+  p->checked = saved.n > 0;
+  for (int i = 0; i < N_SETTINGS; i++) {
+    const char *v = NULL;
+    for (int k = 0; k < saved.n && !v; k++)
+      if (!strcmp(saved.keys[k], setting_keys[i])) v = saved.values[k];
+    snprintf(p->saved[i], sizeof p->saved[i], "%s", v ? v : "(none)");
+    p->differs[i] = p->checked && i != DATA_SOURCE && (!v || strcmp(v, r->settings.text[i]));
+  }
+  mx_checkpoint_settings_free(&saved);
+  bool refused = false;
+  for (int i = 0; i < N_SETTINGS; i++) refused |= p->differs[i] && !change_allowed(f, p, i);
+  if (refused) {
+    if (r->rank == 0) refuse(r, p); /* every rank refuses; one says why */
+    return 2;
+  }
+  p->rebuild_schedule = p->differs[SCHEDULE] || p->differs[LR];
+  p->fresh_scaler = p->differs[AMP];
+  return 0;
+}
+
+/* The schedule made for this run, brought to step as if the run had
+ * started with these flags: the lr (and momentum) it sets there. */
+static int rebuild_schedule(run_state *r, int64_t step) {
+  if (!r->schedule) return mx_optimizer_set_lr(r->opt, 0, r->flags->lr) == MX_OK ? 0 : fail("--resume");
+  for (int64_t i = 0; i < step; i++)
+    if (mx_schedule_step(r->schedule) != MX_OK) return fail("--resume: rebuilding the schedule");
+  return 0;
+}
+
+/* Says what each allowed change does from step on. */
+static void explain_changes(const run_state *r, const resume_plan *p, int64_t step, int64_t total) {
+  const char *now[N_SETTINGS];
+  for (int i = 0; i < N_SETTINGS; i++) now[i] = r->settings.text[i];
+  long long n = (long long)step;
+  for (int i = 0; i < N_SETTINGS; i++) {
+    if (!p->differs[i] || i == SCHEDULE) continue;
+    printf("--allow-change: %s %s -> %s: ", setting_labels[i], p->saved[i], now[i]);
+    switch (i) {
+    case AMP: {
+      const char *scaler = r->flags->amp == MX_F16              ? ", with a new GradScaler"
+                           : !strcmp(p->saved[AMP], "f16") ? ", without the GradScaler"
+                                                             : "";
+      if (r->flags->amp == MX_F32) printf("no autocast from step %lld%s\n", n, scaler);
+      else printf("autocast %s from step %lld%s\n", now[AMP], n, scaler);
+      break;
+    }
+    case BATCH: printf("the steps from %lld on take %s samples each\n", n, now[BATCH]); break;
+    case EPOCHS: printf("the run now ends at step %lld\n", (long long)total); break;
+    case LR: printf("the schedule now peaks at %s\n", now[LR]); break;
+    case SEED: printf("shuffling and augmentation follow seed %s from step %lld\n", now[SEED], n); break;
+    case DATA: printf("training goes on over %s from step %lld\n", now[DATA_SOURCE], n); break;
+    default: /* RANKS */
+      if (r->world == 1) printf("one process takes each step's whole batch from step %lld\n", n);
+      else printf("%d ranks share each step's batch from step %lld\n", r->world, n);
+      break;
+    }
+  }
+  if (!p->rebuild_schedule) return;
+  if (r->schedule)
+    printf("--allow-change: the one-cycle schedule is rebuilt over %lld steps (peak lr %s) and goes on from step %lld "
+           "at lr %g\n", (long long)total, now[LR], n, mx_optimizer_lr(r->opt, 0));
+  else printf("--allow-change: the lr is now %s (a run under 3 steps keeps the peak lr)\n", now[LR]);
+}
+
+/* Goes on from the checkpoint --resume names: its model, optimizer, scaler
+ * and schedule, except what an allowed change makes afresh. */
+static int resume(run_state *r, const resume_plan *p, int64_t total, int64_t *step) {
+  const mx_demo_flags *f = r->flags;
+  mx_checkpoint ck = {r->task->model, r->opt, p->fresh_scaler ? NULL : r->scaler, NULL,
+                      p->rebuild_schedule ? NULL : r->schedule, 0, 0};
+  if (mx_checkpoint_load(f->resume, &ck) != MX_OK) return fail("--resume");
+  if (ck.step < 0 || ck.step > total) {
+    fprintf(stderr, "--resume %s: its step %lld is outside this run's %lld steps\n", f->resume, (long long)ck.step,
+            (long long)total);
+    return 1;
+  }
+  if (p->rebuild_schedule && rebuild_schedule(r, ck.step)) return 1;
+  *step = ck.step;
+  printf("resuming %s at step %lld (epoch %lld)\n", f->resume, (long long)ck.step,
+         (long long)(ck.step / mx_loader_batches(r->train) + 1));
+  if (p->checked) explain_changes(r, p, ck.step, total);
+  else printf("note: %s holds no run settings (an older checkpoint): they are not checked\n", f->resume);
+  return 0;
+}
+
 static void free_run(run_state *r) {
   mx_dist_free(r->group);
   mx_loader_free(r->train);
@@ -370,20 +636,12 @@ int mx_demo_train(const mx_demo_task *task, const mx_demo_flags *flags) {
   if (rc == 0) rc = make_loaders(&r);
   int64_t batches = rc ? 0 : mx_loader_batches(r.train);
   int64_t total = batches * flags->epochs;
+  if (rc == 0) describe_run(&r, total);
+  resume_plan plan = {0};
+  if (rc == 0 && flags->resume) rc = check_resume(&r, &plan); /* before anything trains */
   if (rc == 0) rc = make_optimizer(&r, total);
   int64_t step = 0;
-  if (rc == 0 && flags->resume) {
-    mx_checkpoint ck = {task->model, r.opt, r.scaler, NULL, r.schedule, 0, 0};
-    if (mx_checkpoint_load(flags->resume, &ck) != MX_OK) rc = fail("--resume");
-    else if (ck.step < 0 || ck.step > total) {
-      fprintf(stderr, "--resume %s: its step %lld is outside this run's %lld steps\n", flags->resume,
-              (long long)ck.step, (long long)total);
-      rc = 1;
-    } else {
-      step = ck.step;
-      printf("resuming %s at step %lld (epoch %lld)\n", flags->resume, (long long)step, (long long)(step / batches + 1));
-    }
-  }
+  if (rc == 0 && flags->resume) rc = resume(&r, &plan, total, &step);
   if (rc == 0) {
     printf("%s: %lld parameters, %lld training samples, %lld steps of %lld, amp %s, %s, lr %g", task->title,
            (long long)mx_module_parameter_count(task->model), (long long)task->train->n, (long long)total,

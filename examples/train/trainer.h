@@ -27,8 +27,16 @@ typedef struct {
   bool flip;
 } mx_demo_task;
 
+/* What mx_demo_train returns, the process's exit code: 0 after the run; 1
+ * after an error; 2 when --resume is refused (the checkpoint's run settings
+ * differ from the flags' and --allow-change does not name them all);
+ * MX_DEMO_DIVERGED when training diverged (a loss or weight not finite, or
+ * the GradScaler's guard rails: a step skipped at the scale's floor, or too
+ * many skipped in a row), which saves nothing after it. */
+#define MX_DEMO_DIVERGED 3
+
 /* Trains task->model as flags say; prints progress and results to stdout,
- * errors to stderr. Returns 0, or 1 after an error. */
+ * errors to stderr. Returns one of the codes above. */
 int mx_demo_train(const mx_demo_task *task, const mx_demo_flags *flags);
 
 #endif
