@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,9 +193,14 @@ bool mx_demo_metrics_plot(const mx_demo_metrics *m, const char *path, const char
     mx__atomic_abort(&file);
     return false;
   }
+  /* A gnuplot that quits early makes the writes fail (EPIPE) rather than
+   * end the demo with SIGPIPE; its exit status says what went wrong. */
+  struct sigaction ignore = {.sa_handler = SIG_IGN}, old_action;
+  sigaction(SIGPIPE, &ignore, &old_action);
   size_t len = strlen(path);
   write_script(m, g, len >= 4 && !strcmp(path + len - 4, ".svg"), title, show_scale);
   fclose(g); /* gnuplot reads to the end, draws and exits */
+  sigaction(SIGPIPE, &old_action, NULL);
   int status;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) continue;
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
