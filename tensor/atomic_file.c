@@ -89,8 +89,9 @@ static mx_status resolve_target(const char *op, const char *path, target *t) {
       if (!(real = realpath(path, NULL)) || stat(real, &st) != 0) {
         int err = errno;
         free(real);
-        return mx__error(MX_IO_ERROR, "%s: %s is a symbolic link to nothing that can be written (%s); nothing was written",
-                         op, path, strerror(err));
+        return mx__error(MX_IO_ERROR,
+                         "%s: %s is a symbolic link to nothing that can be written (%s); nothing was written", op, path,
+                         strerror(err));
       }
       if (!S_ISREG(st.st_mode)) {
         mx__error(MX_INVALID_ARGUMENT, "%s: %s is a symbolic link to %s, %s, not a regular file; nothing was written",
@@ -193,7 +194,8 @@ static mx_status create_tmp(mx__atomic_file *f, const target *t) {
   pthread_mutex_lock(&tmp_lock);
   remove_stale(f->dir_fd, t->name);
   for (int tries = 0; fd < 0 && tries < 100; tries++) { /* a name left by a killed process of this pid: the next */
-    snprintf(f->tmp, size, "%.*s" TMP_MARK "%ld.%u", name_len, t->name, (long)getpid(), atomic_fetch_add(&tmp_count, 1));
+    unsigned n = atomic_fetch_add(&tmp_count, 1);
+    snprintf(f->tmp, size, "%.*s" TMP_MARK "%ld.%u", name_len, t->name, (long)getpid(), n);
     fd = openat(f->dir_fd, f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, t->exists ? t->mode : 0666);
     if (fd < 0 && errno != EEXIST) break;
   }

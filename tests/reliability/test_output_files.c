@@ -251,8 +251,8 @@ Test(output_files, special_files_at_the_target_are_refused_and_left_as_they_were
   struct stat st;
   const char *fifo = tmp_path("fifo");
   cr_assert_eq(mkfifo(fifo, 0600), 0);
-  EXPECT_REFUSED(fifo, MX_INVALID_ARGUMENT, "mx_safetensors_save: %s is a FIFO, not a regular file; nothing was written",
-                 fifo);
+  EXPECT_REFUSED(fifo, MX_INVALID_ARGUMENT,
+                 "mx_safetensors_save: %s is a FIFO, not a regular file; nothing was written", fifo);
   cr_expect(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode), "the FIFO was replaced");
 
   const char *folder = tmp_subdir("folder");
@@ -388,6 +388,8 @@ static void expect_stopped_at_start(run_result r, const char *message) {
   free(r.err);
 }
 
+/* a short run that trains, draws and writes */
+#define SHORT_RUN "--synthetic", "100", "--model", "mlp", "--epochs", "1", "--batch", "20"
 #define LONG_RUN "--synthetic", "200000", "--epochs", "1000", "--model", "mlp"
 /* seconds after which such a run is killed: it failed the test already */
 #define STOP_LIMIT (RUNNING_ON_VALGRIND ? 120 : 10)
@@ -437,8 +439,7 @@ Test(output_files, a_plot_name_with_quotes_is_drawn_to_that_name_and_runs_nothin
   if (system("command -v gnuplot >/dev/null 2>&1") != 0) skip("gnuplot is not on PATH");
   cr_assert_eq(chdir(tmp_dir), 0);
   const char *name = "q'; system(\"touch MARKER\"); x='.png";
-  run_result r = RUN_MNIST(300, "--synthetic", "100", "--model", "mlp", "--epochs", "1", "--batch", "20", "--plot", name,
-                           "--metrics", "it's.csv");
+  run_result r = RUN_MNIST(300, SHORT_RUN, "--plot", name, "--metrics", "it's.csv");
   cr_assert_eq(r.status, 0, "exit %d\n--- stdout:\n%.2000s\n--- stderr:\n%.2000s", r.status, r.out, r.err);
   cr_expect_eq(access("MARKER", F_OK), -1, "gnuplot ran the command in the name");
   size_t size;
@@ -473,7 +474,7 @@ Test(output_files, a_failed_plot_leaves_the_old_picture) {
   cr_assert_not_null(f);
   fputs("the old picture", f);
   fclose(f);
-  run_result r = RUN_MNIST(300, "--synthetic", "100", "--model", "mlp", "--epochs", "1", "--batch", "20", "--plot", png);
+  run_result r = RUN_MNIST(300, SHORT_RUN, "--plot", png);
   cr_expect_eq(r.status, 1, "exit %d\n--- stderr:\n%.2000s", r.status, r.err);
   cr_expect_str_eq(r.err, fmt("--plot: gnuplot failed (exit 3); %s was left as it was\n", png));
   char *bytes = read_file(png, NULL);
