@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -161,6 +162,44 @@ Test(output_files, kill_9_during_saves_leaves_a_whole_checkpoint_and_no_stale_fi
   free(data);
   cr_assert_str_eq(listing(dir), "ck.safetensors", "the save after the kills left a temporary file behind");
   expect_absent_or_whole(path, n, rounds);
+}
+
+/* Threads saving over one path at once: each save succeeds (its own
+ * temporary file), the file is one save's whole contents, nothing is left. */
+typedef struct {
+  const char *path;
+  unsigned first;
+  char error[1024];
+} saver;
+
+enum { THREAD_SAVES = 20, THREAD_ELEMS = 1 << 14 };
+
+static void *save_many(void *arg) {
+  saver *s = arg;
+  float *data = malloc(THREAD_ELEMS * sizeof *data);
+  for (unsigned i = 0; data && i < THREAD_SAVES && !s->error[0]; i++)
+    if (save_iteration(s->path, s->first + i, data, THREAD_ELEMS) != MX_OK)
+      snprintf(s->error, sizeof s->error, "%s", mx_last_error());
+  if (!data) snprintf(s->error, sizeof s->error, "out of memory");
+  free(data);
+  return NULL;
+}
+
+Test(output_files, threads_saving_to_one_path_leave_one_whole_file) {
+  const char *dir = tmp_subdir("threads"), *path = fmt("%s/ck", dir);
+  enum { THREADS = 4 };
+  saver savers[THREADS];
+  pthread_t threads[THREADS];
+  for (int t = 0; t < THREADS; t++) {
+    savers[t] = (saver){.path = path, .first = 1000 * (unsigned)(t + 1)};
+    cr_assert_eq(pthread_create(&threads[t], NULL, save_many, &savers[t]), 0);
+  }
+  for (int t = 0; t < THREADS; t++) {
+    pthread_join(threads[t], NULL);
+    cr_expect_str_eq(savers[t].error, "", "thread %d", t);
+  }
+  expect_absent_or_whole(path, THREAD_ELEMS, 0);
+  cr_expect_str_eq(listing(dir), "ck", "the threads left temporary files behind");
 }
 
 /* A pid that no process has: a child's, after it exited and was reaped. */
