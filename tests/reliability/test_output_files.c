@@ -1,6 +1,7 @@
 /* Reliability (issue #33): the files mixgrad writes. Checkpoints killed
  * mid-save (kill -9 in a loop) are old or new, never torn, and leave no
- * temporary file behind the next save; special files at the target (FIFO,
+ * temporary file behind the next save; threads saving over one path leave
+ * one whole file; special files at the target (FIFO,
  * folder, /dev/null, links) are refused and left as they were; names with
  * control characters are refused; a name meant to run a command in gnuplot
  * runs none; and the MNIST demo (MX_MNIST_DEMO, set by meson) checks its
