@@ -22,9 +22,12 @@
  * one after another with no gap. dtypes: F32, F64, F16, BF16, I64, I32, U8,
  * BOOL (mixgrad's eight).
  *
- * Saving is atomic: the bytes go to "<path>.tmp.<pid>", are flushed to the
- * disk and renamed over path, so a crash or a failure leaves either the old
- * file or the new one, never half of one. Tensors may be strided views and
+ * Saving is atomic: the bytes go to a temporary file beside path, are
+ * flushed to the disk and renamed over path, so a crash or a failure leaves
+ * either the old file or the new one, never half of one; the next save
+ * removes a killed save's temporary file. path must be absent or a regular
+ * file (a symbolic link to one is written through); a folder, FIFO or
+ * device is refused and left as it was. Tensors may be strided views and
  * live on any device. Loading treats the file as untrusted: every size is
  * checked against the file before anything is allocated, and a truncated or
  * corrupt file is an error naming the file and the tensor.

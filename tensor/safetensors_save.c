@@ -1,14 +1,14 @@
 /* Writing safetensors files: the JSON header (cJSON), the tensors' bytes,
- * and the temporary file that is flushed, synced and renamed over the old. */
+ * written atomically through tensor/atomic_file.h. */
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "tensor/atomic_file.h"
 #include "tensor/safetensors_internal.h"
 
 static const char *const fn = "mx_safetensors_save";
@@ -147,51 +147,17 @@ static bool write_contents(FILE *fp, const char *path, const char *json, int n, 
   return ok;
 }
 
-/* Syncs the directory holding path, so the rename itself is on the disk. */
-static mx_status sync_directory(const char *path) {
-  const char *slash = strrchr(path, '/');
-  char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-  if (!dir) return mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", fn);
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  mx_status status = MX_OK;
-  if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL)) /* EINVAL: the file system syncs no directories */
-    status = mx__error(MX_IO_ERROR, "%s: %s: the file was written but its directory '%s' could not be synced (%s)",
-                       fn, path, dir, strerror(errno));
-  if (fd >= 0) close(fd);
-  free(dir);
-  return status;
-}
-
-/* Writes the file as "<path>.tmp.<pid>" and renames it over path; on any
- * failure the temporary file is removed and path is left as it was. */
+/* Writes the file through the atomic-file module: a temporary file in the
+ * target's folder, synced and renamed over it; on any failure path is left
+ * as it was. */
 static mx_status write_atomically(const char *path, const char *json, int n, const mx_tensor *const *tensors) {
-  size_t size = strlen(path) + 32;
-  char *tmp = malloc(size);
-  if (!tmp) return mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", fn);
-  snprintf(tmp, size, "%s.tmp.%ld", path, (long)getpid());
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0666);
-  FILE *fp = fd >= 0 ? fdopen(fd, "wb") : NULL;
-  if (!fp) {
-    mx__error(MX_IO_ERROR, "%s: %s: cannot create the temporary file '%s' (%s)", fn, path, tmp, strerror(errno));
-    if (fd >= 0) {
-      close(fd);
-      unlink(tmp);
-    }
-    free(tmp);
-    return MX_IO_ERROR;
+  mx__atomic_file file;
+  if (mx__atomic_begin(&file, fn, path) != MX_OK) return mx_last_status();
+  if (!write_contents(file.fp, path, json, n, tensors)) {
+    mx__atomic_abort(&file);
+    return mx_last_status();
   }
-  bool ok = write_contents(fp, path, json, n, tensors);
-  if (fclose(fp) != 0 && ok) {
-    mx__error(MX_IO_ERROR, "%s: %s: writing failed (%s)", fn, path, strerror(errno));
-    ok = false;
-  }
-  if (ok && rename(tmp, path) != 0) {
-    mx__error(MX_IO_ERROR, "%s: %s: cannot rename '%s' over it (%s)", fn, path, tmp, strerror(errno));
-    ok = false;
-  }
-  if (!ok) unlink(tmp);
-  free(tmp);
-  return ok ? sync_directory(path) : mx_last_status();
+  return mx__atomic_commit(&file);
 }
 
 mx_status mx_safetensors_save(const char *path, int n, const char *const *names, const mx_tensor *const *tensors,

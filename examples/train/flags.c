@@ -3,6 +3,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "tensor/atomic_file.h"
 
 /* The settings that --allow-change may name: all that define a run but the
  * model and the optimizer, whose tensors the checkpoint holds. */
@@ -86,6 +89,48 @@ static bool known(const char *flag) {
   return false;
 }
 
+/* Whether an executable named name lies in one of PATH's folders. */
+static bool on_path(const char *name) {
+  const char *path = getenv("PATH");
+  char *dirs = path ? strdup(path) : NULL, *rest = dirs, *dir;
+  bool found = false;
+  while (!found && (dir = strsep(&rest, ":")) != NULL) {
+    char file[4096];
+    snprintf(file, sizeof file, "%s/%s", *dir ? dir : ".", name);
+    found = access(file, X_OK) == 0;
+  }
+  free(dirs);
+  return found;
+}
+
+/* The paths a run reads are free of control characters, and those it
+ * writes can be written (their folders exist and take files, the targets
+ * are no special files), checked before any data is loaded or any step
+ * taken rather than after an epoch or the whole run. Under a launcher only
+ * rank 0 writes, so only it checks the output paths. Returns 2 after a
+ * message on stderr. */
+static int check_paths(const char *program, const mx_demo_flags *f) {
+  const char *rank = getenv("RANK");
+  bool writes = !rank || !strcmp(rank, "0");
+  const struct { const char *flag, *path; bool output; } paths[] = {
+      {"--data", f->data, false},   {"--resume", f->resume, false}, {"--save", f->save, true},
+      {"--metrics", f->metrics, true}, {"--plot", f->plot, true}};
+  for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
+    if (!paths[i].path) continue;
+    mx_status status = paths[i].output && writes ? mx__output_path_check(paths[i].flag, paths[i].path)
+                                                 : mx__path_check_characters(paths[i].flag, paths[i].path);
+    if (status != MX_OK) {
+      fprintf(stderr, "%s: %s\n", program, mx_last_error());
+      return 2;
+    }
+  }
+  if (f->plot && writes && !on_path("gnuplot")) {
+    fprintf(stderr, "%s: --plot needs gnuplot, which is not on PATH (apt-get install gnuplot-nox)\n", program);
+    return 2;
+  }
+  return 0;
+}
+
 int mx_demo_parse_flags(int argc, char **argv, const mx_demo_usage *u, mx_demo_flags *f) {
   const char *p = u->program;
   for (int i = 1; i < argc; i++) {
@@ -156,5 +201,5 @@ int mx_demo_parse_flags(int argc, char **argv, const mx_demo_usage *u, mx_demo_f
     fprintf(stderr, "%s: --allow-change applies to a --resume only (see --help)\n", p);
     return 2;
   }
-  return 0;
+  return check_paths(p, f);
 }

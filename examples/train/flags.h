@@ -40,9 +40,12 @@ typedef struct {
 } mx_demo_usage;
 
 void mx_demo_print_usage(const mx_demo_usage *u, const mx_demo_flags *defaults, FILE *out);
-/* Parses argv over the defaults in *flags. Returns 0 to train, 1 when
- * --help was printed (exit 0), 2 after a message naming the bad flag or
- * value on stderr (exit 2). */
+/* Parses argv over the defaults in *flags, then checks the paths: none may
+ * hold a control character, and --save, --metrics and --plot must be
+ * writable (an existing folder that takes files; no special file at the
+ * path; gnuplot on PATH for --plot), so a bad one stops the run before any
+ * data is loaded. Returns 0 to train, 1 when --help was printed (exit 0), 2
+ * after a message naming the bad flag or value on stderr (exit 2). */
 int mx_demo_parse_flags(int argc, char **argv, const mx_demo_usage *u, mx_demo_flags *flags);
 /* Whether --allow-change names the setting ("epochs", "lr", ...). */
 bool mx_demo_change_allowed(const mx_demo_flags *flags, const char *setting);

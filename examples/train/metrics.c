@@ -1,11 +1,21 @@
+/* The demos' training curves: kept in memory, written as CSV and drawn by
+ * gnuplot, both through the atomic-file module. */
 #include "examples/train/metrics.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include "tensor/atomic_file.h"
+
+extern char **environ;
 
 /* Grows *items (of size bytes each) to hold one more; false when out of memory. */
 static bool grow(void **items, int64_t n, int64_t *cap, size_t size) {
@@ -53,28 +63,40 @@ static void write_rows(const mx_demo_metrics *m, FILE *f) {
 }
 
 bool mx_demo_metrics_write_csv(const mx_demo_metrics *m, const char *path) {
-  FILE *f = fopen(path, "w");
-  if (!f) {
-    fprintf(stderr, "--metrics: cannot write %s: %s\n", path, strerror(errno));
+  mx__atomic_file file;
+  if (mx__atomic_begin(&file, "--metrics", path) != MX_OK) {
+    fprintf(stderr, "%s\n", mx_last_error());
     return false;
   }
-  write_rows(m, f);
-  if (fclose(f) != 0) {
-    fprintf(stderr, "--metrics: cannot write %s: %s\n", path, strerror(errno));
+  write_rows(m, file.fp);
+  if (mx__atomic_commit(&file) != MX_OK) {
+    fprintf(stderr, "%s\n", mx_last_error());
     return false;
   }
   return true;
 }
 
+/* text as a gnuplot string in single quotes, where only the quote itself
+ * is special (doubled), and a control character, which could end the line,
+ * becomes a space. */
+static void put_quoted(FILE *g, const char *text) {
+  fputc('\'', g);
+  for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+    if (*c == '\'') fputc('\'', g);
+    fputc(*c < 0x20 || *c == 0x7f ? ' ' : *c, g);
+  }
+  fputc('\'', g);
+}
+
 /* The script, with the data inline as gnuplot datablocks ($steps, $epochs,
- * $skips), so no temporary files are needed. */
-static void write_script(const mx_demo_metrics *m, FILE *g, const char *path, const char *title, bool show_scale) {
-  size_t len = strlen(path);
-  bool svg = len >= 4 && !strcmp(path + len - 4, ".svg");
+ * $skips). The picture goes to gnuplot's standard output (set output with no
+ * name), which mx_demo_metrics_plot points at the file: no name given by a
+ * user is ever part of the script. */
+static void write_script(const mx_demo_metrics *m, FILE *g, bool svg, const char *title, bool show_scale) {
   int panels = show_scale ? 3 : 2;
   fprintf(g, "set terminal %s size 900,%d font 'DejaVu Sans,10' noenhanced\n", svg ? "svg" : "pngcairo",
           panels * 260);
-  fprintf(g, "set output '%s'\n", path);
+  fprintf(g, "set output\n");
   fprintf(g, "$steps << EOD\n");
   /* Columns: step, loss, accuracy, scale, and loss and accuracy averaged
    * over the last 2% of the run's steps (one step is noisy). */
@@ -102,8 +124,10 @@ static void write_script(const mx_demo_metrics *m, FILE *g, const char *path, co
   fprintf(g, "EOD\n");
   fprintf(g,
           "set grid lc rgb '#dddddd'\nset key top right opaque box\nset lmargin 10\nset xrange [0:*]\n"
-          "set multiplot layout %d,1 title '%s'\n",
-          panels, title);
+          "set multiplot layout %d,1 title ",
+          panels);
+  put_quoted(g, title);
+  fputc('\n', g);
   fprintf(g,
           "set ylabel 'loss'\nplot $steps using 1:2 with lines lc rgb '#9ecae1' title 'train (each step)', "
           "$steps using 1:5 with lines lw 2 lc rgb '#08519c' title 'train (running mean)', "
@@ -124,22 +148,65 @@ static void write_script(const mx_demo_metrics *m, FILE *g, const char *path, co
   fprintf(g, "unset multiplot\nset output\n");
 }
 
+/* Runs gnuplot (found on PATH, no shell) with its standard input a pipe,
+ * returned in *script, and its standard output out_fd. */
+static bool start_gnuplot(int out_fd, pid_t *pid, FILE **script) {
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    fprintf(stderr, "--plot: cannot make a pipe to gnuplot: %s\n", strerror(errno));
+    return false;
+  }
+  posix_spawn_file_actions_t actions;
+  int rc = posix_spawn_file_actions_init(&actions);
+  if (rc == 0) rc = posix_spawn_file_actions_adddup2(&actions, pipe_fds[0], 0);
+  if (rc == 0) rc = posix_spawn_file_actions_adddup2(&actions, out_fd, 1);
+  if (rc == 0) rc = posix_spawnp(pid, "gnuplot", &actions, NULL, (char *const[]){"gnuplot", NULL}, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(pipe_fds[0]);
+  *script = rc == 0 ? fdopen(pipe_fds[1], "w") : NULL;
+  if (*script) return true;
+  if (rc == 0) { /* gnuplot runs, but its script cannot be written: end it */
+    rc = errno;
+    close(pipe_fds[1]);
+    waitpid(*pid, NULL, 0);
+  } else {
+    close(pipe_fds[1]);
+  }
+  fprintf(stderr, "--plot: cannot run gnuplot: %s%s\n", strerror(rc),
+          rc == ENOENT ? " (apt-get install gnuplot-nox)" : "");
+  return false;
+}
+
 bool mx_demo_metrics_plot(const mx_demo_metrics *m, const char *path, const char *title, bool show_scale) {
-  if (strchr(path, '\'') || strchr(title, '\'')) {
-    fprintf(stderr, "--plot: the file name may not hold a quote: %s\n", path);
+  mx__atomic_file file;
+  if (mx__atomic_begin(&file, "--plot", path) != MX_OK) {
+    fprintf(stderr, "%s\n", mx_last_error());
     return false;
   }
-  FILE *g = popen("gnuplot 2>&1", "w");
-  if (!g) {
-    fprintf(stderr, "--plot: cannot run gnuplot: %s\n", strerror(errno));
+  pid_t pid;
+  FILE *g;
+  if (!start_gnuplot(fileno(file.fp), &pid, &g)) {
+    mx__atomic_abort(&file);
     return false;
   }
-  write_script(m, g, path, title, show_scale);
-  int status = pclose(g);
-  if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    int code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    fprintf(stderr, "--plot: gnuplot failed (exit %d)%s\n", code,
-            code == 127 ? ": it is not installed (apt-get install gnuplot-nox)" : "");
+  /* A gnuplot that quits early makes the writes fail (EPIPE) rather than
+   * end the demo with SIGPIPE; its exit status says what went wrong. */
+  struct sigaction ignore = {.sa_handler = SIG_IGN}, old_action;
+  sigaction(SIGPIPE, &ignore, &old_action);
+  size_t len = strlen(path);
+  write_script(m, g, len >= 4 && !strcmp(path + len - 4, ".svg"), title, show_scale);
+  fclose(g); /* gnuplot reads to the end, draws and exits */
+  sigaction(SIGPIPE, &old_action, NULL);
+  int status;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) continue;
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    fprintf(stderr, "--plot: gnuplot failed (%s %d); %s was left as it was\n",
+            WIFEXITED(status) ? "exit" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), path);
+    mx__atomic_abort(&file);
+    return false;
+  }
+  if (mx__atomic_commit(&file) != MX_OK) {
+    fprintf(stderr, "%s\n", mx_last_error());
     return false;
   }
   return true;

@@ -37,13 +37,16 @@ void mx_demo_metrics_free(mx_demo_metrics *m);
  *   kind,step,epoch,loss,accuracy,lr,loss_scale,skipped,test_loss,test_accuracy
  * then a "step" row per step and an "epoch" row per epoch (its train loss
  * and accuracy, test loss and accuracy, at its last step); fields a kind
- * lacks are empty. Accuracies are fractions. Returns false with a message
- * on stderr. */
+ * lacks are empty. Accuracies are fractions. Both files are written
+ * atomically (tensor/atomic_file.h): a special file at path is refused and
+ * a failed write leaves path as it was. Returns false with a message on
+ * stderr. */
 bool mx_demo_metrics_write_csv(const mx_demo_metrics *m, const char *path);
 /* Draws loss and accuracy over the steps (with the epochs' test values) and,
  * when show_scale, the loss scale on a log axis with skipped steps marked;
- * png or svg by path's extension. Runs gnuplot; false with a message on
- * stderr when that fails. */
+ * png or svg by path's extension. Runs gnuplot (no shell), which draws into
+ * its standard output, the temporary file: path never reaches its script.
+ * False with a message on stderr when that fails. */
 bool mx_demo_metrics_plot(const mx_demo_metrics *m, const char *path, const char *title, bool show_scale);
 
 #endif
