@@ -2,7 +2,6 @@
 #include "examples/data/data_file.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,8 +134,7 @@ static int64_t read_gzip(mx__data_file *f, uint8_t *buf, int64_t n) {
       mx__error(MX_OUT_OF_MEMORY, "%s: %s: out of memory inflating the data", f->op, f->path);
       return -1;
     } else if (r != Z_OK && r != Z_BUF_ERROR) { /* Z_BUF_ERROR: it wants more input */
-      mx__error(MX_CORRUPT_DATA, "%s: %s: corrupt gzip data (%s)", f->op, f->path,
-                f->z.msg ? f->z.msg : "a preset dictionary, which gzip never uses");
+      mx__error(MX_CORRUPT_DATA, "%s: %s: corrupt gzip data (%s)", f->op, f->path, f->z.msg ? f->z.msg : zError(r));
       return -1;
     }
   }
