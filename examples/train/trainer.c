@@ -382,6 +382,7 @@ int mx_demo_train(const mx_demo_task *task, const mx_demo_flags *flags) {
     } else {
       step = ck.step;
       printf("resuming %s at step %lld (epoch %lld)\n", flags->resume, (long long)step, (long long)(step / batches + 1));
+      if (mx_safetensors_last_note()) fprintf(stderr, "--resume: %s\n", mx_safetensors_last_note()); /* no checksums */
     }
   }
   if (rc == 0) {
