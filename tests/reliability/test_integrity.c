@@ -506,7 +506,7 @@ static void skip_demo_under_valgrind(void) {
   cr_skip_test("under valgrind: the demo runs traced by it");
 }
 
-Test(integrity, resume_refuses_a_fifo_at_once, .timeout = 120) {
+Test(integrity, resume_refuses_a_fifo_at_once) { /* each demo run is bounded by timeout(1) */
   skip_demo_under_valgrind();
   TMP_PATH(fifo, "fifo.ckpt");
   cr_assert_eq(mkfifo(fifo, 0600), 0);
@@ -518,7 +518,7 @@ Test(integrity, resume_refuses_a_fifo_at_once, .timeout = 120) {
   cr_assert_leq(time(NULL) - start, 30, "the demo took %lld s", (long long)(time(NULL) - start));
 }
 
-Test(integrity, resume_notes_an_old_checkpoint_and_refuses_a_flipped_one, .timeout = 240) {
+Test(integrity, resume_notes_an_old_checkpoint_and_refuses_a_flipped_one) {
   skip_demo_under_valgrind();
   TMP_PATH(ck, "ck.safetensors");
   TMP_PATH(old, "old.safetensors");
