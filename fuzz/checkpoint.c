@@ -3,6 +3,7 @@
  * step schedule, a generator). Refused, the file changes nothing: the run
  * saves the same bytes as before. Accepted, what was loaded saves, loads
  * back and saves the same bytes again. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +20,9 @@ typedef struct {
 } run;
 
 static run r;
-static const char *reference; /* the run as made: restored after each accepted file */
+/* The run as made, restored after each accepted file: a copy of the path,
+ * since mx_fuzz_path's buffers are reused. */
+static char reference[256];
 
 static void run_free(void) {
   mx_schedule_free(r.schedule);
@@ -51,7 +54,7 @@ static void run_make(void) {
                 "the run takes a step");
   mx_scope_end(s);
   r.ckpt = (mx_checkpoint){r.model, r.opt, r.scaler, r.gen, r.schedule, 7, 1};
-  reference = mx_fuzz_path("reference.ckpt");
+  snprintf(reference, sizeof reference, "%s", mx_fuzz_path("reference.ckpt"));
   mx_fuzz_check(mx_checkpoint_save(reference, &r.ckpt) == MX_OK, "the run saves");
   atexit(run_free);
 }

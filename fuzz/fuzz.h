@@ -33,6 +33,7 @@ typedef struct {
   const char *target; /* "safetensors", "checkpoint", "idx", "cifar" or "ops" */
   char name[64];      /* a file name for it */
   bool accepted;      /* the reader must accept it (an op may refuse its inputs) */
+  bool refused;       /* the reader must refuse it: a broken file (a gzip trailer cut, ...) */
   uint8_t *data;      /* malloc'ed */
   size_t size;
 } mx_fuzz_seed;

@@ -1,8 +1,9 @@
 /* Valid inputs for each fuzz target, written by mixgrad's own writers (the
  * safetensors saver, the checkpoint target's run) or laid out here byte by
- * byte from the formats' descriptions (IDX, CIFAR-10), raw and gzipped;
- * and for the ops target, each op case on float64 inputs of its own
- * shapes. */
+ * byte from the formats' descriptions (IDX, CIFAR-10), raw and gzipped (in
+ * one gzip member or two); broken gzipped ones the readers must refuse (a
+ * trailer cut or wrong, bytes after the data); and for the ops target,
+ * each op case on float64 inputs of its own shapes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,13 +52,42 @@ static bytes gzip(bytes b) {
   return out;
 }
 
+/* b with its last n bytes cut (a gzip file's trailer: CRC and length). */
+static bytes cut(bytes b, size_t n) {
+  b.size = b.size > n ? b.size - n : 0;
+  return b;
+}
+
+/* b with the bits of mask flipped in its byte `from_end` bytes before its end. */
+static bytes flip(bytes b, size_t from_end, uint8_t mask) {
+  b.data[b.size - from_end] ^= mask;
+  return b;
+}
+
+/* a's bytes, then b's. */
+static bytes cat(bytes a, bytes b) {
+  put(&a, b.data, b.size);
+  free(b.data);
+  return a;
+}
+
+/* b's first k bytes and the rest, gzipped each on its own: a file of two gzip members. */
+static bytes gzip_two_members(bytes b, size_t k) {
+  bytes first = {0}, second = {0};
+  put(&first, b.data, k);
+  put(&second, b.data + k, b.size - k);
+  free(b.data);
+  return cat(gzip(first), gzip(second));
+}
+
 static mx_fuzz_seed seed_of(const char *target, const char *name, bytes b) {
-  mx_fuzz_seed seed = {target, "", true, b.data, b.size};
+  mx_fuzz_seed seed = {target, "", true, false, b.data, b.size};
   snprintf(seed.name, sizeof seed.name, "%s", name);
   return seed;
 }
 
-/* The two-file inputs of the dataset targets: the first file's length, then both. */
+/* The two-file inputs of the dataset targets: the first file's length, then
+ * both; a name beginning "bad-" marks an input the reader must refuse. */
 static mx_fuzz_seed two_files(const char *target, const char *name, bytes first, bytes second) {
   bytes all = {0};
   put_u32(&all, (uint32_t)first.size, false);
@@ -65,7 +95,10 @@ static mx_fuzz_seed two_files(const char *target, const char *name, bytes first,
   put(&all, second.data, second.size);
   free(first.data);
   free(second.data);
-  return seed_of(target, name, all);
+  mx_fuzz_seed seed = seed_of(target, name, all);
+  seed.refused = !strncmp(name, "bad-", 4);
+  seed.accepted = !seed.refused;
+  return seed;
 }
 
 /* n images of rows x cols and their labels, as IDX files. */
@@ -131,7 +164,7 @@ static mx_fuzz_seed op_seed(int k) {
 }
 
 mx_fuzz_seed *mx_fuzz_seeds(int *n) {
-  mx_fuzz_seed *seeds = malloc(sizeof *seeds * (size_t)(6 + op_case_count));
+  mx_fuzz_seed *seeds = malloc(sizeof *seeds * (size_t)(14 + op_case_count));
   mx_fuzz_check(seeds != NULL, "out of memory making the seeds");
   int k = 0;
   seeds[k++] = safetensors_seed();
@@ -142,6 +175,19 @@ mx_fuzz_seed *mx_fuzz_seeds(int *n) {
   seeds[k++] = two_files("idx", "ok-idx-gzipped", gzip(idx_images(2, 3, 3)), gzip(idx_labels(2)));
   seeds[k++] = two_files("cifar", "ok-cifar", cifar_records(2, 0), cifar_records(1, 5));
   seeds[k++] = two_files("cifar", "ok-cifar-gzipped", gzip(cifar_records(1, 9)), cifar_records(1, 3));
+  /* gzip's own checks: the 8-byte trailer (CRC-32, then the length) whole and right, nothing after the data */
+  seeds[k++] = two_files("idx", "ok-idx-gzip-two-members", gzip_two_members(idx_images(3, 4, 4), 20),
+                         gzip(idx_labels(3)));
+  seeds[k++] = two_files("idx", "bad-idx-gzip-trailer-cut", cut(gzip(idx_images(2, 3, 3)), 8), idx_labels(2));
+  seeds[k++] = two_files("idx", "bad-idx-gzip-length-cut", idx_images(2, 3, 3), cut(gzip(idx_labels(2)), 3));
+  seeds[k++] = two_files("idx", "bad-idx-gzip-crc", flip(gzip(idx_images(2, 3, 3)), 8, 0x10), idx_labels(2));
+  seeds[k++] = two_files("idx", "bad-idx-gzip-junk-after", cat(gzip(idx_images(2, 3, 3)), idx_labels(1)),
+                         idx_labels(2));
+  seeds[k++] = two_files("cifar", "ok-cifar-gzip-two-members", gzip_two_members(cifar_records(2, 1), 3073),
+                         cifar_records(1, 3));
+  seeds[k++] = two_files("cifar", "bad-cifar-gzip-trailer-cut", cut(gzip(cifar_records(2, 4)), 8),
+                         cifar_records(1, 3));
+  seeds[k++] = two_files("cifar", "bad-cifar-gzip-length", cifar_records(1, 3), flip(gzip(cifar_records(1, 4)), 1, 1));
   for (int c = 0; c < op_case_count; c++) seeds[k++] = op_seed(c);
   *n = k;
   return seeds;

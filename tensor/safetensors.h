@@ -22,6 +22,13 @@
  * one after another with no gap. dtypes: F32, F64, F16, BF16, I64, I32, U8,
  * BOOL (mixgrad's eight).
  *
+ * mixgrad adds to the metadata the checksum of each tensor's bytes:
+ * "xxh3_64:<name>" holding their XXH3-64 hash (xxHash) as 16 hex digits,
+ * which other readers see as plain metadata. Loading checks every tensor
+ * against its checksum and hides these keys from the metadata; a file
+ * without them (an older mixgrad's, or another tool's) loads unchecked,
+ * and mx_safetensors_last_note says so.
+ *
  * Saving is atomic: the bytes go to a temporary file beside path, are
  * flushed to the disk and renamed over path, so a crash or a failure leaves
  * either the old file or the new one, never half of one; the next save
@@ -73,6 +80,14 @@ int mx_safetensors_metadata_count(const mx_safetensors *f);
 const char *mx_safetensors_metadata_key(const mx_safetensors *f, int i);
 const char *mx_safetensors_metadata_value(const mx_safetensors *f, int i);
 const char *mx_safetensors_metadata(const mx_safetensors *f, const char *key);
+
+/* What the last load on this thread (mx_safetensors_load, and so
+ * mx_module_load and mx_checkpoint_load) has to say beside success: NULL
+ * when every tensor was checked against its checksum (or the file has no
+ * tensors, or the load failed), otherwise one line such as "run.ckpt: the
+ * file has no checksums (an older mixgrad's, or another tool's): its
+ * tensors were loaded unchecked". The next load replaces it. */
+const char *mx_safetensors_last_note(void);
 
 #ifdef __cplusplus
 }

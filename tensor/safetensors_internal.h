@@ -18,6 +18,13 @@ struct mx_safetensors {
   char **keys, **values;
 };
 
+/* Each tensor's checksum is metadata: the key is this prefix and the
+ * tensor's name, the value the XXH3-64 hash of its bytes in the file as 16
+ * lowercase hex digits, as Python's xxhash.xxh3_64(data).hexdigest() and
+ * `xxhsum -H3` print it. The loader checks and hides these keys. */
+#define MX__SAFETENSORS_SUM_PREFIX "xxh3_64:"
+#define MX__SAFETENSORS_SUM_DIGITS 16
+
 /* The format's dtype code ("F32", "BF16", ...): mixgrad's enum names. */
 const char *mx__safetensors_code(mx_dtype dtype);
 /* The dtype of a code, or MX_DTYPE_COUNT for an unknown one. */

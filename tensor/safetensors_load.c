@@ -1,6 +1,7 @@
 /* Reading safetensors files, which are untrusted: the header length, the
  * JSON (cJSON), every entry's dtype, shape and byte range are checked
- * against the file before a tensor is allocated. */
+ * against the file before a tensor is allocated, and each tensor's bytes
+ * against its checksum (xxHash's XXH3-64) when the file has them. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
@@ -8,7 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
 
+#include "tensor/regular_file.h"
 #include "tensor/safetensors_internal.h"
 
 static const char *const fn = "mx_safetensors_load";
@@ -20,7 +24,15 @@ typedef struct {
   int ndim;
   int64_t shape[MX_MAX_DIMS];
   int64_t begin, end;
+  bool has_sum;
+  XXH64_hash_t sum; /* the checksum the file records for its bytes */
 } entry;
+
+/* A checksum in the metadata, before it is matched to its tensor. */
+typedef struct {
+  const char *name; /* in the cJSON tree */
+  XXH64_hash_t sum;
+} checksum;
 
 /* What a load holds while it runs. */
 typedef struct {
@@ -31,18 +43,41 @@ typedef struct {
   cJSON *root;
   entry *entries;
   int n;
+  checksum *sums;
+  int n_sums;
   mx_safetensors *out;
 } loader;
 
+/* The note of the last load on this thread ("" when there is none). */
+static _Thread_local char note[1024];
+
+const char *mx_safetensors_last_note(void) { return note[0] ? note : NULL; }
+
 /* --- the header ---------------------------------------------------------------------- */
 
-static bool read_header(loader *L) {
+/* Opens the file, which must be a regular one (no FIFO may block the load);
+ * *size: its length. */
+static bool open_file(loader *L, int64_t *size) {
   struct stat st;
-  if (fstat(fileno(L->fp), &st) != 0 || !S_ISREG(st.st_mode)) {
-    mx__error(MX_IO_ERROR, "%s: %s: not a regular file", fn, L->path);
+  const char *kind;
+  int fd = mx__open_regular(L->path, &st, &kind);
+  if (fd < 0) {
+    if (kind) mx__error(MX_IO_ERROR, "%s: %s is %s, not a regular file", fn, L->path, kind);
+    else mx__error(MX_IO_ERROR, "%s: %s: cannot open (%s)", fn, L->path, strerror(errno));
     return false;
   }
-  int64_t size = (int64_t)st.st_size;
+  if (!(L->fp = fdopen(fd, "rb"))) {
+    close(fd);
+    mx__error(MX_OUT_OF_MEMORY, "%s: %s: out of memory", fn, L->path);
+    return false;
+  }
+  *size = (int64_t)st.st_size;
+  return true;
+}
+
+static bool read_header(loader *L) {
+  int64_t size;
+  if (!open_file(L, &size)) return false;
   unsigned char prefix[8];
   if (size < 8 || fread(prefix, 1, 8, L->fp) != 8) {
     mx__error(MX_CORRUPT_DATA, "%s: %s: the file has %lld bytes; a safetensors file starts with 8 giving the "
@@ -173,6 +208,20 @@ static bool parse_entry(const loader *L, const cJSON *item, entry *e) {
   return true;
 }
 
+/* A checksum entry of the metadata: 16 hex digits. */
+static bool parse_checksum(loader *L, const cJSON *v) {
+  const char *digits = v->valuestring;
+  size_t len = strspn(digits, "0123456789abcdefABCDEF");
+  if (len != MX__SAFETENSORS_SUM_DIGITS || digits[len]) {
+    char buf[64];
+    mx__error(MX_CORRUPT_DATA, "%s: %s: metadata '%s' is %s, not a checksum of %d hex digits", fn, L->path,
+              v->string, json_str(v, buf, sizeof buf), MX__SAFETENSORS_SUM_DIGITS);
+    return false;
+  }
+  L->sums[L->n_sums++] = (checksum){v->string + strlen(MX__SAFETENSORS_SUM_PREFIX), strtoull(digits, NULL, 16)};
+  return true;
+}
+
 static bool parse_metadata(loader *L, const cJSON *meta) {
   if (!cJSON_IsObject(meta)) {
     char buf[64];
@@ -184,7 +233,8 @@ static bool parse_metadata(loader *L, const cJSON *meta) {
   mx_safetensors *f = L->out;
   f->keys = calloc((size_t)n + 1, sizeof *f->keys);
   f->values = calloc((size_t)n + 1, sizeof *f->values);
-  if (!f->keys || !f->values) {
+  L->sums = calloc((size_t)n + 1, sizeof *L->sums);
+  if (!f->keys || !f->values || !L->sums) {
     mx__error(MX_OUT_OF_MEMORY, "%s: %s: out of memory", fn, L->path);
     return false;
   }
@@ -195,6 +245,10 @@ static bool parse_metadata(loader *L, const cJSON *meta) {
       mx__error(MX_CORRUPT_DATA, "%s: %s: metadata '%s' is not a string but %s", fn, L->path, v->string,
                 json_str(v, buf, sizeof buf));
       return false;
+    }
+    if (!strncmp(v->string, MX__SAFETENSORS_SUM_PREFIX, strlen(MX__SAFETENSORS_SUM_PREFIX))) {
+      if (!parse_checksum(L, v)) return false;
+      continue;
     }
     f->keys[f->n_meta] = strdup(v->string);
     f->values[f->n_meta] = strdup(v->valuestring);
@@ -244,6 +298,59 @@ static bool parse_entries(loader *L) {
   }
   free(names);
   return ok;
+}
+
+/* --- checksums ---------------------------------------------------------------------- */
+
+static int by_name(const void *a, const void *b) {
+  return strcmp((*(const entry *const *)a)->name, (*(const entry *const *)b)->name);
+}
+
+/* Gives each tensor its checksum: a file has one for every tensor, or none
+ * (an older mixgrad's file, or another tool's). */
+static bool match_checksums(loader *L) {
+  if (L->n_sums == 0) return true;
+  entry **sorted = malloc(sizeof *sorted * ((size_t)L->n + 1));
+  if (!sorted) {
+    mx__error(MX_OUT_OF_MEMORY, "%s: %s: out of memory", fn, L->path);
+    return false;
+  }
+  for (int i = 0; i < L->n; i++) sorted[i] = &L->entries[i];
+  qsort(sorted, (size_t)L->n, sizeof *sorted, by_name);
+  bool ok = true;
+  for (int k = 0; ok && k < L->n_sums; k++) {
+    entry key = {.name = L->sums[k].name}, *wanted = &key;
+    entry **hit = bsearch(&wanted, sorted, (size_t)L->n, sizeof *sorted, by_name);
+    if (!hit || (*hit)->has_sum) {
+      mx__error(MX_CORRUPT_DATA, hit ? "%s: %s: metadata key '%s%s' appears twice"
+                                     : "%s: %s: metadata '%s%s' is the checksum of a tensor the file does not have",
+                fn, L->path, MX__SAFETENSORS_SUM_PREFIX, L->sums[k].name);
+      ok = false;
+    } else {
+      (*hit)->has_sum = true;
+      (*hit)->sum = L->sums[k].sum;
+    }
+  }
+  for (int i = 0; ok && i < L->n; i++) {
+    if (!L->entries[i].has_sum) {
+      mx__error(MX_CORRUPT_DATA, "%s: %s: tensor '%s' has no checksum, though the file's other tensors have theirs",
+                fn, L->path, L->entries[i].name);
+      ok = false;
+    }
+  }
+  free(sorted);
+  return ok;
+}
+
+/* The tensor's bytes against the checksum the file records for them. */
+static bool check_sum(const loader *L, const entry *e, const void *data, size_t bytes) {
+  if (!e->has_sum) return true;
+  XXH64_hash_t got = XXH3_64bits(bytes ? data : "", bytes);
+  if (got == e->sum) return true;
+  mx__error(MX_CORRUPT_DATA, "%s: %s: tensor '%s': its %zu bytes hash to %016llx but the file records %016llx "
+            "(XXH3-64): the data is corrupt", fn, L->path, e->name, bytes, (unsigned long long)got,
+            (unsigned long long)e->sum);
+  return false;
 }
 
 /* --- the layout ---------------------------------------------------------------------- */
@@ -314,6 +421,7 @@ static bool read_tensors(loader *L) {
                 ferror(L->fp) ? strerror(errno) : "the file ended early");
       return false;
     }
+    if (!check_sum(L, e, data, bytes)) return false;
     for (size_t k = 0; e->dtype == MX_BOOL && k < bytes; k++) {
       if (data[k] > 1) {
         mx__error(MX_CORRUPT_DATA, "%s: %s: tensor '%s': bool element %zu is %u; bools are 0 or 1", fn, L->path,
@@ -330,15 +438,19 @@ mx_safetensors *mx_safetensors_load(const char *path) {
     mx__null_input(fn, "path");
     return NULL;
   }
-  loader L = {.path = path, .fp = fopen(path, "rb"), .out = calloc(1, sizeof(mx_safetensors))};
-  bool ok = L.fp && L.out;
-  if (!L.fp) mx__error(MX_IO_ERROR, "%s: %s: cannot open (%s)", fn, path, strerror(errno));
-  else if (!L.out) mx__error(MX_OUT_OF_MEMORY, "%s: %s: out of memory", fn, path);
-  ok = ok && read_header(&L) && parse_entries(&L) && check_layout(&L) && read_tensors(&L);
+  note[0] = '\0';
+  loader L = {.path = path, .out = calloc(1, sizeof(mx_safetensors))};
+  if (!L.out) mx__error(MX_OUT_OF_MEMORY, "%s: %s: out of memory", fn, path);
+  bool ok = L.out && read_header(&L) && parse_entries(&L) && match_checksums(&L) && check_layout(&L) &&
+            read_tensors(&L);
+  if (ok && L.n > 0 && L.n_sums == 0)
+    snprintf(note, sizeof note, "%s: the file has no checksums (an older mixgrad's, or another tool's): its "
+             "tensors were loaded unchecked", path);
   if (L.fp) fclose(L.fp);
   cJSON_Delete(L.root);
   free(L.header);
   free(L.entries);
+  free(L.sums);
   if (!ok) {
     mx_safetensors_free(L.out);
     return NULL;

@@ -1,8 +1,7 @@
-/* Reading untrusted data files through zlib (gzip or raw), lengths checked before allocating. */
+/* Reading untrusted data files, gzip (zlib's inflate, trailers checked) or raw, lengths checked before allocating. */
 #include "examples/data/data_file.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,65 +10,141 @@
 
 #include "examples/data/data.h"
 #include "kernels/base_internal.h"
+#include "tensor/regular_file.h"
 
-#define READ_BUFFER (1 << 17) /* zlib's input buffer */
+#define READ_BUFFER (1 << 17) /* inflate's input buffer */
 #define FIRST_CHUNK (1 << 20) /* gzipped data grows its buffer from here */
 
+/* Moves the unread input to the front of the buffer and reads more after it;
+ * at the end of the file sets input_ended. False with the error set. */
+static bool refill(mx__data_file *f) {
+  memmove(f->in, f->z.next_in, f->z.avail_in);
+  f->z.next_in = f->in;
+  while (!f->input_ended && f->z.avail_in < READ_BUFFER) {
+    ssize_t r = read(f->fd, f->in + f->z.avail_in, READ_BUFFER - f->z.avail_in);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      mx__error(MX_IO_ERROR, "%s: %s: read failed: %s", f->op, f->path, strerror(errno));
+      return false;
+    }
+    if (r == 0) f->input_ended = true;
+    f->z.avail_in += (uInt)r;
+    if (r > 0) break; /* what one read gives is enough to go on with */
+  }
+  return true;
+}
+
+/* Whether the unread input begins with gzip's magic bytes. */
+static bool starts_member(const mx__data_file *f) {
+  return f->z.avail_in >= 2 && f->z.next_in[0] == 0x1f && f->z.next_in[1] == 0x8b;
+}
+
 mx_status mx__data_open(mx__data_file *f, const char *op, const char *path) {
-  *f = (mx__data_file){.op = op, .path = path, .end = ""};
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return mx__error(MX_IO_ERROR, "%s: %s: cannot open: %s", op, path, strerror(errno));
+  *f = (mx__data_file){.op = op, .path = path, .fd = -1, .end = ""};
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return mx__error(MX_IO_ERROR, "%s: %s: not a regular file", op, path);
+  const char *kind;
+  if ((f->fd = mx__open_regular(path, &st, &kind)) < 0) {
+    if (kind) return mx__error(MX_IO_ERROR, "%s: %s is %s, not a regular file", op, path, kind);
+    return mx__error(MX_IO_ERROR, "%s: %s: cannot open: %s", op, path, strerror(errno));
   }
   f->size = st.st_size;
-  f->gz = gzdopen(fd, "rb");
-  if (!f->gz) {
-    close(fd);
+  if (!(f->in = malloc(READ_BUFFER))) {
+    mx__data_close(f);
     return mx__error(MX_OUT_OF_MEMORY, "%s: %s: out of memory opening the file", op, path);
   }
-  gzbuffer(f->gz, READ_BUFFER);
-  f->raw = gzdirect(f->gz) == 1; /* looks at the first bytes for gzip's magic */
+  f->z.next_in = f->in;
+  if (!refill(f)) {
+    mx__data_close(f);
+    return mx_last_status();
+  }
+  f->raw = !starts_member(f); /* as gzip(1) and zlib's gzread decide */
+  if (!f->raw) {
+    int r = inflateInit2(&f->z, 15 + 16); /* 32 KiB windows, gzip wrapper only */
+    f->inflating = r == Z_OK;
+    if (!f->inflating) {
+      mx__data_close(f);
+      return mx__error(MX_OUT_OF_MEMORY, "%s: %s: out of memory opening the file", op, path);
+    }
+  }
   return MX_OK;
 }
 
 void mx__data_close(mx__data_file *f) {
-  if (f->gz) gzclose(f->gz);
-  f->gz = NULL;
+  if (f->inflating) inflateEnd(&f->z);
+  if (f->fd >= 0) close(f->fd);
+  free(f->in);
+  f->inflating = false;
+  f->fd = -1;
+  f->in = NULL;
 }
 
-/* zlib's message without its "<fd:N>: " prefix. */
-static const char *zlib_words(const char *msg) {
-  const char *colon = strstr(msg, ": ");
-  return colon ? colon + 2 : msg;
+/* Bytes handed to inflate so far: where a message says the trouble is. */
+static int64_t input_offset(const mx__data_file *f) {
+  off_t at = lseek(f->fd, 0, SEEK_CUR);
+  return at < 0 ? -1 : (int64_t)at - (int64_t)f->z.avail_in;
 }
 
-int64_t mx__data_read(mx__data_file *f, void *buf, int64_t n) {
-  int64_t got = 0;
-  f->end = "";
+/* Raw bytes: those the first refill took, then straight from the file. */
+static int64_t read_raw(mx__data_file *f, uint8_t *buf, int64_t n) {
+  int64_t got = n < (int64_t)f->z.avail_in ? n : (int64_t)f->z.avail_in;
+  memcpy(buf, f->z.next_in, (size_t)got);
+  f->z.next_in += got;
+  f->z.avail_in -= (uInt)got;
   while (got < n) {
-    int64_t left = n - got;
-    unsigned chunk = left > (1 << 30) ? 1u << 30 : (unsigned)left;
-    int r = gzread(f->gz, (uint8_t *)buf + got, chunk);
-    int errnum = Z_OK;
-    const char *msg = r <= 0 ? gzerror(f->gz, &errnum) : "";
-    if (r < 0 && errnum == Z_ERRNO) {
+    size_t chunk = n - got > (1 << 30) ? (size_t)1 << 30 : (size_t)(n - got);
+    ssize_t r = read(f->fd, buf + got, chunk);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
       mx__error(MX_IO_ERROR, "%s: %s: read failed: %s", f->op, f->path, strerror(errno));
       return -1;
     }
-    if (r < 0) {
-      mx__error(MX_CORRUPT_DATA, "%s: %s: corrupt gzip data (%s)", f->op, f->path, zlib_words(msg));
-      return -1;
-    }
-    if (r == 0) {
-      if (errnum == Z_BUF_ERROR) f->end = " (the gzip stream ends early)";
-      break;
-    }
+    if (r == 0) break;
     got += r;
   }
-  f->offset += got;
+  return got;
+}
+
+/* Gzip data through inflate, member after member. */
+static int64_t read_gzip(mx__data_file *f, uint8_t *buf, int64_t n) {
+  int64_t got = 0;
+  while (got < n) {
+    if (f->z.avail_in < 2 && !f->input_ended && !refill(f)) return -1;
+    if (f->member_ended) {
+      if (f->z.avail_in == 0) break; /* the clean end: every member's trailer checked */
+      if (!starts_member(f)) {
+        mx__error(MX_CORRUPT_DATA, "%s: %s: the file goes on after its gzip data ends (at byte %lld of %lld)",
+                  f->op, f->path, (long long)input_offset(f), (long long)f->size);
+        return -1;
+      }
+      inflateReset(&f->z);
+      f->member_ended = false;
+    }
+    if (f->z.avail_in == 0) { /* the data stopped before inflate saw the member's end */
+      f->end = " (the gzip stream ends early)";
+      break;
+    }
+    uInt chunk = n - got > (1 << 30) ? 1u << 30 : (uInt)(n - got);
+    f->z.next_out = buf + got;
+    f->z.avail_out = chunk;
+    int r = inflate(&f->z, Z_NO_FLUSH);
+    got += chunk - f->z.avail_out;
+    if (r == Z_STREAM_END) {
+      f->member_ended = true;
+    } else if (r == Z_MEM_ERROR) {
+      mx__error(MX_OUT_OF_MEMORY, "%s: %s: out of memory inflating the data", f->op, f->path);
+      return -1;
+    } else if (r != Z_OK && r != Z_BUF_ERROR) { /* Z_BUF_ERROR: it wants more input */
+      mx__error(MX_CORRUPT_DATA, "%s: %s: corrupt gzip data (%s)", f->op, f->path, f->z.msg ? f->z.msg : zError(r));
+      return -1;
+    }
+  }
+  return got;
+}
+
+int64_t mx__data_read(mx__data_file *f, void *buf, int64_t n) {
+  f->end = "";
+  int64_t got = f->raw ? read_raw(f, buf, n) : read_gzip(f, buf, n);
+  if (got > 0) f->offset += got;
   return got;
 }
 
@@ -166,5 +241,5 @@ uint8_t *mx__data_read_all(mx__data_file *f, int64_t *len) {
 
 bool mx__data_exists(const char *path) {
   struct stat st;
-  return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+  return stat(path, &st) == 0;
 }

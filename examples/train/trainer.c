@@ -602,6 +602,8 @@ static int resume(run_state *r, const resume_plan *p, int64_t total, int64_t *st
   mx_checkpoint ck = {r->task->model, r->opt, p->fresh_scaler ? NULL : r->scaler, NULL,
                       p->rebuild_schedule ? NULL : r->schedule, 0, 0};
   if (mx_checkpoint_load(f->resume, &ck) != MX_OK) return fail("--resume");
+  const char *note = mx_safetensors_last_note(); /* an older file, without checksums */
+  if (note) fprintf(stderr, "--resume: %s\n", note);
   if (ck.step < 0 || ck.step > total) {
     fprintf(stderr, "--resume %s: its step %lld is outside this run's %lld steps\n", f->resume, (long long)ck.step,
             (long long)total);

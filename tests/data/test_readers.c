@@ -88,7 +88,7 @@ Test(idx, missing_files) {
                     fmt("mx_idx_load: %s: cannot open: No such file or directory", nothing));
   EXPECT_LOAD_ERROR(mx_idx_load(images, nothing),
                     fmt("mx_idx_load: %s: cannot open: No such file or directory", nothing));
-  EXPECT_LOAD_ERROR(mx_idx_load(tmp_dir, labels), fmt("mx_idx_load: %s: not a regular file", tmp_dir));
+  EXPECT_LOAD_ERROR(mx_idx_load(tmp_dir, labels), fmt("mx_idx_load: %s is a folder, not a regular file", tmp_dir));
   EXPECT_LOAD_ERROR(mx_idx_load(NULL, labels), "mx_idx_load: argument 'images_path' is NULL");
   EXPECT_LOAD_ERROR(mx_mnist_load(NULL, true), "mx_mnist_load: argument 'dir' is NULL");
   EXPECT_LOAD_ERROR(mx_mnist_load(tmp_dir, true),

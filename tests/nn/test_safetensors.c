@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "tests/common/tmp_files.h"
 
@@ -205,8 +206,13 @@ Test(safetensors, the_header_is_padded_json_and_the_data_follows_in_order) {
                MX_OK, "%s", mx_last_error());
   size_t size;
   char *bytes = read_file(path, &size);
-  const char *json = "{\"__metadata__\":{\"k\":\"v\"},\"b_first\":{\"dtype\":\"I64\",\"shape\":[2,1],"
-                     "\"data_offsets\":[0,16]},\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[16,28]}}";
+  /* the checksums follow the caller's metadata: each tensor's bytes hashed here by xxHash itself */
+  const int64_t b_bytes[2] = {7, 7};
+  const float a_bytes[3] = {0, 1, 2};
+  const char *json = fmt("{\"__metadata__\":{\"k\":\"v\",\"xxh3_64:b_first\":\"%016llx\",\"xxh3_64:a\":\"%016llx\"},"
+                         "\"b_first\":{\"dtype\":\"I64\",\"shape\":[2,1],\"data_offsets\":[0,16]},"
+                         "\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[16,28]}}",
+                         (unsigned long long)XXH3_64bits(b_bytes, 16), (unsigned long long)XXH3_64bits(a_bytes, 12));
   size_t len = strlen(json), padded = (len + 7) / 8 * 8;
   cr_assert_eq(size, 8 + padded + 28);
   cr_assert_eq(bytes[0], (char)padded);
@@ -219,6 +225,14 @@ Test(safetensors, the_header_is_padded_json_and_the_data_follows_in_order) {
   memcpy(a_data, bytes + 8 + padded + 16, 12);
   cr_assert(a_data[0] == 0 && a_data[1] == 1 && a_data[2] == 2);
   free(bytes);
+  /* read back, the checksums are checked and kept out of the metadata */
+  mx_safetensors *f = mx_safetensors_load(path);
+  cr_assert_not_null(f, "%s", mx_last_error());
+  cr_assert_null(mx_safetensors_last_note());
+  cr_assert_eq(mx_safetensors_metadata_count(f), 1);
+  cr_assert_str_eq(mx_safetensors_metadata_key(f, 0), "k");
+  cr_assert_null(mx_safetensors_metadata(f, "xxh3_64:a"));
+  mx_safetensors_free(f);
   mx_release(a);
   mx_release(b);
 }
@@ -235,6 +249,9 @@ Test(safetensors, reads_the_python_writers_file_exactly) {
   /* the python file stores the bytes in reverse name order: the list follows the bytes */
   cr_assert_str_eq(mx_safetensors_name(f, 0), "u8");
   cr_assert_str_eq(mx_safetensors_name(f, N_FIXTURE - 1), "bf16");
+  /* a file without checksums loads, with a note saying so */
+  cr_assert_str_eq(mx_safetensors_last_note(), MX_FIXTURES_DIR "/safetensors_python.safetensors: the file has no "
+                   "checksums (an older mixgrad's, or another tool's): its tensors were loaded unchecked");
   mx_safetensors_free(f);
 }
 
@@ -423,7 +440,11 @@ Test(safetensors, the_tensors_must_tile_the_data) {
 Test(safetensors, files_that_cannot_be_read) {
   const char *path = tmp_path("absent.safetensors");
   expect_load_error(path, MX_IO_ERROR, "cannot open (No such file or directory)");
-  expect_load_error(tmp_dir, MX_IO_ERROR, "not a regular file");
+  mx_clear_error();
+  cr_assert_null(mx_safetensors_load(tmp_dir));
+  cr_assert_str_eq(mx_last_error(), fmt("mx_safetensors_load: %s is a folder, not a regular file", tmp_dir));
+  cr_assert_null(mx_safetensors_load("/dev/zero"));
+  cr_assert_str_eq(mx_last_error(), "mx_safetensors_load: /dev/zero is a character device, not a regular file");
   mx_clear_error();
   cr_assert_null(mx_safetensors_load(NULL));
   cr_assert_str_eq(mx_last_error(), "mx_safetensors_load: argument 'path' is NULL");
@@ -460,6 +481,10 @@ Test(safetensors, save_checks_its_arguments) {
   expect_save_error(1, ab, two, 2, ab, a_null, MX_NULL_INPUT,
                     "mx_safetensors_save: argument 'meta_values[1]' is NULL");
   expect_save_error(1, ab, two, 1, NULL, ab, MX_NULL_INPUT, "mx_safetensors_save: argument 'meta_keys' is NULL");
+  const char *reserved[] = {"k", "xxh3_64:a"};
+  expect_save_error(1, ab, two, 2, reserved, ab, MX_INVALID_ARGUMENT,
+                    "mx_safetensors_save: meta_keys[1] 'xxh3_64:a' begins with 'xxh3_64:', which names the tensors' "
+                    "checksums");
   mx_clear_error();
   cr_assert_eq(mx_safetensors_save(NULL, 1, ab, two, 0, NULL, NULL), MX_NULL_INPUT);
   cr_assert_str_eq(mx_last_error(), "mx_safetensors_save: argument 'path' is NULL");
