@@ -176,18 +176,10 @@ static void forward(const rnn_case *c, mx_module *m, mx_tensor *const in[3], mx_
   cr_assert(outs[1], "%s: %s", c->id, mx_last_error());
 }
 
-#define MAX_CASES 64
-static int case_ids[MAX_CASES];
-
 ParameterizedTestParameters(rnn_torch, matches_pytorch) {
-  int n = fx_count_cases(FIXTURES);
-  if (n <= 0) { /* one case that reports the missing file */
-    case_ids[0] = -1;
-    return cr_make_param_array(int, case_ids, 1);
-  }
-  if (n > MAX_CASES) n = MAX_CASES;
-  for (int k = 0; k < n; k++) case_ids[k] = k;
-  return cr_make_param_array(int, case_ids, (size_t)n);
+  size_t n;
+  int *ids = fx_case_ids(fx_count_cases(FIXTURES), &n); /* -1 for a missing file: the test reports it */
+  return cr_make_param_array(int, ids, n);
 }
 
 ParameterizedTest(int *k, rnn_torch, matches_pytorch) {

@@ -1,6 +1,9 @@
-/* The reader of the PyTorch fixture files shared by the op, loss, composite and grid_sample tests. */
+/* The reader of the PyTorch fixture files, and the comparison with their tensors, shared by the suites that use
+ * them (ops, optim, nn, rnn). */
 #include "fixture_io.h"
 
+#include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,4 +83,75 @@ bool fx_load_case(const char *path, int k, void *c, bool (*header)(void *c, cons
   }
   free(buf);
   return ok;
+}
+
+int *fx_case_ids(int n, size_t *count) {
+  int *ids = cr_malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+  ids[0] = -1;
+  for (int k = 0; k < n; k++) ids[k] = k;
+  *count = n > 0 ? (size_t)n : 1;
+  return ids;
+}
+
+mx_tensor *fx_to_mx(const fx_tensor *t) {
+  size_t size = mx_dtype_size(t->dtype);
+  char *data = malloc(size * (size_t)(t->n ? t->n : 1));
+  for (int64_t k = 0; k < t->n; k++) {
+    double v = t->v[k];
+    void *p = data + (size_t)k * size;
+    switch (t->dtype) {
+    case MX_F64: *(double *)p = v; break;
+    case MX_F32: *(float *)p = (float)v; break;
+    case MX_F16: *(uint16_t *)p = mx_f32_to_f16((float)v); break;
+    case MX_BF16: *(uint16_t *)p = mx_f32_to_bf16((float)v); break;
+    case MX_I64: *(int64_t *)p = (int64_t)v; break;
+    case MX_I32: *(int32_t *)p = (int32_t)v; break;
+    case MX_U8: *(uint8_t *)p = (uint8_t)v; break;
+    case MX_BOOL: *(bool *)p = v != 0; break;
+    default: break;
+    }
+  }
+  mx_tensor *out = mx_from_data(data, t->shape, t->dtype, MX_CPU);
+  free(data);
+  return out;
+}
+
+static char *shape_str(mx_shape s, char *buf, size_t size) {
+  size_t n = (size_t)snprintf(buf, size, "(");
+  for (int d = 0; d < s.ndim && n < size; d++)
+    n += (size_t)snprintf(buf + n, size - n, d ? ", %lld" : "%lld", (long long)s.d[d]);
+  if (n < size) snprintf(buf + n, size - n, ")");
+  return buf;
+}
+
+void fx_expect_matches(const char *id, const char *what, const mx_tensor *got, const fx_tensor *want, double rtol) {
+  cr_assert_not_null(got, "%s: %s is NULL: %s", id, what, mx_last_error());
+  cr_expect_eq(mx_dtype_of(got), want->dtype, "%s: %s dtype %s, PyTorch %s", id, what, mx_dtype_name(mx_dtype_of(got)),
+               mx_dtype_name(want->dtype));
+  mx_shape shape = mx_shape_get(got);
+  bool same_shape = shape.ndim == want->shape.ndim;
+  for (int d = 0; same_shape && d < shape.ndim; d++) same_shape = shape.d[d] == want->shape.d[d];
+  char a[96], b[96];
+  cr_assert(same_shape, "%s: %s shape %s, PyTorch %s", id, what, shape_str(shape, a, sizeof a),
+            shape_str(want->shape, b, sizeof b));
+  mx_tensor *as_f64 = mx_to_dtype(got, MX_F64);
+  cr_assert_not_null(as_f64, "%s", mx_last_error());
+  double *v = malloc(sizeof(double) * (size_t)(want->n ? want->n : 1));
+  cr_assert_eq(mx_to_host(as_f64, v, sizeof(double) * (size_t)want->n), MX_OK, "%s", mx_last_error());
+  double scale = 0;
+  for (int64_t k = 0; k < want->n; k++)
+    if (isfinite(want->v[k]) && fabs(want->v[k]) > scale) scale = fabs(want->v[k]);
+  int wrong = 0;
+  for (int64_t k = 0; k < want->n; k++) {
+    double e = want->v[k], g = v[k];
+    bool ok;
+    if (isnan(e) || isnan(g)) ok = isnan(e) && isnan(g);
+    else if (isinf(e) || isinf(g)) ok = e == g;
+    else ok = fabs(g - e) <= rtol * (fabs(e) + 1e-3 * scale);
+    if (!ok && wrong++ < 4)
+      cr_expect(ok, "%s: %s[%lld] is %.17g, PyTorch %.17g (difference %.3g)", id, what, (long long)k, g, e,
+                fabs(g - e));
+  }
+  cr_expect_eq(wrong, 0, "%s: %s: %d of %lld values differ from PyTorch", id, what, wrong, (long long)want->n);
+  free(v);
 }

@@ -1,8 +1,10 @@
-/* Reading the PyTorch fixture files of tests/fixtures: whole files, tensors, case counts and cases. */
+/* The PyTorch fixture files of tests/fixtures: reading them (whole files, tensors, case counts, cases) and comparing
+ * mixgrad's results with their tensors. */
 #ifndef MX_TESTS_FIXTURE_IO_H
 #define MX_TESTS_FIXTURE_IO_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include <mixgrad.h>
 
@@ -32,5 +34,18 @@ int fx_count_cases(const char *path);
  * to tokenize in place, up to the line "end". True when "end" was reached and both accepted every line. */
 bool fx_load_case(const char *path, int k, void *c, bool (*header)(void *c, const char *line),
                   bool (*body)(void *c, char *line));
+
+/* The indices of the n cases of a fixture file (fx_count_cases: n <= 0 when it cannot be read), as a Criterion
+ * parameterized test takes them: 0 .. n-1, or the one index -1 for a test that reports the missing file. The array is
+ * cr_malloc'ed; *count gets its length. */
+int *fx_case_ids(int n, size_t *count);
+
+/* A tensor holding t's values in t's dtype. */
+mx_tensor *fx_to_mx(const fx_tensor *t);
+
+/* Expects got to match PyTorch's want: the dtype and shape exactly, then every value within rtol relative to it, with
+ * a floor of rtol * 1e-3 * the largest finite |want| (a sum near zero of large terms is only as exact as the terms);
+ * NaN matches NaN, infinities match exactly. id and what name the case and the tensor in the messages. */
+void fx_expect_matches(const char *id, const char *what, const mx_tensor *got, const fx_tensor *want, double rtol);
 
 #endif

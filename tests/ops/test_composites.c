@@ -8,6 +8,7 @@
 #include <criterion/parameterized.h>
 
 #include "fixture_io.h"
+#include "op_checks.h"
 #include "op_cases.h"
 #include <math.h>
 #include <stdio.h>
@@ -20,6 +21,8 @@
 #error "MX_FIXTURES_DIR must name tests/fixtures"
 #endif
 #define FIXTURES MX_FIXTURES_DIR "/composite_fixtures.txt"
+/* float64 against PyTorch's float64: the relative tolerance of fx_expect_matches */
+#define TORCH_RTOL 1e-10
 
 #define MAX_IN 8
 #define LIST(...) ((mx_tensor *[]){__VA_ARGS__})
@@ -78,15 +81,6 @@ static bool load_case(int k, fx_case *c) {
 static void free_case(fx_case *c) {
   for (int i = 0; i < MAX_IN; i++) free(c->in[i].v), free(c->grad[i].v);
   for (int k = 0; k < MAX_OUT; k++) free(c->out[k].v), free(c->weight[k].v);
-}
-
-static mx_tensor *to_mx(const fx_tensor *t) {
-  if (t->dtype == MX_F64) return mx_from_data(t->v, t->shape, MX_F64, MX_CPU);
-  bool *b = malloc((size_t)(t->n ? t->n : 1));
-  for (int64_t k = 0; k < t->n; k++) b[k] = t->v[k] != 0;
-  mx_tensor *out = mx_from_data(b, t->shape, MX_BOOL, MX_CPU);
-  free(b);
-  return out;
 }
 
 /* --- the op of a case, with its arguments ---------------------------------------------------------- */
@@ -165,48 +159,15 @@ static int run_op(const op_call *call, int n, mx_tensor *const *in, mx_tensor **
 
 /* --- values and gradients against PyTorch ---------------------------------------------------------- */
 
-static void expect_matches(const char *id, const char *what, const mx_tensor *got, const fx_tensor *want) {
-  cr_assert_not_null(got, "%s: %s is NULL: %s", id, what, mx_last_error());
-  cr_expect_eq(mx_dtype_of(got), want->dtype, "%s: %s dtype %s", id, what, mx_dtype_name(mx_dtype_of(got)));
-  mx_shape shape = mx_shape_get(got);
-  bool same = shape.ndim == want->shape.ndim;
-  for (int d = 0; same && d < shape.ndim; d++) same = shape.d[d] == want->shape.d[d];
-  cr_assert(same, "%s: %s has %d dims (first %lld), PyTorch %d (first %lld)", id, what, shape.ndim,
-            (long long)(shape.ndim ? shape.d[0] : 0), want->shape.ndim, (long long)(want->shape.ndim ? want->shape.d[0] : 0));
-  double *v = malloc(sizeof(double) * (size_t)(want->n ? want->n : 1));
-  cr_assert_eq(mx_to_host(mx_to_dtype(got, MX_F64), v, sizeof(double) * (size_t)want->n), MX_OK, "%s", mx_last_error());
-  double scale = 0;
-  for (int64_t k = 0; k < want->n; k++)
-    if (isfinite(want->v[k]) && fabs(want->v[k]) > scale) scale = fabs(want->v[k]);
-  int bad = 0;
-  for (int64_t k = 0; k < want->n; k++) {
-    double e = want->v[k], g = v[k];
-    bool ok = isnan(e) || isnan(g) ? isnan(e) && isnan(g)
-              : isinf(e) || isinf(g) ? e == g
-                                     : fabs(g - e) <= 1e-10 * (fabs(e) + 1e-3 * scale);
-    if (!ok && bad++ < 4) cr_expect(ok, "%s: %s[%lld] is %.17g, PyTorch %.17g", id, what, (long long)k, g, e);
-  }
-  cr_expect_eq(bad, 0, "%s: %s: %d of %lld values differ from PyTorch", id, what, bad, (long long)want->n);
-  free(v);
-}
-
-static int *case_ids;
-
 ParameterizedTestParameters(composite_torch, matches_pytorch) {
-  int n = fx_count_cases(FIXTURES);
-  if (n <= 0) {
-    case_ids = cr_malloc(sizeof(int));
-    case_ids[0] = -1;
-    return cr_make_param_array(int, case_ids, 1);
-  }
-  case_ids = cr_malloc(sizeof(int) * (size_t)n);
-  for (int k = 0; k < n; k++) case_ids[k] = k;
-  return OP_PARAMS(case_ids, (size_t)n);
+  size_t n;
+  int *ids = fx_case_ids(fx_count_cases(FIXTURES), &n);
+  return OP_PARAMS(ids, n);
 }
 
 static void load_inputs(const fx_case *c, mx_tensor **in, bool grads) {
   for (int i = 0; i < c->n_in; i++) {
-    in[i] = to_mx(&c->in[i]);
+    in[i] = fx_to_mx(&c->in[i]);
     cr_assert_not_null(in[i], "%s: input %d: %s", c->id, i, mx_last_error());
     if (grads && c->in[i].dtype == MX_F64) cr_assert_eq(mx_set_requires_grad(in[i], true), MX_OK);
   }
@@ -225,12 +186,12 @@ ParameterizedTest(int *k, composite_torch, matches_pytorch) {
   for (int o = 0; o < n_out; o++) {
     char what[32];
     snprintf(what, sizeof what, "output %d", o);
-    expect_matches(c.id, what, out[o], &c.out[o]);
+    fx_expect_matches(c.id, what, out[o], &c.out[o], TORCH_RTOL);
   }
   if (c.has_weight) {
     mx_tensor *loss = NULL;
     for (int o = 0; o < n_out; o++) {
-      mx_tensor *term = mx_sum(mx_mul(out[o], to_mx(&c.weight[o])), MX_ALL_DIMS, false);
+      mx_tensor *term = mx_sum(mx_mul(out[o], fx_to_mx(&c.weight[o])), MX_ALL_DIMS, false);
       loss = loss ? mx_add(loss, term) : term;
     }
     cr_assert_not_null(loss, "%s: %s", c.id, mx_last_error());
@@ -242,7 +203,7 @@ ParameterizedTest(int *k, composite_torch, matches_pytorch) {
     for (int j = 0; j < n; j++) {
       char what[32];
       snprintf(what, sizeof what, "grad of input %d", map[j]);
-      expect_matches(c.id, what, grads[j] ? grads[j] : mx_zeros_like(in[map[j]]), &c.grad[map[j]]);
+      fx_expect_matches(c.id, what, grads[j] ? grads[j] : mx_zeros_like(in[map[j]]), &c.grad[map[j]], TORCH_RTOL);
     }
   }
   mx_scope_end(s);
@@ -422,20 +383,6 @@ static mx_tensor *uniform(mx_shape shape, mx_generator *gen) {
   return mx_sub_scalar(mx_mul_scalar(mx_rand(shape, MX_F64, MX_CPU, gen), 4), 2);
 }
 
-static bool bitwise_equal(const mx_tensor *a, const mx_tensor *b) {
-  cr_assert_not_null(a, "%s", mx_last_error());
-  cr_assert_not_null(b, "%s", mx_last_error());
-  if (mx_numel(a) != mx_numel(b)) return false;
-  int64_t n = mx_numel(a);
-  double *x = malloc(sizeof(double) * (size_t)n), *y = malloc(sizeof(double) * (size_t)n);
-  cr_assert_eq(mx_to_host(a, x, sizeof(double) * (size_t)n), MX_OK);
-  cr_assert_eq(mx_to_host(b, y, sizeof(double) * (size_t)n), MX_OK);
-  bool same = memcmp(x, y, sizeof(double) * (size_t)n) == 0;
-  free(x);
-  free(y);
-  return same;
-}
-
 /* (10,100) (100,5) (5,50): (AB)C costs 7,500 multiplications, A(BC) 75,000. The product must be
  * bit for bit the one of the cheap order, which differs (in rounding) from the other. */
 Test(composite_multi_dot, three_matrices_take_the_cheap_order) {
@@ -444,12 +391,13 @@ Test(composite_multi_dot, three_matrices_take_the_cheap_order) {
   mx_tensor *a = uniform(MX_SHAPE(10, 100), gen), *b = uniform(MX_SHAPE(100, 5), gen), *c = uniform(MX_SHAPE(5, 50), gen);
   mx_generator_free(gen);
   mx_tensor *cheap = mx_mm(mx_mm(a, b), c), *dear = mx_mm(a, mx_mm(b, c));
-  cr_assert(!bitwise_equal(cheap, dear), "the two orders round alike: the test cannot tell them apart");
-  cr_expect(bitwise_equal(mx_multi_dot(3, (mx_tensor *[]){a, b, c}), cheap), "multi_dot did not compute (AB)C");
-  cr_expect(bitwise_equal(mx_chain_matmul(3, (mx_tensor *[]){a, b, c}), cheap), "chain_matmul did not compute (AB)C");
+  cr_assert(!op_bitwise_equal(cheap, dear), "the two orders round alike: the test cannot tell them apart");
+  cr_expect(op_bitwise_equal(mx_multi_dot(3, (mx_tensor *[]){a, b, c}), cheap), "multi_dot did not compute (AB)C");
+  cr_expect(op_bitwise_equal(mx_chain_matmul(3, (mx_tensor *[]){a, b, c}), cheap),
+            "chain_matmul did not compute (AB)C");
   /* the mirror image: A(BC) is the cheap one */
   mx_tensor *at = mx_transpose(c, 0, 1), *bt = mx_transpose(b, 0, 1), *ct = mx_transpose(a, 0, 1);
-  cr_expect(bitwise_equal(mx_multi_dot(3, (mx_tensor *[]){at, bt, ct}), mx_mm(at, mx_mm(bt, ct))),
+  cr_expect(op_bitwise_equal(mx_multi_dot(3, (mx_tensor *[]){at, bt, ct}), mx_mm(at, mx_mm(bt, ct))),
             "multi_dot did not compute A(BC)");
   mx_scope_end(s);
 }
@@ -463,9 +411,9 @@ Test(composite_multi_dot, four_matrices_take_the_best_order) {
   mx_tensor *c = uniform(MX_SHAPE(30, 10), gen), *d = uniform(MX_SHAPE(10, 30), gen);
   mx_generator_free(gen);
   mx_tensor *best = mx_mm(mx_mm(a, mx_mm(b, c)), d), *left = mx_mm(mx_mm(mx_mm(a, b), c), d);
-  cr_assert(!bitwise_equal(best, left), "the two orders round alike: the test cannot tell them apart");
-  cr_expect(bitwise_equal(mx_multi_dot(4, (mx_tensor *[]){a, b, c, d}), best), "multi_dot did not compute (A(BC))D");
-  cr_expect(bitwise_equal(mx_chain_matmul(4, (mx_tensor *[]){a, b, c, d}), best), "chain_matmul: not (A(BC))D");
+  cr_assert(!op_bitwise_equal(best, left), "the two orders round alike: the test cannot tell them apart");
+  cr_expect(op_bitwise_equal(mx_multi_dot(4, (mx_tensor *[]){a, b, c, d}), best), "multi_dot did not compute (A(BC))D");
+  cr_expect(op_bitwise_equal(mx_chain_matmul(4, (mx_tensor *[]){a, b, c, d}), best), "chain_matmul: not (A(BC))D");
   mx_scope_end(s);
 }
 
@@ -481,7 +429,7 @@ Test(composite_multi_dot, a_vector_first_is_a_row) {
   cr_assert_not_null(out, "%s", mx_last_error());
   cr_expect_eq(mx_ndim(out), 1);
   cr_expect_eq(mx_size(out, 0), 50);
-  cr_expect(bitwise_equal(out, cheap), "multi_dot did not compute (vA)B");
+  cr_expect(op_bitwise_equal(out, cheap), "multi_dot did not compute (vA)B");
   mx_scope_end(s);
 }
 
@@ -496,10 +444,10 @@ Test(composite_sdpa, dropout_is_mx_dropout_of_the_weights) {
   mx_tensor *got = mx_scaled_dot_product_attention(q, k, v, NULL, 0.4, false, 0, g1);
   mx_tensor *weights = mx_softmax(mx_mul_scalar(mx_matmul(q, mx_transpose(k, -2, -1)), 0.5), -1);
   mx_tensor *want = mx_matmul(mx_dropout(weights, 0.4, true, g2), v);
-  cr_expect(bitwise_equal(got, want), "dropout_p 0.4 is not mx_dropout of the attention weights");
+  cr_expect(op_bitwise_equal(got, want), "dropout_p 0.4 is not mx_dropout of the attention weights");
   mx_tensor *plain = mx_matmul(weights, v);
-  cr_expect(!bitwise_equal(got, plain), "dropout_p 0.4 dropped nothing");
-  cr_expect(bitwise_equal(mx_scaled_dot_product_attention(q, k, v, NULL, 0, false, 0, g1), plain),
+  cr_expect(!op_bitwise_equal(got, plain), "dropout_p 0.4 dropped nothing");
+  cr_expect(op_bitwise_equal(mx_scaled_dot_product_attention(q, k, v, NULL, 0, false, 0, g1), plain),
             "dropout_p 0 is not the plain attention");
   mx_generator_free(g1);
   mx_generator_free(g2);
@@ -555,8 +503,8 @@ Test(composite_einsum, spaces_are_ignored) {
   mx_tensor *a = uniform(MX_SHAPE(2, 3), gen), *b = uniform(MX_SHAPE(3, 4), gen);
   mx_generator_free(gen);
   mx_tensor *spaced = mx_einsum(" ij , jk -> ki ", 2, LIST(a, b)), *plain = mx_einsum("ij,jk->ki", 2, LIST(a, b));
-  cr_expect(bitwise_equal(spaced, plain));
-  cr_expect(bitwise_equal(plain, mx_transpose(mx_mm(a, b), 0, 1)));
+  cr_expect(op_bitwise_equal(spaced, plain));
+  cr_expect(op_bitwise_equal(plain, mx_transpose(mx_mm(a, b), 0, 1)));
   mx_scope_end(s);
 }
 
@@ -569,30 +517,11 @@ Test(composite_einsum, an_identity_is_a_new_handle) {
   cr_assert_not_null(one, "%s", mx_last_error());
   cr_expect_neq(same, a);
   cr_expect_neq(one, a);
-  cr_expect(bitwise_equal(same, a) && bitwise_equal(one, a));
+  cr_expect(op_bitwise_equal(same, a) && op_bitwise_equal(one, a));
   mx_scope_end(s);
 }
 
 /* --- errors ------------------------------------------------------------------------------------------------- */
-
-static void expect_error(const char *what, bool failed, mx_status status, const char *message) {
-  cr_expect(failed, "%s: expected an error (%s), the call succeeded", what, message);
-  if (!failed) return;
-  cr_expect_eq(mx_last_status(), status, "%s: status \"%s\", expected \"%s\"", what, mx_status_str(mx_last_status()),
-               mx_status_str(status));
-  cr_expect_str_eq(mx_last_error(), message, "%s:\n  got      \"%s\"\n  expected \"%s\"", what, mx_last_error(), message);
-}
-
-#define EXPECT_NULL(expr, status, message)                \
-  do {                                                    \
-    mx_clear_error();                                     \
-    expect_error(#expr, (expr) == NULL, status, message); \
-  } while (0)
-#define EXPECT_FAIL(expr, status, message)                 \
-  do {                                                     \
-    mx_clear_error();                                      \
-    expect_error(#expr, (expr) != MX_OK, status, message); \
-  } while (0)
 
 static mx_tensor *zeros(mx_shape shape) { return mx_zeros(shape, MX_F64, MX_CPU); }
 

@@ -10,6 +10,8 @@
 
 #include <mixgrad.h>
 
+#include "op_checks.h"
+
 static mx_tensor *vec(mx_dtype dtype, int n, const double *v) {
   mx_tensor *t = mx_from_data(v, MX_SHAPE(n), MX_F64, MX_CPU);
   mx_tensor *out = t ? mx_to_dtype(t, dtype) : NULL;
@@ -34,15 +36,6 @@ static void expect_result(const char *what, const mx_tensor *t, mx_dtype dtype, 
 
 #define EXPECT(what, t, dtype, ...)                                                                     \
   expect_result(what, t, dtype, (int)(sizeof((double[]){__VA_ARGS__}) / sizeof(double)), (double[]){__VA_ARGS__})
-
-static void expect_shape(const char *what, const mx_tensor *t, mx_shape want) {
-  cr_assert_not_null(t, "%s: %s", what, mx_last_error());
-  mx_shape got = mx_shape_get(t);
-  cr_assert_eq(got.ndim, want.ndim, "%s: %d dims, expected %d", what, got.ndim, want.ndim);
-  for (int d = 0; d < want.ndim; d++)
-    cr_expect_eq(got.d[d], want.d[d], "%s: dim %d is %lld, expected %lld", what, d, (long long)got.d[d],
-                 (long long)want.d[d]);
-}
 
 static void expect_error(const char *what, const mx_tensor *t, mx_status status, const char *message) {
   cr_expect_null(t, "%s: expected an error", what);
@@ -235,19 +228,19 @@ Test(ops_dtypes, integer_add_rejects_a_fractional_alpha) {
 Test(ops_dtypes, broadcast_shapes) {
   mx_scope *s = mx_scope_begin();
   mx_tensor *a = mx_zeros(MX_SHAPE(2, 1, 3), MX_F32, MX_CPU);
-  expect_shape("(2,1,3) + (4,1)", mx_add(a, mx_ones(MX_SHAPE(4, 1), MX_F32, MX_CPU)), MX_SHAPE(2, 4, 3));
-  expect_shape("(3) * (2,3)", mx_mul(mx_ones(MX_SHAPE(3), MX_F32, MX_CPU), mx_ones(MX_SHAPE(2, 3), MX_F32, MX_CPU)),
-               MX_SHAPE(2, 3));
-  expect_shape("0-d + (2,3)", mx_add(mx_scalar(1, MX_F32, MX_CPU), mx_ones(MX_SHAPE(2, 3), MX_F32, MX_CPU)),
-               MX_SHAPE(2, 3));
-  expect_shape("(2,0) + (1)", mx_add(mx_ones(MX_SHAPE(2, 0), MX_F32, MX_CPU), mx_ones(MX_SHAPE(1), MX_F32, MX_CPU)),
-               MX_SHAPE(2, 0));
-  expect_shape("(1,1) - (1)", mx_sub(mx_ones(MX_SHAPE(1, 1), MX_F32, MX_CPU), mx_ones(MX_SHAPE(1), MX_F32, MX_CPU)),
-               MX_SHAPE(1, 1));
-  expect_shape("where (3) (2,1) (1,1,3)",
-               mx_where(mx_ones(MX_SHAPE(3), MX_BOOL, MX_CPU), mx_ones(MX_SHAPE(2, 1), MX_F32, MX_CPU),
-                        mx_ones(MX_SHAPE(1, 1, 3), MX_F32, MX_CPU)),
-               MX_SHAPE(1, 2, 3));
+  op_expect_shape("(2,1,3) + (4,1)", mx_add(a, mx_ones(MX_SHAPE(4, 1), MX_F32, MX_CPU)), MX_SHAPE(2, 4, 3));
+  op_expect_shape("(3) * (2,3)", mx_mul(mx_ones(MX_SHAPE(3), MX_F32, MX_CPU), mx_ones(MX_SHAPE(2, 3), MX_F32, MX_CPU)),
+                  MX_SHAPE(2, 3));
+  op_expect_shape("0-d + (2,3)", mx_add(mx_scalar(1, MX_F32, MX_CPU), mx_ones(MX_SHAPE(2, 3), MX_F32, MX_CPU)),
+                  MX_SHAPE(2, 3));
+  op_expect_shape("(2,0) + (1)", mx_add(mx_ones(MX_SHAPE(2, 0), MX_F32, MX_CPU), mx_ones(MX_SHAPE(1), MX_F32, MX_CPU)),
+                  MX_SHAPE(2, 0));
+  op_expect_shape("(1,1) - (1)", mx_sub(mx_ones(MX_SHAPE(1, 1), MX_F32, MX_CPU), mx_ones(MX_SHAPE(1), MX_F32, MX_CPU)),
+                  MX_SHAPE(1, 1));
+  op_expect_shape("where (3) (2,1) (1,1,3)",
+                  mx_where(mx_ones(MX_SHAPE(3), MX_BOOL, MX_CPU), mx_ones(MX_SHAPE(2, 1), MX_F32, MX_CPU),
+                           mx_ones(MX_SHAPE(1, 1, 3), MX_F32, MX_CPU)),
+                  MX_SHAPE(1, 2, 3));
   /* values: the row broadcast down the columns */
   mx_tensor *col = mx_reshape(mx_arange(0, 2, 1, MX_F64, MX_CPU), MX_SHAPE(2, 1));
   mx_tensor *row = mx_arange(0, 3, 1, MX_F64, MX_CPU);
@@ -279,16 +272,16 @@ Test(ops_dtypes, broadcast_errors) {
 Test(ops_dtypes, matmul_shapes) {
   mx_scope *s = mx_scope_begin();
 #define Z(...) mx_zeros(MX_SHAPE(__VA_ARGS__), MX_F32, MX_CPU)
-  expect_shape("(3) @ (3)", mx_matmul(Z(3), Z(3)), MX_SCALAR);
-  expect_shape("(2,3) @ (3)", mx_matmul(Z(2, 3), Z(3)), MX_SHAPE(2));
-  expect_shape("(3) @ (3,4)", mx_matmul(Z(3), Z(3, 4)), MX_SHAPE(4));
-  expect_shape("(5,2,3) @ (3,4)", mx_matmul(Z(5, 2, 3), Z(3, 4)), MX_SHAPE(5, 2, 4));
-  expect_shape("(2,3) @ (5,3,4)", mx_matmul(Z(2, 3), Z(5, 3, 4)), MX_SHAPE(5, 2, 4));
-  expect_shape("(2,1,2,3) @ (3,3,4)", mx_matmul(Z(2, 1, 2, 3), Z(3, 3, 4)), MX_SHAPE(2, 3, 2, 4));
-  expect_shape("(3) @ (2,3,4)", mx_matmul(Z(3), Z(2, 3, 4)), MX_SHAPE(2, 4));
-  expect_shape("(2,2,3) @ (3)", mx_matmul(Z(2, 2, 3), Z(3)), MX_SHAPE(2, 2));
-  expect_shape("outer", mx_outer(Z(2), Z(3)), MX_SHAPE(2, 3));
-  expect_shape("(2,0) @ (0,3)", mx_mm(Z(2, 0), Z(0, 3)), MX_SHAPE(2, 3));
+  op_expect_shape("(3) @ (3)", mx_matmul(Z(3), Z(3)), MX_SCALAR);
+  op_expect_shape("(2,3) @ (3)", mx_matmul(Z(2, 3), Z(3)), MX_SHAPE(2));
+  op_expect_shape("(3) @ (3,4)", mx_matmul(Z(3), Z(3, 4)), MX_SHAPE(4));
+  op_expect_shape("(5,2,3) @ (3,4)", mx_matmul(Z(5, 2, 3), Z(3, 4)), MX_SHAPE(5, 2, 4));
+  op_expect_shape("(2,3) @ (5,3,4)", mx_matmul(Z(2, 3), Z(5, 3, 4)), MX_SHAPE(5, 2, 4));
+  op_expect_shape("(2,1,2,3) @ (3,3,4)", mx_matmul(Z(2, 1, 2, 3), Z(3, 3, 4)), MX_SHAPE(2, 3, 2, 4));
+  op_expect_shape("(3) @ (2,3,4)", mx_matmul(Z(3), Z(2, 3, 4)), MX_SHAPE(2, 4));
+  op_expect_shape("(2,2,3) @ (3)", mx_matmul(Z(2, 2, 3), Z(3)), MX_SHAPE(2, 2));
+  op_expect_shape("outer", mx_outer(Z(2), Z(3)), MX_SHAPE(2, 3));
+  op_expect_shape("(2,0) @ (0,3)", mx_mm(Z(2, 0), Z(0, 3)), MX_SHAPE(2, 3));
   EXPECT("(2,0) @ (0,3) is zeros", mx_mm(Z(2, 0), Z(0, 3)), MX_F32, 0, 0, 0, 0, 0, 0);
   mx_scope_end(s);
 }

@@ -6,14 +6,7 @@
 
 #include <mixgrad.h>
 
-static void expect_shape(const char *what, const mx_tensor *t, mx_shape want) {
-  cr_assert_not_null(t, "%s: %s", what, mx_last_error());
-  mx_shape got = mx_shape_get(t);
-  cr_assert_eq(got.ndim, want.ndim, "%s: %d dims, expected %d", what, got.ndim, want.ndim);
-  for (int d = 0; d < want.ndim; d++)
-    cr_expect_eq(got.d[d], want.d[d], "%s: dim %d is %lld, expected %lld", what, d, (long long)got.d[d],
-                 (long long)want.d[d]);
-}
+#include "op_checks.h"
 
 static void expect_item(const char *what, const mx_tensor *t, double want) {
   cr_assert_not_null(t, "%s: %s", what, mx_last_error());
@@ -28,13 +21,13 @@ Test(ops_edges, empty_tensors) {
   expect_item("sum of []", mx_sum(e, MX_ALL_DIMS, false), 0);
   expect_item("prod of []", mx_prod(e, MX_ALL_DIMS, false), 1);
   expect_item("mean of []", mx_mean(e, MX_ALL_DIMS, false), NAN);
-  expect_shape("cumsum of []", mx_cumsum(e, 0), MX_SHAPE(0));
-  expect_shape("exp of (2,0)", mx_exp(mx_zeros(MX_SHAPE(2, 0), MX_F32, MX_CPU)), MX_SHAPE(2, 0));
+  op_expect_shape("cumsum of []", mx_cumsum(e, 0), MX_SHAPE(0));
+  op_expect_shape("exp of (2,0)", mx_exp(mx_zeros(MX_SHAPE(2, 0), MX_F32, MX_CPU)), MX_SHAPE(2, 0));
   mx_tensor *rows = mx_sum(mx_zeros(MX_SHAPE(2, 0), MX_F32, MX_CPU), MX_DIMS(1), false);
-  expect_shape("sum of (2,0) over dim 1", rows, MX_SHAPE(2));
+  op_expect_shape("sum of (2,0) over dim 1", rows, MX_SHAPE(2));
   cr_expect_eq(mx_at(rows, MX_SHAPE(1)), 0.0);
-  expect_shape("sum of (0,3) over dim 0", mx_sum(mx_zeros(MX_SHAPE(0, 3), MX_F32, MX_CPU), MX_DIMS(0), false),
-               MX_SHAPE(3));
+  op_expect_shape("sum of (0,3) over dim 0", mx_sum(mx_zeros(MX_SHAPE(0, 3), MX_F32, MX_CPU), MX_DIMS(0), false),
+                  MX_SHAPE(3));
   cr_expect_null(mx_amax(e, MX_ALL_DIMS, false), "amax of [] has no identity");
   cr_expect_eq(mx_last_status(), MX_SHAPE_ERROR);
   /* a gradient through an empty tensor is empty */
@@ -42,7 +35,7 @@ Test(ops_edges, empty_tensors) {
   mx_set_requires_grad(x, true);
   mx_tensor *loss = mx_sum(mx_exp(x), MX_ALL_DIMS, false), *g = NULL;
   cr_assert_eq(mx_grad(1, &loss, 1, &x, NULL, false, false, true, &g), MX_OK, "%s", mx_last_error());
-  if (g) expect_shape("grad of (2,0)", g, MX_SHAPE(2, 0));
+  if (g) op_expect_shape("grad of (2,0)", g, MX_SHAPE(2, 0));
   mx_scope_end(s);
 }
 
@@ -50,7 +43,7 @@ Test(ops_edges, zero_dim_tensors) {
   mx_scope *s = mx_scope_begin();
   mx_tensor *t = mx_scalar(3, MX_F32, MX_CPU);
   expect_item("exp of 0-d", mx_exp(mx_scalar(0, MX_F32, MX_CPU)), 1);
-  expect_shape("exp of 0-d keeps 0 dims", mx_exp(t), MX_SCALAR);
+  op_expect_shape("exp of 0-d keeps 0 dims", mx_exp(t), MX_SCALAR);
   expect_item("cumsum of 0-d", mx_cumsum(t, 0), 3);
   expect_item("argmax of 0-d", mx_argmax(t, MX_FLAT, false), 0);
   expect_item("sum of 0-d over dim 0", mx_sum(t, MX_DIMS(0), false), 3);
@@ -68,7 +61,7 @@ Test(ops_edges, zero_dim_tensors) {
   mx_tensor *y = mx_mul(mx_ones(MX_SHAPE(2, 3), MX_F64, MX_CPU), x), *g = NULL;
   mx_tensor *loss = mx_sum(mx_mul(y, y), MX_ALL_DIMS, false);
   cr_assert_eq(mx_grad(1, &loss, 1, &x, NULL, false, false, false, &g), MX_OK, "%s", mx_last_error());
-  expect_shape("grad of a 0-d input", g, MX_SCALAR);
+  op_expect_shape("grad of a 0-d input", g, MX_SCALAR);
   expect_item("grad of a 0-d input", g, 6.0); /* d/dx sum_6 x^2 = 12 x */
   mx_scope_end(s);
 }
@@ -77,13 +70,13 @@ Test(ops_edges, reduction_dims) {
   mx_scope *s = mx_scope_begin();
   mx_tensor *x = mx_arange(0, 24, 1, MX_F32, MX_CPU);
   mx_tensor *x3 = mx_reshape(x, MX_SHAPE(2, 3, 4));
-  expect_shape("sum all keepdim", mx_sum(x3, MX_ALL_DIMS, true), MX_SHAPE(1, 1, 1));
+  op_expect_shape("sum all keepdim", mx_sum(x3, MX_ALL_DIMS, true), MX_SHAPE(1, 1, 1));
   expect_item("sum all keepdim", mx_sum(x3, MX_ALL_DIMS, true), 276);
-  expect_shape("sum (-1, 0)", mx_sum(x3, MX_DIMS(-1, 0), false), MX_SHAPE(3));
+  op_expect_shape("sum (-1, 0)", mx_sum(x3, MX_DIMS(-1, 0), false), MX_SHAPE(3));
   cr_expect_eq(mx_at(mx_sum(x3, MX_DIMS(-1, 0), false), MX_SHAPE(1)), 4 + 5 + 6 + 7 + 16 + 17 + 18 + 19.0);
-  expect_shape("amax (0, 2) keepdim", mx_amax(x3, MX_DIMS(0, 2), true), MX_SHAPE(1, 3, 1));
+  op_expect_shape("amax (0, 2) keepdim", mx_amax(x3, MX_DIMS(0, 2), true), MX_SHAPE(1, 3, 1));
   cr_expect_eq(mx_at(mx_amax(x3, MX_DIMS(0, 2), true), MX_SHAPE(0, 2, 0)), 23.0);
-  expect_shape("mean over dim 1", mx_mean(x3, MX_DIMS(1), false), MX_SHAPE(2, 4));
+  op_expect_shape("mean over dim 1", mx_mean(x3, MX_DIMS(1), false), MX_SHAPE(2, 4));
   cr_expect_null(mx_sum(x3, MX_DIMS(0, 0), false), "a dim twice");
   cr_expect(strstr(mx_last_error(), "more than once") != NULL, "%s", mx_last_error());
   cr_expect_null(mx_sum(x3, MX_DIMS(3), false), "dim 3 of a 3-d tensor");

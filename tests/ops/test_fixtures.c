@@ -8,7 +8,6 @@
  * ulp), NaN matching NaN and infinities matching exactly. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,30 +63,6 @@ static bool load_case(int k, fx_case *c) {
   return fx_load_case(FIXTURES, k, c, parse_header, parse_line);
 }
 
-/* A tensor holding t's values in t's dtype. */
-static mx_tensor *to_mx(const fx_tensor *t) {
-  size_t size = mx_dtype_size(t->dtype);
-  char *data = malloc(size * (size_t)(t->n ? t->n : 1));
-  for (int64_t k = 0; k < t->n; k++) {
-    double v = t->v[k];
-    void *p = data + (size_t)k * size;
-    switch (t->dtype) {
-    case MX_F64: *(double *)p = v; break;
-    case MX_F32: *(float *)p = (float)v; break;
-    case MX_F16: *(uint16_t *)p = mx_f32_to_f16((float)v); break;
-    case MX_BF16: *(uint16_t *)p = mx_f32_to_bf16((float)v); break;
-    case MX_I64: *(int64_t *)p = (int64_t)v; break;
-    case MX_I32: *(int32_t *)p = (int32_t)v; break;
-    case MX_U8: *(uint8_t *)p = (uint8_t)v; break;
-    case MX_BOOL: *(bool *)p = v != 0; break;
-    default: break;
-    }
-  }
-  mx_tensor *out = mx_from_data(data, t->shape, t->dtype, MX_CPU);
-  free(data);
-  return out;
-}
-
 static double rtol_of(mx_dtype dtype) {
   switch (dtype) {
   case MX_F64: return 1e-10;
@@ -98,67 +73,16 @@ static double rtol_of(mx_dtype dtype) {
   }
 }
 
-static char *shape_str(mx_shape s, char *buf, size_t size) {
-  size_t n = (size_t)snprintf(buf, size, "(");
-  for (int d = 0; d < s.ndim && n < size; d++)
-    n += (size_t)snprintf(buf + n, size - n, d ? ", %lld" : "%lld", (long long)s.d[d]);
-  if (n < size) snprintf(buf + n, size - n, ")");
-  return buf;
-}
-
-/* Compares got with want: dtype, shape, then every value. */
-static void expect_matches(const char *id, const char *what, const mx_tensor *got, const fx_tensor *want) {
-  cr_assert_not_null(got, "%s: %s is NULL: %s", id, what, mx_last_error());
-  cr_expect_eq(mx_dtype_of(got), want->dtype, "%s: %s dtype %s, PyTorch %s", id, what, mx_dtype_name(mx_dtype_of(got)),
-               mx_dtype_name(want->dtype));
-  mx_shape shape = mx_shape_get(got);
-  bool same_shape = shape.ndim == want->shape.ndim;
-  for (int d = 0; same_shape && d < shape.ndim; d++) same_shape = shape.d[d] == want->shape.d[d];
-  char a[96], b[96];
-  cr_assert(same_shape, "%s: %s shape %s, PyTorch %s", id, what, shape_str(shape, a, sizeof a),
-            shape_str(want->shape, b, sizeof b));
-  mx_tensor *as_f64 = mx_to_dtype(got, MX_F64);
-  cr_assert_not_null(as_f64, "%s", mx_last_error());
-  double *v = malloc(sizeof(double) * (size_t)(want->n ? want->n : 1));
-  cr_assert_eq(mx_to_host(as_f64, v, sizeof(double) * (size_t)want->n), MX_OK, "%s", mx_last_error());
-  /* floating values: relative to each value, with a floor of the tensor's scale * 1e-3 (a sum near
-   * zero of large terms is only as exact as the terms) */
-  double rtol = rtol_of(want->dtype), scale = 0;
-  for (int64_t k = 0; k < want->n; k++)
-    if (isfinite(want->v[k]) && fabs(want->v[k]) > scale) scale = fabs(want->v[k]);
-  int shown = 0;
-  for (int64_t k = 0; k < want->n; k++) {
-    double e = want->v[k], g = v[k];
-    bool ok;
-    if (isnan(e) || isnan(g)) ok = isnan(e) && isnan(g);
-    else if (isinf(e) || isinf(g)) ok = e == g;
-    else ok = fabs(g - e) <= rtol * (fabs(e) + 1e-3 * scale);
-    if (!ok && shown++ < 4)
-      cr_expect(ok, "%s: %s[%lld] is %.17g, PyTorch %.17g (difference %.3g)", id, what, (long long)k, g, e,
-                fabs(g - e));
-  }
-  cr_expect_eq(shown, 0, "%s: %s: %d of %lld values differ from PyTorch", id, what, shown, (long long)want->n);
-  free(v);
-}
-
 static void free_case(fx_case *c) {
   for (int i = 0; i < OP_MAX_IN; i++) free(c->in[i].v), free(c->grad[i].v);
   free(c->out.v);
   free(c->weight.v);
 }
 
-static int *case_ids;
-
 ParameterizedTestParameters(ops_torch, matches_pytorch) {
-  int n = fx_count_cases(FIXTURES);
-  if (n <= 0) { /* no file: one case that reports it */
-    case_ids = cr_malloc(sizeof(int));
-    case_ids[0] = -1;
-    return cr_make_param_array(int, case_ids, 1);
-  }
-  case_ids = cr_malloc(sizeof(int) * (size_t)n);
-  for (int k = 0; k < n; k++) case_ids[k] = k;
-  return OP_PARAMS(case_ids, (size_t)n);
+  size_t n;
+  int *ids = fx_case_ids(fx_count_cases(FIXTURES), &n);
+  return OP_PARAMS(ids, n);
 }
 
 ParameterizedTest(int *k, ops_torch, matches_pytorch) {
@@ -172,16 +96,16 @@ ParameterizedTest(int *k, ops_torch, matches_pytorch) {
   mx_scope *s = mx_scope_begin();
   mx_tensor *in[OP_MAX_IN] = {0};
   for (int i = 0; i < c.n_in; i++) {
-    in[i] = to_mx(&c.in[i]);
+    in[i] = fx_to_mx(&c.in[i]);
     cr_assert_not_null(in[i], "%s: input %d: %s", c.id, i, mx_last_error());
     if (c.has_grad[i]) cr_assert_eq(mx_set_requires_grad(in[i], true), MX_OK, "%s", mx_last_error());
   }
   mx_tensor *out = row->fn(row->n_in, in, NULL);
   cr_assert_not_null(out, "%s: %s", c.id, mx_last_error());
-  expect_matches(c.id, "output", out, &c.out);
+  fx_expect_matches(c.id, "output", out, &c.out, rtol_of(c.out.dtype));
 
   if (c.has_weight) {
-    mx_tensor *w = to_mx(&c.weight);
+    mx_tensor *w = fx_to_mx(&c.weight);
     mx_tensor *loss = mx_sum(mx_mul(out, w), MX_ALL_DIMS, false);
     cr_assert_not_null(loss, "%s: %s", c.id, mx_last_error());
     mx_tensor *wanted[OP_MAX_IN], *grads[OP_MAX_IN] = {0};
@@ -196,7 +120,7 @@ ParameterizedTest(int *k, ops_torch, matches_pytorch) {
       snprintf(what, sizeof what, "grad of input %d", map[j]);
       /* an unused input: PyTorch's zeros */
       mx_tensor *g = grads[j] ? grads[j] : mx_zeros_like(in[map[j]]);
-      expect_matches(c.id, what, g, &c.grad[map[j]]);
+      fx_expect_matches(c.id, what, g, &c.grad[map[j]], rtol_of(c.grad[map[j]].dtype));
     }
   }
   mx_scope_end(s);

@@ -9,6 +9,7 @@
 #include <criterion/parameterized.h>
 
 #include "fixture_io.h"
+#include "op_checks.h"
 #include "op_cases.h"
 #include <math.h>
 #include <stdio.h>
@@ -21,6 +22,8 @@
 #error "MX_FIXTURES_DIR must name tests/fixtures"
 #endif
 #define FIXTURES MX_FIXTURES_DIR "/grid_sample_fixtures.txt"
+/* float64 against PyTorch's float64: the relative tolerance of fx_expect_matches */
+#define TORCH_RTOL 1e-10
 
 /* --- the fixture file -------------------------------------------------------------------------- */
 
@@ -99,8 +102,6 @@ static void free_case(fx_case *c) {
   free(c->weight.v);
 }
 
-static mx_tensor *to_mx(const fx_tensor *t) { return mx_from_data(t->v, t->shape, MX_F64, MX_CPU); }
-
 static bool has_suffix(const char *id, const char *suffix) {
   size_t n = strlen(id), m = strlen(suffix);
   return n >= m && !strcmp(id + n - m, suffix);
@@ -110,30 +111,6 @@ static bool has_suffix(const char *id, const char *suffix) {
 static bool is_smooth(const fx_case *c) { return has_suffix(c->id, "@smooth") || has_suffix(c->id, "@size1"); }
 
 /* --- values and gradients against PyTorch ---------------------------------------------------------- */
-
-static void expect_matches(const char *id, const char *what, const mx_tensor *got, const fx_tensor *want) {
-  cr_assert_not_null(got, "%s: %s is NULL: %s", id, what, mx_last_error());
-  cr_expect_eq(mx_dtype_of(got), MX_F64, "%s: %s dtype %s", id, what, mx_dtype_name(mx_dtype_of(got)));
-  mx_shape shape = mx_shape_get(got);
-  bool same = shape.ndim == want->shape.ndim;
-  for (int d = 0; same && d < shape.ndim; d++) same = shape.d[d] == want->shape.d[d];
-  cr_assert(same, "%s: %s has a shape other than PyTorch's", id, what);
-  double *v = malloc(sizeof(double) * (size_t)(want->n ? want->n : 1));
-  cr_assert_eq(mx_to_host(got, v, sizeof(double) * (size_t)want->n), MX_OK, "%s", mx_last_error());
-  double scale = 0;
-  for (int64_t k = 0; k < want->n; k++)
-    if (isfinite(want->v[k]) && fabs(want->v[k]) > scale) scale = fabs(want->v[k]);
-  int bad = 0;
-  for (int64_t k = 0; k < want->n; k++) {
-    double e = want->v[k], g = v[k];
-    bool ok = isnan(e) || isnan(g) ? isnan(e) && isnan(g)
-              : isinf(e) || isinf(g) ? e == g
-                                     : fabs(g - e) <= 1e-10 * (fabs(e) + 1e-3 * scale);
-    if (!ok && bad++ < 4) cr_expect(ok, "%s: %s[%lld] is %.17g, PyTorch %.17g", id, what, (long long)k, g, e);
-  }
-  cr_expect_eq(bad, 0, "%s: %s: %d of %lld values differ from PyTorch", id, what, bad, (long long)want->n);
-  free(v);
-}
 
 static int *all_ids(size_t *count) {
   int n = fx_count_cases(FIXTURES);
@@ -153,19 +130,19 @@ ParameterizedTest(int *k, grid_sample_torch, matches_pytorch) {
   fx_case c;
   cr_assert(load_case(*k, &c), "case %d of %s does not parse", *k, FIXTURES);
   mx_scope *s = mx_scope_begin();
-  mx_tensor *input = to_mx(&c.in[0]), *grid = to_mx(&c.in[1]);
+  mx_tensor *input = fx_to_mx(&c.in[0]), *grid = fx_to_mx(&c.in[1]);
   cr_assert_eq(mx_set_requires_grad(input, true), MX_OK);
   cr_assert_eq(mx_set_requires_grad(grid, true), MX_OK);
   mx_tensor *out = mx_grid_sample(input, grid, c.mode, c.padding, c.align);
-  expect_matches(c.id, "output", out, &c.out);
-  mx_tensor *loss = mx_sum(mx_mul(out, to_mx(&c.weight)), MX_ALL_DIMS, false);
+  fx_expect_matches(c.id, "output", out, &c.out, TORCH_RTOL);
+  mx_tensor *loss = mx_sum(mx_mul(out, fx_to_mx(&c.weight)), MX_ALL_DIMS, false);
   cr_assert_not_null(loss, "%s: %s", c.id, mx_last_error());
   mx_tensor *grads[2] = {0};
   cr_assert_eq(mx_grad(1, &loss, 2, (mx_tensor *[]){input, grid}, NULL, false, false, true, grads), MX_OK, "%s: %s",
                c.id, mx_last_error());
   cr_expect(c.mode == MX_GRID_NEAREST || grads[1], "%s: bilinear gives the grid no gradient", c.id);
-  expect_matches(c.id, "grad of input", grads[0] ? grads[0] : mx_zeros_like(input), &c.grad[0]);
-  expect_matches(c.id, "grad of grid", grads[1] ? grads[1] : mx_zeros_like(grid), &c.grad[1]);
+  fx_expect_matches(c.id, "grad of input", grads[0] ? grads[0] : mx_zeros_like(input), &c.grad[0], TORCH_RTOL);
+  fx_expect_matches(c.id, "grad of grid", grads[1] ? grads[1] : mx_zeros_like(grid), &c.grad[1], TORCH_RTOL);
   mx_scope_end(s);
   free_case(&c);
 }
@@ -183,7 +160,7 @@ ParameterizedTest(int *k, grid_sample_torch, float32_is_close) {
   fx_case c;
   cr_assert(load_case(*k, &c), "case %d of %s does not parse", *k, FIXTURES);
   mx_scope *s = mx_scope_begin();
-  mx_tensor *input = mx_to_dtype(to_mx(&c.in[0]), MX_F32), *grid = mx_to_dtype(to_mx(&c.in[1]), MX_F32);
+  mx_tensor *input = mx_to_dtype(fx_to_mx(&c.in[0]), MX_F32), *grid = mx_to_dtype(fx_to_mx(&c.in[1]), MX_F32);
   mx_tensor *out = mx_grid_sample(input, grid, c.mode, c.padding, c.align);
   cr_assert_not_null(out, "%s: %s", c.id, mx_last_error());
   cr_expect_eq(mx_dtype_of(out), MX_F32, "%s: output is %s", c.id, mx_dtype_name(mx_dtype_of(out)));
@@ -257,7 +234,7 @@ ParameterizedTest(int *k, grid_sample_grad, gradcheck) {
   fx_case c;
   cr_assert(load_case(*k, &c), "case %d of %s does not parse", *k, FIXTURES);
   mx_scope *s = mx_scope_begin();
-  mx_tensor *in[2] = {to_mx(&c.in[0]), to_mx(&c.in[1])};
+  mx_tensor *in[2] = {fx_to_mx(&c.in[0]), fx_to_mx(&c.in[1])};
   for (int i = 0; i < 2; i++) cr_assert_eq(mx_set_requires_grad(in[i], true), MX_OK);
   sample_args args = {c.mode, c.padding, c.align};
   mx_status st = mx_gradcheck(sample, 2, in, &args, 1e-6, 1e-5, 1e-4);
@@ -281,20 +258,6 @@ Test(grid_sample_grad, the_checked_cases) {
 
 /* --- strided grids, the op table ---------------------------------------------------------------- */
 
-static bool bitwise_equal(const mx_tensor *a, const mx_tensor *b) {
-  cr_assert_not_null(a, "%s", mx_last_error());
-  cr_assert_not_null(b, "%s", mx_last_error());
-  if (mx_numel(a) != mx_numel(b)) return false;
-  int64_t n = mx_numel(a);
-  double *x = malloc(sizeof(double) * (size_t)n), *y = malloc(sizeof(double) * (size_t)n);
-  cr_assert_eq(mx_to_host(a, x, sizeof(double) * (size_t)n), MX_OK);
-  cr_assert_eq(mx_to_host(b, y, sizeof(double) * (size_t)n), MX_OK);
-  bool same = memcmp(x, y, sizeof(double) * (size_t)n) == 0;
-  free(x);
-  free(y);
-  return same;
-}
-
 /* A grid and an input that are views (transposed, strided) sample as their contiguous copies. */
 Test(grid_sample, strided_inputs_match_contiguous_ones) {
   mx_scope *s = mx_scope_begin();
@@ -307,7 +270,7 @@ Test(grid_sample, strided_inputs_match_contiguous_ones) {
     for (int padding = 0; padding < 3; padding++) {
       mx_tensor *a = mx_grid_sample(input, grid, mode, padding, padding == 1);
       mx_tensor *b = mx_grid_sample(mx_contiguous(input), mx_contiguous(grid), mode, padding, padding == 1);
-      cr_expect(bitwise_equal(a, b), "mode %d padding %d: a strided grid samples differently", mode, padding);
+      cr_expect(op_bitwise_equal(a, b), "mode %d padding %d: a strided grid samples differently", mode, padding);
     }
   mx_scope_end(s);
 }
@@ -321,21 +284,6 @@ Test(grid_sample, policy_is_promote) {
 }
 
 /* --- errors ------------------------------------------------------------------------------------------------- */
-
-static void expect_error(const char *what, bool failed, mx_status status, const char *message) {
-  cr_expect(failed, "%s: expected an error (%s), the call succeeded", what, message);
-  if (!failed) return;
-  cr_expect_eq(mx_last_status(), status, "%s: status \"%s\", expected \"%s\"", what, mx_status_str(mx_last_status()),
-               mx_status_str(status));
-  cr_expect_str_eq(mx_last_error(), message, "%s:\n  got      \"%s\"\n  expected \"%s\"", what, mx_last_error(),
-                   message);
-}
-
-#define EXPECT_NULL(expr, status, message)                \
-  do {                                                    \
-    mx_clear_error();                                     \
-    expect_error(#expr, (expr) == NULL, status, message); \
-  } while (0)
 
 static mx_tensor *zeros(mx_shape shape) { return mx_zeros(shape, MX_F64, MX_CPU); }
 

@@ -14,6 +14,7 @@
 #include <criterion/parameterized.h>
 
 #include "fixture_io.h"
+#include "op_checks.h"
 #include "op_cases.h"
 #include <math.h>
 #include <stdio.h>
@@ -134,11 +135,6 @@ static void scan_cases(void) {
 }
 
 /* A tensor holding t's values in t's dtype. */
-static mx_tensor *to_mx(const fx_tensor *t) {
-  mx_tensor *d = mx_from_data(t->v, t->shape, MX_F64, MX_CPU);
-  return t->dtype == MX_F64 ? d : mx_to_dtype(d, t->dtype);
-}
-
 /* --- running a case ------------------------------------------------------------------------------------- */
 
 static double param(const fx_case *c, const char *name, double otherwise) {
@@ -182,38 +178,8 @@ static mx_tensor *run_loss(const fx_case *c, mx_tensor *const *in, mx_reduction 
   return NULL;
 }
 
+/* The tolerance of fx_expect_matches, relative. */
 static double rtol_of(mx_dtype dtype) { return dtype == MX_F64 ? 1e-10 : 1e-5; }
-
-/* Compares got with want: dtype, shape, then every value (relative, with a
- * floor of the tensor's scale * 1e-3, as tests/ops/test_fixtures.c does). */
-static void expect_matches(const char *id, const char *what, const mx_tensor *got, const fx_tensor *want) {
-  cr_assert_not_null(got, "%s: %s is NULL: %s", id, what, mx_last_error());
-  cr_expect_eq(mx_dtype_of(got), want->dtype, "%s: %s dtype %s, PyTorch %s", id, what, mx_dtype_name(mx_dtype_of(got)),
-               mx_dtype_name(want->dtype));
-  mx_shape shape = mx_shape_get(got);
-  bool same = shape.ndim == want->shape.ndim;
-  for (int d = 0; same && d < shape.ndim; d++) same = shape.d[d] == want->shape.d[d];
-  cr_assert(same, "%s: %s has %d dims (first %lld), PyTorch %d (first %lld)", id, what, shape.ndim,
-            (long long)(shape.ndim ? shape.d[0] : 0), want->shape.ndim,
-            (long long)(want->shape.ndim ? want->shape.d[0] : 0));
-  double *v = malloc(sizeof(double) * (size_t)(want->n ? want->n : 1));
-  cr_assert_eq(mx_to_host(mx_to_dtype(got, MX_F64), v, sizeof(double) * (size_t)want->n), MX_OK, "%s", mx_last_error());
-  double rtol = rtol_of(want->dtype), scale = 0;
-  for (int64_t k = 0; k < want->n; k++)
-    if (isfinite(want->v[k]) && fabs(want->v[k]) > scale) scale = fabs(want->v[k]);
-  int wrong = 0;
-  for (int64_t k = 0; k < want->n; k++) {
-    double e = want->v[k], g = v[k];
-    bool ok;
-    if (isnan(e) || isnan(g)) ok = isnan(e) && isnan(g);
-    else if (isinf(e) || isinf(g)) ok = e == g;
-    else ok = fabs(g - e) <= rtol * (fabs(e) + 1e-3 * scale);
-    if (!ok && wrong++ < 4)
-      cr_expect(ok, "%s: %s[%lld] is %.17g, PyTorch %.17g", id, what, (long long)k, g, e);
-  }
-  cr_expect_eq(wrong, 0, "%s: %s: %d of %lld values differ from PyTorch", id, what, wrong, (long long)want->n);
-  free(v);
-}
 
 static const char *reduction_name(mx_reduction r) {
   static const char *const names[] = {"none", "mean", "sum", "batchmean"};
@@ -237,7 +203,7 @@ ParameterizedTest(int *k, loss_torch, matches_pytorch) {
     mx_tensor *in[MAX_IN] = {0}, *wanted[MAX_IN], *grads[MAX_IN] = {0};
     int map[MAX_IN], n = 0;
     for (int i = 0; i < c.n_in; i++) {
-      in[i] = to_mx(&c.in[i]);
+      in[i] = fx_to_mx(&c.in[i]);
       cr_assert_not_null(in[i], "%s: input %s: %s", c.id, c.in_name[i], mx_last_error());
       if (c.has_grad[r][i]) {
         cr_assert_eq(mx_set_requires_grad(in[i], true), MX_OK, "%s", mx_last_error());
@@ -248,16 +214,17 @@ ParameterizedTest(int *k, loss_torch, matches_pytorch) {
     snprintf(what, sizeof what, "output (%s)", reduction_name(c.red[r]));
     mx_tensor *out = run_loss(&c, in, c.red[r]);
     cr_assert_not_null(out, "%s: %s: %s", c.id, what, mx_last_error());
-    expect_matches(c.id, what, out, &c.out[r]);
+    fx_expect_matches(c.id, what, out, &c.out[r], rtol_of(c.out[r].dtype));
     if (n > 0) {
       mx_tensor *total = out;
-      if (c.red[r] == MX_REDUCTION_NONE) total = mx_sum(mx_mul(out, to_mx(&c.weight)), MX_ALL_DIMS, false);
+      if (c.red[r] == MX_REDUCTION_NONE) total = mx_sum(mx_mul(out, fx_to_mx(&c.weight)), MX_ALL_DIMS, false);
       cr_assert(mx_requires_grad(total), "%s: %s records no graph", c.id, what);
       cr_assert_eq(mx_grad(1, &total, n, wanted, NULL, false, false, true, grads), MX_OK, "%s: %s", c.id,
                    mx_last_error());
       for (int j = 0; j < n; j++) {
         snprintf(what, sizeof what, "grad of %s (%s)", c.in_name[map[j]], reduction_name(c.red[r]));
-        expect_matches(c.id, what, grads[j] ? grads[j] : mx_zeros_like(wanted[j]), &c.grad[r][map[j]]);
+        const fx_tensor *want = &c.grad[r][map[j]];
+        fx_expect_matches(c.id, what, grads[j] ? grads[j] : mx_zeros_like(wanted[j]), want, rtol_of(want->dtype));
       }
     }
     mx_scope_end(s);
@@ -334,7 +301,7 @@ static void check_gradients(int k, bool second_order) {
     mx_scope *s = mx_scope_begin();
     mx_tensor *in[MAX_IN] = {0};
     for (int i = 0; i < c.n_in; i++) {
-      in[i] = to_mx(&c.in[i]);
+      in[i] = fx_to_mx(&c.in[i]);
       if (differentiable(&c, i)) cr_assert_eq(mx_set_requires_grad(in[i], true), MX_OK, "%s", mx_last_error());
     }
     grad_ctx ctx = {&c, reductions[r]};
@@ -404,21 +371,6 @@ Test(loss_values, policies) {
 }
 
 /* --- loss_errors ------------------------------------------------------------------------------------------ */
-
-static void expect_error(const char *what, bool failed, mx_status status, const char *message) {
-  cr_expect(failed, "%s: expected an error (%s), the call succeeded", what, message);
-  if (!failed) return;
-  cr_expect_eq(mx_last_status(), status, "%s: status \"%s\", expected \"%s\"", what, mx_status_str(mx_last_status()),
-               mx_status_str(status));
-  cr_expect_str_eq(mx_last_error(), message, "%s:\n  got      \"%s\"\n  expected \"%s\"", what, mx_last_error(),
-                   message);
-}
-
-#define EXPECT_NULL(expr, status, message)                \
-  do {                                                    \
-    mx_clear_error();                                     \
-    expect_error(#expr, (expr) == NULL, status, message); \
-  } while (0)
 
 static mx_tensor *zeros(mx_shape shape) { return mx_zeros(shape, MX_F64, MX_CPU); }
 static mx_tensor *halves(mx_shape shape) { return mx_full(shape, 0.5, MX_F64, MX_CPU); }

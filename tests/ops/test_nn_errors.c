@@ -8,26 +8,12 @@
 
 #include <mixgrad.h>
 
+#include "op_checks.h"
+
 #define IDX(shape, ...) mx_from_data((const int64_t[]){__VA_ARGS__}, shape, MX_I64, MX_CPU)
 #define LIST(...) ((mx_tensor *[]){__VA_ARGS__})
 
 static mx_tensor *zeros(mx_shape shape) { return mx_zeros(shape, MX_F64, MX_CPU); }
-
-/* The call failed with this status and exactly this message. */
-static void expect_error(const char *what, bool failed, mx_status status, const char *message) {
-  cr_expect(failed, "%s: expected an error (%s), the call succeeded", what, message);
-  if (!failed) return;
-  cr_expect_eq(mx_last_status(), status, "%s: status \"%s\", expected \"%s\"", what, mx_status_str(mx_last_status()),
-               mx_status_str(status));
-  cr_expect_str_eq(mx_last_error(), message, "%s:\n  got      \"%s\"\n  expected \"%s\"", what, mx_last_error(), message);
-}
-
-/* Runs expr (a pointer-returning call) with the error cleared first. */
-#define EXPECT_NULL(expr, status, message)                    \
-  do {                                                        \
-    mx_clear_error();                                         \
-    expect_error(#expr, (expr) == NULL, status, message);     \
-  } while (0)
 
 /* --- gather and scatter ---------------------------------------------------------------------- */
 
@@ -179,17 +165,17 @@ Test(nn_errors, split_and_chunk) {
   mx_scope *s = mx_scope_begin();
   mx_tensor *x = zeros(MX_SHAPE(5, 3)), *out[2];
   mx_clear_error();
-  expect_error("mx_split size 0", mx_split(x, 0, 0, out, 2) == -1, MX_INVALID_ARGUMENT,
-               "mx_split: split_size must be positive, got 0");
+  op_expect_error("mx_split size 0", mx_split(x, 0, 0, out, 2) == -1, MX_INVALID_ARGUMENT,
+                  "mx_split: split_size must be positive, got 0");
   mx_clear_error();
-  expect_error("mx_split into too few slots", mx_split(x, 2, 0, out, 2) == -1, MX_INVALID_ARGUMENT,
-               "mx_split: 3 pieces do not fit in 2 slots");
+  op_expect_error("mx_split into too few slots", mx_split(x, 2, 0, out, 2) == -1, MX_INVALID_ARGUMENT,
+                  "mx_split: 3 pieces do not fit in 2 slots");
   mx_clear_error();
-  expect_error("mx_split dim 2", mx_split(x, 2, 2, out, 2) == -1, MX_INDEX_ERROR,
-               "mx_split: dim 2 out of range for a 2-d tensor (expected -2 to 1)");
+  op_expect_error("mx_split dim 2", mx_split(x, 2, 2, out, 2) == -1, MX_INDEX_ERROR,
+                  "mx_split: dim 2 out of range for a 2-d tensor (expected -2 to 1)");
   mx_clear_error();
-  expect_error("mx_chunk 0", mx_chunk(x, 0, 0, out, 2) == -1, MX_INVALID_ARGUMENT,
-               "mx_chunk: chunks must be positive, got 0");
+  op_expect_error("mx_chunk 0", mx_chunk(x, 0, 0, out, 2) == -1, MX_INVALID_ARGUMENT,
+                  "mx_chunk: chunks must be positive, got 0");
   mx_scope_end(s);
 }
 
@@ -264,8 +250,8 @@ Test(nn_errors, pooling) {
   mx_clear_error();
   mx_status st = mx_max_pool_with_indices(zeros(MX_SHAPE(1, 1, 3)), 1, MX_SHAPE(2), MX_SHAPE(1), MX_DEFAULT,
                                           MX_SHAPE(3), &v, &i);
-  expect_error("max_pool with a dilated kernel (span 4) on 3 elements", st != MX_OK, MX_SHAPE_ERROR,
-               "mx_max_pool: input size 3 is smaller than the kernel 2 in spatial dim 0");
+  op_expect_error("max_pool with a dilated kernel (span 4) on 3 elements", st != MX_OK, MX_SHAPE_ERROR,
+                  "mx_max_pool: input size 3 is smaller than the kernel 2 in spatial dim 0");
   cr_expect(v == NULL && i == NULL, "a failed max_pool_with_indices returns no tensors");
   EXPECT_NULL(mx_adaptive_avg_pool2d(zeros(MX_SHAPE(4, 4)), 2, 2), MX_SHAPE_ERROR,
               "mx_adaptive_avg_pool2d: needs (..., H, W) input and a positive (h, w) size");

@@ -9,16 +9,7 @@
 
 #include <mixgrad.h>
 
-/* The values of t as doubles (malloc'ed). */
-static double *host(const mx_tensor *t) {
-  cr_assert_not_null(t, "%s", mx_last_error());
-  mx_tensor *d = mx_to_dtype(mx_contiguous(t), MX_F64);
-  cr_assert_not_null(d, "%s", mx_last_error());
-  int64_t n = mx_numel(d);
-  double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
-  cr_assert_eq(mx_to_host(d, v, sizeof(double) * (size_t)n), MX_OK, "%s", mx_last_error());
-  return v;
-}
+#include "op_checks.h"
 
 /* uniform in [0.5, 1.5): never zero, so a zero in the output is the mask's */
 static mx_tensor *positive(mx_shape shape, mx_dtype dtype, uint64_t seed) {
@@ -47,7 +38,7 @@ Test(nn_ops, dropout_mask_statistics_and_scale) {
       mx_generator_free(gen);
       cr_assert_not_null(y, "%s", mx_last_error());
       cr_expect_eq(mx_dtype_of(y), dtypes[t]);
-      double *v = host(y), scale = 1 / (1 - p), tol = dtypes[t] == MX_F64 ? 1e-15 : 1e-7;
+      double *v = op_host_values(y), scale = 1 / (1 - p), tol = dtypes[t] == MX_F64 ? 1e-15 : 1e-7;
       int64_t zeros = 0, wrong = 0;
       double sum = 0;
       for (int64_t i = 0; i < n; i++) {
@@ -78,7 +69,7 @@ Test(nn_ops, dropout_gradient_is_the_mask_times_the_scale) {
   cr_expect(mx_requires_grad(y));
   mx_tensor *loss = mx_sum(mx_mul(y, w), MX_ALL_DIMS, false), *g = NULL;
   cr_assert_eq(mx_grad(1, &loss, 1, &x, NULL, false, false, false, &g), MX_OK, "%s", mx_last_error());
-  double *xv = host(x), *yv = host(y), *wv = host(w), *gv = host(g);
+  double *xv = op_host_values(x), *yv = op_host_values(y), *wv = op_host_values(w), *gv = op_host_values(g);
   int bad = 0, kept = 0;
   for (int i = 0; i < 1000 && bad < 4; i++) {
     double mask = yv[i] == 0 ? 0 : 1;
@@ -122,12 +113,12 @@ Test(nn_ops, dropout_seeded_generator_is_reproducible) {
   const int64_t n = 1000;
   mx_tensor *x = mx_ones(MX_SHAPE(n), MX_F32, MX_CPU);
   mx_generator *g1 = mx_generator_new(5), *g2 = mx_generator_new(5), *g3 = mx_generator_new(6);
-  double *a = host(mx_dropout(x, 0.5, true, g1)), *b = host(mx_dropout(x, 0.5, true, g2));
-  double *c = host(mx_dropout(x, 0.5, true, g3)), *a2 = host(mx_dropout(x, 0.5, true, g1));
+  double *a = op_host_values(mx_dropout(x, 0.5, true, g1)), *b = op_host_values(mx_dropout(x, 0.5, true, g2));
+  double *c = op_host_values(mx_dropout(x, 0.5, true, g3)), *a2 = op_host_values(mx_dropout(x, 0.5, true, g1));
   mx_manual_seed(9);
-  double *d1 = host(mx_dropout(x, 0.5, true, NULL));
+  double *d1 = op_host_values(mx_dropout(x, 0.5, true, NULL));
   mx_manual_seed(9);
-  double *d2 = host(mx_dropout(x, 0.5, true, NULL));
+  double *d2 = op_host_values(mx_dropout(x, 0.5, true, NULL));
   int same_ab = 0, same_ac = 0, same_aa2 = 0, same_d = 0;
   for (int64_t i = 0; i < n; i++) {
     same_ab += a[i] == b[i];
@@ -155,13 +146,13 @@ Test(nn_ops, dropout_identity_and_zeros) {
     bool training;
     double value_scale, grad;
   } cases[] = {{0.5, false, 1, 1}, {1.0, false, 1, 1}, {0.0, true, 1, 1}, {1.0, true, 0, 0}};
-  double *xv = host(x);
+  double *xv = op_host_values(x);
   for (int k = 0; k < 4; k++) {
     mx_tensor *y = mx_dropout(x, cases[k].p, cases[k].training, NULL);
     cr_assert_not_null(y, "%s", mx_last_error());
     mx_tensor *loss = mx_sum(y, MX_ALL_DIMS, false), *g = NULL;
     cr_assert_eq(mx_grad(1, &loss, 1, &x, NULL, false, false, true, &g), MX_OK, "%s", mx_last_error());
-    double *yv = host(y), *gv = g ? host(g) : calloc(20, sizeof(double));
+    double *yv = op_host_values(y), *gv = g ? op_host_values(g) : calloc(20, sizeof(double));
     for (int i = 0; i < 20; i++) {
       cr_expect_eq(yv[i], xv[i] * cases[k].value_scale, "p %g training %d: y[%d] %.17g", cases[k].p,
                    cases[k].training, i, yv[i]);
@@ -223,7 +214,7 @@ Test(nn_ops, split_piece_gradients) {
   for (int k = 0; k < n; k++) loss = mx_add(loss, mx_mul_scalar(mx_sum(p[k], MX_ALL_DIMS, false), k + 1));
   mx_tensor *g = NULL;
   cr_assert_eq(mx_grad(1, &loss, 1, &x, NULL, false, false, false, &g), MX_OK, "%s", mx_last_error());
-  double *gv = host(g);
+  double *gv = op_host_values(g);
   for (int i = 0; i < 14; i++) cr_expect_eq(gv[i], (double)(i / 2 / 3 + 1), "grad[%d] %g", i, gv[i]);
   free(gv);
   mx_scope_end(s);
@@ -242,7 +233,7 @@ Test(nn_ops, batch_norm_running_statistics_side_effects) {
   cr_assert_not_null(y, "%s", mx_last_error());
   cr_expect(!mx_requires_grad(mean) && !mx_requires_grad(var), "the running statistics joined the graph");
   /* momentum 0.5 from 0 and 1: half the batch mean, (1 + unbiased batch variance) / 2 */
-  double *xv = host(x);
+  double *xv = op_host_values(x);
   for (int c = 0; c < 3; c++) {
     double m = 0, v = 0;
     for (int b = 0; b < 4; b++)
@@ -301,7 +292,7 @@ Test(nn_ops, batch_norm_keeps_a_16_bit_input_dtype) {
   cr_assert_not_null(y, "%s", mx_last_error());
   cr_expect_eq(mx_dtype_of(y), MX_BF16);
   mx_tensor *want = mx_to_dtype(mx_batch_norm(mx_to_dtype(x, MX_F32), NULL, NULL, weight, bias, true, 0.1, 1e-5), MX_BF16);
-  double *got = host(y), *ref = host(want);
+  double *got = op_host_values(y), *ref = op_host_values(want);
   for (int64_t i = 0; i < mx_numel(y); i++) cr_expect_eq(got[i], ref[i], "element %lld", (long long)i);
   free(got), free(ref);
   cr_expect_eq(mx_dtype_of(mx_batch_norm(mx_to_dtype(x, MX_F32), NULL, NULL, mx_to_dtype(weight, MX_BF16), NULL, true,
@@ -334,7 +325,7 @@ Test(nn_ops, batch_norm_backward_kernels_match_the_ops) {
     cr_assert_eq(mx_grad(1, &y, 3, inputs, &g, false, true, false, ops), MX_OK, "%s", mx_last_error());
     for (int i = 0; i < 3; i++) {
       cr_expect_eq(mx_dtype_of(kernels[i]), mx_dtype_of(ops[i]), "dtype %d, input %d", k, i);
-      double *got = host(kernels[i]), *want = host(ops[i]), scale = 0;
+      double *got = op_host_values(kernels[i]), *want = op_host_values(ops[i]), scale = 0;
       for (int64_t e = 0; e < mx_numel(ops[i]); e++) scale = fmax(scale, fabs(want[e]));
       for (int64_t e = 0; e < mx_numel(ops[i]); e++)
         cr_expect(fabs(got[e] - want[e]) <= tolerance[k] * scale, "dtype %d, input %d, element %lld: %g, ops %g", k,
@@ -426,7 +417,7 @@ Test(nn_ops, max_pool_16bit_short_and_wide_rows_match_float32) {
     cr_assert_eq(mx_max_pool_with_indices(x, 2, MX_SHAPE(2), MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, &v, &i), MX_OK);
     cr_assert_eq(mx_max_pool_with_indices(mx_to_dtype(x, MX_F32), 2, MX_SHAPE(2), MX_DEFAULT, MX_DEFAULT, MX_DEFAULT,
                                           &v32, &i32), MX_OK);
-    double *got = host(v), *want = host(v32), *gi = host(i), *wi = host(i32);
+    double *got = op_host_values(v), *want = op_host_values(v32), *gi = op_host_values(i), *wi = op_host_values(i32);
     for (int64_t e = 0; e < mx_numel(v); e++) {
       cr_expect_eq(got[e], want[e], "%s width %lld, output %lld", mx_dtype_name(dt), (long long)widths[k % 2],
                    (long long)e);
@@ -454,7 +445,7 @@ Test(nn_ops, max_pool_2x2_backward_places_each_gradient_at_its_max) {
     mx_tensor *v = mx_max_pool(x, 2, MX_SHAPE(2), MX_DEFAULT, MX_DEFAULT);
     mx_tensor *grad_out = mx_to_dtype(mx_from_data(dy, MX_SHAPE(1, 1, 2, 2), MX_F32, MX_CPU), dtypes[k]);
     cr_assert_eq(mx_grad(1, &v, 1, &x, &grad_out, false, false, false, &g), MX_OK, "%s", mx_last_error());
-    double *dx = host(g);
+    double *dx = op_host_values(g);
     for (int64_t e = 0; e < 20; e++) {
       int w = -1;
       for (int j = 0; j < 4; j++)
@@ -482,7 +473,7 @@ Test(nn_ops, max_pool_2x2_backward_fills_planes_with_odd_edges) {
     cr_assert_eq(mx_max_pool_with_indices(x, 2, MX_SHAPE(2), MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, &v, &i), MX_OK);
     mx_tensor *grad_out = mx_to_dtype(mx_randn(MX_SHAPE(2, 3, 3, 4), MX_F32, MX_CPU, NULL), dtypes[k]);
     cr_assert_eq(mx_grad(1, &v, 1, &x, &grad_out, false, false, false, &g), MX_OK, "%s", mx_last_error());
-    double *dx = host(g), *dy = host(grad_out), *at = host(i), want[2 * 3 * 7 * 9] = {0};
+    double *dx = op_host_values(g), *dy = op_host_values(grad_out), *at = op_host_values(i), want[2 * 3 * 7 * 9] = {0};
     for (int64_t o = 0; o < 2 * 3 * 3 * 4; o++) want[o / 12 * 63 + (int64_t)at[o]] = dy[o];
     for (int64_t e = 0; e < 2 * 3 * 7 * 9; e++)
       cr_expect(dx[e] == want[e] && !signbit(dx[e]) == !signbit(want[e]), "dtype %d: dx[%lld] = %g, want %g", k,
@@ -503,7 +494,7 @@ Test(nn_ops, max_pool_2x2_ties_and_nan) {
     mx_tensor *x = mx_to_dtype(mx_from_data(data, MX_SHAPE(1, 1, 2, 5), MX_F32, MX_CPU), dtypes[k]), *v = NULL, *i = NULL;
     cr_assert_eq(mx_max_pool_with_indices(x, 2, MX_SHAPE(2), MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, &v, &i), MX_OK, "%s",
                  mx_last_error());
-    double *values = host(v), *indices = host(i);
+    double *values = op_host_values(v), *indices = op_host_values(i);
     cr_expect_eq(indices[0], 0, "tie: first index (dtype %d)", k);
     cr_expect_eq(values[0], 1);
     cr_expect_eq(indices[1], 7, "the last NaN (dtype %d), got %g", k, indices[1]);

@@ -9,16 +9,7 @@
 
 #include <mixgrad.h>
 
-/* The values of t as doubles (malloc'ed), through float64. */
-static double *host(const mx_tensor *t) {
-  cr_assert_not_null(t, "%s", mx_last_error());
-  mx_tensor *d = mx_to_dtype(mx_contiguous(t), MX_F64);
-  cr_assert_not_null(d, "%s", mx_last_error());
-  int64_t n = mx_numel(d);
-  double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
-  cr_assert_eq(mx_to_host(d, v, sizeof(double) * (size_t)n), MX_OK, "%s", mx_last_error());
-  return v;
-}
+#include "op_checks.h"
 
 static mx_tensor *randn(mx_shape shape, mx_dtype dtype, uint64_t seed) {
   mx_generator *gen = mx_generator_new(seed);
@@ -52,8 +43,9 @@ Test(ops_reference, broadcast_elementwise_every_float_dtype) {
     mx_scope *s = mx_scope_begin();
     mx_dtype dt = dtypes[k];
     mx_tensor *a = randn(MX_SHAPE(R, C), dt, 100 + (uint64_t)k), *b = randn(MX_SHAPE(C), dt, 200 + (uint64_t)k);
-    double *av = host(a), *bv = host(b);
-    double *sum = host(mx_add(a, b)), *prod = host(mx_mul(a, b)), *e = host(mx_exp(a)), *th = host(mx_tanh(a));
+    double *av = op_host_values(a), *bv = op_host_values(b);
+    double *sum = op_host_values(mx_add(a, b)), *prod = op_host_values(mx_mul(a, b));
+    double *e = op_host_values(mx_exp(a)), *th = op_host_values(mx_tanh(a));
     int bad = 0;
     for (int i = 0; i < R && bad < 4; i++)
       for (int j = 0; j < C && bad < 4; j++) {
@@ -90,7 +82,7 @@ Test(ops_reference, mixed_dtypes_on_strided_views) {
   mx_tensor *out = mx_add(at, b);
   cr_assert_not_null(out, "%s", mx_last_error());
   cr_expect_eq(mx_dtype_of(out), MX_F32);
-  double *av = host(a), *bv = host(b), *ov = host(out);
+  double *av = op_host_values(a), *bv = op_host_values(b), *ov = op_host_values(out);
   int bad = 0;
   for (int i = 0; i < R && bad < 4; i++)
     for (int j = 0; j < C && bad < 4; j++) {
@@ -109,10 +101,11 @@ Test(ops_reference, f32_reductions_within_the_length_bound) {
   mx_scope *s = mx_scope_begin();
   const int rows = 37, n = 5000;
   mx_tensor *x = randn(MX_SHAPE(rows, n), MX_F32, 3);
-  double *xv = host(x);
-  double *row_sum = host(mx_sum(x, MX_DIMS(1), false)), *row_mean = host(mx_mean(x, MX_DIMS(1), false));
-  double *col_sum = host(mx_sum(x, MX_DIMS(0), false)), *all = host(mx_sum(x, MX_ALL_DIMS, false));
-  double *cum = host(mx_cumsum(x, 1)), *amax = host(mx_amax(x, MX_DIMS(1), false));
+  double *xv = op_host_values(x);
+  double *row_sum = op_host_values(mx_sum(x, MX_DIMS(1), false));
+  double *row_mean = op_host_values(mx_mean(x, MX_DIMS(1), false));
+  double *col_sum = op_host_values(mx_sum(x, MX_DIMS(0), false)), *all = op_host_values(mx_sum(x, MX_ALL_DIMS, false));
+  double *cum = op_host_values(mx_cumsum(x, 1)), *amax = op_host_values(mx_amax(x, MX_DIMS(1), false));
   const double u = ldexp(1, -24);
   double total = 0, total_abs = 0;
   for (int i = 0; i < rows; i++) {
@@ -172,7 +165,8 @@ Test(ops_reference, broadcast_gradient_sums_the_rows) {
   mx_tensor *loss = mx_sum(mx_mul(mx_mul(a, b), w), MX_ALL_DIMS, false);
   mx_tensor *grads[2] = {0}, *inputs[2] = {a, b};
   cr_assert_eq(mx_grad(1, &loss, 2, inputs, NULL, false, false, false, grads), MX_OK, "%s", mx_last_error());
-  double *av = host(a), *bv = host(b), *wv = host(w), *ga = host(grads[0]), *gb = host(grads[1]);
+  double *av = op_host_values(a), *bv = op_host_values(b), *wv = op_host_values(w);
+  double *ga = op_host_values(grads[0]), *gb = op_host_values(grads[1]);
   for (int j = 0; j < C; j++) {
     double want = 0, mag = 0;
     for (int i = 0; i < R; i++) want += av[i * C + j] * wv[i * C + j], mag += fabs(av[i * C + j] * wv[i * C + j]);

@@ -190,6 +190,20 @@ void oc_expect_results(const oc_case *c, mx_tensor *const params[OC_PARAMS]) {
   }
 }
 
+void oc_replay(int k, mx_device device) {
+  cr_assert_geq(k, 0, "cannot read %s (run tests/fixtures/make_optim_fixtures.py)", OC_FIXTURES);
+  oc_case c;
+  cr_assert(oc_load(k, &c), "case %d of %s does not parse", k, OC_FIXTURES);
+  mx_tensor *params[OC_PARAMS];
+  oc_params_on(c.dtype, device, params);
+  mx_optimizer *opt = oc_optimizer(&c, params);
+  oc_run(opt, params, &c, 0, OC_STEPS);
+  oc_expect_results(&c, params);
+  mx_optimizer_free(opt);
+  for (int i = 0; i < OC_PARAMS; i++) mx_release(params[i]);
+  oc_free(&c);
+}
+
 /* --- snapshots ------------------------------------------------------------------------------------------ */
 
 static void append(oc_snapshot *s, const mx_tensor *t) {

@@ -50,6 +50,9 @@ void oc_run(mx_optimizer *opt, mx_tensor *const params[OC_PARAMS], const oc_case
 /* Expects the parameters to be PyTorch's after OC_STEPS steps, within a
  * relative 1e-6 (float32) or 1e-12 (float64). */
 void oc_expect_results(const oc_case *c, mx_tensor *const params[OC_PARAMS]);
+/* Replays case k (-1: the file could not be read) on device, its parameters there: OC_STEPS steps, then
+ * oc_expect_results. */
+void oc_replay(int k, mx_device device);
 
 /* The bytes of every parameter and every piece of optimizer state, to
  * compare two moments bit for bit. */

@@ -141,18 +141,10 @@ static void expect_clipped(const cl_case *c, mx_tensor **params, const char *how
   }
 }
 
-#define MAX_CASES 64
-static int case_ids[MAX_CASES];
-
 static struct criterion_test_params all_cases(void) {
-  int n = fx_count_cases(CL_FIXTURES);
-  if (n <= 0) { /* one case that reports the missing file */
-    case_ids[0] = -1;
-    return cr_make_param_array(int, case_ids, 1);
-  }
-  if (n > MAX_CASES) n = MAX_CASES;
-  for (int k = 0; k < n; k++) case_ids[k] = k;
-  return cr_make_param_array(int, case_ids, (size_t)n);
+  size_t n;
+  int *ids = fx_case_ids(fx_count_cases(CL_FIXTURES), &n); /* -1 for a missing file: the test reports it */
+  return cr_make_param_array(int, ids, n);
 }
 
 static void load(int k, cl_case *c) {

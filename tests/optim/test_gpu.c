@@ -15,33 +15,15 @@ static void require_gpu(void) {
                  mx_cuda_built() ? "mixgrad built with CUDA" : "mixgrad built without CUDA");
 }
 
-#define MAX_CASES 64
-static int case_ids[MAX_CASES];
-
 ParameterizedTestParameters(optim_gpu, matches_pytorch) {
-  int n = oc_count();
-  if (n <= 0) { /* one case that reports the missing file */
-    case_ids[0] = -1;
-    return cr_make_param_array(int, case_ids, 1);
-  }
-  if (n > MAX_CASES) n = MAX_CASES;
-  for (int k = 0; k < n; k++) case_ids[k] = k;
-  return cr_make_param_array(int, case_ids, (size_t)n);
+  size_t n;
+  int *ids = fx_case_ids(oc_count(), &n); /* -1 for a missing file: the test reports it */
+  return cr_make_param_array(int, ids, n);
 }
 
 ParameterizedTest(int *k, optim_gpu, matches_pytorch) {
   require_gpu();
-  cr_assert_geq(*k, 0, "cannot read %s (run tests/fixtures/make_optim_fixtures.py)", OC_FIXTURES);
-  oc_case c;
-  cr_assert(oc_load(*k, &c), "case %d of %s does not parse", *k, OC_FIXTURES);
-  mx_tensor *params[OC_PARAMS];
-  oc_params_on(c.dtype, MX_CUDA, params);
-  mx_optimizer *opt = oc_optimizer(&c, params);
-  oc_run(opt, params, &c, 0, OC_STEPS);
-  oc_expect_results(&c, params);
-  mx_optimizer_free(opt);
-  for (int i = 0; i < OC_PARAMS; i++) mx_release(params[i]);
-  oc_free(&c);
+  oc_replay(*k, MX_CUDA);
 }
 
 /* found_inf and grad_scale in device memory: the overflowing step keeps
