@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "kernels/base_internal.h"
+#include "tensor/regular_file.h"
 
 #define TMP_MARK ".mx-tmp."
 /* The part of the target's name a temporary name repeats, short enough that
@@ -39,17 +40,6 @@ mx_status mx__path_check_characters(const char *op, const char *path) {
   shown[n] = '\0';
   return mx__error(MX_INVALID_ARGUMENT, "%s: \"%s\": the path holds control character 0x%02x; such names are refused",
                    op, shown, (unsigned char)*bad);
-}
-
-/* What a file that is not a regular one is, for messages. */
-static const char *kind_of(mode_t mode) {
-  if (S_ISDIR(mode)) return "a folder";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISLNK(mode)) return "a symbolic link";
-  return "not a regular file";
 }
 
 /* Where a write to path lands: the folder and the name of the file replaced
@@ -95,13 +85,13 @@ static mx_status resolve_target(const char *op, const char *path, target *t) {
       }
       if (!S_ISREG(st.st_mode)) {
         mx__error(MX_INVALID_ARGUMENT, "%s: %s is a symbolic link to %s, %s, not a regular file; nothing was written",
-                  op, path, real, kind_of(st.st_mode));
+                  op, path, real, mx__file_kind(st.st_mode));
         free(real);
         return MX_INVALID_ARGUMENT;
       }
     } else if (!S_ISREG(st.st_mode)) {
       return mx__error(MX_INVALID_ARGUMENT, "%s: %s is %s, not a regular file; nothing was written", op, path,
-                       kind_of(st.st_mode));
+                       mx__file_kind(st.st_mode));
     }
     t->exists = true;
     t->mode = st.st_mode & 0777; /* no set-id bits on a data file */
@@ -248,7 +238,7 @@ mx_status mx__atomic_commit(mx__atomic_file *f) {
   struct stat st; /* something other than a regular file put there since begin is not replaced either */
   if (status == MX_OK && fstatat(f->dir_fd, f->name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode))
     status = mx__error(MX_INVALID_ARGUMENT, "%s: %s is %s, not a regular file; nothing was written", op, path,
-                       kind_of(st.st_mode));
+                       mx__file_kind(st.st_mode));
   /* renamed while still open and locked, so no scan takes it for stale */
   if (status == MX_OK && renameat(f->dir_fd, f->tmp, f->dir_fd, f->name) != 0)
     status = mx__error(MX_IO_ERROR, "%s: %s: cannot rename the temporary file %s over it (%s)", op, path, f->tmp,

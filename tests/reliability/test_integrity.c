@@ -513,8 +513,8 @@ Test(integrity, resume_refuses_a_fifo_at_once) { /* each demo run is bounded by 
   time_t start = time(NULL);
   demo_run r = run_demo(fmt("--resume %s", fifo));
   cr_assert_eq(r.status, 1, "exit %d:\n%s", r.status, r.out);
-  cr_assert(strstr(r.out, fmt("--resume: mx_checkpoint_load: mx_safetensors_load: %s is a FIFO, not a regular file\n",
-                              fifo)), "%s", r.out);
+  cr_assert(strstr(r.out, fmt("--resume: mx_checkpoint_settings_read: mx_safetensors_load: %s is a FIFO, not a "
+                              "regular file\n", fifo)), "%s", r.out);
   cr_assert_leq(time(NULL) - start, 30, "the demo took %lld s", (long long)(time(NULL) - start));
 }
 
@@ -541,7 +541,7 @@ Test(integrity, resume_notes_an_old_checkpoint_and_refuses_a_flipped_one) {
   write_raw(bad, bytes, size);
   r = run_demo(fmt("--resume %s", bad));
   cr_assert_eq(r.status, 1, "exit %d:\n%s", r.status, r.out);
-  cr_assert(strstr(r.out, fmt("--resume: mx_checkpoint_load: mx_safetensors_load: %s: tensor '%s': its ", bad,
+  cr_assert(strstr(r.out, fmt("--resume: mx_checkpoint_settings_read: mx_safetensors_load: %s: tensor '%s': its ", bad,
                               spans[0].name)), "%s", r.out);
   free(bytes);
   free(spans);
