@@ -104,6 +104,11 @@ typedef struct {
   int64_t hits;    /* casts served from the cache */
 } mx_autocast_cache_stats;
 mx_autocast_cache_stats mx_autocast_cache_stats_get(void);
+/* Drops this thread's cached casts now (torch.clear_autocast_cache), inside
+ * a region or out: the next use of each weight casts it afresh. A region
+ * that runs many forward passes (evaluation over a whole dataset, say) can
+ * free the casts between them; the outermost region's end does it anyway. */
+void mx_autocast_clear_cache(void);
 
 /* --- custom functions: custom_fwd / custom_bwd ----------------------------------------- */
 /* mx_function_apply with PyTorch's custom_fwd/custom_bwd rules for

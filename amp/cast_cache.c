@@ -52,3 +52,5 @@ void mx__cast_cache_clear(void) {
 }
 
 int64_t mx__cast_cache_entries(void) { return count; }
+
+void mx_autocast_clear_cache(void) { mx__cast_cache_clear(); }

@@ -46,9 +46,10 @@ static _Thread_local bool forward_error_named; /* a failing forward below alread
 /* --- construction and destruction ------------------------------------------------------------------------------ */
 
 mx_module *mx_module_new(const mx_module_type *type, void *self) {
-  if (!type || !type->name || !type->forward) {
+  if (!type || !type->name || (!type->forward && !type->forward_n)) {
     if (type && type->free_self && self) type->free_self(self);
-    mx__error(MX_INVALID_ARGUMENT, "mx_module_new: the type %s", !type ? "is NULL" : "needs a name and a forward");
+    mx__error(MX_INVALID_ARGUMENT, "mx_module_new: the type %s",
+              !type ? "is NULL" : "needs a name and a forward (or forward_n)");
     return NULL;
   }
   mx_module *m = calloc(1, sizeof *m);
@@ -447,27 +448,64 @@ static void path_of(const mx_module *m, char *buf, size_t size) {
   }
 }
 
+/* One call of m's forward (or forward_n) in a scope of its own: the outputs
+ * are kept into the caller's scope, and a failure is named after the layer
+ * once, by the innermost module that failed. */
+static mx_status call_forward(mx_module *m, const char *fn, int n_in, const mx_tensor *const *in, int n_out,
+                              mx_tensor **out) {
+  for (int i = 0; i < n_out; i++) out[i] = NULL;
+  mx_scope *scope = mx_scope_begin();
+  if (!scope) return mx_last_status();
+  forward_error_named = false;
+  mx_status status;
+  if (m->type->forward_n) {
+    status = m->type->forward_n(m, n_in, in, n_out, out);
+  } else {
+    out[0] = m->type->forward(m, in[0]);
+    status = out[0] ? MX_OK : mx_last_status();
+  }
+  for (int i = 0; i < n_out && status == MX_OK; i++)
+    if (!out[i]) status = mx_last_status() != MX_OK ? mx_last_status() : MX_STATE_ERROR;
+  if (status == MX_OK)
+    for (int i = 0; i < n_out; i++) mx_keep(out[i]);
+  mx_scope_end(scope); /* frees the outputs too when they were not kept */
+  if (status != MX_OK) {
+    for (int i = 0; i < n_out; i++) out[i] = NULL;
+    if (!forward_error_named) {
+      if (mx_last_status() == MX_OK)
+        mx__error(MX_STATE_ERROR, "the forward of %s returned NULL without an error", m->type->name);
+      char path[256], where[320];
+      path_of(m, path, sizeof path);
+      if (*path) snprintf(where, sizeof where, "%s: layer %s (%s)", fn, path, m->type->name);
+      else snprintf(where, sizeof where, "%s: %s", fn, m->type->name);
+      mx__error_prefix(where);
+      forward_error_named = true;
+    }
+    return mx_last_status();
+  }
+  if (observer) observer(m, out[0], observer_ctx);
+  return MX_OK;
+}
+
 mx_tensor *mx_module_forward(mx_module *m, const mx_tensor *x) {
   if (!m || !x) {
     mx__null_input("mx_module_forward", !m ? "m" : "x");
     return NULL;
   }
-  mx_scope *scope = mx_scope_begin();
-  if (!scope) return NULL;
-  forward_error_named = false;
-  mx_tensor *y = m->type->forward(m, x);
-  if (y) mx_keep(y);
-  mx_scope_end(scope);
-  if (!y && !forward_error_named) {
-    if (mx_last_status() == MX_OK)
-      mx__error(MX_STATE_ERROR, "the forward of %s returned NULL without an error", m->type->name);
-    char path[256], where[320];
-    path_of(m, path, sizeof path);
-    if (*path) snprintf(where, sizeof where, "mx_module_forward: layer %s (%s)", path, m->type->name);
-    else snprintf(where, sizeof where, "mx_module_forward: %s", m->type->name);
-    mx__error_prefix(where);
-    forward_error_named = true;
-  }
-  if (y && observer) observer(m, y, observer_ctx);
-  return y;
+  mx_tensor *y;
+  return call_forward(m, "mx_module_forward", 1, &x, 1, &y) == MX_OK ? y : NULL;
+}
+
+mx_status mx_module_forward_n(mx_module *m, int n_in, const mx_tensor *const *in, int n_out, mx_tensor **out) {
+  static const char *const fn = "mx_module_forward_n";
+  if (!m || !in || !out) return mx__null_input(fn, !m ? "m" : !in ? "in" : "out");
+  for (int i = 0; i < n_out; i++) out[i] = NULL;
+  if (n_in < 1 || n_out < 1)
+    return mx__error(MX_INVALID_ARGUMENT, "%s: %s takes at least one input and one output, got %d and %d", fn,
+                     m->type->name, n_in, n_out);
+  if (!m->type->forward_n && (n_in != 1 || n_out != 1))
+    return mx__error(MX_INVALID_ARGUMENT, "%s: %s has a forward of one tensor to one (no forward_n), called with "
+                     "%d inputs and %d outputs", fn, m->type->name, n_in, n_out);
+  if (!m->type->forward_n && !in[0]) return mx__null_input(fn, "in[0]");
+  return call_forward(m, fn, n_in, in, n_out, out);
 }

@@ -38,6 +38,13 @@ typedef struct {
   /* the arguments as summaries print them, PyTorch's extra_repr:
    * "in_features=784, out_features=512, bias=True" (may be NULL) */
   void (*extra)(const mx_module *m, char *buf, size_t size);
+  /* several tensors in and out (a recurrent cell with its carried state,
+   * say): out[0..n_out) from in[0..n_in) (entries may be NULL where the
+   * module allows it), new handles, or an error status. Optional: a type
+   * has forward, forward_n or both. Declare types with designated
+   * initializers ({.name = ..., .forward = ...}), so a field added later
+   * needs no edit. */
+  mx_status (*forward_n)(mx_module *m, int n_in, const mx_tensor *const *in, int n_out, mx_tensor **out);
 } mx_module_type;
 
 /* A module of the type with its own data self (freed by free_self, also
@@ -67,10 +74,16 @@ mx_module *mx_module_get_child(const mx_module *m, const char *name);
 int mx_module_num_children(const mx_module *m);
 mx_module *mx_module_child(const mx_module *m, int i, const char **name);
 
-/* Runs the type's forward. Its temporaries are released when it returns;
- * the result belongs to the caller's scope. A failure names the layer:
+/* Runs the type's forward (or its forward_n with one input and one output).
+ * Its temporaries are released when it returns; the result belongs to the
+ * caller's scope. A failure names the layer:
  * "mx_module_forward: layer 1.conv (Conv2d): mx_conv2d: ...". */
 mx_tensor *mx_module_forward(mx_module *m, const mx_tensor *x);
+/* The same for several tensors in and out, through the type's forward_n (or
+ * its forward, for one of each): temporaries released, every output in the
+ * caller's scope, a failure naming the layer as mx_module_forward's do. On
+ * failure every out[i] is NULL. */
+mx_status mx_module_forward_n(mx_module *m, int n_in, const mx_tensor *const *in, int n_out, mx_tensor **out);
 /* train/eval for the module and all its children */
 void mx_module_train(mx_module *m, bool training);
 bool mx_module_is_training(const mx_module *m);

@@ -10,9 +10,9 @@ static mx_tensor *forward_rnn(mx_module *m, const mx_tensor *x);
 static mx_tensor *forward_lstm(mx_module *m, const mx_tensor *x);
 static mx_tensor *forward_gru(mx_module *m, const mx_tensor *x);
 
-static const mx_module_type rnn_type = {"RNN", forward_rnn, free, mx__rnn_extra};
-static const mx_module_type lstm_type = {"LSTM", forward_lstm, free, mx__rnn_extra};
-static const mx_module_type gru_type = {"GRU", forward_gru, free, mx__rnn_extra};
+static const mx_module_type rnn_type = {.name = "RNN", .forward = forward_rnn, .free_self = free, .extra = mx__rnn_extra};
+static const mx_module_type lstm_type = {.name = "LSTM", .forward = forward_lstm, .free_self = free, .extra = mx__rnn_extra};
+static const mx_module_type gru_type = {.name = "GRU", .forward = forward_gru, .free_self = free, .extra = mx__rnn_extra};
 
 /* "_l<layer>" or "_l<layer>_reverse": the suffix of a direction's weights. */
 static void suffix_of(char buf[32], int layer, int dir) { snprintf(buf, 32, "_l%d%s", layer, dir ? "_reverse" : ""); }

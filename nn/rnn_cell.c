@@ -9,9 +9,9 @@ static mx_tensor *forward_rnn_cell(mx_module *m, const mx_tensor *x);
 static mx_tensor *forward_lstm_cell(mx_module *m, const mx_tensor *x);
 static mx_tensor *forward_gru_cell(mx_module *m, const mx_tensor *x);
 
-static const mx_module_type rnn_cell_type = {"RNNCell", forward_rnn_cell, free, mx__rnn_extra};
-static const mx_module_type lstm_cell_type = {"LSTMCell", forward_lstm_cell, free, mx__rnn_extra};
-static const mx_module_type gru_cell_type = {"GRUCell", forward_gru_cell, free, mx__rnn_extra};
+static const mx_module_type rnn_cell_type = {.name = "RNNCell", .forward = forward_rnn_cell, .free_self = free, .extra = mx__rnn_extra};
+static const mx_module_type lstm_cell_type = {.name = "LSTMCell", .forward = forward_lstm_cell, .free_self = free, .extra = mx__rnn_extra};
+static const mx_module_type gru_cell_type = {.name = "GRUCell", .forward = forward_gru_cell, .free_self = free, .extra = mx__rnn_extra};
 
 static mx_module *cell_new(const char *fn, const mx_module_type *type, mx__rnn_kind kind, int64_t input_size,
                            int64_t hidden_size, bool bias, mx_generator *gen) {

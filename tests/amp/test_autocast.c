@@ -283,6 +283,26 @@ Test(autocast, weights_are_cast_once_per_region) {
   cr_assert_eq(mx_autocast_cache_stats_get().entries, 0, "the outermost region's end clears it");
 }
 
+/* mx_autocast_clear_cache drops the casts inside a region: the next use is
+ * a miss that casts afresh, and the region keeps caching after it. */
+Test(autocast, clearing_the_cache_inside_a_region_casts_afresh) {
+  mx_tensor *w = weight(MX_SHAPE(2, 2), 0.5), *x = filled(MX_SHAPE(2, 2), 1, MX_F32);
+  mx_autocast_cache_stats st = {0};
+  MX_AUTOCAST(MX_CPU, MX_BF16, true, true) {
+    mx_mm(x, w);
+    mx_autocast_clear_cache();
+    cr_assert_eq(mx_autocast_cache_stats_get().entries, 0);
+    mx_mm(x, w);
+    mx_mm(x, w);
+    st = mx_autocast_cache_stats_get();
+  }
+  cr_assert_eq(st.entries, 1);
+  cr_assert_eq(st.hits, 1, "w was cast again after the clear, then served from the cache");
+  cr_assert_eq(st.casts, 5); /* w twice, x three times */
+  mx_autocast_clear_cache(); /* outside any region: nothing to drop, no harm */
+  cr_assert_eq(mx_autocast_cache_stats_get().entries, 0);
+}
+
 Test(autocast, cache_disabled_casts_every_time) {
   mx_tensor *w = weight(MX_SHAPE(2, 2), 0.5), *x = filled(MX_SHAPE(2, 2), 1, MX_F32);
   MX_AUTOCAST(MX_CPU, MX_BF16, true, false) {

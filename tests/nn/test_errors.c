@@ -97,7 +97,7 @@ Test(nn_errors, tree) {
   expect_null(mx_residual_new(NULL, mx_relu_new()), MX_NULL_INPUT, "mx_residual_new: argument 'body' is NULL");
   expect_null(mx_module_new(NULL, NULL), MX_INVALID_ARGUMENT, "mx_module_new: the type is NULL");
   expect_null(mx_module_new(&(mx_module_type){.name = "NoForward"}, NULL), MX_INVALID_ARGUMENT,
-              "mx_module_new: the type needs a name and a forward");
+              "mx_module_new: the type needs a name and a forward (or forward_n)");
   expect_null(mx_module_forward(a, NULL), MX_NULL_INPUT, "mx_module_forward: argument 'x' is NULL");
   mx_module_free(a);
   mx_module_free(b);

@@ -270,3 +270,76 @@ Test(nn_module, to_a_missing_device_moves_nothing) {
   cr_assert_eq(mx_module_to(NULL, MX_CPU), MX_NULL_INPUT);
   mx_module_free(m);
 }
+
+/* --- several tensors in and out: forward_n -------------------------------------------------------------------------- */
+
+/* A cell carrying a state: (x, h) -> (y = x + h, h' = x * h), one or two
+ * outputs; with one input, h is zeros. The temporary (x * 2) shows the call frees what it made. */
+static mx_status carry_forward_n(mx_module *m, int n_in, const mx_tensor *const *in, int n_out, mx_tensor **out) {
+  (void)m;
+  const mx_tensor *x = in[0];
+  mx_tensor *h = n_in > 1 && in[1] ? (mx_tensor *)in[1] : mx_zeros_like(x);
+  mx_tensor *twice = mx_mul_scalar(x, 2.0);
+  if (!(out[0] = mx_sub(mx_add(twice, h), x))) return mx_last_status();
+  if (n_out > 1 && !(out[1] = mx_mul(x, h))) return mx_last_status();
+  return MX_OK;
+}
+static const mx_module_type carry_type = {.name = "Carry", .forward_n = carry_forward_n};
+
+/* A parent whose forward_n runs its child "cell" on (x, h) twice. */
+static mx_status twice_forward_n(mx_module *m, int n_in, const mx_tensor *const *in, int n_out, mx_tensor **out) {
+  mx_module *cell = mx_module_get_child(m, "cell");
+  mx_tensor *mid[2];
+  mx_status st = mx_module_forward_n(cell, n_in, in, 2, mid);
+  return st == MX_OK ? mx_module_forward_n(cell, 2, (const mx_tensor *const *)mid, n_out, out) : st;
+}
+static const mx_module_type twice_type = {.name = "Twice", .forward_n = twice_forward_n};
+
+Test(nn_module, forward_n_takes_and_returns_several_tensors) {
+  mx_module *cell = mx_module_new(&carry_type, NULL);
+  cr_assert_not_null(cell, "%s", mx_last_error());
+  mx_tensor *x = mx_from_data((float[]){1, 2, 3}, MX_SHAPE(3), MX_F32, MX_CPU);
+  mx_tensor *h = mx_from_data((float[]){10, 20, 30}, MX_SHAPE(3), MX_F32, MX_CPU);
+  mx_memory_stats before = mx_memory_stats_get(MX_CPU);
+  mx_tensor *out[2];
+  MX_NO_GRAD { cr_assert_eq(mx_module_forward_n(cell, 2, (const mx_tensor *[]){x, h}, 2, out), MX_OK, "%s",
+                            mx_last_error()); }
+  cr_expect_eq(mx_memory_stats_get(MX_CPU).live_tensors, before.live_tensors + 2, "only the two outputs live on");
+  for (int i = 0; i < 3; i++) {
+    cr_expect_eq(mx_at(out[0], MX_SHAPE(i)), (i + 1) * 11.0);
+    cr_expect_eq(mx_at(out[1], MX_SHAPE(i)), (i + 1) * (i + 1) * 10.0);
+  }
+  /* one in, one out: mx_module_forward reaches forward_n too (h = zeros) */
+  mx_tensor *y = mx_module_forward(cell, x);
+  cr_assert_not_null(y, "%s", mx_last_error());
+  cr_expect_eq(mx_at(y, MX_SHAPE(2)), 3.0);
+  mx_release(y);
+  mx_release(out[0]);
+  mx_release(out[1]);
+  mx_release(x);
+  mx_release(h);
+  mx_module_free(cell);
+}
+
+Test(nn_module, forward_n_names_the_failing_layer_and_leaves_no_outputs) {
+  mx_module *net = mx_module_new(&twice_type, NULL);
+  cr_assert_eq(mx_module_add_child(net, "cell", mx_module_new(&carry_type, NULL)), MX_OK, "%s", mx_last_error());
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *x = mx_ones(MX_SHAPE(3), MX_F32, MX_CPU), *h = mx_ones(MX_SHAPE(4), MX_F32, MX_CPU);
+  mx_tensor *out[2] = {x, x};
+  cr_assert_eq(mx_module_forward_n(net, 2, (const mx_tensor *[]){x, h}, 2, out), MX_SHAPE_ERROR);
+  cr_expect_null(out[0]);
+  cr_expect_null(out[1]);
+  cr_expect(strncmp(mx_last_error(), "mx_module_forward_n: layer cell (Carry): mx_add: ", 49) == 0, "%s",
+            mx_last_error());
+  /* a module with a plain forward takes one tensor to one */
+  mx_module *lin = mx_linear_new(3, 2, true, NULL);
+  cr_assert_eq(mx_module_forward_n(lin, 2, (const mx_tensor *[]){x, h}, 1, out), MX_INVALID_ARGUMENT);
+  cr_expect_str_eq(mx_last_error(), "mx_module_forward_n: Linear has a forward of one tensor to one (no forward_n), "
+                                    "called with 2 inputs and 1 outputs");
+  cr_assert_eq(mx_module_forward_n(lin, 1, (const mx_tensor *[]){x}, 1, out), MX_OK, "%s", mx_last_error());
+  cr_expect_eq(mx_numel(out[0]), 2);
+  mx_scope_end(s);
+  mx_module_free(lin);
+  mx_module_free(net);
+}
