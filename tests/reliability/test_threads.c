@@ -145,9 +145,9 @@ static void run_threads(int threads, sharing mode, mx_dtype amp) {
   for (int t = 0; t < threads; t++) reference(x[t], w[t], v[t], amp, gw[t], gv[t]);
   mx_tensor *hidden = NULL;
   if (mode == SHARED_GRAPH) {
-    MX_AUTOCAST(MX_CPU, amp, amp != MX_F32, true) {
-      hidden = mx_relu(mx_matmul(x[0], shared));
-    }
+    mx_scope *scope = mx_scope_begin(); /* the temporaries; the graph keeps what it needs */
+    MX_AUTOCAST(MX_CPU, amp, amp != MX_F32, true) { hidden = mx_keep(mx_relu(mx_matmul(x[0], shared))); }
+    mx_scope_end(scope);
     cr_assert_not_null(hidden, "%s", mx_last_error());
   }
 
