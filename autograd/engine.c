@@ -194,16 +194,27 @@ static mx_status accumulate_leaf(run_state *st, mx__node *acc, mx_tensor *grad) 
   for (int c = 0; c < st->n_captures; c++)
     if (st->captures[c].node == acc) st->captures[c].grad = mx__retain(grad);
   if (!st->accumulate) return MX_OK;
+  /* Another thread's backward may be adding into the same leaf. The sum is
+   * made outside the leaf's lock (an op, or freeing the old gradient's
+   * graph, may take other leaves' locks) and stored only if no other sum
+   * landed meanwhile; otherwise it is made again on the newer one. */
   mx__autograd_meta *meta = leaf->autograd;
-  mx__leaf_lock(leaf); /* another thread's backward may be adding into the same leaf */
-  mx_tensor *total = meta->grad ? mx_add(meta->grad, grad) : st->create_graph ? grad : owned_grad(grad);
-  if (total) {
-    mx__retain(total);
-    if (meta->grad) mx__decref(meta->grad);
-    meta->grad = total;
+  for (;;) {
+    mx__leaf_lock(leaf);
+    mx_tensor *old = meta->grad ? mx__retain(meta->grad) : NULL;
+    mx__leaf_unlock(leaf);
+    mx_tensor *total = old ? mx_add(old, grad) : st->create_graph ? grad : owned_grad(grad);
+    bool stored = false;
+    if (total) {
+      mx__leaf_lock(leaf);
+      if ((stored = meta->grad == old)) meta->grad = mx__retain(total);
+      mx__leaf_unlock(leaf);
+    }
+    if (old) mx__decref(old);
+    if (stored && old) mx__decref(old); /* the leaf's reference to it */
+    if (!total) return mx_last_status();
+    if (stored) return MX_OK;
   }
-  mx__leaf_unlock(leaf);
-  return total ? MX_OK : mx_last_status();
 }
 
 static mx_status run_node(run_state *st, node_state *ns) {
