@@ -99,9 +99,10 @@ void *mx__ctx_wrapper(mx_function_ctx *ctx);
 /* The leaves (that require grad) a backward from root would reach, in a
  * new array the caller frees (the tensors are borrowed). */
 mx_status mx__graph_leaves(const mx_tensor *root, int *n, mx_tensor ***leaves);
-/* A leaf's grad and accumulator, shared by the threads whose graphs use
- * the leaf, are read and changed under this lock (one of a small table,
- * picked by the leaf's address). */
+/* A leaf's grad and accumulator pointers, shared by the threads whose
+ * graphs use the leaf, are read and changed under this lock (one of a
+ * small table, picked by the leaf's address). Nothing that may take a
+ * lock runs while it is held: no op, no release of a tensor or node. */
 void mx__leaf_lock(const mx_tensor *leaf);
 void mx__leaf_unlock(const mx_tensor *leaf);
 /* How many backward passes are running on this thread. */
