@@ -12,6 +12,20 @@
  * into the leaves' grad; mx_grad returns gradients instead, optionally with
  * a graph of their own (create_graph) for higher derivatives. Grad mode is
  * per thread; MX_NO_GRAD { ... } turns recording off for a block.
+ *
+ * Threads. Several threads may each run forward and mx_backward (or mx_grad)
+ * at once through graphs that share leaves, such as one weight used by a
+ * forward pass on each thread: each call keeps its own bookkeeping, and the
+ * gradients add into the leaf's grad one at a time (under the leaf's lock),
+ * so the result is the sum of the calls' gradients, in some order. Grad
+ * mode, autocast and scopes are per thread. Not safe while another thread
+ * is running backward into the same leaf: reading or dropping its grad
+ * (mx_grad_of, mx_zero_grad, an optimizer step), changing its
+ * requires_grad, registering hooks, or changing the leaf in place. Hooks
+ * on a shared leaf run on whichever thread's backward reaches them, so
+ * they must be thread-safe themselves. Two backward passes through the
+ * same recorded nodes (a forward computed once, then differentiated on two
+ * threads) need retain_graph=true in both, and no create_graph.
  */
 #ifndef MX_AUTOGRAD_AUTOGRAD_H
 #define MX_AUTOGRAD_AUTOGRAD_H

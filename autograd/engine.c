@@ -3,30 +3,19 @@
  * Each node's incoming gradients collect in a buffer (one slot per output,
  * summed when several paths meet); a node runs once every node that feeds
  * it has run (Kahn's algorithm on dependency counts). Accumulators add into
- * their leaf's grad; captured inputs (mx_grad) keep their gradient instead. */
+ * their leaf's grad; captured inputs (mx_grad) keep their gradient instead.
+ *
+ * The dependency counts and buffers belong to the call, not to the nodes:
+ * two threads may run backward through graphs that share nodes (a weight's
+ * accumulator, at least), and each sees only its own counts and gradients.
+ * Adding into a leaf's grad is serialised by the leaf's lock (node.c). */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "autograd/node.h"
 #include "ops/ops.h"
 #include "ops/op_table.h"
-
-typedef struct {
-  mx__node **items;
-  size_t count, capacity;
-} node_list;
-
-static bool list_push(node_list *l, mx__node *n) {
-  if (l->count == l->capacity) {
-    size_t capacity = l->capacity ? 2 * l->capacity : 64;
-    mx__node **grown = realloc(l->items, capacity * sizeof *grown);
-    if (!grown) return false;
-    l->items = grown;
-    l->capacity = capacity;
-  }
-  l->items[l->count++] = n;
-  return true;
-}
 
 /* What mx_grad asked for: the gradient arriving at (node, slot). */
 typedef struct {
@@ -35,9 +24,21 @@ typedef struct {
   mx_tensor *grad;
 } capture;
 
+/* One reachable node's state in this call. */
 typedef struct {
-  node_list all;   /* every reachable node, each once */
-  node_list ready; /* nodes whose inputs are all in */
+  mx__node *node;
+  int64_t deps;       /* edges from nodes that have not run yet */
+  mx_tensor **buffer; /* n_outputs slots in run_state.slots */
+} node_state;
+
+typedef struct {
+  node_state *nodes; /* every reachable node, each once, in the order found */
+  size_t count, capacity;
+  uint32_t *index; /* open addressing: node -> 1 + its place in nodes, 0 empty */
+  size_t index_size; /* a power of two, at least twice count */
+  mx_tensor **slots; /* every node's buffer, in one block */
+  uint32_t *ready;   /* nodes whose inputs are all in (places in nodes) */
+  size_t ready_count, ready_capacity;
   capture *captures;
   int n_captures;
   bool create_graph, accumulate;
@@ -49,49 +50,108 @@ static _Thread_local int backward_depth;
 
 int mx__backward_depth(void) { return backward_depth; }
 
-/* Finds every node reachable from the roots and counts, for each, the edges
- * pointing at it. deps == -1 marks "not seen yet". */
-static mx_status collect(run_state *st, int n_roots, mx__node *const *roots) {
-  node_list stack = {0};
-  for (int r = 0; r < n_roots; r++) {
-    if (roots[r]->deps != -1) continue;
-    roots[r]->deps = 0;
-    if (!list_push(&st->all, roots[r]) || !list_push(&stack, roots[r])) goto oom;
+static size_t hash_node(const mx__node *node, size_t size) {
+  return (size_t)(((uintptr_t)node >> 4) * (uint64_t)0x9E3779B97F4A7C15u >> 32) & (size - 1);
+}
+
+/* The node's place in st->nodes, or -1 when this call has not seen it. */
+static int64_t find(const run_state *st, const mx__node *node) {
+  if (!st->index_size) return -1;
+  for (size_t h = hash_node(node, st->index_size);; h = (h + 1) & (st->index_size - 1)) {
+    uint32_t at = st->index[h];
+    if (!at) return -1;
+    if (st->nodes[at - 1].node == node) return at - 1;
   }
-  while (stack.count) {
-    mx__node *n = stack.items[--stack.count];
+}
+
+static bool grow_index(run_state *st) {
+  size_t size = st->index_size ? 2 * st->index_size : 128;
+  uint32_t *index = calloc(size, sizeof *index);
+  if (!index) return false;
+  for (size_t k = 0; k < st->count; k++) {
+    size_t h = hash_node(st->nodes[k].node, size);
+    while (index[h]) h = (h + 1) & (size - 1);
+    index[h] = (uint32_t)k + 1;
+  }
+  free(st->index);
+  st->index = index;
+  st->index_size = size;
+  return true;
+}
+
+/* Adds a node this call has not seen, with no dependencies yet. */
+static bool add_node(run_state *st, mx__node *node) {
+  if (st->count == st->capacity) {
+    size_t capacity = st->capacity ? 2 * st->capacity : 64;
+    if (capacity > UINT32_MAX - 1) return false;
+    node_state *grown = realloc(st->nodes, capacity * sizeof *grown);
+    if (!grown) return false;
+    st->nodes = grown;
+    st->capacity = capacity;
+  }
+  if (2 * (st->count + 1) > st->index_size && !grow_index(st)) return false;
+  st->nodes[st->count] = (node_state){node, 0, NULL};
+  size_t h = hash_node(node, st->index_size);
+  while (st->index[h]) h = (h + 1) & (st->index_size - 1);
+  st->index[h] = (uint32_t)++st->count;
+  return true;
+}
+
+static bool push_ready(run_state *st, uint32_t k) {
+  if (st->ready_count == st->ready_capacity) {
+    size_t capacity = st->ready_capacity ? 2 * st->ready_capacity : 64;
+    uint32_t *grown = realloc(st->ready, capacity * sizeof *grown);
+    if (!grown) return false;
+    st->ready = grown;
+    st->ready_capacity = capacity;
+  }
+  st->ready[st->ready_count++] = k;
+  return true;
+}
+
+/* Finds every node reachable from the roots and counts, for each, the edges
+ * pointing at it; then gives each its buffer. */
+static mx_status collect(run_state *st, int n_roots, mx__node *const *roots) {
+  for (int r = 0; r < n_roots; r++)
+    if (find(st, roots[r]) < 0 && !add_node(st, roots[r])) goto oom;
+  /* nodes[] doubles as the walk's stack: everything past `walked` is still to expand */
+  for (size_t walked = 0; walked < st->count; walked++) {
+    mx__node *n = st->nodes[walked].node;
     for (int i = 0; i < n->n_inputs; i++) {
       mx__node *next = n->next[i].node;
       if (!next) continue;
-      if (next->deps == -1) {
-        next->deps = 0;
-        if (!list_push(&st->all, next) || !list_push(&stack, next)) goto oom;
+      int64_t k = find(st, next);
+      if (k < 0) {
+        if (!add_node(st, next)) goto oom;
+        k = (int64_t)st->count - 1;
       }
-      next->deps++;
+      st->nodes[k].deps++;
     }
   }
-  free(stack.items);
-  for (size_t k = 0; k < st->all.count; k++) {
-    mx__node *n = st->all.items[k];
-    n->buffer = calloc((size_t)n->n_outputs + 1, sizeof *n->buffer);
-    if (!n->buffer) return mx__error(MX_OUT_OF_MEMORY, "mx_backward: out of memory");
+  size_t n_slots = 0;
+  for (size_t k = 0; k < st->count; k++) n_slots += (size_t)st->nodes[k].node->n_outputs;
+  st->slots = calloc(n_slots + 1, sizeof *st->slots);
+  if (!st->slots) return mx__error(MX_OUT_OF_MEMORY, "mx_backward: out of memory");
+  mx_tensor **slot = st->slots;
+  for (size_t k = 0; k < st->count; k++) {
+    st->nodes[k].buffer = slot;
+    slot += st->nodes[k].node->n_outputs;
   }
   return MX_OK;
 oom:
-  free(stack.items);
   return mx__error(MX_OUT_OF_MEMORY, "mx_backward: out of memory walking the graph");
 }
 
-/* Adds grad into node's buffer slot (taking a reference). */
-static mx_status buffer_add(mx__node *node, int slot, mx_tensor *grad) {
-  mx_tensor *old = node->buffer[slot];
+/* Adds grad into the buffer slot (taking a reference). */
+static mx_status buffer_add(mx_tensor **buffer, int slot, mx_tensor *grad) {
+  mx_tensor *old = buffer[slot];
   if (!old) {
-    node->buffer[slot] = mx__retain(grad);
+    buffer[slot] = mx__retain(grad);
     return MX_OK;
   }
   mx_tensor *sum = mx_add(old, grad);
   if (!sum) return mx_last_status();
-  node->buffer[slot] = mx__retain(sum);
+  buffer[slot] = mx__retain(sum);
   mx__decref(old);
   return MX_OK;
 }
@@ -134,22 +194,37 @@ static mx_status accumulate_leaf(run_state *st, mx__node *acc, mx_tensor *grad) 
   for (int c = 0; c < st->n_captures; c++)
     if (st->captures[c].node == acc) st->captures[c].grad = mx__retain(grad);
   if (!st->accumulate) return MX_OK;
+  /* Another thread's backward may be adding into the same leaf. The sum is
+   * made outside the leaf's lock (an op, or freeing the old gradient's
+   * graph, may take other leaves' locks) and stored only if no other sum
+   * landed meanwhile; otherwise it is made again on the newer one. */
   mx__autograd_meta *meta = leaf->autograd;
-  mx_tensor *total = meta->grad ? mx_add(meta->grad, grad) : st->create_graph ? grad : owned_grad(grad);
-  if (!total) return mx_last_status();
-  mx__retain(total);
-  if (meta->grad) mx__decref(meta->grad);
-  meta->grad = total;
-  return MX_OK;
+  for (;;) {
+    mx__leaf_lock(leaf);
+    mx_tensor *old = meta->grad ? mx__retain(meta->grad) : NULL;
+    mx__leaf_unlock(leaf);
+    mx_tensor *total = old ? mx_add(old, grad) : st->create_graph ? grad : owned_grad(grad);
+    bool stored = false;
+    if (total) {
+      mx__leaf_lock(leaf);
+      if ((stored = meta->grad == old)) meta->grad = mx__retain(total);
+      mx__leaf_unlock(leaf);
+    }
+    if (old) mx__decref(old);
+    if (stored && old) mx__decref(old); /* the leaf's reference to it */
+    if (!total) return mx_last_status();
+    if (stored) return MX_OK;
+  }
 }
 
-static mx_status run_node(run_state *st, mx__node *n) {
+static mx_status run_node(run_state *st, node_state *ns) {
+  mx__node *n = ns->node;
   bool any = false;
-  for (int k = 0; k < n->n_outputs; k++) any |= n->buffer[k] != NULL;
+  for (int k = 0; k < n->n_outputs; k++) any |= ns->buffer[k] != NULL;
   if (!any) return MX_OK; /* nothing flowed here: nothing flows on */
   mx_tensor *grads[n->n_outputs + 1];
   for (int k = 0; k < n->n_outputs; k++) {
-    mx_tensor *g = n->buffer[k];
+    mx_tensor *g = ns->buffer[k];
     if (!g) g = mx_zeros(mx_shape_of(n->out_meta[k].ndim, n->out_meta[k].shape), n->out_meta[k].dtype,
                          n->out_meta[k].device);
     g = g ? run_hooks(n->hooks, k, g) : NULL;
@@ -169,31 +244,33 @@ static mx_status run_node(run_state *st, mx__node *n) {
     if (!e.node || !grad_inputs[i]) continue;
     mx_tensor *g = conform(grad_inputs[i], &n->in_meta[i]);
     if (!g) return mx_last_status();
-    if ((status = buffer_add(e.node, e.input_nr, g)) != MX_OK) return status;
+    if ((status = buffer_add(st->nodes[find(st, e.node)].buffer, e.input_nr, g)) != MX_OK) return status;
   }
   return MX_OK;
 }
 
 static mx_status run(run_state *st, bool keep_graph) {
-  for (size_t k = 0; k < st->all.count; k++)
-    if (st->all.items[k]->deps == 0 && !list_push(&st->ready, st->all.items[k]))
+  for (size_t k = 0; k < st->count; k++)
+    if (st->nodes[k].deps == 0 && !push_ready(st, (uint32_t)k))
       return mx__error(MX_OUT_OF_MEMORY, "mx_backward: out of memory");
   bool previous = mx_set_grad_enabled(st->create_graph);
   backward_depth++;
   mx_status status = MX_OK;
-  while (st->ready.count && status == MX_OK) {
-    mx__node *n = st->ready.items[--st->ready.count];
+  while (st->ready_count && status == MX_OK) {
+    node_state *ns = &st->nodes[st->ready[--st->ready_count]];
+    mx__node *n = ns->node;
     mx_scope *scope = mx_scope_begin(); /* the node's temporaries */
-    status = run_node(st, n);
+    status = run_node(st, ns);
     mx_scope_end(scope);
     for (int k = 0; k < n->n_outputs; k++) {
-      if (n->buffer[k]) mx__decref(n->buffer[k]);
-      n->buffer[k] = NULL;
+      if (ns->buffer[k]) mx__decref(ns->buffer[k]);
+      ns->buffer[k] = NULL;
     }
     if (!keep_graph && !n->leaf) mx__node_release(n);
     for (int i = 0; i < n->n_inputs && status == MX_OK; i++) {
-      mx__node *next = n->next[i].node;
-      if (next && --next->deps == 0 && !list_push(&st->ready, next))
+      if (!n->next[i].node) continue;
+      int64_t k = find(st, n->next[i].node);
+      if (--st->nodes[k].deps == 0 && !push_ready(st, (uint32_t)k))
         status = mx__error(MX_OUT_OF_MEMORY, "mx_backward: out of memory");
     }
   }
@@ -203,16 +280,13 @@ static mx_status run(run_state *st, bool keep_graph) {
 }
 
 static void finish(run_state *st) {
-  for (size_t k = 0; k < st->all.count; k++) {
-    mx__node *n = st->all.items[k];
-    for (int s = 0; n->buffer && s < n->n_outputs; s++)
-      if (n->buffer[s]) mx__decref(n->buffer[s]);
-    free(n->buffer);
-    n->buffer = NULL;
-    n->deps = -1;
-  }
-  free(st->all.items);
-  free(st->ready.items);
+  for (size_t k = 0; k < st->count; k++)
+    for (int s = 0; st->nodes[k].buffer && s < st->nodes[k].node->n_outputs; s++)
+      if (st->nodes[k].buffer[s]) mx__decref(st->nodes[k].buffer[s]);
+  free(st->nodes);
+  free(st->index);
+  free(st->slots);
+  free(st->ready);
 }
 
 mx_status mx__graph_leaves(const mx_tensor *root, int *n, mx_tensor ***leaves) {
@@ -227,55 +301,51 @@ mx_status mx__graph_leaves(const mx_tensor *root, int *n, mx_tensor ***leaves) {
   }
   run_state st = {0};
   mx_status status = collect(&st, 1, &start);
-  if (status == MX_OK && !(*leaves = malloc(sizeof **leaves * (st.all.count + 1))))
+  if (status == MX_OK && !(*leaves = malloc(sizeof **leaves * (st.count + 1))))
     status = mx__error(MX_OUT_OF_MEMORY, "autograd: out of memory walking the graph");
-  for (size_t k = 0; k < st.all.count && status == MX_OK; k++)
-    if (st.all.items[k]->leaf) (*leaves)[(*n)++] = st.all.items[k]->leaf;
+  for (size_t k = 0; k < st.count && status == MX_OK; k++)
+    if (st.nodes[k].node->leaf) (*leaves)[(*n)++] = st.nodes[k].node->leaf;
   finish(&st);
   return status;
 }
 
-/* Where a tensor's gradient arrives: its producer's slot, or its leaf
- * accumulator (created on demand, so that mx_grad of a root leaf works). */
-static mx__node *grad_target(mx_tensor *t, int *slot) {
+/* Where a tensor's gradient arrives: its producer's slot; for a leaf, the
+ * accumulator reached through a node made for this run (held by a
+ * reference, as another thread may drop the graphs that hold the leaf's
+ * accumulator meanwhile). *made is that node, for the caller to drop. */
+static mx__node *grad_target(mx_tensor *t, int *slot, mx__node **made) {
   mx__autograd_meta *meta = t->autograd;
   *slot = meta->grad_fn ? meta->output_nr : 0;
-  return meta->grad_fn ? meta->grad_fn : meta->accumulator;
+  *made = NULL;
+  if (meta->grad_fn) return meta->grad_fn;
+  *made = mx__node_new("LeafTarget", NULL, 1, 0, 0);
+  if (!*made) return NULL;
+  if (mx__node_connect(*made, 0, t) != MX_OK) return NULL;
+  return (*made)->next[0].node;
 }
 
 static mx_status run_graph(const char *op, int n_roots, mx_tensor *const *roots, mx_tensor *const *root_grads,
                            bool keep_graph, bool create_graph, capture *captures, int n_captures, bool accumulate) {
   mx__node *nodes[n_roots + 1];
-  mx__node *made[n_roots + 1]; /* accumulators made for leaf roots */
+  int slots[n_roots + 1];
+  mx__node *made[n_roots + 1]; /* nodes made to reach leaf roots' accumulators */
   memset(nodes, 0, sizeof nodes);
   memset(made, 0, sizeof made);
   mx_status status = MX_OK;
   for (int r = 0; r < n_roots && status == MX_OK; r++) {
-    mx_tensor *t = roots[r];
-    if (!mx_requires_grad(t)) {
+    if (!mx_requires_grad(roots[r])) {
       status = mx__error(MX_STATE_ERROR,
                          "%s: output %d does not require grad and has no grad_fn (nothing to differentiate)", op, r);
       break;
     }
-    int slot;
-    nodes[r] = grad_target(t, &slot);
-    if (!nodes[r]) { /* a leaf root: give it an accumulator for this run */
-      made[r] = mx__node_new("LeafRoot", NULL, 1, 0, 0);
-      if (!made[r] || mx__node_connect(made[r], 0, t) != MX_OK) {
-        status = mx_last_status();
-        break;
-      }
-      nodes[r] = made[r]->next[0].node;
-    }
+    nodes[r] = grad_target(roots[r], &slots[r], &made[r]);
+    if (!nodes[r]) status = mx_last_status();
   }
   run_state st = {.captures = captures, .n_captures = n_captures, .create_graph = create_graph,
                   .accumulate = accumulate};
   if (status == MX_OK) status = collect(&st, n_roots, nodes);
-  for (int r = 0; r < n_roots && status == MX_OK; r++) {
-    int slot;
-    mx__node *target = grad_target(roots[r], &slot);
-    status = buffer_add(target, slot, root_grads[r]);
-  }
+  for (int r = 0; r < n_roots && status == MX_OK; r++)
+    status = buffer_add(st.nodes[find(&st, nodes[r])].buffer, slots[r], root_grads[r]);
   if (status == MX_OK) status = run(&st, keep_graph);
   finish(&st);
   for (int r = 0; r < n_roots; r++)
@@ -338,17 +408,8 @@ mx_status mx_grad(int n_outputs, mx_tensor *const *outputs, int n_inputs, mx_ten
   mx__node *holders[n_inputs + 1];
   memset(holders, 0, sizeof holders);
   for (int i = 0; i < n_inputs && status == MX_OK; i++) {
-    mx__node *target = grad_target(inputs[i], &caps[i].slot);
-    if (!target) {
-      holders[i] = mx__node_new("LeafInput", NULL, 1, 0, 0);
-      if (!holders[i] || mx__node_connect(holders[i], 0, inputs[i]) != MX_OK) {
-        status = mx_last_status();
-        break;
-      }
-      target = holders[i]->next[0].node;
-    }
-    caps[i].node = target;
-    caps[i].grad = NULL;
+    caps[i].node = grad_target(inputs[i], &caps[i].slot, &holders[i]);
+    if (!caps[i].node) status = mx_last_status();
   }
   if (status == MX_OK)
     status = run_graph("mx_grad", n_outputs, outputs, starts, retain_graph, create_graph, caps, n_inputs, false);

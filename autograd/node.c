@@ -1,4 +1,6 @@
 /* Graph nodes, saved tensors, and the autograd state of each tensor. */
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,7 +24,6 @@ static void meta_free(mx__autograd_meta *meta) {
 
 mx__autograd_meta *mx__meta_of(mx_tensor *t) {
   if (!t->autograd) {
-    mx__autograd_meta_free = meta_free;
     t->autograd = mx__object_new(sizeof *t->autograd);
     if (!t->autograd) mx__error(MX_OUT_OF_MEMORY, "autograd: out of memory");
   }
@@ -99,6 +100,29 @@ mx_status mx_register_hook(mx_tensor *t, mx_grad_hook hook, void *ctx) {
   return MX_OK;
 }
 
+/* --- leaf locks ------------------------------------------------------------------ */
+
+/* A lock per leaf would grow every tensor's autograd state; a small table
+ * hashed by address serves the few leaves a model has, and two leaves
+ * sharing a lock only wait for each other's short critical sections. */
+#define LEAF_LOCKS 64
+static pthread_mutex_t leaf_locks[LEAF_LOCKS];
+
+/* At load: the locks, and the tensor room's hook to free autograd state
+ * (set once here: setting it on each use would be a data race between
+ * threads, writing the same value, but a race all the same). */
+__attribute__((constructor)) static void init(void) {
+  for (int i = 0; i < LEAF_LOCKS; i++) pthread_mutex_init(&leaf_locks[i], NULL);
+  mx__autograd_meta_free = meta_free;
+}
+
+static pthread_mutex_t *leaf_lock_of(const mx_tensor *leaf) {
+  return &leaf_locks[((uintptr_t)leaf >> 6) % LEAF_LOCKS];
+}
+
+void mx__leaf_lock(const mx_tensor *leaf) { pthread_mutex_lock(leaf_lock_of(leaf)); }
+void mx__leaf_unlock(const mx_tensor *leaf) { pthread_mutex_unlock(leaf_lock_of(leaf)); }
+
 /* --- nodes ------------------------------------------------------------------------ */
 
 /* A node and its four arrays are one allocation (every op that records
@@ -128,7 +152,6 @@ mx__node *mx__node_new(const char *name, mx__node_apply apply, int n_inputs, int
   n->out_meta = (mx__meta *)(block += meta_bytes(n_inputs));
   n->saved = (mx__saved *)(block += meta_bytes(n_outputs));
   atomic_init(&n->refs, 1);
-  n->deps = -1; /* the engine's "not seen yet" */
   n->name = name;
   n->apply = apply;
   n->n_inputs = n_inputs;
@@ -162,7 +185,10 @@ void mx__node_decref(mx__node *node) {
     }
     mx__node_release(node);
     if (node->leaf) {
-      if (node->leaf->autograd) node->leaf->autograd->accumulator = NULL;
+      mx__leaf_lock(node->leaf);
+      /* a forward on another thread may have replaced the dying accumulator already */
+      if (node->leaf->autograd && node->leaf->autograd->accumulator == node) node->leaf->autograd->accumulator = NULL;
+      mx__leaf_unlock(node->leaf);
       mx__decref(node->leaf);
     }
     free_hooks(node->hooks);
@@ -183,15 +209,31 @@ static mx_status accumulate_apply(mx__node *node, mx_tensor *const *grad_outputs
   return MX_OK; /* the engine handles accumulators itself */
 }
 
-/* The leaf's accumulator: one per leaf while any graph uses it. */
+/* Takes a reference unless the count already reached zero (the node is
+ * being freed by another thread, which clears the leaf's pointer to it
+ * under the leaf's lock before freeing it). */
+static bool retain_if_alive(mx__node *node) {
+  long refs = atomic_load(&node->refs);
+  while (refs > 0)
+    if (atomic_compare_exchange_weak(&node->refs, &refs, refs + 1)) return true;
+  return false;
+}
+
+/* The leaf's accumulator: one per leaf while any graph uses it (threads
+ * running forwards through the same weight share it). */
 static mx__node *accumulator_of(mx_tensor *leaf) {
   mx__autograd_meta *meta = leaf->autograd;
-  if (meta->accumulator) return mx__node_retain(meta->accumulator);
-  mx__node *acc = mx__node_new("AccumulateGrad", accumulate_apply, 0, 1, 0);
-  if (!acc) return NULL;
-  acc->leaf = mx__retain(leaf);
-  mx__meta_from(&acc->out_meta[0], leaf);
-  meta->accumulator = acc;
+  mx__leaf_lock(leaf);
+  mx__node *acc = meta->accumulator;
+  if (!acc || !retain_if_alive(acc)) {
+    acc = mx__node_new("AccumulateGrad", accumulate_apply, 0, 1, 0);
+    if (acc) {
+      acc->leaf = mx__retain(leaf);
+      mx__meta_from(&acc->out_meta[0], leaf);
+      meta->accumulator = acc;
+    }
+  }
+  mx__leaf_unlock(leaf);
   return acc;
 }
 

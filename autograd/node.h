@@ -59,9 +59,6 @@ struct mx__node {
   bool released; /* saved tensors freed by a backward without retain_graph */
   mx_tensor *leaf; /* accumulators only: the leaf whose grad they fill */
   mx__hook *hooks; /* hooks on this node's outputs (non-leaf tensors) */
-  /* scratch for one engine run */
-  int64_t deps;
-  mx_tensor **buffer;
 };
 
 struct mx__autograd_meta {
@@ -102,6 +99,12 @@ void *mx__ctx_wrapper(mx_function_ctx *ctx);
 /* The leaves (that require grad) a backward from root would reach, in a
  * new array the caller frees (the tensors are borrowed). */
 mx_status mx__graph_leaves(const mx_tensor *root, int *n, mx_tensor ***leaves);
+/* A leaf's grad and accumulator pointers, shared by the threads whose
+ * graphs use the leaf, are read and changed under this lock (one of a
+ * small table, picked by the leaf's address). Nothing that may take a
+ * lock runs while it is held: no op, no release of a tensor or node. */
+void mx__leaf_lock(const mx_tensor *leaf);
+void mx__leaf_unlock(const mx_tensor *leaf);
 /* How many backward passes are running on this thread. */
 int mx__backward_depth(void);
 

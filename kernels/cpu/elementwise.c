@@ -41,8 +41,16 @@ typedef struct {
 /* The 16-bit float rows are built for AVX-512 and AVX2 as well, picked at
  * load time. The AVX-512 build is x86-64-v4's whole set, not avx512f alone:
  * without VL and BW the compiler keeps to 16 ymm registers and spills, and
- * a bf16 relu ran 2.5x slower (bench/NOTES.md, round 9). */
-#if defined(__x86_64__) && defined(__GNUC__)
+ * a bf16 relu ran 2.5x slower (bench/NOTES.md, round 9). Not under
+ * ThreadSanitizer: the clones' ifunc resolvers run while the dynamic loader
+ * relocates the library, before TSan's runtime is set up, and their
+ * instrumentation crashed the process at start-up. */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer) /* clang's way of saying it */
+#define __SANITIZE_THREAD__ 1
+#endif
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_THREAD__)
 #define WIDE_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else
 #define WIDE_CLONES

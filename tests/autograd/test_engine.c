@@ -255,6 +255,38 @@ Test(engine, hooks_see_and_replace_gradients) {
   mx_scope_end(s);
 }
 
+/* A hook that differentiates, mid-backward, through nodes the running
+ * backward has still to reach: each call keeps its own dependency counts
+ * and buffers, so neither sees the other's. */
+typedef struct {
+  mx_tensor *inner_root, *leaf;
+  double inner_grad[3];
+  mx_status status;
+} nested_ctx;
+
+static mx_tensor *differentiate_again(mx_tensor *grad, void *arg) {
+  nested_ctx *c = arg;
+  mx_tensor *g = NULL;
+  c->status = mx_grad(1, &c->inner_root, 1, &c->leaf, NULL, true, false, false, &g);
+  if (c->status == MX_OK) c->status = mx_to_host(g, c->inner_grad, sizeof c->inner_grad);
+  return NULL;
+}
+
+Test(engine, a_backward_inside_a_hook_shares_nodes_with_the_outer_one) {
+  mx_scope *s = mx_scope_begin();
+  const double values[3] = {1, -2, 3};
+  mx_tensor *w = param(3, values);
+  mx_tensor *a = mx_mul(w, w);
+  mx_tensor *b = mx_mul_scalar(a, 3);
+  nested_ctx c = {.inner_root = mx_sum(a, MX_ALL_DIMS, false), .leaf = w, .status = MX_STATE_ERROR};
+  cr_assert_eq(mx_register_hook(b, differentiate_again, &c), MX_OK);
+  cr_assert_eq(mx_backward(mx_sum(b, MX_ALL_DIMS, false), NULL, false), MX_OK, "%s", mx_last_error());
+  cr_assert_eq(c.status, MX_OK, "%s", mx_last_error());
+  for (int i = 0; i < 3; i++) cr_expect_eq(c.inner_grad[i], 2 * values[i], "element %d", i); /* d sum(w^2) */
+  expect_values(mx_grad_of(w), 3, (double[]){6, -12, 18}, 0); /* d sum(3 w^2), untouched by mx_grad */
+  mx_scope_end(s);
+}
+
 Test(engine, grad_mode_is_per_block_and_per_thread) {
   mx_scope *s = mx_scope_begin();
   mx_tensor *x = param(1, (double[]){1});
