@@ -74,21 +74,40 @@ bool mx_is_grad_enabled(void);
 bool mx_set_grad_enabled(bool enabled);
 
 /* MX_NO_GRAD { ... }: a block without recording; the previous mode comes
- * back however the block is left (break and return included). */
+ * back however the block is left (break and return included). The block
+ * runs exactly once (its flag starts as a constant, so the compiler sees
+ * that variables assigned in it are set). */
 typedef struct {
   bool previous, once;
 } mx_grad_guard;
-mx_grad_guard mx__grad_guard_begin(bool enabled);
 void mx__grad_guard_end(mx_grad_guard *guard);
 #define MX__GLUE_(a, b) a##b
 #define MX__GLUE(a, b) MX__GLUE_(a, b)
 #define MX__GUARD MX__GLUE(mx__guard_, __LINE__) /* nested blocks get their own */
-#define MX__GRAD_MODE(enabled)                                                          \
-  for (mx_grad_guard MX__GUARD __attribute__((cleanup(mx__grad_guard_end))) =         \
-           mx__grad_guard_begin(enabled);                                               \
+#define MX__GRAD_MODE(enabled)                                                                          \
+  for (mx_grad_guard MX__GUARD __attribute__((cleanup(mx__grad_guard_end))) = {                        \
+           .previous = mx_set_grad_enabled(enabled), .once = true};                                    \
        MX__GUARD.once; MX__GUARD.once = false)
 #define MX_NO_GRAD MX__GRAD_MODE(false)
 #define MX_ENABLE_GRAD MX__GRAD_MODE(true)
+
+/* Inference mode (torch.inference_mode), per thread: MX_INFERENCE_MODE { ... }
+ * runs its block with grad mode off and makes every tensor created in it an
+ * inference tensor: in-place writes to it bump no version counter, and it
+ * can never enter a graph: an op that would record it for backward, or
+ * mx_set_requires_grad on it, fails with an error naming the op (mx_clone
+ * it outside the block for a normal tensor). Views of an inference tensor
+ * are inference tensors. Both modes come back however the block is left.
+ * (mx_is_inference and mx_is_inference_mode_enabled: tensor/tensor.h.) */
+typedef struct {
+  bool previous_grad, previous_inference, once;
+} mx_inference_guard;
+void mx__inference_guard_end(mx_inference_guard *guard);
+#define MX_INFERENCE_MODE                                                                                \
+  for (mx_inference_guard MX__GUARD __attribute__((cleanup(mx__inference_guard_end))) = {              \
+           .previous_grad = mx_set_grad_enabled(false), .previous_inference = mx__inference_mode_set(true), \
+           .once = true};                                                                               \
+       MX__GUARD.once; MX__GUARD.once = false)
 
 /* --- custom functions (torch.autograd.Function) ------------------------------- */
 typedef struct mx_function_ctx mx_function_ctx;

@@ -100,6 +100,11 @@ mx_status mx__function_apply_wrapped(const mx_function *fn, void *user, void *wr
   mx_set_grad_enabled(previous);
   for (int k = 0; k < n_outputs && status == MX_OK; k++)
     if (!outputs[k]) status = mx__error(MX_STATE_ERROR, "%s: forward left output %d NULL", fn->name, k);
+  for (int i = 0; i < n_inputs && status == MX_OK && recording; i++)
+    if (mx_is_inference(inputs[i]))
+      status = mx__error(MX_STATE_ERROR, "%s: input %d is an inference tensor (made in an MX_INFERENCE_MODE block), "
+                         "which cannot enter a graph; mx_clone it outside the block for a normal tensor",
+                         fn->name ? fn->name : "CustomFunction", i);
   if (status != MX_OK || !recording) {
     ctx_free(ctx);
     return status;

@@ -1,4 +1,5 @@
-/* Grad mode: whether ops record a graph, per thread. */
+/* Grad mode (whether ops record a graph) and the end of an inference-mode
+ * block, per thread. */
 #include "autograd/autograd.h"
 
 static _Thread_local bool grad_disabled; /* zero-initialised: on by default */
@@ -11,8 +12,9 @@ bool mx_set_grad_enabled(bool enabled) {
   return previous;
 }
 
-mx_grad_guard mx__grad_guard_begin(bool enabled) {
-  return (mx_grad_guard){.previous = mx_set_grad_enabled(enabled), .once = true};
-}
-
 void mx__grad_guard_end(mx_grad_guard *guard) { mx_set_grad_enabled(guard->previous); }
+
+void mx__inference_guard_end(mx_inference_guard *guard) {
+  mx__inference_mode_set(guard->previous_inference);
+  mx_set_grad_enabled(guard->previous_grad);
+}

@@ -49,6 +49,9 @@ mx_status mx_set_requires_grad(mx_tensor *t, bool requires_grad) {
     return mx__error(MX_STATE_ERROR,
                      "mx_set_requires_grad: only leaf tensors can change requires_grad; this one was "
                      "made by %s (use mx_detach first)", t->autograd->grad_fn->name);
+  if (requires_grad && mx_is_inference(t))
+    return mx__error(MX_STATE_ERROR, "mx_set_requires_grad: an inference tensor (made in an MX_INFERENCE_MODE "
+                     "block) cannot require grad; mx_clone it outside the block for a normal tensor");
   if (requires_grad && !mx_dtype_is_floating(t->dtype))
     return mx__error(MX_DTYPE_ERROR, "mx_set_requires_grad: only floating tensors can require grad, not %s",
                      mx_dtype_name(t->dtype));

@@ -55,6 +55,11 @@ static void free_payload(void *p) { mx__object_free(p, sizeof(op_payload)); }
 
 static mx_status record(mx__call *call, int n_out) {
   const mx__op_def *def = &mx__ops[call->op];
+  for (int i = 0; i < call->n_in; i++)
+    if (mx_is_inference(call->in[i]))
+      return mx__error(MX_STATE_ERROR, "mx_%s: input %d is an inference tensor (made in an MX_INFERENCE_MODE "
+                       "block), which cannot enter a graph; mx_clone it outside the block for a normal tensor",
+                       def->name, i);
   mx__node *node = mx__node_new(def->node_name, apply_op, call->n_in, n_out, call->n_in + n_out);
   if (!node) return mx_last_status();
   op_payload *p = mx__object_new(sizeof *p);

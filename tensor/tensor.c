@@ -61,6 +61,18 @@ int mx__wrap_dim(const char *op, int dim, int ndim) {
 
 /* --- storage ------------------------------------------------------------------ */
 
+static _Thread_local bool inference_mode; /* MX_INFERENCE_MODE's, per thread */
+
+bool mx__inference_mode_set(bool enabled) {
+  bool previous = inference_mode;
+  inference_mode = enabled;
+  return previous;
+}
+
+bool mx_is_inference_mode_enabled(void) { return inference_mode; }
+
+bool mx_is_inference(const mx_tensor *t) { return t && t->storage->inference; }
+
 static mx__storage *storage_new(const char *op, size_t bytes, mx_device device) {
   const mx_backend *backend = mx__backend(device);
   if (!backend) {
@@ -79,6 +91,7 @@ static mx__storage *storage_new(const char *op, size_t bytes, mx_device device) 
   }
   atomic_init(&s->refs, 1);
   atomic_init(&s->version, 0);
+  s->inference = inference_mode;
   s->bytes = bytes;
   s->device = device;
   s->backend = backend;
@@ -166,7 +179,9 @@ mx_kview mx__kview_of(const mx_tensor *t) {
   return v;
 }
 
-void mx__bump_version(mx_tensor *t) { atomic_fetch_add(&t->storage->version, 1); }
+void mx__bump_version(mx_tensor *t) {
+  if (!t->storage->inference) atomic_fetch_add(&t->storage->version, 1); /* an inference tensor has none */
+}
 
 /* --- properties ------------------------------------------------------------------ */
 

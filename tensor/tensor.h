@@ -100,6 +100,12 @@ bool mx_is_contiguous(const mx_tensor *t);
 bool mx_shares_storage(const mx_tensor *a, const mx_tensor *b);
 /* Bumped by every in-place write to the storage (shared by all its views). */
 uint64_t mx_version(const mx_tensor *t);
+/* Inference mode, per thread (MX_INFERENCE_MODE in autograd/autograd.h):
+ * whether it is on, and whether t was made in it (or is a view of a tensor
+ * that was). */
+bool mx_is_inference_mode_enabled(void);
+bool mx_is_inference(const mx_tensor *t);
+bool mx__inference_mode_set(bool enabled); /* returns the previous mode; MX_INFERENCE_MODE's */
 /* The address of element 0 (device memory for CUDA tensors). */
 void *mx_data_ptr(const mx_tensor *t);
 

@@ -16,6 +16,7 @@ typedef struct {
   mx_device device;
   const mx_backend *backend;
   atomic_ullong version; /* in-place writes, seen by every view */
+  bool inference;        /* made in inference mode: no versions, no graph */
 } mx__storage;
 
 /* The autograd room's per-tensor state (requires_grad, grad, grad_fn, hooks);

@@ -422,3 +422,64 @@ Test(engine, the_graph_is_freed_with_its_tensors) {
   cr_expect_eq(after.live_tensors, before.live_tensors);
   cr_expect_eq(after.bytes_in_use, before.bytes_in_use);
 }
+
+/* --- inference mode --------------------------------------------------------------------------------------------- */
+
+static bool inference_block_left_early(void) {
+  MX_INFERENCE_MODE {
+    if (mx_is_inference_mode_enabled()) return true;
+  }
+  return false;
+}
+
+/* torch.inference_mode: no graph inside, no version bumps on what was made
+ * there, and what was made there never enters a graph afterwards. */
+Test(engine, inference_mode_makes_tensors_that_stay_out_of_graphs) {
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *w = mx_full(MX_SHAPE(3), 2.0, MX_F32, MX_CPU);
+  cr_assert_eq(mx_set_requires_grad(w, true), MX_OK);
+  mx_tensor *x = mx_full(MX_SHAPE(3), 3.0, MX_F32, MX_CPU);
+  mx_tensor *y = NULL, *made = NULL;
+  uint64_t version_before = 1, version_after = 0;
+  MX_INFERENCE_MODE {
+    cr_assert(mx_is_inference_mode_enabled());
+    cr_assert_not(mx_is_grad_enabled());
+    y = mx_mul(w, x); /* w requires grad, but nothing is recorded */
+    made = mx_zeros(MX_SHAPE(3), MX_F32, MX_CPU);
+    version_before = mx_version(made);
+    cr_assert_eq(mx_add_scalar_(made, 1.0), MX_OK, "%s", mx_last_error());
+    version_after = mx_version(made);
+  }
+  cr_assert_not(mx_is_inference_mode_enabled());
+  cr_assert(mx_is_grad_enabled());
+  cr_assert_not_null(y, "%s", mx_last_error());
+  cr_expect_not(mx_requires_grad(y));
+  cr_expect_eq(mx_at(y, MX_SHAPE(1)), 6.0);
+  cr_expect_eq(version_after, version_before, "an inference tensor counts no versions");
+  cr_expect_eq(mx_at(made, MX_SHAPE(0)), 1.0);
+  cr_expect(mx_is_inference(y) && mx_is_inference(made) && mx_is_inference(mx_narrow(y, 0, 1, 2)));
+  cr_expect_not(mx_is_inference(w) || mx_is_inference(x));
+
+  /* afterwards: refused by any op that would record it, and by requires_grad */
+  mx_clear_error();
+  cr_expect_null(mx_mul(y, w));
+  cr_expect_str_eq(mx_last_error(), "mx_mul: input 0 is an inference tensor (made in an MX_INFERENCE_MODE block), "
+                                    "which cannot enter a graph; mx_clone it outside the block for a normal tensor");
+  cr_expect_null(mx_matmul(w, y), "a composite's inner op refuses too");
+  cr_expect_eq(mx_set_requires_grad(y, true), MX_STATE_ERROR);
+  cr_expect_str_eq(mx_last_error(), "mx_set_requires_grad: an inference tensor (made in an MX_INFERENCE_MODE block) "
+                                    "cannot require grad; mx_clone it outside the block for a normal tensor");
+  cr_expect_not_null(mx_add(y, x), "without grad, an inference tensor is an ordinary input");
+  /* a clone made outside is a normal tensor */
+  mx_tensor *c = mx_clone(y);
+  cr_assert_not_null(c, "%s", mx_last_error());
+  cr_expect_not(mx_is_inference(c));
+  mx_tensor *loss = mx_sum(mx_mul(c, w), MX_ALL_DIMS, false);
+  cr_assert_eq(mx_backward(loss, NULL, false), MX_OK, "%s", mx_last_error());
+  cr_expect_eq(mx_at(mx_grad_of(w), MX_SHAPE(2)), 6.0);
+  /* the modes come back however the block is left */
+  cr_assert(inference_block_left_early());
+  cr_assert_not(mx_is_inference_mode_enabled());
+  cr_assert(mx_is_grad_enabled());
+  mx_scope_end(s);
+}
