@@ -81,11 +81,11 @@ mx_status mx__fwd_topk(mx__call *c) {
   mx_tensor *values = NULL, *indices = NULL;
   mx_status status = sort_both(x, dim, c->args->i[2] != 0, &values, &indices);
   if (status != MX_OK) return status;
-  if (x->ndim == 0 && k == 1) {
-    c->out[0] = values, c->out[1] = indices;
+  if (x->ndim == 0) { /* PyTorch gives the 0-d tensor back for k 0 and 1 alike */
+    c->out[0] = values;
+    c->out[1] = indices;
     return MX_OK;
   }
-  if (x->ndim == 0) values = mx_reshape(values, MX_SHAPE(1)), indices = mx_reshape(indices, MX_SHAPE(1));
   c->out[0] = mx_narrow(values, dim, 0, k);
   c->out[1] = mx_narrow(indices, dim, 0, k);
   return c->out[0] && c->out[1] ? MX_OK : mx_last_status();
@@ -136,7 +136,7 @@ static mx_tensor *draw_with_replacement(const mx_tensor *w, int64_t samples, mx_
   mx_tensor *cdf = mx_cumsum(w, 1);
   mx_tensor *total = mx_narrow(cdf, 1, categories - 1, 1);
   mx_tensor *target = mx_mul(mx_rand(MX_SHAPE(rows, samples), MX_F64, w->device, gen), total);
-  mx_tensor *bounds = cdf ? mx_masked_fill(cdf, mx_ge(cdf, total), INFINITY) : NULL;
+  mx_tensor *bounds = mx_masked_fill(cdf, mx_ge(cdf, total), INFINITY);
   return mx_sum(mx_le(mx_unsqueeze(bounds, 1), mx_unsqueeze(target, 2)), MX_DIMS(2), false);
 }
 

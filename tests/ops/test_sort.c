@@ -95,8 +95,13 @@ Test(sort, zero_d_and_empty) {
   cr_expect_eq(mx_ndim(values), 0);
   cr_expect_eq(mx_item(values), 2.5);
   cr_expect_eq(mx_item(indices), 0);
-  cr_assert_eq(mx_topk(x, 1, -1, true, true, &values, &indices), MX_OK, "%s", mx_last_error());
-  cr_expect_eq(mx_item(values), 2.5);
+  for (int k = 0; k < 2; k++) { /* PyTorch gives the 0-d tensor back for k 0 and 1 alike */
+    cr_assert_eq(mx_topk(x, k, -1, true, true, &values, &indices), MX_OK, "%s", mx_last_error());
+    cr_expect_eq(mx_ndim(values), 0, "k %d", k);
+    cr_expect_eq(mx_item(values), 2.5);
+  }
+  EXPECT_STATUS_ERROR(mx_topk(x, 2, 0, true, true, &values, &indices),
+                      "mx_topk: k 2 is out of range for dim 0 of size 1");
   mx_tensor *empty = mx_zeros(MX_SHAPE(3, 0), MX_F32, MX_CPU);
   cr_assert_eq(mx_sort(empty, 1, false, true, &values, &indices), MX_OK, "%s", mx_last_error());
   op_expect_shape("empty values", values, MX_SHAPE(3, 0));
