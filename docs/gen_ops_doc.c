@@ -31,7 +31,7 @@ int main(int argc, char **argv) {
                "**Gradient**: *formula* is a backward written with ops (so it differentiates again).\n\n"
                "**Devices**: every op runs on the CPU and on CUDA. The CUDA backend has the memory,\n"
                "creation, random, copy and cast kernels, elementwise (unary, binary, comparisons,\n"
-               "where), reductions and scans, matrix products (cuBLAS), softmax,\n"
+               "where), reductions, scans and sorts, matrix products (cuBLAS), softmax,\n"
                "gather/scatter/index, convolution (cuDNN; direct kernels for float64 and what cuDNN\n"
                "declines), pooling (direct kernels), batch norm's per-channel sums and\n"
                "scale-and-shift, and the AMP and optimizer kernels.\n\n"

@@ -80,6 +80,9 @@ typedef struct mx_backend {
    * (cumulative SUM or PROD along dim, from the end when reverse) */
   mx_status (*reduce)(int code, const mx_kview *out, const mx_kview *index, const mx_kview *in, uint32_t mask);
   mx_status (*scan)(int code, const mx_kview *out, const mx_kview *in, int dim, bool reverse);
+  /* a stable sort of every line along dim (NaN larger than every number):
+   * values (in's dtype) and indices (int64) have in's shape, any strides */
+  mx_status (*sort)(const mx_kview *values, const mx_kview *indices, const mx_kview *in, int dim, bool descending);
 
   /* out (B, M, N) = a (B, M, K) @ b (B, K, N); any strides (0 broadcasts a
    * batch), out contiguous; one dtype, f16/bf16 accumulate in float32 */

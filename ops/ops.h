@@ -220,6 +220,25 @@ mx_tensor *mx_one_hot(const mx_tensor *indices, int64_t num_classes);
  * training; the identity otherwise. gen may be NULL (default generator). */
 mx_tensor *mx_dropout(const mx_tensor *x, double p, bool training, mx_generator *gen);
 
+/* --- sorting and sampling (indices are int64) ----------------------------------------------------- */
+/* Sorts every line along dim: values and where each came from. The sort is
+ * stable (equal values keep their input order; stable is PyTorch's flag and
+ * changes nothing) and NaN counts as larger than every number: last
+ * ascending, first descending. values gets a gradient; either output
+ * pointer may be NULL. */
+mx_status mx_sort(const mx_tensor *x, int dim, bool descending, bool stable, mx_tensor **values,
+                  mx_tensor **indices);
+mx_tensor *mx_argsort(const mx_tensor *x, int dim, bool descending, bool stable);
+/* The k largest (or smallest) along dim, always sorted (sorted is
+ * PyTorch's flag), ties in input order. */
+mx_status mx_topk(const mx_tensor *x, int64_t k, int dim, bool largest, bool sorted, mx_tensor **values,
+                  mx_tensor **indices);
+/* num_samples int64 category indices per row of a 1-D (C) or 2-D (B, C)
+ * tensor of non-negative floating weights (they need not sum to 1); without
+ * replacement no index repeats in a row. gen may be NULL (default
+ * generator). */
+mx_tensor *mx_multinomial(const mx_tensor *probs, int64_t num_samples, bool replacement, mx_generator *gen);
+
 /* --- pooling over `spatial` (1-3) dims of (N, C, *S); one-element lists
  * apply to every dim, an empty stride means stride = kernel ------------------------------ */
 mx_tensor *mx_max_pool(const mx_tensor *x, int spatial, mx_shape kernel, mx_shape stride, mx_shape padding);

@@ -14,6 +14,7 @@
 #include "kernels/cpu/optim.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/cpu/reduce.h"
+#include "kernels/cpu/sort.h"
 #include "kernels/cpu/strided.h"
 #include "kernels/math.h"
 
@@ -211,6 +212,7 @@ const mx_backend mx__cpu_backend = {
     .where = mx__cpu_where,
     .reduce = mx__cpu_reduce,
     .scan = mx__cpu_scan,
+    .sort = mx__cpu_sort,
     .matmul = mx__cpu_matmul,
     .softmax = mx__cpu_softmax,
     .gather = mx__cpu_gather,

@@ -249,6 +249,7 @@ static mx_status cuda_init(void) {
   b->where = mx__cuda_where;
   b->reduce = mx__cuda_reduce;
   b->scan = mx__cuda_scan;
+  b->sort = mx__cuda_sort;
   b->matmul = mx__cuda_matmul;
   b->softmax = mx__cuda_softmax;
   b->gather = mx__cuda_gather;

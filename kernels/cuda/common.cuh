@@ -25,6 +25,8 @@ mx_status mx__cuda_binary(int code, const mx_kview *out, const mx_kview *x, cons
 mx_status mx__cuda_where(const mx_kview *out, const mx_kview *cond, const mx_kview *x, const mx_kview *y);
 mx_status mx__cuda_reduce(int code, const mx_kview *out, const mx_kview *index, const mx_kview *in, uint32_t mask);
 mx_status mx__cuda_scan(int code, const mx_kview *out, const mx_kview *in, int dim, bool reverse);
+mx_status mx__cuda_sort(const mx_kview *values, const mx_kview *indices, const mx_kview *in, int dim,
+                        bool descending);
 mx_status mx__cuda_matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b);
 mx_status mx__cuda_softmax(const mx_kview *out, const mx_kview *x, int dim, bool log_softmax);
 mx_status mx__cuda_gather(const mx_kview *out, const mx_kview *x, const mx_kview *index, int dim);

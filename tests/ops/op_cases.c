@@ -482,6 +482,44 @@ VJP(conv_backward_data, mx_conv2d(x, in[1], NULL, MX_SHAPE(2), MX_SHAPE(1), MX_D
 VJP(conv_backward_weight, mx_conv2d(in[0], x, NULL, MX_SHAPE(2), MX_SHAPE(1), MX_DEFAULT, 1),
     zero_leaf(MX_SHAPE(3, 2, 3, 3), in[0]), in[1])
 
+/* sort, argsort, topk: values or indices (sort is stable; argsort passes stable = true) */
+#define SORTED(name, dim, desc, want_indices)                                \
+  static mx_tensor *f_##name(int n, mx_tensor *const *in, void *ctx) {      \
+    (void)n, (void)ctx;                                                     \
+    mx_tensor *v = NULL, *i = NULL;                                         \
+    mx_status st = mx_sort(in[0], dim, desc, true, &v, &i);                 \
+    return values_of(st, v, i, want_indices);                               \
+  }
+#define TOPK(name, k, dim, largest, want_indices)                           \
+  static mx_tensor *f_##name(int n, mx_tensor *const *in, void *ctx) {      \
+    (void)n, (void)ctx;                                                     \
+    mx_tensor *v = NULL, *i = NULL;                                         \
+    mx_status st = mx_topk(in[0], k, dim, largest, true, &v, &i);           \
+    return values_of(st, v, i, want_indices);                               \
+  }
+SORTED(sort_dim1, 1, false, false)
+SORTED(sort_dim1_indices, 1, false, true)
+SORTED(sort_desc_dim0, 0, true, false)
+SORTED(sort_desc_dim0_indices, 0, true, true)
+SORTED(sort_last, -1, false, false)
+SORTED(sort_last_indices, -1, false, true)
+SORTED(sort_desc_last_indices, -1, true, true)
+/* a strided input: the transpose of a, sorted along its dim 1 */
+static mx_tensor *sort_of_transpose(mx_tensor *a, bool want_indices) {
+  mx_tensor *v = NULL, *i = NULL;
+  mx_status st = mx_sort(mx_transpose(a, 0, 1), 1, false, true, &v, &i);
+  return values_of(st, v, i, want_indices);
+}
+FN(sort_transposed, sort_of_transpose(a, false))
+FN(sort_transposed_indices, sort_of_transpose(a, true))
+FN(argsort_dim1, mx_argsort(a, 1, false, true))
+FN(argsort_desc_dim0, mx_argsort(a, 0, true, true))
+TOPK(topk_k2_dim1, 2, 1, true, false)
+TOPK(topk_k2_dim1_indices, 2, 1, true, true)
+TOPK(topk_smallest_k3_dim0, 3, 0, false, false)
+TOPK(topk_smallest_k3_dim0_indices, 3, 0, false, true)
+TOPK(topk_k0, 0, -1, true, false)
+
 #define GC OP_GRADCHECK
 #define GG (OP_GRADCHECK | OP_GRADGRAD)
 #define ANY DOM_ANY
@@ -883,6 +921,23 @@ const op_case op_cases[] = {
     CASE3(conv_transpose3d, SH(1, 2, 2, 3, 2), ANY, SH(2, 2, 2, 2, 2), ANY, SH(2), ANY, GC),
     CASE2(conv_backward_data, SH(1, 3, 3, 3), ANY, SH(3, 2, 3, 3), ANY, GC),
     CASE2(conv_backward_weight, SH(1, 2, 5, 5), ANY, SH(1, 3, 3, 3), ANY, GC),
+    /* sorting: values (with their gradient, scattered back through the indices) and indices */
+    CASE1(sort_dim1, SH(3, 5), ANY, GG),
+    CASE1(sort_dim1_indices, SH(3, 5), ANY, 0),
+    CASE1(sort_desc_dim0, SH(4, 3), ANY, GG),
+    CASE1(sort_desc_dim0_indices, SH(4, 3), ANY, 0),
+    CASE1(sort_last, SH(2, 3, 4), ANY, GG),
+    CASE1(sort_last_indices, SH(2, 3, 4), ANY, 0),
+    CASE1(sort_desc_last_indices, SH(2, 3, 4), ANY, 0),
+    CASE1(sort_transposed, SH(4, 3), ANY, GC),
+    CASE1(sort_transposed_indices, SH(4, 3), ANY, 0),
+    CASE1(argsort_dim1, SH(3, 5), ANY, 0),
+    CASE1(argsort_desc_dim0, SH(4, 3), ANY, 0),
+    CASE1(topk_k2_dim1, SH(3, 5), ANY, GG),
+    CASE1(topk_k2_dim1_indices, SH(3, 5), ANY, 0),
+    CASE1(topk_smallest_k3_dim0, SH(4, 3), ANY, GG),
+    CASE1(topk_smallest_k3_dim0_indices, SH(4, 3), ANY, 0),
+    CASE1(topk_k0, SH(2, 3), ANY, 0),
 };
 
 const int op_case_count = (int)(sizeof op_cases / sizeof op_cases[0]);

@@ -217,10 +217,11 @@ Test(ops_grad, gradgradcheck_catches_a_wrong_second_derivative) {
  * a new row in ops/ops.def without a case in op_cases.c fails this test. */
 Test(ops_grad, every_differentiable_op_has_a_case) {
   mx_scope *s = mx_scope_begin();
-  /* ops with no gradient (one_hot: int64 in, int64 out), or reached only through other ops */
+  /* ops with no gradient (one_hot: int64 in, int64 out; argsort and multinomial: int64 out), or reached only
+   * through other ops */
   static const char *no_gradient[] = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or",
                                       "logical_xor", "logical_not", "argmax", "argmin", "all", "any",
-                                      "to_device", "slice_backward", "one_hot"};
+                                      "to_device", "slice_backward", "one_hot", "argsort", "multinomial"};
   /* ops gradchecked in their own suites: the losses (test_losses.c) and the
    * linear-algebra and nn composites (test_composites.c) */
   static const char *not_yet_covered[] = {
