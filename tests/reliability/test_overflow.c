@@ -260,9 +260,10 @@ Test(overflow, pool_output_sizes) {
                "mx_max_pool: kernel [1099511627776,1099511627776] over output [1,1,1,1] makes more than 2^63-1 "
                "window reads");
   mx_tensor *values = NULL, *indices = NULL;
-  EXPECT_STATUS_ERROR(mx_max_pool_with_indices(img, 2, MX_SHAPE(3), MX_DEFAULT, MX_DEFAULT, MX_SHAPE(INT64_MAX / 2),
+  /* dilation * (kernel - 1) = (2^62 - 1) * 3 overflows */
+  EXPECT_STATUS_ERROR(mx_max_pool_with_indices(img, 2, MX_SHAPE(4), MX_DEFAULT, MX_DEFAULT, MX_SHAPE(INT64_MAX / 2),
                                                &values, &indices),
-                      "mx_max_pool: input size 4 is smaller than the kernel 3 in spatial dim 0");
+                      "mx_max_pool: input size 4 is smaller than the kernel 4 in spatial dim 0");
   EXPECT_STATUS_ERROR(mx_max_pool_with_indices(img, 2, MX_SHAPE(2), MX_DEFAULT, MX_DEFAULT, MX_SHAPE(-3), &values,
                                                &indices),
                       "mx_max_pool: dilation -3 in spatial dim 0 must be positive");
