@@ -171,6 +171,7 @@ Test(overflow, matmul) {
   EXPECT_ERROR(mx_matmul(col, row), TOO_MANY("mx_matmul"));
   EXPECT_ERROR(mx_mm(col, row), TOO_MANY("mx_mm"));
   EXPECT_ERROR(mx_outer(mx_flatten(col, 0, 1), mx_flatten(row, 0, 1)), TOO_MANY("mx_outer"));
+  EXPECT_ERROR(mx_pdist(spread(MX_SHAPE(P40, 2), MX_F32), 2), "mx_pdist: 1099511627776 rows make too many pairs");
   /* batch dims that broadcast past 2^63-1 */
   mx_tensor *a = spread(MX_SHAPE(P40, 1, 1, 1), MX_F32), *b = spread(MX_SHAPE(1, P40, 1, 1), MX_F32);
   EXPECT_ERROR(mx_matmul(a, b), "mx_matmul: shape [1099511627776,1099511627776,1,1] has too many elements");
