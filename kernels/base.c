@@ -91,6 +91,18 @@ const char *mx__dims_str(char *buf, int ndim, const int64_t *dims) {
   return buf;
 }
 
+bool mx__numel_overflows(int ndim, const int64_t *dims, int64_t *numel) {
+  int64_t count = 1, extent = 1;
+  for (int i = 0; i < ndim; i++) {
+    if (mx__mul_overflows(extent, dims[i] ? dims[i] : 1, &extent)) return true;
+    count *= dims[i]; /* |count| <= extent: no overflow */
+  }
+  *numel = count;
+  return false;
+}
+
+/* No check here: a kernel only sees tensors whose shapes passed
+ * mx__numel_overflows. */
 int64_t mx__kview_numel(const mx_kview *v) {
   int64_t n = 1;
   for (int i = 0; i < v->ndim; i++) n *= v->shape[i];

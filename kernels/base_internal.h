@@ -30,6 +30,18 @@ mx_status mx__error_prefix(const char *op);
  * is pending, so the first failure of a chain is the one reported. */
 mx_status mx__null_input(const char *op, const char *arg);
 
+/* Checked size arithmetic, the one way mixgrad multiplies or adds element
+ * and byte counts: *out = a * b (or a + b); true, with *out wrapped, when the
+ * exact result does not fit int64_t (the caller refuses the shape, naming its op). */
+static inline bool mx__mul_overflows(int64_t a, int64_t b, int64_t *out) { return __builtin_mul_overflow(a, b, out); }
+static inline bool mx__add_overflows(int64_t a, int64_t b, int64_t *out) { return __builtin_add_overflow(a, b, out); }
+
+/* The number of elements of dims (sizes >= 0) into *numel. True when the product of the
+ * sizes, each 0 counted as 1, passes INT64_MAX: such a shape is refused even
+ * when a 0 makes it empty, so that every partial product of its sizes (its
+ * strides, a flattened run of dims) fits int64_t as well. */
+bool mx__numel_overflows(int ndim, const int64_t *dims, int64_t *numel);
+
 /* Writes "[2,3,4]" into buf (at least MX__DIMS_STR bytes). */
 #define MX__DIMS_STR 200
 const char *mx__dims_str(char *buf, int ndim, const int64_t *dims);

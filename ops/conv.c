@@ -17,14 +17,24 @@ static mx_status shapes_fit(const char *op, const mx_tensor *x, const mx_tensor 
   if (x->ndim != n || w->ndim != n)
     return mx__error(MX_SHAPE_ERROR, "%s: input %s and weight %s must both be %d-d for %d spatial dims", op,
                      mx__dims_str(a, x->ndim, x->shape), mx__dims_str(b, w->ndim, w->shape), n, p->spatial);
-  if (p->groups > 0 && x->shape[1] == w->shape[1] * p->groups && w->shape[0] % p->groups)
+  int64_t expected; /* input channels */
+  if (mx__mul_overflows(w->shape[1], p->groups, &expected))
+    return mx__error(MX_SHAPE_ERROR, "%s: weight %s times %lld groups expects more than 2^63-1 input channels", op,
+                     mx__dims_str(b, w->ndim, w->shape), (long long)p->groups);
+  if (p->groups > 0 && x->shape[1] == expected && w->shape[0] % p->groups)
     return mx__error(MX_SHAPE_ERROR, "%s: %lld output channels do not split into %lld groups", op,
                      (long long)w->shape[0], (long long)p->groups);
-  if (p->groups <= 0 || x->shape[1] != w->shape[1] * p->groups || w->shape[0] % p->groups)
+  if (p->groups <= 0 || x->shape[1] != expected || w->shape[0] % p->groups)
     return mx__error(MX_SHAPE_ERROR, "%s: input %s has %lld channels, weight %s expects %lld (groups %lld)", op,
                      mx__dims_str(a, x->ndim, x->shape), (long long)x->shape[1], mx__dims_str(b, w->ndim, w->shape),
-                     (long long)(w->shape[1] * p->groups), (long long)p->groups);
+                     (long long)expected, (long long)p->groups);
   return MX_OK;
+}
+
+static mx_status out_size_overflows(const char *op, const mx_conv_params *p, int64_t in, int64_t kernel, int dim) {
+  return mx__error(MX_SHAPE_ERROR, "%s: the output size of spatial dim %d passes 2^63-1 (input %lld, kernel %lld, "
+                   "stride %lld, padding %lld, dilation %lld)", op, dim, (long long)in, (long long)kernel,
+                   (long long)p->stride[dim], (long long)p->padding[dim], (long long)p->dilation[dim]);
 }
 
 /* S_out per spatial dim, or an error when the kernel does not fit. */
@@ -35,7 +45,12 @@ static mx_status conv_out_shape(const char *op, const mx_tensor *x, const mx_ten
     if (p->stride[i] <= 0)
       return mx__error(MX_INVALID_ARGUMENT, "%s: stride %lld in spatial dim %d must be positive", op,
                        (long long)p->stride[i], i);
-    int64_t span = x->shape[2 + i] + 2 * p->padding[i] - p->dilation[i] * (w->shape[2 + i] - 1) - 1;
+    /* in + 2 * padding - dilation * (kernel - 1) - 1, in the order the kernels' own check computes it */
+    int64_t span, twice_pad, reach;
+    if (mx__mul_overflows(2, p->padding[i], &twice_pad) || mx__add_overflows(x->shape[2 + i], twice_pad, &span) ||
+        mx__mul_overflows(p->dilation[i], w->shape[2 + i] - 1, &reach) || mx__mul_overflows(reach, -1, &reach) ||
+        mx__add_overflows(span, reach, &span) || mx__add_overflows(span, -1, &span))
+      return out_size_overflows(op, p, x->shape[2 + i], w->shape[2 + i], i);
     if (span < 0)
       return mx__error(MX_SHAPE_ERROR, "%s: kernel %lld (dilation %lld) does not fit input size %lld + padding %lld "
                        "in spatial dim %d", op, (long long)w->shape[2 + i], (long long)p->dilation[i],
@@ -161,14 +176,23 @@ mx_status mx__fwd_conv_transpose(mx__call *c) {
     return mx__error(MX_SHAPE_ERROR, "mx_conv_transpose: input with %lld channels and weight with %lld input channels "
                      "(both %d-d) do not fit", (long long)(x->ndim > 1 ? x->shape[1] : 0),
                      (long long)(w->ndim > 0 ? w->shape[0] : 0), n);
-  mx_shape shape = {n, {x->shape[0], w->shape[1] * p->groups}};
+  mx_shape shape = {n, {x->shape[0]}};
+  if (mx__mul_overflows(w->shape[1], p->groups, &shape.d[1]))
+    return mx__error(MX_SHAPE_ERROR, "mx_conv_transpose: %lld output channels per group times %lld groups pass 2^63-1",
+                     (long long)w->shape[1], (long long)p->groups);
   for (int i = 0; i < p->spatial; i++) {
     int64_t extra = c->args->i[i]; /* output_padding */
     if (extra < 0 || (extra >= p->stride[i] && extra >= p->dilation[i]))
       return mx__error(MX_INVALID_ARGUMENT, "mx_conv_transpose: output_padding %lld must be smaller than the stride "
                        "or the dilation", (long long)extra);
-    shape.d[2 + i] = (x->shape[2 + i] - 1) * p->stride[i] - 2 * p->padding[i] + p->dilation[i] * (w->shape[2 + i] - 1) +
-                     extra + 1;
+    /* (in - 1) * stride + dilation * (kernel - 1) + extra + 1 - 2 * padding: the sum before the padding is what
+     * the backward-data kernel's check adds the padding back to, so it must fit too */
+    int64_t size, reach, minus_twice_pad, *out = &shape.d[2 + i];
+    if (mx__mul_overflows(x->shape[2 + i] - 1, p->stride[i], &size) ||
+        mx__mul_overflows(p->dilation[i], w->shape[2 + i] - 1, &reach) || mx__add_overflows(size, reach, &size) ||
+        mx__add_overflows(size, extra, &size) || mx__add_overflows(size, 1, &size) ||
+        mx__mul_overflows(-2, p->padding[i], &minus_twice_pad) || mx__add_overflows(size, minus_twice_pad, out))
+      return out_size_overflows("mx_conv_transpose", p, x->shape[2 + i], w->shape[2 + i], i);
   }
   return OUT0(c, add_bias(backward_data(x, w, shape, p), c->n_in > 2 ? c->in[2] : NULL));
 }

@@ -115,8 +115,11 @@ mx_status mx__fwd_pdist(mx__call *c) {
     return mx__error(MX_SHAPE_ERROR, "mx_pdist: input must be 2-d (N, M), got shape %s", mx__dims_str(a, x->ndim, x->shape));
   }
   if (need_p("mx_pdist", p) || need_floating("mx_pdist", x)) return mx_last_status();
-  int64_t n = x->shape[0], pairs = n * (n - 1) / 2;
-  int64_t *index = malloc(sizeof *index * (size_t)(2 * pairs + 1));
+  int64_t n = x->shape[0], pairs, bytes; /* the index holds both rows of each pair, 8 bytes each */
+  if (mx__mul_overflows(n, n - 1, &pairs) || mx__mul_overflows(pairs /= 2, 16, &bytes) ||
+      mx__add_overflows(bytes, 8, &bytes))
+    return mx__error(MX_SHAPE_ERROR, "mx_pdist: %lld rows make too many pairs", (long long)n);
+  int64_t *index = malloc((size_t)bytes);
   if (!index) return mx__error(MX_OUT_OF_MEMORY, "mx_pdist: out of memory");
   int64_t k = 0;
   for (int64_t i = 0; i < n; i++)

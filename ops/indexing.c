@@ -169,7 +169,11 @@ mx_status mx__fwd_cat(mx__call *c) {
       return mx__error(MX_SHAPE_ERROR, "mx_cat: tensor %d has shape %s, which does not match %s outside dim %d", i,
                        mx__dims_str(a, t->ndim, t->shape), mx__dims_str(b, first->ndim, first->shape), dim);
     }
-    shape.d[dim] += t->shape[dim];
+    if (mx__add_overflows(shape.d[dim], t->shape[dim], &shape.d[dim])) {
+      char a[MX__DIMS_STR];
+      return mx__error(MX_SHAPE_ERROR, "mx_cat: sizes along dim %d add up past 2^63-1 at tensor %d of shape %s", dim,
+                       i, mx__dims_str(a, t->ndim, t->shape));
+    }
   }
   mx_tensor *out = mx__tensor_alloc("mx_cat", shape, mx__result_type(c->n_in, c->in), first->device);
   if (!out) return mx_last_status();
@@ -296,7 +300,10 @@ mx_status mx__fwd_pad(mx__call *c) {
   mx_tensor *out = x;
   for (int p = 0; p < pads.ndim / 2; p++) {
     int dim = x->ndim - 1 - p;
-    int64_t left = pads.d[2 * p], right = pads.d[2 * p + 1], size = mx_size(out, dim);
+    int64_t left = pads.d[2 * p], right = pads.d[2 * p + 1], size = mx_size(out, dim), padded;
+    if (mx__add_overflows(size, left, &padded) || mx__add_overflows(padded, right, &padded))
+      return mx__error(MX_SHAPE_ERROR, "mx_pad: padding (%lld, %lld) takes dim %d of size %lld past 2^63-1",
+                       (long long)left, (long long)right, dim, (long long)size);
     if (mode != MX_PAD_CONSTANT && (left < 0 || right < 0 || (mode == MX_PAD_REFLECT && (left >= size || right >= size))))
       return mx__error(MX_INVALID_ARGUMENT, "mx_pad: padding (%lld, %lld) is invalid for %s mode and size %lld",
                        (long long)left, (long long)right, mode == MX_PAD_REFLECT ? "reflect" : "replicate",
@@ -362,11 +369,19 @@ mx_status mx__fwd_repeat(mx__call *c) {
   /* (a, b) repeated (r0, r1): view as (1, a, 1, b), expand to (r0, a, r1, b), merge pairs */
   mx_shape pairs = {2 * r.ndim, {0}}, expanded = pairs, out = {r.ndim, {0}};
   int lead = r.ndim - x->ndim;
+  bool negative = false, overflows = false;
   for (int d = 0; d < r.ndim; d++) {
     int64_t size = d < lead ? 1 : x->shape[d - lead];
     pairs.d[2 * d] = 1, pairs.d[2 * d + 1] = size;
     expanded.d[2 * d] = r.d[d], expanded.d[2 * d + 1] = size;
-    out.d[d] = r.d[d] * size;
+    negative |= r.d[d] < 0; /* refused by mx_expand below, as before */
+    overflows |= mx__mul_overflows(r.d[d], size, &out.d[d]);
+  }
+  int64_t count; /* expanded has at least out's sizes, zeros aside */
+  if (!negative && (overflows || mx__numel_overflows(expanded.ndim, expanded.d, &count))) {
+    char a[MX__DIMS_STR], b[MX__DIMS_STR];
+    return mx__error(MX_SHAPE_ERROR, "mx_repeat: shape %s repeated %s has too many elements",
+                     mx__dims_str(a, x->ndim, x->shape), mx__dims_str(b, r.ndim, r.d));
   }
   return OUT0(c, mx_reshape(mx_expand(mx_reshape(x, pairs), expanded), out));
 }
@@ -478,11 +493,13 @@ int mx_split(const mx_tensor *x, int64_t split_size, int dim, mx_tensor **out, i
     return -1;
   }
   int64_t size = x->shape[d];
-  int n = size == 0 ? 1 : (int)((size + split_size - 1) / split_size); /* an empty dim: one empty piece */
-  if (n > max_out) {
-    mx__error(MX_INVALID_ARGUMENT, "mx_split: %d pieces do not fit in %d slots", n, max_out);
+  /* an empty dim: one empty piece; size + split_size - 1 could overflow */
+  int64_t pieces = size == 0 ? 1 : size / split_size + (size % split_size != 0);
+  if (pieces > max_out) {
+    mx__error(MX_INVALID_ARGUMENT, "mx_split: %lld pieces do not fit in %d slots", (long long)pieces, max_out);
     return -1;
   }
+  int n = (int)pieces;
   for (int i = 0; i < n; i++) {
     int64_t start = (int64_t)i * split_size;
     out[i] = mx_narrow(x, d, start, size - start < split_size ? size - start : split_size);
@@ -503,7 +520,7 @@ int mx_chunk(const mx_tensor *x, int chunks, int dim, mx_tensor **out, int max_o
   int d = mx__wrap_dim("mx_chunk", dim, x->ndim);
   if (d < 0) return -1;
   int64_t size = x->shape[d];
-  if (size > 0) return mx_split(x, (size + chunks - 1) / chunks, d, out, max_out);
+  if (size > 0) return mx_split(x, size / chunks + (size % chunks != 0), d, out, max_out); /* no size + chunks */
   /* an empty dim: `chunks` empty pieces, as PyTorch gives */
   if (chunks > max_out) {
     mx__error(MX_INVALID_ARGUMENT, "mx_chunk: %d pieces do not fit in %d slots", chunks, max_out);

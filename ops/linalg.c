@@ -146,12 +146,13 @@ mx_status mx__fwd_matmul(mx__call *c) {
   mx_release(batch_a);
   mx_release(batch_b);
   if (status != MX_OK) return status;
-  int64_t count = 1;
-  for (int d = 0; d < batch.ndim; d++) count *= batch.d[d];
   mx_shape sa = batch, sb = batch, so = batch;
   sa.d[sa.ndim++] = m, sa.d[sa.ndim++] = k;
   sb.d[sb.ndim++] = k, sb.d[sb.ndim++] = n;
   so.d[so.ndim++] = m, so.d[so.ndim++] = n;
+  int64_t count, out_count; /* the broadcast batch may hold more elements than either operand */
+  if (mx__numel_overflows(so.ndim, so.d, &out_count) || mx__numel_overflows(batch.ndim, batch.d, &count))
+    return mx__error_too_many_elements("mx_matmul", so.ndim, so.d);
   mx_tensor *a3 = mx_reshape(mx_expand(a, sa), MX_SHAPE(count, m, k));
   mx_tensor *b3 = mx_reshape(mx_expand(b, sb), MX_SHAPE(count, k, n));
   return OUT0(c, mx_reshape(mx_bmm(a3, b3), so));

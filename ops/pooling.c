@@ -17,11 +17,23 @@ static mx_status pooled_shape(const char *op, const mx_tensor *x, const mx_pool_
       return mx__error(MX_INVALID_ARGUMENT,
                        "%s: kernel %lld, stride %lld and padding %lld: kernel and stride must be positive and padding "
                        "at most half the kernel", op, (long long)k, (long long)s, (long long)pad);
-    int64_t span = x->shape[2 + i] + 2 * pad - d * (k - 1) - 1;
-    if (span < 0)
+    if (d < 0)
+      return mx__error(MX_INVALID_ARGUMENT, "%s: dilation %lld in spatial dim %d must be positive", op, (long long)d, i);
+    /* in + 2 * pad - d * (k - 1) - 1, summed so that nothing overflows but d * (k - 1), which is checked:
+     * 2 * pad <= k, so the second term is at most 1 */
+    int64_t reach, span;
+    if (mx__mul_overflows(d, k - 1, &reach) || (span = (x->shape[2 + i] - 1) + (2 * pad - reach)) < 0)
       return mx__error(MX_SHAPE_ERROR, "%s: input size %lld is smaller than the kernel %lld in spatial dim %d", op,
                        (long long)x->shape[2 + i], (long long)k, i);
     out->d[2 + i] = span / s + 1;
+  }
+  /* the kernels visit every kernel element for every output: that count must fit too */
+  int64_t outputs, visits;
+  if (mx__numel_overflows(out->ndim, out->d, &outputs)) return mx__error_too_many_elements(op, out->ndim, out->d);
+  if (mx__numel_overflows(p->spatial, p->kernel, &visits) || mx__mul_overflows(visits, outputs, &visits)) {
+    char a[MX__DIMS_STR], b[MX__DIMS_STR];
+    return mx__error(MX_SHAPE_ERROR, "%s: kernel %s over output %s makes more than 2^63-1 window reads", op,
+                     mx__dims_str(a, p->spatial, p->kernel), mx__dims_str(b, out->ndim, out->d));
   }
   return MX_OK;
 }

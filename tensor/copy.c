@@ -32,7 +32,7 @@ static mx_tensor *transfer(const mx_tensor *src, mx_device device) {
   mx_tensor *out = mx__tensor_alloc("mx_copy_", mx_shape_of(src->ndim, src->shape), src->dtype, device);
   mx_status status = out ? MX_OK : mx_last_status();
   if (out) {
-    size_t bytes = (size_t)mx_numel(src) * mx_dtype_size(src->dtype);
+    size_t bytes = out->storage->bytes; /* numel times the dtype size, checked when out was made */
     mx_kview from = mx__kview_of(dense), to = mx__kview_of(out);
     status = device == MX_CPU ? dense->storage->backend->copy_to_host(to.data, from.data, bytes)
                               : out->storage->backend->copy_from_host(to.data, from.data, bytes);
@@ -196,13 +196,16 @@ double mx_item(const mx_tensor *t) {
 mx_status mx_to_host(const mx_tensor *t, void *dst, size_t bytes) {
   if (!t) return mx__null_input("mx_to_host", "t");
   if (!dst) return mx__null_input("mx_to_host", "dst");
-  size_t need = (size_t)mx_numel(t) * mx_dtype_size(t->dtype);
-  if (bytes != need)
-    return mx__error(MX_INVALID_ARGUMENT, "mx_to_host: buffer of %zu bytes given, %lld %s elements need %zu",
-                     bytes, (long long)mx_numel(t), mx_dtype_name(t->dtype), need);
+  int64_t numel = mx_numel(t), need; /* a view may hold more elements than memory can */
+  if (mx__mul_overflows(numel, (int64_t)mx_dtype_size(t->dtype), &need))
+    return mx__error(MX_SHAPE_ERROR, "mx_to_host: %lld %s elements are more than 2^63-1 bytes", (long long)numel,
+                     mx_dtype_name(t->dtype));
+  if (bytes != (size_t)need)
+    return mx__error(MX_INVALID_ARGUMENT, "mx_to_host: buffer of %zu bytes given, %lld %s elements need %lld",
+                     bytes, (long long)numel, mx_dtype_name(t->dtype), (long long)need);
   mx_tensor *host = t->device == MX_CPU ? mx__tensor_contiguous(t) : mx__tensor_to_device(t, MX_CPU);
   if (!host) return mx_last_status();
-  memcpy(dst, mx__kview_of(host).data, need);
+  memcpy(dst, mx__kview_of(host).data, (size_t)need);
   mx_release(host);
   return MX_OK;
 }

@@ -58,8 +58,7 @@ mx_tensor *mx_from_data(const void *data, mx_shape shape, mx_dtype dtype, mx_dev
   }
   mx_tensor *t = mx__tensor_alloc("mx_from_data", shape, dtype, device);
   if (!t) return NULL;
-  size_t bytes = (size_t)mx_numel(t) * mx_dtype_size(dtype);
-  if (t->storage->backend->copy_from_host(t->storage->data, data, bytes) != MX_OK) {
+  if (t->storage->backend->copy_from_host(t->storage->data, data, t->storage->bytes) != MX_OK) {
     mx_release(t);
     return NULL;
   }
@@ -139,12 +138,13 @@ mx_tensor *mx_eye(int64_t n, int64_t m, mx_dtype dtype, mx_device device) {
   mx_tensor *t = filled("mx_eye", MX_SHAPE(n, m), 0.0, dtype, device);
   if (!t) return NULL;
   int64_t len = n < m ? n : m;
+  if (len == 0) return t; /* no diagonal, and m + 1 may overflow for [0, INT64_MAX] */
   /* the diagonal is the 1-d view with stride m + 1 */
   mx_kview diagonal = mx__kview_of(t);
   diagonal.ndim = 1;
   diagonal.shape[0] = len;
   diagonal.strides[0] = m + 1;
-  if (len > 0 && t->storage->backend->fill(&diagonal, 1.0) != MX_OK) {
+  if (t->storage->backend->fill(&diagonal, 1.0) != MX_OK) {
     mx_release(t);
     return NULL;
   }

@@ -173,14 +173,14 @@ static bool parse_entry(const loader *L, const cJSON *item, entry *e) {
               L->path, name, e->ndim, MX_MAX_DIMS);
     return false;
   }
-  int64_t numel = 1, d = 0;
+  int64_t numel, d = 0;
   const cJSON *v;
   cJSON_ArrayForEach(v, shape) {
-    if (!json_count(v, &e->shape[d])) return bad_entry(L, name, "shape holds a size that is not an integer >= 0:", v);
-    if (e->shape[d] > 0 && numel > INT64_MAX / 16 / e->shape[d])
-      return bad_entry(L, name, "shape has too many elements:", shape);
-    numel *= e->shape[d++];
+    if (!json_count(v, &e->shape[d++])) return bad_entry(L, name, "shape holds a size that is not an integer >= 0:", v);
   }
+  /* numel * 8 bytes (the widest dtype) must fit as well */
+  if (mx__numel_overflows(e->ndim, e->shape, &numel) || numel > INT64_MAX / 8)
+    return bad_entry(L, name, "shape has too many elements:", shape);
   if (!offsets) return bad_entry(L, name, "\"data_offsets\" is missing", NULL);
   if (!cJSON_IsArray(offsets) || cJSON_GetArraySize(offsets) != 2 || !json_count(offsets->child, &e->begin) ||
       !json_count(offsets->child->next, &e->end))

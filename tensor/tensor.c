@@ -11,6 +11,8 @@ mx_shape mx_shape_of(int ndim, const int64_t *dims) {
   return s;
 }
 
+/* No check here: every tensor's shape passed mx__check_shape (or expand's
+ * check), so its count and strides fit int64_t. */
 int64_t mx__numel(int ndim, const int64_t *shape) {
   int64_t n = 1;
   for (int i = 0; i < ndim; i++) n *= shape[i];
@@ -25,21 +27,26 @@ void mx__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides) {
   }
 }
 
+mx_status mx__error_too_many_elements(const char *op, int ndim, const int64_t *dims) {
+  char buf[MX__DIMS_STR];
+  for (int i = 0; i < ndim; i++)
+    if (dims[i] == 0)
+      return mx__error(MX_SHAPE_ERROR, "%s: shape %s is too large: its nonzero sizes multiply past 2^63-1", op,
+                       mx__dims_str(buf, ndim, dims));
+  return mx__error(MX_SHAPE_ERROR, "%s: shape %s has too many elements", op, mx__dims_str(buf, ndim, dims));
+}
+
 mx_status mx__check_shape(const char *op, mx_shape shape) {
   if (shape.ndim < 0 || shape.ndim > MX_MAX_DIMS)
     return mx__error(MX_SHAPE_ERROR, "%s: %d dims given, a tensor has 0 to %d", op, shape.ndim,
                      MX_MAX_DIMS);
   char buf[MX__DIMS_STR];
-  int64_t numel = 1;
-  for (int i = 0; i < shape.ndim; i++) {
+  for (int i = 0; i < shape.ndim; i++)
     if (shape.d[i] < 0)
       return mx__error(MX_SHAPE_ERROR, "%s: negative size %lld in dim %d of shape %s", op,
                        (long long)shape.d[i], i, mx__dims_str(buf, shape.ndim, shape.d));
-    if (shape.d[i] > 0 && numel > INT64_MAX / 16 / shape.d[i])
-      return mx__error(MX_SHAPE_ERROR, "%s: shape %s has too many elements", op,
-                       mx__dims_str(buf, shape.ndim, shape.d));
-    numel *= shape.d[i];
-  }
+  int64_t numel;
+  if (mx__numel_overflows(shape.ndim, shape.d, &numel)) return mx__error_too_many_elements(op, shape.ndim, shape.d);
   return MX_OK;
 }
 
@@ -136,10 +143,17 @@ static mx_tensor *tensor_new(mx__storage *storage, mx_dtype dtype, int ndim, con
 
 mx_tensor *mx__tensor_alloc(const char *op, mx_shape shape, mx_dtype dtype, mx_device device) {
   if (mx__check_shape(op, shape) != MX_OK || mx__check_dtype(op, dtype) != MX_OK) return NULL;
-  int64_t strides[MX_MAX_DIMS];
+  int64_t strides[MX_MAX_DIMS], numel = mx__numel(shape.ndim, shape.d), bytes;
+  /* int64_t, not size_t: the memory statistics and element offsets count bytes in it */
+  _Static_assert(SIZE_MAX >= INT64_MAX, "a byte count that fits int64_t fits size_t");
+  if (mx__mul_overflows(numel, (int64_t)mx_dtype_size(dtype), &bytes)) {
+    char buf[MX__DIMS_STR];
+    mx__error(MX_SHAPE_ERROR, "%s: shape %s of %s is too large: %lld elements of %zu bytes are more than 2^63-1 bytes", op,
+              mx__dims_str(buf, shape.ndim, shape.d), mx_dtype_name(dtype), (long long)numel, mx_dtype_size(dtype));
+    return NULL;
+  }
   mx__contiguous_strides(shape.ndim, shape.d, strides);
-  size_t bytes = (size_t)mx__numel(shape.ndim, shape.d) * mx_dtype_size(dtype);
-  mx__storage *storage = storage_new(op, bytes, device);
+  mx__storage *storage = storage_new(op, (size_t)bytes, device);
   if (!storage) return NULL;
   mx_tensor *t = tensor_new(storage, dtype, shape.ndim, shape.d, strides, 0);
   storage_decref(storage); /* the tensor holds it now (or nobody, on failure) */

@@ -45,7 +45,8 @@ struct mx_tensor {
  * naming `op` in any error. The data is uninitialised. */
 mx_tensor *mx__tensor_alloc(const char *op, mx_shape shape, mx_dtype dtype, mx_device device);
 
-/* A new handle on t's storage with the given geometry (no checks). */
+/* A new handle on t's storage with the given geometry (no checks: a caller
+ * whose shape may hold more elements than t's checks it first). */
 mx_tensor *mx__tensor_view(const mx_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
                            int64_t offset);
 
@@ -53,8 +54,11 @@ mx_tensor *mx__tensor_view(const mx_tensor *t, int ndim, const int64_t *shape, c
 mx_tensor *mx__retain(mx_tensor *t);
 void mx__decref(mx_tensor *t);
 
-/* Checks a shape: 0..MX_MAX_DIMS dims, no negative size, no overflow. */
+/* Checks a shape: 0..MX_MAX_DIMS dims, no negative size, no overflow
+ * (mx__numel_overflows). */
 mx_status mx__check_shape(const char *op, mx_shape shape);
+/* The error for dims (sizes >= 0) that mx__numel_overflows refuses, naming op and the shape. */
+mx_status mx__error_too_many_elements(const char *op, int ndim, const int64_t *dims);
 mx_status mx__check_dtype(const char *op, mx_dtype dtype);
 /* Checks a dim against ndim (negative counts from the end) and returns it
  * in [0, ndim), or -1 with the error set. */

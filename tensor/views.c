@@ -16,19 +16,20 @@ static mx_status infer_shape(const char *op, const mx_tensor *t, mx_shape *shape
   if (shape->ndim < 0 || shape->ndim > MX_MAX_DIMS)
     return mx__check_shape(op, *shape);
   int infer = -1;
-  int64_t known = 1, numel = mx_numel(t);
+  int64_t known, numel = mx_numel(t);
+  mx_shape given = *shape; /* with 1 for the -1 */
   char a[MX__DIMS_STR];
   for (int i = 0; i < shape->ndim; i++) {
     if (shape->d[i] == -1) {
       if (infer >= 0) return mx__error(MX_SHAPE_ERROR, "%s: only one dimension can be inferred (-1)", op);
       infer = i;
+      given.d[i] = 1;
     } else if (shape->d[i] < 0) {
       return mx__error(MX_SHAPE_ERROR, "%s: invalid size %lld in dim %d of shape %s", op,
                        (long long)shape->d[i], i, mx__dims_str(a, shape->ndim, shape->d));
-    } else {
-      known *= shape->d[i];
     }
   }
+  if (mx__numel_overflows(given.ndim, given.d, &known)) return mx__error_too_many_elements(op, shape->ndim, shape->d);
   if (infer >= 0 && known != 0 && numel % known == 0) shape->d[infer] = numel / known;
   if ((infer >= 0 && (known == 0 || numel % known != 0)) || (infer < 0 && known != numel))
     return mx__error(MX_SHAPE_ERROR, "%s: shape %s is invalid for input of size %lld", op,
@@ -47,10 +48,11 @@ static bool view_strides(const mx_tensor *t, const mx_shape *shape, int64_t *str
   }
   int view_d = shape->ndim - 1;
   int64_t chunk_base_stride = t->strides[t->ndim - 1];
-  int64_t tensor_numel = 1, view_numel = 1;
+  int64_t tensor_numel = 1, view_numel = 1, chunk_end;
   for (int d = t->ndim - 1; d >= 0; d--) {
-    tensor_numel *= t->shape[d];
-    if (d == 0 || (t->shape[d - 1] != 1 && t->strides[d - 1] != tensor_numel * chunk_base_stride)) {
+    tensor_numel *= t->shape[d]; /* a run of t's dims: fits, as t's numel does */
+    if (d == 0 || (t->shape[d - 1] != 1 && (mx__mul_overflows(tensor_numel, chunk_base_stride, &chunk_end) ||
+                                           t->strides[d - 1] != chunk_end))) {
       while (view_d >= 0 && (view_numel < tensor_numel || shape->d[view_d] == 1)) {
         strides[view_d] = view_numel * chunk_base_stride;
         view_numel *= shape->d[view_d];
@@ -270,6 +272,11 @@ static mx_tensor *expand(const char *op, const mx_tensor *t, mx_shape shape, boo
     }
     sizes[i] = want;
     strides[i] = j >= 0 && have == want ? t->strides[j] : 0;
+  }
+  int64_t numel; /* a view, so no byte count: [2^31, 2^31] of one element is fine, as in PyTorch */
+  if (mx__numel_overflows(shape.ndim, sizes, &numel)) {
+    mx__error_too_many_elements(op, shape.ndim, sizes);
+    return NULL;
   }
   return mx__tensor_view(t, shape.ndim, sizes, strides, t->offset);
 }
