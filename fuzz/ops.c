@@ -94,6 +94,9 @@ bool mx_fuzz_ops(const uint8_t *data, size_t size) {
   mx_clear_error();
   unsigned index = byte(&r) << 8;
   index |= byte(&r);
+  /* The kept inputs (fuzz/corpus/ops) store an index below the case count,
+   * so cases appended at the end of op_cases[] leave each pointing at the
+   * case it was kept for; a case inserted earlier moves them. */
   const op_case *c = &op_cases[index % (unsigned)op_case_count];
   unsigned mode = byte(&r);
   mx_scope *scope = mx_scope_begin();
