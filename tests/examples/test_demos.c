@@ -15,17 +15,15 @@
  * UBSan check those runs; valgrind checks the ones that fail early. */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
-#include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
+#include "tests/common/child_run.h"
 #include "tests/data/data_files.h"
 
 #ifdef MX_HAVE_VALGRIND_H
@@ -33,8 +31,6 @@
 #else
 #define RUNNING_ON_VALGRIND 0
 #endif
-
-extern char **environ;
 
 TestSuite(mnist, .init = make_tmp_dir, .fini = remove_tmp_dir);
 TestSuite(cifar10, .init = make_tmp_dir, .fini = remove_tmp_dir);
@@ -66,50 +62,18 @@ static const char *demo(const char *var) {
 #define MNIST demo("MX_MNIST_DEMO")
 #define CIFAR10 demo("MX_CIFAR10_DEMO")
 
-typedef struct {
-  int status; /* the exit code; 128 + the signal when one killed it */
-  char *out, *err;
-} run_result;
-
-static void free_result(run_result *r) {
-  free(r->out);
-  free(r->err);
-}
-
 /* The last 3000 characters: enough of a failed run's output to see why. */
 static const char *tail(const char *s) {
   size_t n = strlen(s);
   return n > 3000 ? s + n - 3000 : s;
 }
 
-/* Runs argv (NULL-terminated; argv[0] the program's path) with no shell,
- * its stdout and stderr going to files in the test's directory. */
-static run_result run_argv(const char *const *argv) {
-  char out_path[1024], err_path[1024]; /* not tmp_path's rotating buffers: the caller's paths stay valid */
-  snprintf(out_path, sizeof out_path, "%s/stdout.txt", tmp_dir);
-  snprintf(err_path, sizeof err_path, "%s/stderr.txt", tmp_dir);
-  posix_spawn_file_actions_t files;
-  cr_assert_eq(posix_spawn_file_actions_init(&files), 0);
-  cr_assert_eq(posix_spawn_file_actions_addopen(&files, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600), 0);
-  cr_assert_eq(posix_spawn_file_actions_addopen(&files, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600), 0);
-  pid_t pid;
-  int rc = posix_spawn(&pid, argv[0], &files, NULL, (char *const *)argv, environ);
-  posix_spawn_file_actions_destroy(&files);
-  cr_assert_eq(rc, 0, "cannot run %s: %s", argv[0], strerror(rc));
-  int status;
-  cr_assert_eq(waitpid(pid, &status, 0), pid);
-  run_result r = {.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)};
-  r.out = read_file(out_path, NULL);
-  r.err = read_file(err_path, NULL);
-  return r;
-}
-
-#define RUN(...) run_argv((const char *const[]){__VA_ARGS__, NULL})
+#define RUN(...) child_run_argv((const char *const[]){__VA_ARGS__, NULL}, 0)
 
 static bool starts_with(const char *s, const char *prefix) { return !strncmp(s, prefix, strlen(prefix)); }
 
 /* The run ended with this exit code; its output says why when not. */
-static void expect_status(const run_result *r, int status, const char *what) {
+static void expect_status(const child_run *r, int status, const char *what) {
   cr_assert_eq(r->status, status, "%s exited with %d, expected %d\n--- stdout:\n%s\n--- stderr:\n%s", what,
                r->status, status, tail(r->out), tail(r->err));
 }
@@ -249,7 +213,7 @@ Test(mnist, mlp_learns_synthetic_data) {
   skip_training_under_valgrind();
   int samples = quick() ? 200 : 600, batch = 32, epochs = 2, batches = (samples + batch - 1) / batch;
   const char *csv = tmp_path("F.csv");
-  run_result r = RUN(MNIST, "--synthetic", fmt("%d", samples), "--model", "mlp", "--epochs", fmt("%d", epochs),
+  child_run r = RUN(MNIST, "--synthetic", fmt("%d", samples), "--model", "mlp", "--epochs", fmt("%d", epochs),
                      "--batch", fmt("%d", batch), "--metrics", csv);
   expect_status(&r, 0, "mnist --model mlp");
   expect_summary(r.out, "synthetic mlp", csv);
@@ -258,7 +222,7 @@ Test(mnist, mlp_learns_synthetic_data) {
   expect_loss_falls(&m);
   expect_learned(&m, epochs);
   free_metrics(&m);
-  free_result(&r);
+  child_run_free(&r);
 }
 
 /* --- data parallelism: scripts/launch ------------------------------------------ */
@@ -286,10 +250,10 @@ Test(mnist, two_ranks_train_as_one_process) {
   char one[1024], two[1024];
   snprintf(one, sizeof one, "%s", tmp_path("one.csv"));
   snprintf(two, sizeof two, "%s", tmp_path("two.csv"));
-  run_result a = RUN(MNIST, "--synthetic", "400", "--model", "mlp", "--epochs", "2", "--batch", "20", "--amp", "off",
+  child_run a = RUN(MNIST, "--synthetic", "400", "--model", "mlp", "--epochs", "2", "--batch", "20", "--amp", "off",
                      "--metrics", one);
   pick_master_port();
-  run_result b = RUN(LAUNCH, "2", MNIST, "--synthetic", "400", "--model", "mlp", "--epochs", "2", "--batch", "20",
+  child_run b = RUN(LAUNCH, "2", MNIST, "--synthetic", "400", "--model", "mlp", "--epochs", "2", "--batch", "20",
                      "--amp", "off", "--metrics", two);
   expect_status(&a, 0, "mnist");
   expect_status(&b, 0, "scripts/launch 2 mnist");
@@ -310,8 +274,8 @@ Test(mnist, two_ranks_train_as_one_process) {
               ma.epochs[e].field[TEST_ACCURACY]);
   free_metrics(&ma);
   free_metrics(&mb);
-  free_result(&a);
-  free_result(&b);
+  child_run_free(&a);
+  child_run_free(&b);
 }
 
 /* Two machines of one rank each (here both on loopback: two launchers
@@ -324,14 +288,14 @@ Test(mnist, two_machines_of_one_rank_train_as_one_machine_of_two) {
   snprintf(one_machine, sizeof one_machine, "%s", tmp_path("one_machine.csv"));
   snprintf(two_machines, sizeof two_machines, "%s", tmp_path("two_machines.csv"));
   pick_master_port();
-  run_result a = RUN(LAUNCH, "2", MNIST, "--synthetic", "400", "--model", "mlp", "--epochs", "2", "--batch", "20",
+  child_run a = RUN(LAUNCH, "2", MNIST, "--synthetic", "400", "--model", "mlp", "--epochs", "2", "--batch", "20",
                      "--amp", "off", "--metrics", one_machine);
   pick_master_port();
   /* machine 1 in the background, machine 0 in the foreground, each given
    * 2 minutes (a rank left without its peers would wait 30); the worse status */
   const char *script = "timeout 120 \"$0\" --nnodes 2 --node-rank 1 1 \"$@\" & "
                        "timeout 120 \"$0\" --nnodes 2 --node-rank 0 1 \"$@\"; a=$?; wait $!; b=$?; exit $((a ? a : b))";
-  run_result b = RUN("/bin/sh", "-c", script, LAUNCH, MNIST, "--synthetic", "400", "--model", "mlp", "--epochs", "2",
+  child_run b = RUN("/bin/sh", "-c", script, LAUNCH, MNIST, "--synthetic", "400", "--model", "mlp", "--epochs", "2",
                      "--batch", "20", "--amp", "off", "--metrics", two_machines);
   expect_status(&a, 0, "scripts/launch 2 mnist");
   expect_status(&b, 0, "scripts/launch --nnodes 2 on two machines");
@@ -345,16 +309,16 @@ Test(mnist, two_machines_of_one_rank_train_as_one_machine_of_two) {
     cr_expect_str_eq(mb.epochs[e].line, ma.epochs[e].line, "epoch %d", e + 1);
   free_metrics(&ma);
   free_metrics(&mb);
-  free_result(&a);
-  free_result(&b);
+  child_run_free(&a);
+  child_run_free(&b);
 }
 
 Test(mnist, ranks_need_a_batch_that_splits_evenly) {
   pick_master_port();
-  run_result r = RUN(LAUNCH, "3", MNIST, "--synthetic", "100", "--batch", "20");
+  child_run r = RUN(LAUNCH, "3", MNIST, "--synthetic", "100", "--batch", "20");
   expect_status(&r, 1, "scripts/launch 3 mnist --batch 20");
   cr_expect(strstr(r.err, "--batch 20 does not split evenly over 3 ranks\n"), "stderr:\n%s", tail(r.err));
-  free_result(&r);
+  child_run_free(&r);
 }
 
 /* OneCycleLR needs a step in each phase: a run of a few steps warms up for
@@ -363,7 +327,7 @@ Test(mnist, runs_of_one_to_eight_steps) {
   skip_training_under_valgrind();
   for (int steps = 1; steps <= 8; steps++) {
     const char *csv = tmp_path(fmt("s%d.csv", steps));
-    run_result r = RUN(MNIST, "--synthetic", fmt("%d", 10 * steps), "--batch", "10", "--epochs", "1", "--model",
+    child_run r = RUN(MNIST, "--synthetic", fmt("%d", 10 * steps), "--batch", "10", "--epochs", "1", "--model",
                        "mlp", "--metrics", csv);
     expect_status(&r, 0, fmt("mnist for %d steps", steps));
     metrics m = read_metrics(csv);
@@ -371,7 +335,7 @@ Test(mnist, runs_of_one_to_eight_steps) {
     double peak = 3e-3, first = number(&m.steps[0], LR);
     cr_expect(steps < 3 ? first == peak : first < peak / 10, "%d steps: lr %g at step 1", steps, first);
     free_metrics(&m);
-    free_result(&r);
+    child_run_free(&r);
   }
 }
 
@@ -379,7 +343,7 @@ Test(mnist, cnn_learns_with_f16_and_a_grad_scaler) {
   skip_training_under_valgrind();
   int samples = quick() ? 160 : 256, batch = quick() ? 16 : 32, batches = (samples + batch - 1) / batch;
   const char *csv = tmp_path("G.csv");
-  run_result r = RUN(MNIST, "--synthetic", fmt("%d", samples), "--model", "cnn", "--epochs", "2", "--batch",
+  child_run r = RUN(MNIST, "--synthetic", fmt("%d", samples), "--model", "cnn", "--epochs", "2", "--batch",
                      fmt("%d", batch), "--amp", "f16", "--metrics", csv);
   expect_status(&r, 0, "mnist --model cnn --amp f16");
   expect_summary(r.out, "synthetic cnn", csv);
@@ -388,7 +352,7 @@ Test(mnist, cnn_learns_with_f16_and_a_grad_scaler) {
   expect_loss_falls(&m);
   expect_scaler_trajectory(&m, r.out);
   free_metrics(&m);
-  free_result(&r);
+  child_run_free(&r);
 }
 
 /* --- MNIST from IDX files ---------------------------------------------------- */
@@ -438,7 +402,7 @@ static int idx_train_samples(void) { return quick() ? 160 : 200; }
  * the metrics after checking the run read the files and learned from them. */
 static metrics train_on_idx(const char *dir, const char *csv) {
   int samples = idx_train_samples(), batches = (samples + 31) / 32;
-  run_result r = RUN(MNIST, "--data", dir, "--model", "mlp", "--epochs", "2", "--batch", "32", "--metrics", csv);
+  child_run r = RUN(MNIST, "--data", dir, "--model", "mlp", "--epochs", "2", "--batch", "32", "--metrics", csv);
   expect_status(&r, 0, "mnist --data");
   cr_expect(strstr(r.out, fmt("MNIST mlp: 669706 parameters, %d training samples", samples)),
             "the run does not say it read %d samples:\n%s", samples, tail(r.out));
@@ -447,7 +411,7 @@ static metrics train_on_idx(const char *dir, const char *csv) {
   expect_steps(&m, 2 * batches, batches);
   expect_loss_falls(&m);
   expect_learned(&m, 2);
-  free_result(&r);
+  child_run_free(&r);
   return m;
 }
 
@@ -479,11 +443,11 @@ Test(mnist, gzipped_idx_files_train_alike) {
 
 /* mnist --data dir fails with exit code 1, stdout empty and exactly this on stderr. */
 static void expect_data_error(const char *dir, const char *message) {
-  run_result r = RUN(MNIST, "--data", dir, "--model", "mlp");
+  child_run r = RUN(MNIST, "--data", dir, "--model", "mlp");
   expect_status(&r, 1, "mnist --data with bad files");
   cr_expect_str_eq(r.err, fmt("mnist: mx_mnist_load: %s\n", message));
   cr_expect_str_eq(r.out, "");
-  free_result(&r);
+  child_run_free(&r);
 }
 
 Test(mnist, truncated_image_file) {
@@ -517,21 +481,21 @@ Test(mnist, missing_folder) {
 /* --- flags ---------------------------------------------------------------------- */
 
 Test(mnist, help) {
-  run_result r = RUN(MNIST, "--help");
+  child_run r = RUN(MNIST, "--help");
   expect_status(&r, 0, "mnist --help");
   cr_expect(starts_with(r.out, "usage: mnist [flags]\n"), "stdout:\n%s", r.out);
   cr_expect(strstr(r.out, "  --synthetic N ") != NULL, "--synthetic is not listed:\n%s", r.out);
   cr_expect_str_eq(r.err, "");
-  free_result(&r);
+  child_run_free(&r);
 }
 
 /* mnist <flag> <value> exits with 2 and exactly this on stderr. */
 static void expect_flag_error(const char *flag, const char *value, const char *message) {
-  run_result r = RUN(MNIST, "--synthetic", "100", flag, value);
+  child_run r = RUN(MNIST, "--synthetic", "100", flag, value);
   expect_status(&r, 2, fmt("mnist %s %s", flag, value));
   cr_expect_str_eq(r.err, fmt("mnist: %s (see --help)\n", message));
   cr_expect_str_eq(r.out, "");
-  free_result(&r);
+  child_run_free(&r);
 }
 
 Test(mnist, unknown_flag) { expect_flag_error("--frobnicate", "3", "unknown flag --frobnicate"); }
@@ -557,13 +521,13 @@ static metrics expect_exact_resume(resume_case c) {
   int batches = (c.samples + c.batch - 1) / c.batch, steps = c.epochs * batches;
   const char *a_csv = tmp_path("a.csv"), *b_csv = tmp_path("b.csv"), *ck = tmp_path("ck.safetensors");
   const char *n = fmt("%d", c.samples), *b = fmt("%d", c.batch), *e = fmt("%d", c.epochs);
-  run_result a = RUN(MNIST, "--synthetic", n, "--model", "mlp", "--batch", b, "--epochs", e, "--amp", c.amp,
+  child_run a = RUN(MNIST, "--synthetic", n, "--model", "mlp", "--batch", b, "--epochs", e, "--amp", c.amp,
                      "--metrics", a_csv);
   expect_status(&a, 0, "run A");
-  run_result b1 = RUN(MNIST, "--synthetic", n, "--model", "mlp", "--batch", b, "--epochs", e, "--amp", c.amp,
+  child_run b1 = RUN(MNIST, "--synthetic", n, "--model", "mlp", "--batch", b, "--epochs", e, "--amp", c.amp,
                       "--steps", fmt("%d", c.stop), "--save", ck);
   expect_status(&b1, 0, "run B up to the checkpoint");
-  run_result b2 = RUN(MNIST, "--synthetic", n, "--model", "mlp", "--batch", b, "--epochs", e, "--amp", c.amp,
+  child_run b2 = RUN(MNIST, "--synthetic", n, "--model", "mlp", "--batch", b, "--epochs", e, "--amp", c.amp,
                       "--resume", ck, "--metrics", b_csv);
   expect_status(&b2, 0, "run B from the checkpoint");
   cr_expect(starts_with(b2.out, fmt("resuming %s at step %d (epoch %d)\n", ck, c.stop, c.stop / batches + 1)),
@@ -580,9 +544,9 @@ static metrics expect_exact_resume(resume_case c) {
     cr_expect_str_eq(mb.epochs[i].field[TEST_ACCURACY], ma.epochs[i].field[TEST_ACCURACY], "epoch %d", i + 1);
   }
   free_metrics(&mb);
-  free_result(&a);
-  free_result(&b1);
-  free_result(&b2);
+  child_run_free(&a);
+  child_run_free(&b1);
+  child_run_free(&b2);
   return ma;
 }
 
@@ -623,7 +587,7 @@ Test(mnist, plot_png) {
   skip_training_under_valgrind();
   if (!on_path("gnuplot")) skip("gnuplot is not on PATH");
   const char *png = tmp_path("P.png");
-  run_result r = RUN(MNIST, "--synthetic", "100", "--model", "mlp", "--epochs", "1", "--batch", "20", "--amp", "f16",
+  child_run r = RUN(MNIST, "--synthetic", "100", "--model", "mlp", "--epochs", "1", "--batch", "20", "--amp", "f16",
                      "--plot", png);
   expect_status(&r, 0, "mnist --plot");
   size_t n = strlen(r.out);
@@ -634,7 +598,7 @@ Test(mnist, plot_png) {
   cr_expect(size >= 8 && !memcmp(bytes, "\x89PNG\r\n\x1a\n", 8), "%s is not a PNG file", png);
   cr_expect_gt(size, 5000, "%s holds only %zu bytes", png, size);
   free(bytes);
-  free_result(&r);
+  child_run_free(&r);
 }
 
 /* --device cuda. Without a GPU: a clear error and no output. With one:
@@ -643,7 +607,7 @@ Test(mnist, plot_png) {
  * autocast with the GradScaler (its loss falling), and the ResNet-9 under
  * bfloat16 (its batch norm through the composite ops: CUDA has no fused
  * batch norm kernels yet). */
-static run_result mnist_run(const char *model, const char *csv, const char *amp, const char *epochs,
+static child_run mnist_run(const char *model, const char *csv, const char *amp, const char *epochs,
                             const char *steps, const char *device) {
   return RUN(MNIST, "--synthetic", "200", "--batch", "20", "--model", model, "--metrics", csv, "--amp", amp,
              "--epochs", epochs, "--steps", steps, "--device", device);
@@ -651,9 +615,9 @@ static run_result mnist_run(const char *model, const char *csv, const char *amp,
 
 static void expect_first_loss_as_on_the_cpu(const char *model) {
   const char *csv = tmp_path("G.csv"), *cpu_csv = tmp_path("H.csv");
-  run_result r = mnist_run(model, csv, "off", "1", "10", "cuda");
+  child_run r = mnist_run(model, csv, "off", "1", "10", "cuda");
   expect_status(&r, 0, fmt("mnist --model %s --amp off --device cuda", model));
-  run_result c = mnist_run(model, cpu_csv, "off", "1", "1", "cpu");
+  child_run c = mnist_run(model, cpu_csv, "off", "1", "1", "cpu");
   expect_status(&c, 0, fmt("mnist --model %s --amp off on the CPU", model));
   metrics m = read_metrics(csv), cm = read_metrics(cpu_csv);
   expect_steps(&m, 10, 10);
@@ -662,21 +626,21 @@ static void expect_first_loss_as_on_the_cpu(const char *model) {
   cr_expect(diff <= 1e-5 * cpu_loss, "%s, first loss: CUDA %.9g, CPU %.9g", model, gpu_loss, cpu_loss);
   free_metrics(&cm);
   free_metrics(&m);
-  free_result(&c);
-  free_result(&r);
+  child_run_free(&c);
+  child_run_free(&r);
 }
 
 Test(mnist, device_cuda_trains_or_says_why_not) {
   const char *csv = tmp_path("G.csv");
-  run_result r = mnist_run("mlp", csv, "off", "1", "10", "cuda");
+  child_run r = mnist_run("mlp", csv, "off", "1", "10", "cuda");
   if (starts_with(r.err, "--device cuda: no CUDA device")) {
     expect_status(&r, 1, "mnist --device cuda without a GPU");
     cr_expect(strstr(r.err, "; use --device cpu\n") != NULL, "stderr:\n%s", r.err);
     cr_expect_str_eq(r.out, "");
-    free_result(&r);
+    child_run_free(&r);
     return;
   }
-  free_result(&r);
+  child_run_free(&r);
   skip_training_under_valgrind();
   expect_first_loss_as_on_the_cpu("mlp");
   expect_first_loss_as_on_the_cpu("cnn");
@@ -688,7 +652,7 @@ Test(mnist, device_cuda_trains_or_says_why_not) {
   expect_steps(&m, 20, 10);
   expect_loss_falls(&m);
   free_metrics(&m);
-  free_result(&r);
+  child_run_free(&r);
 
   const char *cifar_csv = tmp_path("I.csv");
   r = RUN(CIFAR10, "--synthetic", "40", "--batch", "10", "--epochs", "1", "--device", "cuda", "--metrics", cifar_csv);
@@ -697,7 +661,7 @@ Test(mnist, device_cuda_trains_or_says_why_not) {
   m = read_metrics(cifar_csv);
   expect_steps(&m, 4, 4);
   free_metrics(&m);
-  free_result(&r);
+  child_run_free(&r);
 }
 
 /* --- CIFAR-10 ---------------------------------------------------------------------- */
@@ -708,7 +672,7 @@ Test(cifar10, resnet9_trains_on_synthetic_data) {
   skip_training_under_valgrind();
   if (quick()) skip("MX_TEST_QUICK: the ResNet-9 is slow under the sanitizers");
   const char *csv = tmp_path("c.csv");
-  run_result r = RUN(CIFAR10, "--synthetic", "100", "--batch", "20", "--epochs", "1", "--amp", "bf16", "--metrics",
+  child_run r = RUN(CIFAR10, "--synthetic", "100", "--batch", "20", "--epochs", "1", "--amp", "bf16", "--metrics",
                      csv);
   expect_status(&r, 0, "cifar10 --synthetic 100");
   expect_summary(r.out, "synthetic ResNet-9", csv);
@@ -718,17 +682,17 @@ Test(cifar10, resnet9_trains_on_synthetic_data) {
   double first = number(&m.steps[0], LOSS), last = number(&m.steps[4], LOSS);
   cr_expect_lt(last, first, "the loss went from %g (step 1) to %g (step 5)", first, last);
   free_metrics(&m);
-  free_result(&r);
+  child_run_free(&r);
 }
 
 Test(cifar10, empty_data_folder_says_where_to_get_the_data) {
   const char *dir = tmp_subdir("empty");
-  run_result r = RUN(CIFAR10, "--data", dir);
+  child_run r = RUN(CIFAR10, "--data", dir);
   expect_status(&r, 1, "cifar10 --data <empty folder>");
   cr_expect(starts_with(r.err, fmt("cifar10: mx_cifar_load: %s/data_batch_1.bin: cannot open: ", dir)),
             "stderr:\n%s", r.err);
   cr_expect(strstr(r.err, "  wget https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz ") != NULL, "stderr:\n%s",
             r.err);
   cr_expect_str_eq(r.out, "");
-  free_result(&r);
+  child_run_free(&r);
 }

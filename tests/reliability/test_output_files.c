@@ -16,7 +16,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,10 +23,10 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "mixgrad.h"
+#include "tests/common/child_run.h"
 #include "tests/common/tmp_files.h"
 
 #ifdef MX_HAVE_VALGRIND_H
@@ -36,7 +35,6 @@
 #define RUNNING_ON_VALGRIND 0
 #endif
 
-extern char **environ;
 
 TestSuite(output_files, .init = make_tmp_dir, .fini = remove_tmp_dir);
 
@@ -49,12 +47,6 @@ static bool quick(void) {
 static void skip(const char *why) {
   remove_tmp_dir();
   cr_skip_test("%s", why);
-}
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* The names in dir other than "." and "..", sorted, joined by spaces. */
@@ -376,56 +368,24 @@ static const char *mnist(void) {
   return path;
 }
 
-typedef struct {
-  int status;
-  char *out, *err;
-  double seconds;
-} run_result;
-
-/* Runs the demo with args (NULL-terminated), no shell, its output in files;
- * killed (status 128 + 9) when it runs past limit_seconds. */
-static run_result run_mnist(double limit_seconds, const char *const *args) {
+/* Runs the demo with args (NULL-terminated), killed (status 128 + 9) when
+ * it runs past limit_seconds. */
+static child_run run_mnist(double limit_seconds, const char *const *args) {
   const char *argv[32] = {mnist()};
   for (int i = 0; args[i]; i++) argv[i + 1] = args[i];
-  char out_path[512], err_path[512];
-  snprintf(out_path, sizeof out_path, "%s/stdout.txt", tmp_dir);
-  snprintf(err_path, sizeof err_path, "%s/stderr.txt", tmp_dir);
-  posix_spawn_file_actions_t files;
-  cr_assert_eq(posix_spawn_file_actions_init(&files), 0);
-  cr_assert_eq(posix_spawn_file_actions_addopen(&files, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600), 0);
-  cr_assert_eq(posix_spawn_file_actions_addopen(&files, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600), 0);
-  double t0 = now();
-  pid_t pid;
-  int rc = posix_spawn(&pid, argv[0], &files, NULL, (char *const *)argv, environ);
-  posix_spawn_file_actions_destroy(&files);
-  cr_assert_eq(rc, 0, "cannot run %s: %s", argv[0], strerror(rc));
-  int status;
-  pid_t done;
-  while ((done = waitpid(pid, &status, WNOHANG)) == 0 && now() - t0 < limit_seconds) usleep(10000);
-  if (done == 0) { /* past the limit: a run that should have stopped at once, training */
-    kill(pid, SIGKILL);
-    done = waitpid(pid, &status, 0);
-  }
-  cr_assert_eq(done, pid);
-  run_result r = {.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), .seconds = now() - t0};
-  r.out = read_file(out_path, NULL);
-  r.err = read_file(err_path, NULL);
-  unlink(out_path);
-  unlink(err_path);
-  return r;
+  return child_run_argv(argv, limit_seconds);
 }
 
 #define RUN_MNIST(limit_seconds, ...) run_mnist(limit_seconds, (const char *const[]){__VA_ARGS__, NULL})
 
 /* A run that would load 200,000 generated images and train for 1000 epochs,
  * stopped by its bad path at once: exit 2, the message, nothing on stdout. */
-static void expect_stopped_at_start(run_result r, const char *message) {
+static void expect_stopped_at_start(child_run r, const char *message) {
   cr_expect_eq(r.status, 2, "exit %d\n--- stdout:\n%.2000s\n--- stderr:\n%.2000s", r.status, r.out, r.err);
   cr_expect_str_eq(r.err, message);
   cr_expect_str_eq(r.out, "", "the run started");
   if (!RUNNING_ON_VALGRIND) cr_expect_lt(r.seconds, 1.0, "the run took %.2f s to stop", r.seconds);
-  free(r.out);
-  free(r.err);
+  child_run_free(&r);
 }
 
 /* a short run that trains, draws and writes */
@@ -479,7 +439,7 @@ Test(output_files, a_plot_name_with_quotes_is_drawn_to_that_name_and_runs_nothin
   if (system("command -v gnuplot >/dev/null 2>&1") != 0) skip("gnuplot is not on PATH");
   cr_assert_eq(chdir(tmp_dir), 0);
   const char *name = "q'; system(\"touch MARKER\"); x='.png";
-  run_result r = RUN_MNIST(300, SHORT_RUN, "--plot", name, "--metrics", "it's.csv");
+  child_run r = RUN_MNIST(300, SHORT_RUN, "--plot", name, "--metrics", "it's.csv");
   cr_assert_eq(r.status, 0, "exit %d\n--- stdout:\n%.2000s\n--- stderr:\n%.2000s", r.status, r.out, r.err);
   cr_expect_eq(access("MARKER", F_OK), -1, "gnuplot ran the command in the name");
   size_t size;
@@ -490,8 +450,7 @@ Test(output_files, a_plot_name_with_quotes_is_drawn_to_that_name_and_runs_nothin
   cr_expect(!strncmp(csv, "kind,step,epoch,", 16), "it's.csv: %.80s", csv);
   free(csv);
   cr_expect_str_eq(listing("."), "it's.csv q'; system(\"touch MARKER\"); x='.png");
-  free(r.out);
-  free(r.err);
+  child_run_free(&r);
 }
 
 /* A gnuplot that fails leaves the old picture as it was and no temporary
@@ -514,15 +473,14 @@ Test(output_files, a_failed_plot_leaves_the_old_picture) {
   cr_assert_not_null(f);
   fputs("the old picture", f);
   fclose(f);
-  run_result r = RUN_MNIST(300, SHORT_RUN, "--plot", png);
+  child_run r = RUN_MNIST(300, SHORT_RUN, "--plot", png);
   cr_expect_eq(r.status, 1, "exit %d\n--- stderr:\n%.2000s", r.status, r.err);
   cr_expect_str_eq(r.err, fmt("--plot: gnuplot failed (exit 3); %s was left as it was\n", png));
   char *bytes = read_file(png, NULL);
   cr_expect_str_eq(bytes, "the old picture");
   free(bytes);
   cr_expect_str_eq(listing(dir), "P.png", "a temporary file was left behind");
-  free(r.out);
-  free(r.err);
+  child_run_free(&r);
 }
 
 Test(output_files, a_plot_without_gnuplot_stops_before_it_starts) {

@@ -14,17 +14,15 @@
  * (oneDNN's JIT code there makes a traced demo fail); the flag errors still
  * run. */
 #include <criterion/criterion.h>
-#include <fcntl.h>
 #include <math.h>
 #include <mixgrad.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include "tests/common/child_run.h"
 #include "tests/common/expect_error.h"
 #include "tests/data/data_files.h"
 
@@ -33,8 +31,6 @@
 #else
 #define RUNNING_ON_VALGRIND 0
 #endif
-
-extern char **environ;
 
 TestSuite(resume, .init = make_tmp_dir, .fini = remove_tmp_dir);
 TestSuite(divergence, .init = make_tmp_dir, .fini = remove_tmp_dir);
@@ -55,19 +51,8 @@ static const char *mnist(void) {
 
 /* --- running the demo ------------------------------------------------------------ */
 
-typedef struct {
-  int status; /* the exit code; 128 + the signal when one killed it */
-  char *out, *err;
-} run_result;
-
-static void free_result(run_result *r) {
-  free(r->out);
-  free(r->err);
-}
-
-/* Runs the demo with args (NULL-terminated), no shell, its stdout and
- * stderr going to files in the test's directory. */
-static run_result run_args(const char *const *args) {
+/* Runs the demo with args (NULL-terminated). */
+static child_run run_args(const char *const *args) {
   const char *argv[64] = {mnist()};
   int n = 1;
   while (args[n - 1]) {
@@ -75,28 +60,12 @@ static run_result run_args(const char *const *args) {
     argv[n] = args[n - 1];
     n++;
   }
-  char out_path[1024], err_path[1024];
-  snprintf(out_path, sizeof out_path, "%s/stdout.txt", tmp_dir);
-  snprintf(err_path, sizeof err_path, "%s/stderr.txt", tmp_dir);
-  posix_spawn_file_actions_t files;
-  cr_assert_eq(posix_spawn_file_actions_init(&files), 0);
-  cr_assert_eq(posix_spawn_file_actions_addopen(&files, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600), 0);
-  cr_assert_eq(posix_spawn_file_actions_addopen(&files, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600), 0);
-  pid_t pid;
-  int rc = posix_spawn(&pid, argv[0], &files, NULL, (char *const *)argv, environ);
-  posix_spawn_file_actions_destroy(&files);
-  cr_assert_eq(rc, 0, "cannot run %s: %s", argv[0], strerror(rc));
-  int status;
-  cr_assert_eq(waitpid(pid, &status, 0), pid);
-  run_result r = {.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)};
-  r.out = read_file(out_path, NULL);
-  r.err = read_file(err_path, NULL);
-  return r;
+  return child_run_argv(argv, 0);
 }
 
 #define RUN(...) run_args((const char *const[]){__VA_ARGS__, NULL})
 
-static void expect_status(const run_result *r, int status, const char *what) {
+static void expect_status(const child_run *r, int status, const char *what) {
   cr_assert_eq(r->status, status, "%s exited with %d, expected %d\n--- stdout:\n%s\n--- stderr:\n%s", what, r->status,
                status, r->out, r->err);
 }
@@ -178,9 +147,9 @@ static const char *const schedule_8 = "one-cycle over 8 steps with 25% warm-up";
 
 /* Trains 2 of the 8 steps (4 per epoch, batch 10) on data, saving ck. */
 static void save_base(const char *data, const char *ck) {
-  run_result r = RUN("--data", data, "--model", "mlp", "--batch", "10", "--epochs", "2", "--steps", "2", "--save", ck);
+  child_run r = RUN("--data", data, "--model", "mlp", "--batch", "10", "--epochs", "2", "--steps", "2", "--save", ck);
   expect_status(&r, 0, "the run that saves the checkpoint");
-  free_result(&r);
+  child_run_free(&r);
 }
 
 /* A resume of ck on data with extra flags (up to 6, NULL-padded) exits
@@ -194,7 +163,7 @@ static void expect_refused(const char *data, const char *ck, const char *const e
   int n = 10;
   for (int i = 0; i < 6 && extra[i]; i++) args[n++] = extra[i];
   args[n] = NULL;
-  run_result r = run_args(args);
+  child_run r = run_args(args);
   expect_status(&r, 2, fmt("the resume with %s %s", extra[0], extra[1]));
   cr_expect_str_eq(r.out, "");
   cr_expect_str_eq(r.err, fmt("--resume %s: the checkpoint's run differs from this one:\n%s%s\n", ck, lines, last));
@@ -202,7 +171,7 @@ static void expect_refused(const char *data, const char *ck, const char *const e
   cr_expect(size_after == size_before && !memcmp(before, after, size_before), "%s changed", ck);
   free(before);
   free(after);
-  free_result(&r);
+  child_run_free(&r);
 }
 
 /* A copy that outlives fmt's rotating buffers. */
@@ -273,12 +242,12 @@ Test(resume, allowed_change_rebuilds_the_schedule) {
   snprintf(ck, sizeof ck, "%s", tmp_path("ck.safetensors"));
   snprintf(straight, sizeof straight, "%s", tmp_path("straight.csv"));
   snprintf(resumed, sizeof resumed, "%s", tmp_path("resumed.csv"));
-  run_result a = RUN("--data", data, "--model", "mlp", "--batch", "10", "--epochs", "3", "--lr", "0.01", "--metrics",
+  child_run a = RUN("--data", data, "--model", "mlp", "--batch", "10", "--epochs", "3", "--lr", "0.01", "--metrics",
                      straight);
   expect_status(&a, 0, "the run with the new flags from the start");
-  run_result b = RUN("--data", data, "--model", "mlp", "--batch", "10", "--epochs", "1", "--save", ck);
+  child_run b = RUN("--data", data, "--model", "mlp", "--batch", "10", "--epochs", "1", "--save", ck);
   expect_status(&b, 0, "the one-epoch run");
-  run_result c = RUN("--data", data, "--model", "mlp", "--batch", "10", "--epochs", "3", "--lr", "0.01", "--resume", ck,
+  child_run c = RUN("--data", data, "--model", "mlp", "--batch", "10", "--epochs", "3", "--lr", "0.01", "--resume", ck,
                      "--allow-change", "lr,epochs", "--metrics", resumed);
   expect_status(&c, 0, "the resume with --allow-change lr,epochs");
   step_rows sa = read_steps(straight), sc = read_steps(resumed);
@@ -292,9 +261,9 @@ Test(resume, allowed_change_rebuilds_the_schedule) {
   cr_expect(starts_with(c.out, want), "stdout does not begin with\n%s\n--- it is:\n%s", want, c.out);
   for (int i = 0; i < sc.n; i++) cr_expect_str_eq(sc.lr[i], sa.lr[4 + i], "the lr of step %d", 5 + i);
   cr_expect_str_neq(sc.lr[0], sc.lr[1], "the resumed steps repeat one lr");
-  free_result(&a);
-  free_result(&b);
-  free_result(&c);
+  child_run_free(&a);
+  child_run_free(&b);
+  child_run_free(&c);
   free(data);
 }
 
@@ -306,7 +275,7 @@ Test(resume, allowed_amp_change_starts_a_grad_scaler) {
   snprintf(ck, sizeof ck, "%s", tmp_path("ck.safetensors"));
   snprintf(csv, sizeof csv, "%s", tmp_path("m.csv"));
   save_base(data, ck);
-  run_result r = RUN("--data", data, "--model", "mlp", "--batch", "10", "--epochs", "2", "--amp", "f16", "--resume", ck,
+  child_run r = RUN("--data", data, "--model", "mlp", "--batch", "10", "--epochs", "2", "--amp", "f16", "--resume", ck,
                      "--allow-change", "amp", "--metrics", csv);
   expect_status(&r, 0, "the resume with --amp f16 --allow-change amp");
   const char *want = fmt("resuming %s at step 2 (epoch 1)\n"
@@ -316,7 +285,7 @@ Test(resume, allowed_amp_change_starts_a_grad_scaler) {
   step_rows s = read_steps(csv);
   cr_assert_eq(s.n, 6);
   cr_expect_str_eq(s.scale[0], "65536");
-  free_result(&r);
+  child_run_free(&r);
   free(data);
 }
 
@@ -335,31 +304,31 @@ Test(resume, checkpoint_without_settings_resumes_with_a_note) {
   cr_assert_eq(renamed, 11, "%d run settings in the file", renamed);
   write_raw(ck, bytes, size);
   free(bytes);
-  run_result r = RUN("--data", data, "--model", "mlp", "--batch", "10", "--epochs", "2", "--seed", "9", "--resume", ck);
+  child_run r = RUN("--data", data, "--model", "mlp", "--batch", "10", "--epochs", "2", "--seed", "9", "--resume", ck);
   expect_status(&r, 0, "the resume of a checkpoint without settings");
   cr_expect(starts_with(r.out, fmt("resuming %s at step 2 (epoch 1)\nnote: %s holds no run settings (an older "
                                    "checkpoint): they are not checked\n", ck, ck)),
             "stdout:\n%s", r.out);
-  free_result(&r);
+  child_run_free(&r);
   free(data);
 }
 
 /* --- the flag ---------------------------------------------------------------------------- */
 
 Test(resume, allow_change_needs_a_resume_and_known_names) {
-  run_result r = RUN("--synthetic", "20", "--allow-change", "epochs");
+  child_run r = RUN("--synthetic", "20", "--allow-change", "epochs");
   expect_status(&r, 2, "--allow-change without --resume");
   cr_expect_str_eq(r.err, "mnist: --allow-change applies to a --resume only (see --help)\n");
-  free_result(&r);
+  child_run_free(&r);
   r = RUN("--synthetic", "20", "--resume", "x", "--allow-change", "epochs,model");
   expect_status(&r, 2, "--allow-change epochs,model");
   cr_expect_str_eq(r.err, "mnist: --allow-change 'epochs,model': expected a comma-separated list of amp, batch, "
                           "data, epochs, lr, ranks, schedule, seed (see --help)\n");
-  free_result(&r);
+  child_run_free(&r);
   r = RUN("--help");
   expect_status(&r, 0, "--help");
   cr_expect(strstr(r.out, "  --allow-change L   with --resume: ") != NULL, "--help:\n%s", r.out);
-  free_result(&r);
+  child_run_free(&r);
 }
 
 /* --- divergence ---------------------------------------------------------------------- */
@@ -376,19 +345,19 @@ Test(divergence, absurd_lr_stops_every_precision_and_saves_nothing) {
     char good[1024], fresh[1024];
     snprintf(good, sizeof good, "%s", tmp_path(fmt("good-%s.safetensors", amps[k])));
     snprintf(fresh, sizeof fresh, "%s", tmp_path(fmt("fresh-%s.safetensors", amps[k])));
-    run_result g = RUN("--data", data, "--model", "mlp", "--batch", "10", "--epochs", "2", "--amp", amps[k], "--steps",
+    child_run g = RUN("--data", data, "--model", "mlp", "--batch", "10", "--epochs", "2", "--amp", amps[k], "--steps",
                        "4", "--save", good);
     expect_status(&g, 0, fmt("the good run under --amp %s", amps[k]));
     size_t size_before, size_after;
     char *before = read_file(good, &size_before);
     /* the same path, and a new one */
-    run_result same = RUN("--data", data, "--model", "mlp", "--batch", "10", "--epochs", "2", "--amp", amps[k],
+    child_run same = RUN("--data", data, "--model", "mlp", "--batch", "10", "--epochs", "2", "--amp", amps[k],
                           "--lr", "1000", "--save", good);
-    run_result resumed = RUN("--data", data, "--model", "mlp", "--batch", "10", "--epochs", "2", "--amp", amps[k],
+    child_run resumed = RUN("--data", data, "--model", "mlp", "--batch", "10", "--epochs", "2", "--amp", amps[k],
                              "--lr", "1000", "--resume", good, "--allow-change", "lr", "--save", good);
-    run_result other = RUN("--data", data, "--model", "mlp", "--batch", "10", "--epochs", "2", "--amp", amps[k],
+    child_run other = RUN("--data", data, "--model", "mlp", "--batch", "10", "--epochs", "2", "--amp", amps[k],
                            "--lr", "1000", "--save", fresh);
-    run_result *runs[] = {&same, &resumed, &other};
+    child_run *runs[] = {&same, &resumed, &other};
     for (int i = 0; i < 3; i++) {
       expect_status(runs[i], 3, fmt("--amp %s --lr 1000 (run %d)", amps[k], i));
       cr_expect(starts_with(runs[i]->err, "training diverged at step "), "--amp %s, run %d: stderr:\n%s", amps[k], i,
@@ -397,7 +366,7 @@ Test(divergence, absurd_lr_stops_every_precision_and_saves_nothing) {
                                      "smaller --lr (this run's peak is 1000)") != NULL,
                 "--amp %s, run %d: stderr:\n%s", amps[k], i, runs[i]->err);
       cr_expect(strstr(runs[i]->out, "test accuracy") == NULL, "--amp %s, run %d reported a result", amps[k], i);
-      free_result(runs[i]);
+      child_run_free(runs[i]);
     }
     char *after = read_file(good, &size_after);
     cr_expect(size_after == size_before && !memcmp(before, after, size_before), "--amp %s: %s was overwritten",
@@ -405,7 +374,7 @@ Test(divergence, absurd_lr_stops_every_precision_and_saves_nothing) {
     cr_expect(access(fresh, F_OK) != 0, "--amp %s: %s was written", amps[k], fresh);
     free(before);
     free(after);
-    free_result(&g);
+    child_run_free(&g);
   }
   free(data);
 }
@@ -437,18 +406,18 @@ Test(divergence, grad_scaler_guard_rails_stop_an_f16_run) {
   char ck[1024];
   snprintf(ck, sizeof ck, "%s", tmp_path("ck.safetensors"));
   const char *base[] = {"--data", data, "--model", "mlp", "--batch", "2", "--epochs", "2", "--amp", "f16"};
-  run_result g = RUN(base[0], base[1], base[2], base[3], base[4], base[5], base[6], base[7], base[8], base[9],
+  child_run g = RUN(base[0], base[1], base[2], base[3], base[4], base[5], base[6], base[7], base[8], base[9],
                      "--steps", "2", "--save", ck);
   expect_status(&g, 0, "the f16 run that saves the checkpoint");
-  free_result(&g);
+  child_run_free(&g);
   set_scale(ck, "1e+30");
-  run_result r = RUN(base[0], base[1], base[2], base[3], base[4], base[5], base[6], base[7], base[8], base[9],
+  child_run r = RUN(base[0], base[1], base[2], base[3], base[4], base[5], base[6], base[7], base[8], base[9],
                      "--resume", ck);
   expect_status(&r, 3, "the resume at scale 1e30");
   cr_expect(starts_with(r.err, "training diverged at step 28: mx_scaler_update: 26 consecutive steps skipped (limit "
                                "25): the gradients keep overflowing at scale "),
             "stderr:\n%s", r.err);
-  free_result(&r);
+  child_run_free(&r);
 
   set_scale(ck, "1"); /* the floor; then an lr that breaks the weights makes a step skip there */
   r = RUN(base[0], base[1], base[2], base[3], base[4], base[5], base[6], base[7], base[8], base[9], "--resume", ck,
@@ -459,7 +428,7 @@ Test(divergence, grad_scaler_guard_rails_stop_an_f16_run) {
             "stderr:\n%s", r.err);
   cr_expect(strstr(r.err, ", --amp bf16 (float32's range, no loss scaling), or check the data\n") != NULL,
             "stderr:\n%s", r.err);
-  free_result(&r);
+  child_run_free(&r);
   free(data);
 }
 
