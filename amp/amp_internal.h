@@ -31,5 +31,8 @@ typedef struct {
 void mx__amp_count_cast(int64_t bytes, bool hit);
 /* Prints (when tracing) and counts one op once its outputs exist. */
 void mx__amp_trace_op(const mx__trace_record *r, int n_out, mx_tensor *const *out, mx_status status);
+/* op's kernel ran dtype on float32 copies on device (no native kernel
+ * there): counted for the report, and a trace line. */
+void mx__amp_note_via_f32(mx_op op, mx_dtype dtype, mx_device device);
 
 #endif

@@ -291,7 +291,7 @@ static void after(mx_op op, int n_out, mx_tensor *const *out, mx_status status) 
   mx__amp_trace_op(&t->pending, n_out, out, status);
 }
 
-static const mx__autocast_hooks hooks = {before, after};
+static const mx__autocast_hooks hooks = {before, after, mx__amp_note_via_f32};
 
 /* The layer joins the dispatcher when the library loads. */
 __attribute__((constructor)) static void install(void) { mx__autocast = &hooks; }

@@ -1,6 +1,7 @@
 /* Watching autocast: a line per op dispatched in an enabled region (the
  * trace) and this thread's counts (the report). */
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +29,7 @@ typedef struct {
   int64_t calls[MX_OP_COUNT];
   int64_t out_dtype[MX_OP_COUNT][MX_DTYPE_COUNT];
   int64_t casts[MX_OP_COUNT], hits[MX_OP_COUNT];
+  int64_t via_f32[MX_OP_COUNT][MX_DTYPE_COUNT]; /* kernels run on float32 copies, any region */
   int64_t total_casts, total_hits, bytes_cast;
 } op_counts;
 
@@ -91,6 +93,30 @@ void mx__amp_trace_op(const mx__trace_record *r, int n_out, mx_tensor *const *ou
   if (f) print_record(f, r, n_out, out, status);
 }
 
+/* Said once per op, dtype and device in a process: the trace is for reading. */
+static atomic_bool via_f32_said[MX_OP_COUNT][MX_DTYPE_COUNT][2];
+
+void mx__amp_note_via_f32(mx_op op, mx_dtype dtype, mx_device device) {
+  this_thread()->via_f32[op][dtype]++;
+  FILE *f = trace_stream();
+  if (f && !atomic_exchange(&via_f32_said[op][dtype][device == MX_CUDA], true))
+    fprintf(f, "amp: %-20s %s on %s runs via float32: no %s kernel here (said once)\n", mx__ops[op].name,
+            mx_dtype_name(dtype), mx_device_name(device), mx_dtype_name(dtype));
+}
+
+/* "kernels via float32: matmul bfloat16 x3, conv float16 x2" when any ran so */
+static void report_via_f32(FILE *out) {
+  const char *sep = "kernels via float32 (no native 16-bit kernel here):";
+  for (int op = 0; op < MX_OP_COUNT; op++)
+    for (int t = 0; t < MX_DTYPE_COUNT; t++)
+      if (counts.via_f32[op][t]) {
+        fprintf(out, "%s %s %s x%lld", sep, mx__ops[op].name, mx_dtype_name((mx_dtype)t),
+                (long long)counts.via_f32[op][t]);
+        sep = ",";
+      }
+  if (sep[0] == ',') fputc('\n', out);
+}
+
 void mx_amp_report(FILE *out) {
   if (!out) return;
   int64_t ops = 0;
@@ -107,4 +133,5 @@ void mx_amp_report(FILE *out) {
   }
   fprintf(out, "total: %lld ops in autocast regions, %lld casts (%.2f MB), %lld cache hits\n", (long long)ops,
           (long long)counts.total_casts, (double)counts.bytes_cast / 1e6, (long long)counts.total_hits);
+  report_via_f32(out);
 }

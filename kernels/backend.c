@@ -90,3 +90,27 @@ mx_status mx_synchronize(mx_device device) {
   mx_status st = backend ? backend->synchronize() : mx_last_status();
   return st == MX_OK ? MX_OK : mx__error_prefix("mx_synchronize");
 }
+
+const char *mx__kernel_name(mx_kernel kernel) {
+  static const char *const names[] = {
+#define MX__KERNEL_NAME(E, slot) #slot,
+      MX_KERNEL_MAP(MX__KERNEL_NAME)
+#undef MX__KERNEL_NAME
+  };
+  return (unsigned)kernel < MX_KERNEL_COUNT ? names[kernel] : "?";
+}
+
+static bool has_slot(const mx_backend *be, mx_kernel kernel) {
+  switch (kernel) {
+#define MX__KERNEL_SLOT(E, slot) \
+  case MX_KERNEL_##E: return be->slot != NULL;
+    MX_KERNEL_MAP(MX__KERNEL_SLOT)
+#undef MX__KERNEL_SLOT
+  default: return false;
+  }
+}
+
+mx_kernel_support mx__backend_supports(const mx_backend *be, mx_kernel kernel, mx_dtype dtype) {
+  if (!has_slot(be, kernel)) return MX_KERNEL_NOT_BUILT;
+  return be->supports ? be->supports(kernel, dtype) : MX_KERNEL_NATIVE;
+}

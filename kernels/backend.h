@@ -47,9 +47,45 @@ typedef struct {
   int64_t *step;        /* the steps this parameter has taken, counted here; NULL: SGD without momentum */
 } mx_optim_item;
 
+/* The kernel slots of a backend, for supports(): X(ENUM, slot) */
+#define MX_KERNEL_MAP(X)                                                                                    \
+  X(FILL, fill) X(CONVERT, convert) X(RANDOM, random) X(BERNOULLI, bernoulli) X(UNARY, unary)             \
+  X(BINARY, binary) X(WHERE, where) X(REDUCE, reduce) X(SCAN, scan) X(SORT, sort) X(MATMUL, matmul)        \
+  X(SOFTMAX, softmax) X(GATHER, gather) X(SCATTER, scatter) X(INDEX_SELECT, index_select)                  \
+  X(INDEX_ADD, index_add) X(CONV_FORWARD, conv_forward) X(CONV_BACKWARD_DATA, conv_backward_data)          \
+  X(CONV_BACKWARD_WEIGHT, conv_backward_weight) X(CHANNEL_AFFINE, channel_affine)                         \
+  X(CHANNEL_SUMS, channel_sums) X(MAX_POOL, max_pool) X(MAX_POOL_BACKWARD, max_pool_backward)             \
+  X(AVG_POOL, avg_pool) X(AVG_POOL_BACKWARD, avg_pool_backward) X(AMP_UNSCALE, amp_unscale)                \
+  X(AMP_UPDATE_SCALE, amp_update_scale) X(SGD_STEP, sgd_step) X(ADAM_STEP, adam_step)
+
+typedef enum {
+#define MX__KERNEL_ENUM(E, slot) MX_KERNEL_##E,
+  MX_KERNEL_MAP(MX__KERNEL_ENUM)
+#undef MX__KERNEL_ENUM
+  MX_KERNEL_COUNT
+} mx_kernel;
+
+/* A backend's answer to supports(kernel, dtype): whether that kernel runs on
+ * data of that dtype here, and how. The two "cannot" answers are distinct
+ * so that an error can say which it is. */
+typedef enum {
+  MX_KERNEL_NATIVE,    /* runs in the dtype itself (16-bit elementwise: each element in float32, as on a GPU) */
+  MX_KERNEL_VIA_F32,   /* runs, on float32 copies rounded back: this machine has no 16-bit kernel for it */
+  MX_KERNEL_NOT_BUILT, /* this build has no such kernel (the slot is empty, or its library was not compiled in) */
+  MX_KERNEL_NOT_HERE,  /* built, but this machine cannot run it (a CPU or GPU without the instructions) */
+} mx_kernel_support;
+
+/* "matmul", "conv_forward", ...: the slot's name */
+const char *mx__kernel_name(mx_kernel kernel);
+
 typedef struct mx_backend {
   const char *name;
   mx_device device;
+
+  /* What the kernel in a (non-NULL) slot does with dtype on this machine;
+   * asked before an op allocates its outputs (ops/dispatch.c). NULL: every
+   * present kernel runs natively. */
+  mx_kernel_support (*supports)(mx_kernel kernel, mx_dtype dtype);
 
   /* memory: sizes in bytes; free is given the size for the statistics */
   mx_status (*alloc)(size_t bytes, void **out);
@@ -153,6 +189,10 @@ typedef struct mx_backend {
 
 /* The backend for a device, or NULL with the error set. */
 const mx_backend *mx__backend(mx_device device);
+
+/* Whether be has a kernel in the slot, and what it does with dtype (an
+ * empty slot: MX_KERNEL_NOT_BUILT). */
+mx_kernel_support mx__backend_supports(const mx_backend *be, mx_kernel kernel, mx_dtype dtype);
 
 
 extern const mx_backend mx__cpu_backend;

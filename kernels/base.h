@@ -70,7 +70,8 @@ int mx_cuda_device_count(void);
   X(BACKEND_ERROR, "backend library call failed")          \
   X(IO_ERROR, "file input/output failed")                  \
   X(CORRUPT_DATA, "corrupt or truncated data")             \
-  X(STATE_ERROR, "operation not allowed in this state")
+  X(STATE_ERROR, "operation not allowed in this state")    \
+  X(NOT_SUPPORTED, "not supported on this machine")
 
 typedef enum {
 #define MX__STATUS_ENUM(name, desc) MX_##name,

@@ -84,7 +84,7 @@ mx_status mx__fwd_convolution(mx__call *c) {
   if (same_dtype("mx_conv", x, w) || shapes_fit("mx_conv", x, w, p) || conv_out_shape("mx_conv", x, w, p, &shape))
     return mx_last_status();
   if (bias && !(bias = bias_vector(bias, x, w->shape[0]))) return mx_last_status();
-  const mx_backend *be = MX__BACKEND_WITH(c->op, x->device, conv_forward);
+  const mx_backend *be = mx__kernel_backend(c->op, x->device, MX_KERNEL_CONV_FORWARD, x->dtype);
   mx_tensor *y = be ? mx__tensor_alloc("mx_conv", shape, x->dtype, x->device) : NULL;
   if (!y) return mx_last_status();
   c->out[0] = y;
@@ -95,7 +95,7 @@ mx_status mx__fwd_convolution(mx__call *c) {
 mx_status mx__fwd_conv_backward_data(mx__call *c) {
   mx_tensor *g = c->in[0], *w = c->in[1];
   if (same_dtype("mx_conv_transpose", g, w)) return mx_last_status();
-  const mx_backend *be = MX__BACKEND_WITH(c->op, g->device, conv_backward_data);
+  const mx_backend *be = mx__kernel_backend(c->op, g->device, MX_KERNEL_CONV_BACKWARD_DATA, g->dtype);
   mx_tensor *dx = be ? mx__tensor_alloc("mx_conv_transpose", c->args->shape, g->dtype, g->device) : NULL;
   if (!dx) return mx_last_status();
   c->out[0] = dx;
@@ -106,7 +106,7 @@ mx_status mx__fwd_conv_backward_data(mx__call *c) {
 mx_status mx__fwd_conv_backward_weight(mx__call *c) {
   mx_tensor *g = c->in[0], *x = c->in[1];
   if (same_dtype("mx_conv", g, x)) return mx_last_status();
-  const mx_backend *be = MX__BACKEND_WITH(c->op, g->device, conv_backward_weight);
+  const mx_backend *be = mx__kernel_backend(c->op, g->device, MX_KERNEL_CONV_BACKWARD_WEIGHT, g->dtype);
   mx_tensor *dw = be ? mx__tensor_alloc("mx_conv", c->args->shape, g->dtype, g->device) : NULL;
   if (!dw) return mx_last_status();
   c->out[0] = dw;

@@ -164,17 +164,28 @@ const mx_backend *mx__backend_of(mx_op op, mx_device device) {
   return be;
 }
 
-mx_status mx__no_kernel(mx_op op, mx_device device, const char *what) {
-  return mx__error(MX_NOT_BUILT, "mx_%s: no %s kernel on %s yet", mx__ops[op].name, what, mx_device_name(device));
+bool mx__kernel_usable(mx_op op, const mx_backend *be, mx_kernel kernel, mx_dtype dtype) {
+  const char *name = mx__ops[op].name, *what = mx__kernel_name(kernel), *device = mx_device_name(be->device);
+  switch (mx__backend_supports(be, kernel, dtype)) {
+  case MX_KERNEL_NATIVE: return true;
+  case MX_KERNEL_VIA_F32:
+    if (mx__autocast) mx__autocast->via_f32(op, dtype, be->device);
+    return true;
+  case MX_KERNEL_NOT_BUILT:
+    mx__error(MX_NOT_BUILT, "mx_%s: this build of mixgrad has no %s kernel for %s on %s", name, what,
+              mx_dtype_name(dtype), device);
+    return false;
+  case MX_KERNEL_NOT_HERE:
+  default:
+    mx__error(MX_NOT_SUPPORTED, "mx_%s: this %s cannot run the %s kernel for %s", name, device, what,
+              mx_dtype_name(dtype));
+    return false;
+  }
 }
 
-const mx_backend *mx__backend_with(mx_op op, mx_device device, bool has_kernel, const char *what) {
+const mx_backend *mx__kernel_backend(mx_op op, mx_device device, mx_kernel kernel, mx_dtype dtype) {
   const mx_backend *be = mx__backend_of(op, device);
-  if (be && !has_kernel) {
-    mx__no_kernel(op, device, what);
-    return NULL;
-  }
-  return be;
+  return be && mx__kernel_usable(op, be, kernel, dtype) ? be : NULL;
 }
 
 mx_tensor *mx__wrap_scalar(double value) {

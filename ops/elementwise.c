@@ -23,9 +23,8 @@ mx_status mx__unary_forward(mx__call *c) {
   mx_tensor *x = c->in[0];
   /* integer inputs to float functions compute in float32, like PyTorch */
   mx_dtype dtype = mx_dtype_is_floating(x->dtype) || mx__unary_has_int(code) ? x->dtype : MX_F32;
-  const mx_backend *be = mx__backend_of(c->op, x->device);
+  const mx_backend *be = mx__kernel_backend(c->op, x->device, MX_KERNEL_UNARY, dtype);
   if (!be) return mx_last_status();
-  if (!be->unary) return mx__no_kernel(c->op, x->device, "unary");
   x = mx__prepare(x, dtype, x->device);
   mx_tensor *out = x ? alloc_out(c->op, mx_shape_get(x), dtype, x->device) : NULL;
   if (!out) return mx_last_status();
@@ -55,9 +54,8 @@ mx_status mx__binary_forward(mx__call *c) {
     return mx__error(MX_INVALID_ARGUMENT, "%s: alpha %g must be a whole number for %s tensors", name, alpha,
                      mx_dtype_name(dtype));
   mx_device device = call_device(c);
-  const mx_backend *be = mx__backend_of(c->op, device);
+  const mx_backend *be = mx__kernel_backend(c->op, device, MX_KERNEL_BINARY, dtype);
   if (!be) return mx_last_status();
-  if (!be->binary) return mx__no_kernel(c->op, device, "binary");
   mx_tensor *a = mx__prepare(c->in[0], dtype, device);
   mx_tensor *b = a ? mx__prepare(c->in[1], dtype, device) : NULL;
   mx_tensor *out = b ? alloc_out(c->op, shape, code >= MX_BIN_EQ ? MX_BOOL : dtype, device) : NULL;
@@ -74,9 +72,8 @@ mx_status mx__fwd_where(mx__call *c) {
   if (status != MX_OK) return status;
   mx_dtype dtype = mx__result_type(2, c->in + 1);
   mx_device device = call_device(c);
-  const mx_backend *be = mx__backend_of(c->op, device);
+  const mx_backend *be = mx__kernel_backend(c->op, device, MX_KERNEL_WHERE, dtype);
   if (!be) return mx_last_status();
-  if (!be->where) return mx__no_kernel(c->op, device, "where");
   mx_tensor *cond = mx__prepare(c->in[0], MX_BOOL, device);
   mx_tensor *a = cond ? mx__prepare(c->in[1], dtype, device) : NULL;
   mx_tensor *b = a ? mx__prepare(c->in[2], dtype, device) : NULL;

@@ -11,7 +11,8 @@ static mx_status need_index(const char *op, const mx_tensor *index) {
   return mx__error(MX_DTYPE_ERROR, "%s: indices must be int64, got %s", op, mx_dtype_name(index->dtype));
 }
 
-#define BACKEND(c, device, slot) MX__BACKEND_WITH((c)->op, device, slot)
+/* the backend of device when its kernel takes x's dtype */
+#define BACKEND(c, device, KERNEL, x) mx__kernel_backend((c)->op, device, MX_KERNEL_##KERNEL, (x)->dtype)
 
 /* --- gather and scatter ---------------------------------------------------------------- */
 
@@ -29,7 +30,7 @@ mx_status mx__fwd_gather(mx__call *c) {
   int dim = mx__wrap_dim("mx_gather", (int)c->args->i[0], x->ndim);
   if (dim < 0 || need_index("mx_gather", index) || check_gather_shapes("mx_gather", x, index, dim))
     return mx_last_status();
-  const mx_backend *be = BACKEND(c, x->device, gather);
+  const mx_backend *be = BACKEND(c, x->device, GATHER, x);
   if (!be) return mx_last_status();
   mx_tensor *out = mx__tensor_alloc("mx_gather", mx_shape_get(index), x->dtype, x->device);
   if (!out) return mx_last_status();
@@ -45,7 +46,7 @@ static mx_status scatter_forward(mx__call *c, bool accumulate) {
   if (dim < 0 || need_index(op, index) || check_gather_shapes(op, x, index, dim)) return mx_last_status();
   mx_tensor *src = mx__prepare(c->in[2], x->dtype, x->device);
   if (!src || check_gather_shapes(op, src, index, -1)) return mx_last_status();
-  const mx_backend *be = BACKEND(c, x->device, scatter);
+  const mx_backend *be = BACKEND(c, x->device, SCATTER, x);
   mx_tensor *out = be ? mx__tensor_clone(x) : NULL;
   if (!out) return mx_last_status();
   c->out[0] = out;
@@ -90,7 +91,7 @@ mx_status mx__fwd_index_select(mx__call *c) {
   int dim = mx__wrap_dim("mx_index_select", (int)c->args->i[0], x->ndim > 0 ? x->ndim : 1);
   if (dim < 0 || need_vector_index("mx_index_select", index)) return mx_last_status();
   if (x->ndim == 0) return mx__error(MX_SHAPE_ERROR, "mx_index_select: cannot index a 0-d tensor");
-  const mx_backend *be = BACKEND(c, x->device, index_select);
+  const mx_backend *be = BACKEND(c, x->device, INDEX_SELECT, x);
   if (!be) return mx_last_status();
   mx_shape shape = mx_shape_get(x);
   shape.d[dim] = index->shape[0];
@@ -118,7 +119,7 @@ static mx_status index_write(mx__call *c, bool accumulate) {
     return mx__error(MX_SHAPE_ERROR, "%s: source of shape %s, expected %s", op, mx__dims_str(a, src->ndim, src->shape),
                      mx__dims_str(b, want.ndim, want.d));
   }
-  const mx_backend *be = BACKEND(c, x->device, index_add);
+  const mx_backend *be = BACKEND(c, x->device, INDEX_ADD, x);
   mx_tensor *out = be ? mx__tensor_clone(x) : NULL;
   if (!out) return mx_last_status();
   c->out[0] = out;

@@ -36,9 +36,8 @@ static bool writes_directly(mx_tensor *self, mx_tensor *other, bool dtype_kept) 
 }
 
 static mx_status unary_into(mx_op op, mx_tensor *self) {
-  const mx_backend *be = mx__backend_of(op, self->device);
+  const mx_backend *be = mx__kernel_backend(op, self->device, MX_KERNEL_UNARY, self->dtype);
   if (!be) return mx_last_status();
-  if (!be->unary) return mx__no_kernel(op, self->device, "unary");
   mx_kview v = mx__kview_of(self);
   mx_status status = be->unary(mx__ops[op].code, &v, &v, 0, 0);
   if (status == MX_OK) mx__bump_version(self);
@@ -46,9 +45,8 @@ static mx_status unary_into(mx_op op, mx_tensor *self) {
 }
 
 static mx_status binary_into(mx_op op, mx_tensor *self, mx_tensor *other, double alpha) {
-  const mx_backend *be = mx__backend_of(op, self->device);
+  const mx_backend *be = mx__kernel_backend(op, self->device, MX_KERNEL_BINARY, self->dtype);
   if (!be) return mx_last_status();
-  if (!be->binary) return mx__no_kernel(op, self->device, "binary");
   mx_tensor *y = mx__prepare(other, self->dtype, self->device);
   if (!y) return mx_last_status();
   mx_kview out = mx__kview_of(self), yv = mx__kview_broadcast(y, mx_shape_get(self));

@@ -28,9 +28,8 @@ static mx_status same_dtype(const char *op, const mx_tensor *a, const mx_tensor 
 static mx_status run_matmul(mx__call *c, const char *op, mx_shape out_shape,
                             mx_kview (*view)(const mx_tensor *)) {
   mx_tensor *a = c->in[0], *b = c->in[1];
-  const mx_backend *be = mx__backend_of(c->op, a->device);
+  const mx_backend *be = mx__kernel_backend(c->op, a->device, MX_KERNEL_MATMUL, a->dtype);
   if (!be) return mx_last_status();
-  if (!be->matmul) return mx__no_kernel(c->op, a->device, "matmul");
   mx_tensor *out = mx__tensor_alloc(op, out_shape, a->dtype, a->device);
   if (!out) return mx_last_status();
   c->out[0] = out;

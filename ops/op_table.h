@@ -107,6 +107,8 @@ mx_tensor *mx__call3(mx_op op, const mx_tensor *a, const mx_tensor *b, const mx_
 typedef struct {
   mx_status (*before)(mx_op op, int n_in, mx_tensor **in, const mx__args *args);
   void (*after)(mx_op op, int n_out, mx_tensor *const *out, mx_status status);
+  /* op's kernel runs dtype on float32 copies on device (mx__kernel_backend) */
+  void (*via_f32)(mx_op op, mx_dtype dtype, mx_device device);
 } mx__autocast_hooks;
 extern const mx__autocast_hooks *mx__autocast;
 extern _Thread_local int mx__autocast_excluded;
@@ -126,12 +128,14 @@ mx_kview mx__kview_broadcast(const mx_tensor *t, mx_shape shape);
 mx_tensor *mx__prepare(mx_tensor *t, mx_dtype dtype, mx_device device);
 /* The backend for the call's device, or NULL with the error set. */
 const mx_backend *mx__backend_of(mx_op op, mx_device device);
-/* "mx_<op>: no <what> kernel on <device> yet" */
-mx_status mx__no_kernel(mx_op op, mx_device device, const char *what);
-/* The backend when it has the kernel slot, else NULL with either error. */
-const mx_backend *mx__backend_with(mx_op op, mx_device device, bool has_kernel, const char *what);
-#define MX__BACKEND_WITH(op, device, slot) \
-  mx__backend_with(op, device, mx__backend(device) && mx__backend(device)->slot, #slot)
+/* The backend of device when its kernel runs on dtype, asked before an op
+ * allocates anything (the backend's supports()): NULL with an error naming
+ * the op when this build has no such kernel (MX_NOT_BUILT) or this machine
+ * cannot run it (MX_NOT_SUPPORTED). A kernel that runs a 16-bit dtype on
+ * float32 copies is noted in the AMP trace and report. */
+const mx_backend *mx__kernel_backend(mx_op op, mx_device device, mx_kernel kernel, mx_dtype dtype);
+/* The same question put to a given backend: false with the error set. */
+bool mx__kernel_usable(mx_op op, const mx_backend *be, mx_kernel kernel, mx_dtype dtype);
 
 /* Saved tensors inside a backward formula (NULL + error if unusable). */
 mx_tensor *mx__saved_in(mx__bw *bw, int i);

@@ -98,9 +98,8 @@ mx_status mx__fwd_max_pool(mx__call *c) {
   mx_shape shape;
   if (pooled_shape("mx_max_pool", c->in[0], &c->args->pool, &shape)) return mx_last_status();
   mx_tensor *x = mx__tensor_contiguous(c->in[0]);
-  const mx_backend *be = x ? mx__backend_of(c->op, x->device) : NULL;
+  const mx_backend *be = x ? mx__kernel_backend(c->op, x->device, MX_KERNEL_MAX_POOL, x->dtype) : NULL;
   if (!be) return mx_last_status();
-  if (!be->max_pool) return mx__no_kernel(c->op, x->device, "max_pool");
   /* uint8 offsets in the window where the kernel allows: the graph saves
    * them for backward, where int64 positions would outweigh bf16
    * activations 4:1. The public function hands out PyTorch's int64. */
@@ -114,9 +113,9 @@ mx_status mx__fwd_max_pool(mx__call *c) {
 
 mx_status mx__fwd_max_pool_backward(mx__call *c) {
   mx_tensor *g = mx__tensor_contiguous(c->in[0]), *indices = mx__tensor_contiguous(c->in[1]);
-  const mx_backend *be = g && indices ? mx__backend_of(c->op, g->device) : NULL;
+  const mx_backend *be =
+      g && indices ? mx__kernel_backend(c->op, g->device, MX_KERNEL_MAX_POOL_BACKWARD, g->dtype) : NULL;
   if (!be) return mx_last_status();
-  if (!be->max_pool_backward) return mx__no_kernel(c->op, g->device, "max_pool_backward");
   mx_tensor *dx = mx__tensor_alloc("mx_max_pool", c->args->shape, g->dtype, g->device);
   if (!dx) return mx_last_status();
   c->out[0] = dx;
@@ -148,9 +147,8 @@ mx_status mx__fwd_avg_pool(mx__call *c) {
   mx_shape shape;
   if (pooled_shape("mx_avg_pool", c->in[0], &c->args->pool, &shape)) return mx_last_status();
   mx_tensor *x = mx__tensor_contiguous(c->in[0]);
-  const mx_backend *be = x ? mx__backend_of(c->op, x->device) : NULL;
+  const mx_backend *be = x ? mx__kernel_backend(c->op, x->device, MX_KERNEL_AVG_POOL, x->dtype) : NULL;
   if (!be) return mx_last_status();
-  if (!be->avg_pool) return mx__no_kernel(c->op, x->device, "avg_pool");
   c->out[0] = mx__tensor_alloc("mx_avg_pool", shape, x->dtype, x->device);
   if (!c->out[0]) return mx_last_status();
   mx_kview ov = mx__kview_of(c->out[0]), xv = mx__kview_of(x);
@@ -159,9 +157,8 @@ mx_status mx__fwd_avg_pool(mx__call *c) {
 
 mx_status mx__fwd_avg_pool_backward(mx__call *c) {
   mx_tensor *g = mx__tensor_contiguous(c->in[0]);
-  const mx_backend *be = g ? mx__backend_of(c->op, g->device) : NULL;
+  const mx_backend *be = g ? mx__kernel_backend(c->op, g->device, MX_KERNEL_AVG_POOL_BACKWARD, g->dtype) : NULL;
   if (!be) return mx_last_status();
-  if (!be->avg_pool_backward) return mx__no_kernel(c->op, g->device, "avg_pool_backward");
   mx_tensor *dx = mx__tensor_alloc("mx_avg_pool", c->args->shape, g->dtype, g->device);
   if (!dx) return mx_last_status();
   c->out[0] = dx;

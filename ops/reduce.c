@@ -42,9 +42,8 @@ static mx_shape dropped_shape(const mx_tensor *t, uint32_t mask) {
 static mx_status reduce(mx__call *c, int code, mx_dtype out_dtype, bool values, bool want_index, uint32_t mask) {
   const char *op = mx__ops[c->op].api_name;
   mx_tensor *x = c->in[0];
-  const mx_backend *be = mx__backend_of(c->op, x->device);
+  const mx_backend *be = mx__kernel_backend(c->op, x->device, MX_KERNEL_REDUCE, x->dtype);
   if (!be) return mx_last_status();
-  if (!be->reduce) return mx__no_kernel(c->op, x->device, "reduce");
   mx_shape kept = kept_shape(x, mask);
   for (int d = 0; d < x->ndim; d++)
     if ((mask & (1u << d)) && x->shape[d] == 0 && (code == MX_RED_MAX || code == MX_RED_MIN))
@@ -128,9 +127,8 @@ static mx_status scan(mx__call *c, int code) {
   mx_tensor *x = c->in[0];
   int dim = mx__wrap_dim(op, (int)c->args->i[0], x->ndim);
   if (dim < 0) return mx_last_status();
-  const mx_backend *be = mx__backend_of(c->op, x->device);
+  const mx_backend *be = mx__kernel_backend(c->op, x->device, MX_KERNEL_SCAN, x->dtype);
   if (!be) return mx_last_status();
-  if (!be->scan) return mx__no_kernel(c->op, x->device, "scan");
   if (x->ndim == 0) return OUT0(c, mx__tensor_to_dtype(x, accumulate_dtype(x->dtype)));
   mx_tensor *out = mx__tensor_alloc(op, mx_shape_get(x), accumulate_dtype(x->dtype), x->device);
   if (!out) return mx_last_status();

@@ -10,9 +10,8 @@ static mx_status softmax_forward(mx__call *c, bool log_softmax) {
   mx_dtype dtype = c->args->dtype != MX_DTYPE_COUNT ? c->args->dtype : x->dtype;
   if (!mx_dtype_is_floating(dtype))
     return mx__error(MX_DTYPE_ERROR, "%s: dtype %s is not floating", op, mx_dtype_name(dtype));
-  const mx_backend *be = mx__backend_of(c->op, x->device);
+  const mx_backend *be = mx__kernel_backend(c->op, x->device, MX_KERNEL_SOFTMAX, dtype);
   if (!be) return mx_last_status();
-  if (!be->softmax) return mx__no_kernel(c->op, x->device, "softmax");
   x = mx__prepare(x, dtype, x->device);
   mx_tensor *out = x ? mx__tensor_alloc(op, mx_shape_get(x), dtype, x->device) : NULL;
   if (!out) return mx_last_status();

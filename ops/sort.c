@@ -21,7 +21,7 @@ mx_status mx__fwd_sort(mx__call *c) {
   mx_tensor *x = c->in[0];
   int dim = mx__wrap_dim("mx_sort", (int)c->args->i[0], x->ndim);
   if (dim < 0) return mx_last_status();
-  const mx_backend *be = MX__BACKEND_WITH(c->op, x->device, sort);
+  const mx_backend *be = mx__kernel_backend(c->op, x->device, MX_KERNEL_SORT, x->dtype);
   if (!be) return mx_last_status();
   mx_tensor *values = mx__tensor_alloc("mx_sort", mx_shape_get(x), x->dtype, x->device);
   mx_tensor *indices = mx__tensor_alloc("mx_sort", mx_shape_get(x), MX_I64, x->device);

@@ -7,6 +7,7 @@
 #include "kernels/cpu/batch_norm.h"
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/dnnl.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/host_cache.h"
 #include "kernels/cpu/indexing.h"
@@ -194,9 +195,22 @@ static mx_status cpu_bernoulli(const mx_kview *out, const mx_kview *p, const mx_
   return MX_OK;
 }
 
+/* Matrix products and convolutions in 16 bits run on oneDNN's bfloat16
+ * kernels where the CPU has bf16 dot products; float16 always, and
+ * bfloat16 elsewhere, run on float32 copies rounded once (kernels/cpu/
+ * matmul.c, conv.c). Everything else runs in its dtype: 16-bit elementwise
+ * work computes each element in float32 and rounds it, as a GPU does. */
+static mx_kernel_support cpu_supports(mx_kernel kernel, mx_dtype dtype) {
+  bool gemm = kernel == MX_KERNEL_MATMUL || kernel == MX_KERNEL_CONV_FORWARD ||
+              kernel == MX_KERNEL_CONV_BACKWARD_DATA || kernel == MX_KERNEL_CONV_BACKWARD_WEIGHT;
+  if (!gemm || (dtype != MX_F16 && dtype != MX_BF16)) return MX_KERNEL_NATIVE;
+  return dtype == MX_BF16 && mx__dnnl_native(MX_BF16) ? MX_KERNEL_NATIVE : MX_KERNEL_VIA_F32;
+}
+
 const mx_backend mx__cpu_backend = {
     .name = "cpu",
     .device = MX_CPU,
+    .supports = cpu_supports,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .empty_cache = cpu_empty_cache,

@@ -82,7 +82,7 @@ static mx_status via_f32(mx_conv_kind kind, const mx_kview *const *v, const mx_k
   const mx_kview *db = bias ? &dense_bias : NULL;
   if (status == MX_OK) {
     status = reference ? MX_NOT_BUILT : dnnl_run(kind, dv, db, p);
-    if (status == MX_NOT_BUILT) {
+    if (mx__dnnl_declined(status)) {
       reference_typed(kind, dv, db, p);
       status = MX_OK;
     }
@@ -110,7 +110,7 @@ static mx_status run(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, co
   }
   if (dt == MX_F32 || (dt == MX_BF16 && !reference && !empty)) {
     status = dnnl_run(kind, v, bias, p);
-    if (status != MX_NOT_BUILT) return status;
+    if (!mx__dnnl_declined(status)) return status;
     if (dt == MX_F32) {
       reference_typed(kind, v, bias, p);
       return MX_OK;

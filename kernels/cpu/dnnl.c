@@ -105,7 +105,7 @@ static void entry_clear(void *p) {
   memset((char *)e + sizeof e->key, 0, sizeof *e - sizeof e->key);
 }
 
-/* Makes the primitive for the key in e. MX_NOT_BUILT when oneDNN has no
+/* Makes the primitive for the key in e. MX_NOT_SUPPORTED when oneDNN has no
  * kernel (or cannot describe the strides); MX_BACKEND_ERROR otherwise. */
 static mx_status entry_create(void *p, const void *k) {
   matmul_entry *e = p;
@@ -115,12 +115,12 @@ static mx_status entry_create(void *p, const void *k) {
     dnnl_dims_t dims = {0}, strides = {0};
     for (int d = 0; d < 3; d++) dims[d] = key->dims[r][d], strides[d] = key->strides[r][d];
     dnnl_status_t s = mx__dnnl_md_strided(&e->md[r], 3, dims, dt, strides);
-    if (s == dnnl_invalid_arguments || s == dnnl_unimplemented) return MX_NOT_BUILT;
+    if (s == dnnl_invalid_arguments || s == dnnl_unimplemented) return MX_NOT_SUPPORTED;
     if (s != dnnl_success) return fail("describing an operand", s);
   }
   dnnl_primitive_desc_t pd = NULL;
   dnnl_status_t s = matmul_pd(&pd, &e->md[ROLE_A], &e->md[ROLE_B], &e->md[ROLE_OUT]);
-  if (s == dnnl_unimplemented) return MX_NOT_BUILT;
+  if (s == dnnl_unimplemented) return MX_NOT_SUPPORTED;
   if (s != dnnl_success) return fail("creating the primitive descriptor", s);
   mx_status status = MX_OK;
   if (!mx__dnnl_scratchpad_query(pd, &e->scratch_md, &e->scratch_size)) {
@@ -159,12 +159,13 @@ static mx_status run(mx__dnnl_thread *t, const matmul_entry *e, const mx_kview *
 }
 
 mx_status mx__dnnl_matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b) {
-  if (!mx__dnnl_runs(out->dtype)) return MX_NOT_BUILT;
+  if (!mx__dnnl_init()) return MX_NOT_BUILT;
+  if (!mx__dnnl_runs(out->dtype)) return MX_NOT_SUPPORTED;
   mx__dnnl_thread *t = mx__dnnl_thread_get();
   if (!t) return MX_NOT_BUILT;
   const mx_kview *v[3] = {out, a, b};
   matmul_key key;
-  if (!make_key(&key, v)) return MX_NOT_BUILT;
+  if (!make_key(&key, v)) return MX_NOT_SUPPORTED;
   mx_status status = MX_OK;
   matmul_entry *e = mx__dnnl_cache_acquire(&cache, &key, &status);
   if (!e) return status;
@@ -173,8 +174,12 @@ mx_status mx__dnnl_matmul(const mx_kview *out, const mx_kview *a, const mx_kview
   return status;
 }
 
+bool mx__dnnl_native(mx_dtype dtype) { return mx__dnnl_runs(dtype); }
+
 #else /* built without oneDNN */
 
 mx_status mx__dnnl_matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b) { return MX_NOT_BUILT; }
+
+bool mx__dnnl_native(mx_dtype dtype) { return false; }
 
 #endif

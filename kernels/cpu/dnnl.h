@@ -9,16 +9,25 @@
 /* out (B, M, N) = a (B, M, K) @ b (B, K, N) in float32 or bfloat16 (f32
  * accumulation), all three in one dtype; a and b may be transposed or strided
  * and broadcast over the batch (stride 0). MX_NOT_BUILT when oneDNN is absent
- * or has no native kernel for these operands (bfloat16 on a CPU without bf16
- * dot products: mx__dnnl_runs in dnnl_common.h; the caller falls back);
+ * or unusable, MX_NOT_SUPPORTED when it has no native kernel for these
+ * operands on this CPU (bfloat16 without bf16 dot products: mx__dnnl_runs in
+ * dnnl_common.h); the caller falls back on both (mx__dnnl_declined);
  * MX_BACKEND_ERROR when a oneDNN call fails. Primitives are cached by shape,
  * strides and dtype, and may run on several threads at once. */
 mx_status mx__dnnl_matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b);
 
+/* Whether oneDNN declined (absent, or no kernel here): the caller falls back. */
+static inline bool mx__dnnl_declined(mx_status status) {
+  return status == MX_NOT_BUILT || status == MX_NOT_SUPPORTED;
+}
+
+/* Whether oneDNN runs matrix products and convolutions of dtype natively on
+ * this CPU (float32; bfloat16 where the CPU has bf16 dot products). */
+bool mx__dnnl_native(mx_dtype dtype);
+
 /* Convolutions (kernels/cpu/conv.h has the layouts) in float32 or bfloat16
  * (f32 accumulation), with the views' shapes already checked. MX_NOT_BUILT
- * when oneDNN is absent or has no native kernel for these operands (the
- * caller falls back, as for matmul); MX_BACKEND_ERROR when a oneDNN call
+ * or MX_NOT_SUPPORTED as for matmul (the caller falls back); MX_BACKEND_ERROR when a oneDNN call
  * fails. Primitives are cached by shape, strides, dtype and params, and may
  * run on several threads at once. */
 mx_status mx__dnnl_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,

@@ -197,7 +197,7 @@ void *mx__dnnl_cache_acquire(mx__dnnl_cache *c, const void *key, mx_status *stat
   if (slot) {
     if (!slot->kernel) {
       pthread_mutex_unlock(&c->lock);
-      *status = MX_NOT_BUILT;
+      *status = MX_NOT_SUPPORTED;
       return NULL;
     }
     slot->users++;
@@ -227,7 +227,7 @@ void *mx__dnnl_cache_acquire(mx__dnnl_cache *c, const void *key, mx_status *stat
   *status = c->create(e, key);
   if (*status != MX_OK) {
     c->clear(e);
-    if (*status == MX_NOT_BUILT && slot) { /* remembered: oneDNN has no kernel for this */
+    if (*status == MX_NOT_SUPPORTED && slot) { /* remembered: oneDNN has no kernel for this */
       memset(e, 0, c->entry_size);
       memcpy(e, key, c->key_size);
       *slot = (mx__dnnl_slot){e, 0, false};

@@ -116,7 +116,7 @@ dnnl_status_t mx__dnnl_execute(dnnl_stream_t stream, dnnl_primitive_t prim, int 
 /* Entries are entry_size bytes and begin with their key (key_size bytes,
  * compared by memcmp: keys must be memset before they are filled). create
  * fills a zeroed entry whose key is already in place: MX_OK with a kernel,
- * MX_NOT_BUILT when oneDNN has none (remembered), another status with the
+ * MX_NOT_SUPPORTED when oneDNN has none (remembered), another status with the
  * error set (tried again next time); clear frees what create made, from
  * any partial state. Both run under the cache's lock. */
 #define MX__DNNL_CACHE_SIZE 128
@@ -144,7 +144,7 @@ typedef struct {
   }
 
 /* The entry for key, with a kernel, held until mx__dnnl_cache_release;
- * NULL with *status MX_NOT_BUILT (no kernel) or an error set. When every
+ * NULL with *status MX_NOT_SUPPORTED (no kernel) or an error set. When every
  * slot is held, the entry is a temporary one that release destroys. */
 void *mx__dnnl_cache_acquire(mx__dnnl_cache *c, const void *key, mx_status *status);
 void mx__dnnl_cache_release(mx__dnnl_cache *c, void *entry);

@@ -221,7 +221,7 @@ static bool channel_blocks_fit(const conv_key *key, int r, const md_t *prim) {
   return fit;
 }
 
-/* Creates the primitives for key into e. MX_NOT_BUILT (e->primitive NULL)
+/* Creates the primitives for key into e. MX_NOT_SUPPORTED (e->primitive NULL)
  * when oneDNN has no kernel; MX_BACKEND_ERROR for any other failure. */
 static mx_status create(void *p, const void *k) {
   conv_entry *e = p;
@@ -232,9 +232,9 @@ static mx_status create(void *p, const void *k) {
   dnnl_data_type_t dt = key->dtype == MX_BF16 ? dnnl_bf16 : dnnl_f32;
   for (int r = 0; r < 3; r++)
     if (mx__dnnl_md_strided(&e->user_md[r], key->nd[r], key->dims[r], dt, key->strides[r]) != dnnl_success)
-      return MX_NOT_BUILT;
+      return MX_NOT_SUPPORTED;
   const dnnl_dims_t channels = {key->dims[ROLE_Y][1]};
-  if (key->bias && mx__dnnl_md_tag(&e->bias_md, 1, channels, dt, dnnl_a) != dnnl_success) return MX_NOT_BUILT;
+  if (key->bias && mx__dnnl_md_tag(&e->bias_md, 1, channels, dt, dnnl_a) != dnnl_success) return MX_NOT_SUPPORTED;
   const md_t *bias = key->bias ? &e->bias_md : NULL;
   mx_status status = MX_OK;
   dnnl_primitive_desc_t pd = NULL;
@@ -261,7 +261,7 @@ static mx_status create(void *p, const void *k) {
     if (layout != LAYOUT_USER)
       for (int r = 0; r < 3; r++) mx__dnnl_md_free(conv_md[r]);
   }
-  if (s == dnnl_unimplemented) return MX_NOT_BUILT;
+  if (s == dnnl_unimplemented) return MX_NOT_SUPPORTED;
   if (s != dnnl_success) return fail(kind, "creating the primitive descriptor", s);
 
   for (int r = 0; r < 3 && status == MX_OK; r++) {
@@ -275,7 +275,7 @@ static mx_status create(void *p, const void *k) {
     dnnl_primitive_desc_t rpd;
     s = r == out ? reorder_pd(&rpd, &e->prim_md[r], &e->user_md[r]) : reorder_pd(&rpd, &e->user_md[r], &e->prim_md[r]);
     if (s != dnnl_success) {
-      status = s == dnnl_unimplemented ? MX_NOT_BUILT : fail(kind, "creating a reorder", s);
+      status = s == dnnl_unimplemented ? MX_NOT_SUPPORTED : fail(kind, "creating a reorder", s);
       break;
     }
     if (!mx__dnnl_scratchpad_query(rpd, &e->reorder[r].scratch_md, &e->reorder[r].scratch_size))
@@ -374,11 +374,12 @@ static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx
 }
 
 static mx_status conv(int kind, const mx_kview *const *v, const mx_kview *bias, const mx_conv_params *p) {
-  if (!mx__dnnl_runs(v[ROLE_X]->dtype)) return MX_NOT_BUILT;
+  if (!mx__dnnl_init()) return MX_NOT_BUILT;
+  if (!mx__dnnl_runs(v[ROLE_X]->dtype)) return MX_NOT_SUPPORTED;
   mx__dnnl_thread *t = mx__dnnl_thread_get();
   if (!t) return MX_NOT_BUILT;
   conv_key key;
-  if (!make_key(&key, kind, v, bias != NULL, p)) return MX_NOT_BUILT;
+  if (!make_key(&key, kind, v, bias != NULL, p)) return MX_NOT_SUPPORTED;
   mx_status status = MX_OK;
   conv_entry *e = mx__dnnl_cache_acquire(&cache, &key, &status);
   if (!e) return status;

@@ -123,7 +123,7 @@ static void share_run(matmul_share *s) {
   float *fa = s->staging, *fb = fa + lines_of(mx__kview_numel(&s->a)), *fo = fb + lines_of(mx__kview_numel(&s->b));
   mx_kview va = stage(fa, &s->a), vb = stage(fb, &s->b), vo = mx__cpu_dense_f32_view(fo, &s->out);
   s->status = mx__dnnl_matmul(&vo, &va, &vb);
-  if (s->status == MX_NOT_BUILT) s->status = mx__cpu_matmul_reference(&vo, &va, &vb);
+  if (mx__dnnl_declined(s->status)) s->status = mx__cpu_matmul_reference(&vo, &va, &vb);
   if (s->status == MX_OK) mx__cpu_store_f32(&s->out, fo);
   else snprintf(s->why, sizeof s->why, "%s", mx_last_error()); /* this thread's error, not the caller's */
 }
@@ -187,7 +187,7 @@ mx_status mx__cpu_matmul(const mx_kview *out, const mx_kview *a, const mx_kview 
   case MX_F32:
   case MX_BF16: {
     mx_status status = mx__dnnl_matmul(out, a, b);
-    if (status != MX_NOT_BUILT) return status;
+    if (!mx__dnnl_declined(status)) return status;
     return out->dtype == MX_F32 ? mx__cpu_matmul_reference(out, a, b) : matmul_via_f32(out, a, b);
   }
   case MX_F16: return matmul_via_f32(out, a, b);

@@ -22,7 +22,7 @@ static struct {
   cudaStream_t stream; /* every allocation, copy and kernel goes on this stream */
   cublasHandle_t blas; /* cuBLAS on that stream (one handle: host threads share it, as the stream) */
   int max_blocks;      /* grid size cap for the grid-stride loops */
-  mx_backend vtable;   /* slots this backend lacks stay NULL (the ops check) */
+  mx_backend vtable;   /* slots this backend lacks stay NULL: supports() answers "not built" */
 } cuda;
 
 static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
