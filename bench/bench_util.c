@@ -7,10 +7,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
-#include "mx_config.h"
-#if MX_HAVE_OPENMP
-#include <omp.h>
-#endif
+#include <mixgrad.h>
 
 double bench_now_ms(void) {
   struct timespec ts;
@@ -49,13 +46,7 @@ long bench_current_rss_kb(void) {
   return kb;
 }
 
-int bench_threads(void) {
-#if MX_HAVE_OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
+int bench_threads(void) { return mx_num_threads(); }
 
 void bench_json_doubles(FILE *f, const char *key, const double *v, int n) {
   fprintf(f, "\"%s\":[", key);

@@ -25,8 +25,8 @@ double bench_median(const double *v, int n);
 long bench_peak_rss_kb(void);
 long bench_current_rss_kb(void);
 
-/* The threads the parallel loops use: omp_get_max_threads(), which
- * follows OMP_NUM_THREADS, or 1 in a build without OpenMP. */
+/* The threads the parallel loops use: mx_num_threads(), which follows
+ * MX_NUM_THREADS, else OMP_NUM_THREADS (1 in a build without OpenMP). */
 int bench_threads(void);
 
 /* "key":[v0,v1,...] with enough digits to round-trip a timing. */

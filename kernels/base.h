@@ -92,6 +92,15 @@ void mx_clear_error(void);
  * needs it: a clock read right after a call measures only the launch. */
 mx_status mx_synchronize(mx_device device);
 
+/* The threads the CPU kernels (OpenMP loops and oneDNN) use, for every
+ * thread of the process that calls mixgrad. The default is the
+ * environment's MX_NUM_THREADS, else OpenMP's (OMP_NUM_THREADS, else one
+ * per core). On a machine other programs share, fewer threads than cores
+ * can be faster (README: "Threads"). n from 1 to 1024; a build without
+ * OpenMP runs on one thread whatever is set. */
+mx_status mx_set_num_threads(int n);
+int mx_num_threads(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,7 @@
 /* The oneDNN engine, per-thread state, memory descriptors and primitive cache
  * that matmul (dnnl.c) and convolution (dnnl_conv.c) share. */
 #include "kernels/cpu/dnnl_common.h"
+#include "kernels/cpu/parallel.h"
 
 #if MX_HAVE_DNNL
 #include <stdatomic.h>
@@ -61,8 +62,18 @@ const_dnnl_primitive_attr_t mx__dnnl_attr(void) { return attr; }
 
 /* --- per thread --------------------------------------------------------------------- */
 
+/* oneDNN's OpenMP runtime takes its team size from the calling thread:
+ * mx_set_num_threads's count, set in each thread that runs a primitive. */
+static void use_configured_threads(void) {
+#ifdef _OPENMP
+  int n = mx__cpu_threads();
+  if (omp_get_max_threads() != n) omp_set_num_threads(n);
+#endif
+}
+
 mx__dnnl_thread *mx__dnnl_thread_get(void) {
   if (!ready) return NULL;
+  use_configured_threads();
   mx__dnnl_thread *t = pthread_getspecific(thread_key);
   if (t) return t;
   if (!(t = calloc(1, sizeof *t))) return NULL;

@@ -6,11 +6,16 @@
 /* Elements below which a loop runs on one thread. */
 #define MX_PARALLEL_MIN_ELEMENTS 32768
 
+/* The threads a loop may use: mx_set_num_threads's count (kernels/cpu/
+ * parallel.c), 1 without OpenMP. */
+int mx__cpu_threads(void);
+
 #ifdef _OPENMP
 #include <omp.h>
 #define MX__PRAGMA(x) _Pragma(#x)
 /* Put before a `for`: parallel when `work` (elements touched) is large. */
-#define MX_PARALLEL_FOR(work) MX__PRAGMA(omp parallel for schedule(static) if ((work) >= MX_PARALLEL_MIN_ELEMENTS))
+#define MX_PARALLEL_FOR(work) \
+  MX__PRAGMA(omp parallel for schedule(static) num_threads(mx__cpu_threads()) if ((work) >= MX_PARALLEL_MIN_ELEMENTS))
 /* Put before a statement every thread of a team of `threads` runs; inside
  * it, a thread is mx__cpu_thread_index() of mx__cpu_team_size(). */
 #define MX_PARALLEL_REGION(threads) MX__PRAGMA(omp parallel num_threads(threads))
@@ -18,7 +23,7 @@ static inline int mx__cpu_thread_index(void) { return omp_get_thread_num(); }
 static inline int mx__cpu_team_size(void) { return omp_get_num_threads(); }
 /* The threads a parallel region started here would run on: one inside a
  * region already (nested regions are off). */
-static inline int mx__cpu_threads_here(void) { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
+static inline int mx__cpu_threads_here(void) { return omp_in_parallel() ? 1 : mx__cpu_threads(); }
 #else
 #define MX_PARALLEL_FOR(work) (void)(work); /* used, as with OpenMP: no unused-variable warnings */
 #define MX_PARALLEL_REGION(threads)

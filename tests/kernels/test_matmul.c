@@ -297,11 +297,7 @@ static const mm_case f16_cases[] = {
     {1, 8, 70000, 9, LAY_TRANS, LAY_CONTIG, LAY_CONTIG},    /* one share: columns would each convert a, 560000 */
 };
 
-static void use_three_threads(void) {
-#ifdef _OPENMP
-  omp_set_num_threads(3);
-#endif
-}
+static void use_three_threads(void) { cr_assert_eq(mx_set_num_threads(3), MX_OK); }
 
 Test(matmul, f16_shares_match_reference) {
   use_three_threads();

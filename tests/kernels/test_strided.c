@@ -53,7 +53,7 @@ static void write_offsets(const mx__row *row, void *ctx) {
 }
 
 Test(strided, foreach_visits_each_element_of_a_long_row_once) {
-  omp_set_num_threads(2);
+  cr_assert_eq(mx_set_num_threads(2), MX_OK);
   int64_t lengths[] = {2 * MX_PARALLEL_MIN_ELEMENTS, 512 * 784, 512 * 784 + 5, 3 * 131072 + 17};
   for (size_t l = 0; l < sizeof lengths / sizeof *lengths; l++) {
     int64_t n = lengths[l];
