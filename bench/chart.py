@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Draws bench/run_train.py's ratios (mixgrad/PyTorch step time, medians)
+"""Draws bench/run_train.py's ratios (mixgrad / best PyTorch setting step time, medians)
 as a bar chart with gnuplot: one bar per model and amp at the main batch
 sizes, then the CNN at every batch size, with the line at 1 (equal speed).
 
@@ -15,7 +15,7 @@ def bars(summary):
     out = []
     for s in summary:
         model, amp, batch, threads = s["config"]
-        m, t = s.get("mixgrad") or {}, s.get("pytorch") or {}
+        m, t = s.get("mixgrad") or {}, s.get("best") or {}
         if m.get("median") and t.get("median"):
             out.append((f"{model} {amp} b{batch} t{threads}", m["median"] / t["median"]))
     return out
@@ -29,7 +29,7 @@ def main():
     script = [
         f"set terminal pngcairo size {max(700, 40 * len(data))},480 font 'DejaVu Sans,10' noenhanced",
         f"set output '{target}'",
-        "set title 'training step time, mixgrad / PyTorch (median; below 1: mixgrad is faster)'",
+        "set title 'training step time, mixgrad / best PyTorch setting (median; below 1: mixgrad is faster)'",
         "set style fill solid 0.8 border -1", "set boxwidth 0.7", "set grid ytics lc rgb '#dddddd'",
         "set xtics rotate by -50 left", "set yrange [0:*]", "set key off", "set bmargin 9", "set rmargin 8",
         "$d << EOD", *[f'"{label}" {r:.4f}' for label, r in data], "EOD",

@@ -1,13 +1,27 @@
 #!/usr/bin/python3
 """Runs the training-step benchmark side by side: mixgrad (bench/train_step.c)
-and PyTorch (bench/train_step.py), alternating, and writes the comparison.
+and PyTorch (bench/train_step.py) in every setting it has here, alternating,
+and writes the comparison.
 
-    ninja -C build && /usr/bin/python3 bench/run_train.py --out train.md --json train.json
+    ninja -C build && /usr/bin/python3 bench/run_train.py --out train.md --json train.json \
+        [--torch2-venv bench/.venv-torch2]
     /usr/bin/python3 bench/run_train.py --quick --models mlp --out /tmp/t.md   # a smoke run
 
+The PyTorch settings ("peers"): Debian's python3-torch (1.13, NCHW), and,
+with --torch2-venv, PyTorch 2.x from PyPI in that virtual environment (made
+and filled with pip on first use) in NCHW and channels-last. Each
+configuration's best peer (lowest median) is "the best PyTorch". Each step is
+also set against its FLOP floor: the step's FLOPs (PyTorch 2's flop counter,
+from the shapes) over this machine's GEMM ceiling (oneDNN's own GEMM on
+plain operands, build/bench/kernels --only gemm, measured in the same run).
+
+Every timed process runs in a scheduling group of its own (a new session,
+so a new autogroup, at nice -10 when the user may raise it), so other work on
+the machine takes less from it.
+
 Each configuration (model, amp, batch, threads) runs --rounds rounds; a round
-is one mixgrad process and one PyTorch process, in alternating order from
-round to round so that a slow phase of the machine hits both. Rounds are the
+is one mixgrad process and one process per PyTorch setting, mixgrad first in
+one round and last in the next so that a slow phase of the machine hits all. Rounds are the
 outer loop: round 1 of every configuration, then round 2 of every one, so a
 slow phase lasting minutes spreads over all configurations instead of landing
 on one (the bf16/fp32 ratios compare configurations). The per-step
@@ -36,6 +50,16 @@ SCALING_AMPS = ["off", "bf16"]
 SCALING_THREADS = [1, 2]
 SCALING_BATCHES = [32, 64, 128, 256, 512]
 
+# The PyTorch settings (bench/train_step.py's flags) and the models each runs.
+PEERS = {"pytorch": [], "pytorch2": [], "pytorch2-cl": ["--channels-last"]}
+PEER_MODELS = {"pytorch2-cl": {"cnn", "resnet9"}}  # channels-last is a convolution layout
+
+# The targets of issue #38: step over its FLOP floor (2 threads), per model and amp.
+FLOOR_TARGET = {("mlp", "off"): 1.15, ("mlp", "bf16"): 1.15, ("cnn", "off"): 1.3, ("cnn", "bf16"): 1.5,
+                ("resnet9", "off"): 1.08, ("resnet9", "bf16"): 1.08}
+# per-sample cost at the largest batch over the smallest, on each thread count
+BATCH_SCALING_TARGET = 1.0
+
 # The targets of issue #8.
 STEP_TARGET = {"mlp": 0.8, "cnn": 1.0, "resnet9": 1.1}  # mixgrad/PyTorch step time, fp32 and bf16
 AMP_SPEEDUP_TARGET = {"mlp": 0.5, "cnn": 0.7}  # mixgrad bf16/fp32 step time
@@ -51,6 +75,7 @@ def configs(args):
         out += [(model, amp, batch, args.threads) for amp in AMPS]
     out += [("cnn", amp, 128, t) for amp in SCALING_AMPS for t in SCALING_THREADS]
     out += [("cnn", amp, b, args.threads) for amp in SCALING_AMPS for b in SCALING_BATCHES]
+    out += [("cnn", amp, b, 1) for amp in SCALING_AMPS for b in (SCALING_BATCHES[0], SCALING_BATCHES[-1])]
     keep = set(args.models.split(","))
     unique = []
     for c in out:
@@ -61,11 +86,45 @@ def configs(args):
 
 # --- running ----------------------------------------------------------------------------------
 
+def peer_python(impl, args):
+    return args.python if impl == "pytorch" else os.path.join(args.torch2_venv, "bin", "python")
+
+
+def impls(cfg, args):
+    """mixgrad and the PyTorch settings that run cfg."""
+    peers = [p for p in PEERS if (p == "pytorch" or args.torch2_venv) and cfg[0] in PEER_MODELS.get(p, {cfg[0]})]
+    return ["mixgrad"] + peers
+
+
 def command(impl, cfg, args):
     model, amp, batch, _ = cfg
     flags = ["--model", model, "--amp", amp, "--batch", str(batch),
              "--warmup", str(args.warmup), "--repeat", str(args.repeat), "--seconds", str(args.seconds)]
-    return ([args.mixgrad] if impl == "mixgrad" else [args.python, args.torch_script]) + flags
+    if impl == "mixgrad":
+        return [args.mixgrad] + flags
+    return [peer_python(impl, args), args.torch_script] + flags + PEERS[impl]
+
+
+def own_scheduling_group():
+    """In the child before exec: a new session is a new autogroup, which the
+    kernel schedules as one entity beside the others; nice -10 on it when
+    allowed (root or CAP_SYS_NICE)."""
+    os.setsid()
+    try:
+        with open("/proc/self/autogroup", "w") as f:
+            f.write("-10")
+    except OSError:
+        pass
+
+
+def scheduling_note():
+    """What own_scheduling_group gives a child here, from the child itself."""
+    try:
+        p = subprocess.run(["cat", "/proc/self/autogroup"], preexec_fn=own_scheduling_group, capture_output=True,
+                           text=True, timeout=10)
+        return p.stdout.strip() or "no autogroup"
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"no autogroup ({e})"
 
 
 # PyTorch's OpenMP wait policies: the issue names PASSIVE as its best here,
@@ -89,7 +148,7 @@ def run_one(impl, cfg, args, policy):
     cmd = command(impl, cfg, args)
     try:
         p = subprocess.run(cmd, env=environment(cfg, policy), capture_output=True, text=True,
-                           timeout=args.timeout)
+                           timeout=args.timeout, preexec_fn=own_scheduling_group)
     except (OSError, subprocess.TimeoutExpired) as e:
         return {"error": f"{' '.join(cmd)}: {e}"}
     lines = p.stdout.strip().splitlines()
@@ -108,14 +167,14 @@ def slow(results):
 
 
 def run_round(cfg, r, args, runs):
-    """Round r of one configuration into runs ({impl: [results]}); which
-    implementation goes first alternates with r."""
-    order = ["mixgrad", "pytorch"] if r % 2 == 0 else ["pytorch", "mixgrad"]
+    """Round r of one configuration into runs ({impl: [results]}); mixgrad
+    goes first in even rounds and last in odd ones."""
+    order = impls(cfg, args) if r % 2 == 0 else impls(cfg, args)[1:] + ["mixgrad"]
     for impl in order:
-        if impl == "pytorch" and cfg[1] == "f16" and runs["pytorch"]:
-            continue  # it refuses f16 without timing anything: once is enough
-        for policy in TORCH_POLICIES if impl == "pytorch" else [args.mixgrad_wait_policy]:
-            if impl == "pytorch" and policy != TORCH_POLICIES[0] and slow(runs["pytorch"]):
+        if impl != "mixgrad" and runs[impl] and all("skipped" in x for x in runs[impl]):
+            continue  # it refused this configuration (1.13's f16) without timing anything: once is enough
+        for policy in TORCH_POLICIES if impl != "mixgrad" else [args.mixgrad_wait_policy]:
+            if impl != "mixgrad" and policy != TORCH_POLICIES[0] and slow(runs[impl]):
                 continue
             res = run_one(impl, cfg, args, policy)
             res["round"], res["policy"] = r, policy or "default"
@@ -204,9 +263,11 @@ def median_of(s):
 
 
 class Report:
-    def __init__(self, summary, args):
-        self.s = summary  # (model, amp, batch, threads) -> {"mixgrad": stats, "pytorch": stats}
+    def __init__(self, summary, args, floor, floor_note, versions):
+        self.s = summary  # (model, amp, batch, threads) -> {"mixgrad": stats, peer: stats, "best": stats}
         self.args = args
+        self.floor, self.floor_note = floor, floor_note  # (model, batch, amp) -> floor; why none
+        self.versions = versions
         self.targets = []  # (what, value, target, verdict) for the summary table
         self.lines = []
 
@@ -240,15 +301,57 @@ class Report:
     def step_times(self):
         rows = []
         for model, batch, amp, c in self.main_cells():
-            r = ratio(median_of(c["mixgrad"]), median_of(c["pytorch"]))
+            r = ratio(median_of(c["mixgrad"]), median_of(c["best"]))
             target = STEP_TARGET[model] if amp != "f16" else None
             v = self.target(f"step time {model} {amp}, mixgrad/PyTorch", r, target)
-            torch = fmt_ms(c["pytorch"]) if amp != "f16" else "— (" + c["pytorch"].get("missing", "") + ")"
-            rows.append([model, batch, amp, fmt_ms(c["mixgrad"]), torch, c["pytorch"].get("policy", "—"),
+            torch = fmt_ms(c["best"]) if "missing" not in c["best"] else "— (" + c["best"]["missing"] + ")"
+            rows.append([model, batch, amp, fmt_ms(c["mixgrad"]), torch, setting(c["best"]),
                          fmt_ratio(r), f"≤ {target}" if target else "—", v])
-        self.lines += ["### Step time (ms, median [p10–p90])", ""]
-        self.table(["model", "batch", "amp", "mixgrad", "PyTorch", "PyTorch's OMP_WAIT_POLICY", "ratio", "target",
-                    ""], rows)
+        self.lines += ["### Step time against the best PyTorch setting (ms, median [p10–p90])", ""]
+        self.table(["model", "batch", "amp", "mixgrad", "best PyTorch", "its setting (OMP_WAIT_POLICY)", "ratio",
+                    "target", ""], rows)
+
+    def peers(self):
+        """Every PyTorch setting's median in the main configurations, and
+        whether mixgrad's median beat the best of them in every round."""
+        names = [p for p in PEERS if any(p in c for _, _, _, c in self.main_cells())]
+        rows, behind = [], []
+        for model, batch, amp, c in self.main_cells():
+            rows.append([model, batch, amp, fmt_ms(c["mixgrad"])] +
+                        [fmt_ms(c[p]) if p in c else "—" for p in names] +
+                        [fmt_ratio(ratio(median_of(c["mixgrad"]), median_of(c["best"])))])
+            behind += [f"{model} {amp} round {r + 1}" for r in c.get("rounds_behind", [])]
+        self.lines += ["### Every PyTorch setting (ms, median [p10–p90]; the faster wait policy of each)", ""]
+        self.table(["model", "batch", "amp", "mixgrad"] + [peer_label(p, self.versions) for p in names] +
+                   ["mixgrad/best"], rows)
+        self.targets.append(("rounds in which mixgrad's median was slower than the best PyTorch setting's",
+                             str(len(behind)), "0", "PASS" if not behind else "MISS"))
+        if behind:
+            self.lines += ["Rounds where mixgrad was behind: " + ", ".join(behind) + ".", ""]
+
+    def floors(self):
+        """Each main step over its FLOP floor: the step's FLOPs at this
+        machine's GEMM ceiling for the precision."""
+        if not self.floor:
+            self.lines += ["### FLOP floor", "", "Not computed: " + self.floor_note + ".", ""]
+            return
+        rows = []
+        for model, batch, amp, c in self.main_cells():
+            f = self.floor.get((model, batch, amp))
+            if not f:
+                continue
+            m = ratio(median_of(c["mixgrad"]), f["floor_ms"])
+            t = ratio(median_of(c["best"]), f["floor_ms"])
+            target = FLOOR_TARGET.get((model, amp))
+            v = self.target(f"step over its FLOP floor, mixgrad {model} {amp}", m, target)
+            rows.append([model, batch, amp, f"{f['flops'] / 1e9:.2f}", f"{f['gflops']:.0f} ({f['ceiling']})",
+                         f"{f['floor_ms']:.2f}", fmt_ratio(m), f"≤ {target}" if target else "—", v, fmt_ratio(t)])
+        self.lines += ["### Step over its FLOP floor", "",
+                       "Floor: the step's matrix-product and convolution FLOPs (forward and backward, PyTorch 2's "
+                       "flop counter on the model's shapes) at this machine's GEMM ceiling (oneDNN's GEMM on plain "
+                       "operands, measured in this run; a precision the CPU emulates is held to float32's).", ""]
+        self.table(["model", "batch", "amp", "GFLOP a step", "ceiling GFLOP/s", "floor ms", "mixgrad/floor",
+                    "target", "", "best PyTorch/floor"], rows)
 
     def amp_speedup(self):
         rows = []
@@ -261,14 +364,14 @@ class Report:
             target = AMP_SPEEDUP_TARGET.get(model)
             v = self.target(f"bf16/fp32 step time, mixgrad {model}", r, target)
             rows.append([model, fmt_ratio(r), f"≤ {target}" if target else "—", v,
-                         fmt_ratio(speedup("pytorch", "bf16")), fmt_ratio(speedup("mixgrad", "f16"))])
+                         fmt_ratio(speedup("best", "bf16")), fmt_ratio(speedup("mixgrad", "f16"))])
         self.lines += ["### AMP step time over fp32 step time (ratio of medians)", ""]
         self.table(["model", "mixgrad bf16/fp32", "target", "", "PyTorch bf16/fp32", "mixgrad f16/fp32"], rows)
 
     def memory(self):
         rows = []
         for model, _, amp, c in self.main_cells():
-            m, t = c["mixgrad"], c["pytorch"]
+            m, t = c["mixgrad"], c["best"]
             r = ratio(m.get("peak_rss_kb"), t.get("peak_rss_kb"))
             target = RSS_TARGET if amp != "f16" else None
             v = self.target(f"peak RSS {model} {amp}, mixgrad/PyTorch", r, target)
@@ -292,13 +395,13 @@ class Report:
             r = ratio(gb("mixgrad", "bf16"), gb("mixgrad", "off"))
             target = GRAPH_TARGET.get(model)
             v = self.target(f"graph bytes bf16/fp32, mixgrad {model}", r, target)
-            mb = {(impl, amp): mib(gb(impl, amp), 2 ** 20) for impl in ("mixgrad", "pytorch") for amp in AMPS}
+            mb = {(impl, amp): mib(gb(impl, amp), 2 ** 20) for impl in ("mixgrad", "best") for amp in AMPS}
             rows.append([model, mb["mixgrad", "off"], mb["mixgrad", "bf16"], fmt_ratio(r),
                          f"≤ {target}" if target else "—", v,
                          fmt_ratio(ratio(gb("mixgrad", "f16"), gb("mixgrad", "off"))),
-                         mb["pytorch", "off"], mb["pytorch", "bf16"],
-                         fmt_ratio(ratio(gb("pytorch", "bf16"), gb("pytorch", "off"))),
-                         fmt_ratio(ratio(gb("mixgrad", "off"), gb("pytorch", "off")))])
+                         mb["best", "off"], mb["best", "bf16"],
+                         fmt_ratio(ratio(gb("best", "bf16"), gb("best", "off"))),
+                         fmt_ratio(ratio(gb("mixgrad", "off"), gb("best", "off")))])
         self.lines += ["### Autograd graph at the end of the forward pass (MiB)", "",
                        "Storage allocated during the forward pass that the graph keeps for backward "
                        "(saved activations, autocast's casts of weights and inputs; not the parameters or "
@@ -314,11 +417,11 @@ class Report:
             c = [self.get("cnn", amp, 128, t) for t in SCALING_THREADS]
             if not all(c):
                 continue
-            med = {impl: [median_of(x[impl]) for x in c] for impl in ("mixgrad", "pytorch")}
+            med = {impl: [median_of(x[impl]) for x in c] for impl in ("mixgrad", "best")}
             row = ["cnn", 128, amp]
-            for impl in ("mixgrad", "pytorch"):
+            for impl in ("mixgrad", "best"):
                 row += [fmt_ms(x[impl]) for x in c] + [fmt_ratio(ratio(med[impl][0], med[impl][-1]))]
-            row += [fmt_ratio(ratio(m, t)) for m, t in zip(med["mixgrad"], med["pytorch"])]
+            row += [fmt_ratio(ratio(m, t)) for m, t in zip(med["mixgrad"], med["best"])]
             rows.append(row)
         if rows:
             t = [f"{n} thr" for n in SCALING_THREADS]
@@ -333,14 +436,23 @@ class Report:
                 c = self.get("cnn", amp, b)
                 if not c:
                     continue
-                m, t = median_of(c["mixgrad"]), median_of(c["pytorch"])
+                m, t = median_of(c["mixgrad"]), median_of(c["best"])
                 per = [fmt_us(None if x is None else x / b) for x in (m, t)]
-                rows.append(["cnn", b, amp, fmt_ms(c["mixgrad"]), per[0], fmt_ms(c["pytorch"]), per[1],
+                rows.append(["cnn", b, amp, fmt_ms(c["mixgrad"]), per[0], fmt_ms(c["best"]), per[1],
                              fmt_ratio(ratio(m, t))])
         if rows:
             self.lines += ["### Batch scaling (ms per step, median [p10–p90]; µs per sample)", ""]
-            self.table(["model", "batch", "amp", "mixgrad", "mixgrad µs/sample", "PyTorch",
-                        "PyTorch µs/sample", "ratio"], rows)
+            self.table(["model", "batch", "amp", "mixgrad", "mixgrad µs/sample", "best PyTorch",
+                        "best PyTorch µs/sample", "ratio"], rows)
+        for amp in SCALING_AMPS:
+            for threads in sorted({1, self.args.threads}):
+                small, large = (self.get("cnn", amp, b, threads) for b in (SCALING_BATCHES[0], SCALING_BATCHES[-1]))
+                if small and large:
+                    per = [ratio(median_of(x["mixgrad"]), b) for x, b in
+                           ((small, SCALING_BATCHES[0]), (large, SCALING_BATCHES[-1]))]
+                    self.target(f"cnn {amp} per-sample cost, batch {SCALING_BATCHES[-1]} over "
+                                f"{SCALING_BATCHES[0]}, {threads} thread(s)", ratio(per[1], per[0]),
+                                BATCH_SCALING_TARGET)
 
     def failures(self, errors):
         if errors:
@@ -350,6 +462,8 @@ class Report:
 
     def render(self, meta, errors):
         self.step_times()
+        self.peers()
+        self.floors()
         self.amp_speedup()
         self.memory()
         self.graph()
@@ -358,14 +472,16 @@ class Report:
         self.failures(errors)
         a = self.args
         head = ["## Training step: mixgrad and PyTorch side by side", "",
-                f"{meta['date']}, {meta['cpu']} ({meta['cpus']} CPUs visible); mixgrad {meta['mixgrad']}, "
-                f"PyTorch {meta['pytorch']}." + (" **Quick smoke run: not a measurement.**" if a.quick else ""), "",
+                f"{meta['date']}, {meta['cpu']} ({meta['cpus']} CPUs visible); mixgrad {meta['mixgrad']}; "
+                "PyTorch settings: " + ", ".join(peer_label(p, self.versions) for p in meta["peers"]) + "." +
+                (" **Quick smoke run: not a measurement.**" if a.quick else ""), "",
+                "Each timed process ran in a scheduling group of its own (" + meta["scheduling"] + ").", "",
                 "A step is zero_grad(set_to_none) + forward under autocast + cross-entropy + backward + "
                 "optimizer step (f16: through an enabled GradScaler) on one random batch: mlp 784-512-512-10 "
                 "with SGD momentum 0.9; cnn conv32-pool-conv64-pool-fc128-fc10 with Adam; resnet9 as in "
                 "examples/cifar10 with Nesterov SGD and weight decay. "
-                f"Each configuration ran {a.rounds} round(s); a round is one mixgrad process and one PyTorch "
-                f"process, their order alternating between rounds, each with {a.warmup} warm-up and "
+                f"Each configuration ran {a.rounds} round(s); a round is one mixgrad process and one process per "
+                f"PyTorch setting, mixgrad first in one round and last in the next, each with {a.warmup} warm-up and "
                 f"{a.repeat} timed steps"
                 + (f" (fewer where they would take longer than {a.seconds / 4:g} s and {a.seconds} s: at least 1 "
                    "and 3)" if a.seconds else "") + "; the rounds are the outer loop (round 1 of every configuration, "
@@ -378,10 +494,105 @@ class Report:
                 "only); mixgrad runs with "
                 + (f"OMP_WAIT_POLICY={a.mixgrad_wait_policy}." if a.mixgrad_wait_policy else
                    "OMP_WAIT_POLICY unset (libgomp's default).") +
-                " Ratios are mixgrad's median over PyTorch's (below 1: mixgrad is faster or smaller); each "
-                "verdict compares a ratio of medians with issue #8's target.", "",
+                " Ratios are mixgrad's median over the best PyTorch setting's (below 1: mixgrad is faster or "
+                "smaller); each verdict compares a ratio of medians with the target of issue #8 or #38.", "",
                 "### Targets", ""]
         return "\n".join(head + table(["target", "value", "goal", ""], self.targets) + self.lines)
+
+
+def setting(stats):
+    """How a best-PyTorch cell was measured: "2.5 channels-last, PASSIVE"."""
+    if "peer" not in stats:
+        return "—"
+    return f"{stats['peer']} ({stats.get('policy', 'default')})"
+
+
+def peer_label(peer, versions):
+    layout = "channels-last" if "--channels-last" in PEERS[peer] else "NCHW"
+    return f"PyTorch {versions.get(peer, '?')} {layout}"
+
+
+# --- the best peer, the floors ---------------------------------------------------------------------
+
+def best_peer(cell):
+    """The peer with the lowest median in a configuration ({impl: stats})."""
+    timed = [(s["median"], p) for p, s in cell.items() if p in PEERS and "median" in s]
+    if not timed:
+        return next((dict(s) for p, s in cell.items() if p in PEERS), {"missing": "not run"})
+    return dict(cell[min(timed)[1]], peer=min(timed)[1])
+
+
+def rounds_behind(runs):
+    """The rounds in which mixgrad's median was above every PyTorch setting's lowest."""
+    behind = []
+    for r in sorted({x["round"] for x in runs["mixgrad"] if "times_ms" in x}):
+        mine = [statistics.median(x["times_ms"]) for x in runs["mixgrad"] if x["round"] == r and "times_ms" in x]
+        peers = [statistics.median(x["times_ms"]) for p, xs in runs.items() if p in PEERS for x in xs
+                 if x["round"] == r and "times_ms" in x]
+        if mine and peers and min(mine) > min(peers):
+            behind.append(r)
+    return behind
+
+
+def gemm_ceilings(args):
+    """GFLOP/s of oneDNN's GEMM on plain operands, the best shape per dtype,
+    and whether bf16 is emulated (then held to f32's): {dtype: (gflops, how)}."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    p = subprocess.run([args.kernels, "--only", "gemm"] + (["--quick"] if args.quick else []), env=env,
+                       capture_output=True, text=True, timeout=args.timeout, preexec_fn=own_scheduling_group)
+    if p.returncode != 0:
+        raise RuntimeError(f"{args.kernels} --only gemm: exit {p.returncode}: {p.stderr.strip()[-300:]}")
+    best, emulated = {}, False
+    for line in p.stdout.splitlines():
+        row = json.loads(line)
+        if row.get("meta") == "mixgrad":
+            emulated = row.get("bf16_ceiling") == "f32"
+        if row.get("impl") != "onednn" or "times_ms" not in row:
+            continue
+        m, n, k = (int(x) for x in row["shape"].split("x"))
+        gflops = 2 * m * n * k / (statistics.median(row["times_ms"]) * 1e6)
+        best[row["dtype"]] = max(best.get(row["dtype"], 0), gflops)
+    out = {"off": (best["f32"], "f32"), "f16": (best["f32"], "f32: emulated")}
+    out["bf16"] = (best["f32"], "f32: emulated") if emulated or "bf16" not in best else (best["bf16"], "bf16")
+    return out
+
+
+def step_flops(model, batch, args):
+    p = subprocess.run([peer_python("pytorch2", args), args.torch_script, "--model", model, "--batch", str(batch),
+                        "--flops"], capture_output=True, text=True, timeout=args.timeout)
+    if p.returncode != 0:
+        raise RuntimeError(f"train_step.py --flops: exit {p.returncode}: {p.stderr.strip()[-300:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])["step_flops"]
+
+
+def floors(cfgs, args):
+    """{(model, batch, amp): floor} for the main configurations, and a note
+    saying why there are none when there are none."""
+    if not args.torch2_venv:
+        return {}, "PyTorch 2's flop counter is needed (--torch2-venv)"
+    try:
+        ceiling = gemm_ceilings(args)
+        out = {}
+        for model, amp, batch, threads in cfgs:
+            if (model, batch) in MAIN and threads == args.threads:
+                flops = step_flops(model, batch, args)
+                gflops, how = ceiling[amp]
+                out[(model, batch, amp)] = {"flops": flops, "gflops": gflops, "ceiling": how,
+                                            "floor_ms": flops / (gflops * 1e6)}
+        return out, ""
+    except (OSError, RuntimeError, subprocess.TimeoutExpired, KeyError, ValueError) as e:
+        return {}, str(e)
+
+
+def ensure_torch2(venv):
+    """Makes the virtual environment with PyTorch 2 from PyPI on first use
+    (pip fetches torch and its dependencies: a few GB)."""
+    python = os.path.join(venv, "bin", "python")
+    if os.access(python, os.X_OK) and subprocess.run([python, "-c", "import torch"], capture_output=True).returncode == 0:
+        return
+    print(f"bench: installing PyTorch 2 from PyPI into {venv} (once)", file=sys.stderr)
+    subprocess.run(["/usr/bin/python3", "-m", "venv", venv], check=True)
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--progress-bar", "off", "torch", "numpy"], check=True)
 
 
 # --- main -----------------------------------------------------------------------------------------
@@ -402,6 +613,10 @@ def parse_args():
                    help="the train_step program (default build/bench/train_step)")
     p.add_argument("--python", default="/usr/bin/python3", help="the Python with torch (default /usr/bin/python3)")
     p.add_argument("--torch-script", default=os.path.join(HERE, "train_step.py"))
+    p.add_argument("--torch2-venv", help="a virtual environment for PyTorch 2 from PyPI (made on first use); "
+                                         "without it only Debian's PyTorch runs and no FLOP floor is computed")
+    p.add_argument("--kernels", default=os.path.join(ROOT, "build", "bench", "kernels"),
+                   help="the kernel benchmark, for the GEMM ceilings (default build/bench/kernels)")
     p.add_argument("--models", default="mlp,cnn,resnet9", help="comma-separated subset (default all)")
     p.add_argument("--threads", type=int, default=2, help="threads outside the thread-scaling table (default 2)")
     p.add_argument("--rounds", type=int, help="processes per implementation and configuration (default 3)")
@@ -427,23 +642,31 @@ def parse_args():
 
 def main():
     args = parse_args()
+    if args.torch2_venv:
+        ensure_torch2(args.torch2_venv)
     cfgs = configs(args)
-    runs = {cfg: {"mixgrad": [], "pytorch": []} for cfg in cfgs}
+    runs = {cfg: {impl: [] for impl in impls(cfg, args)} for cfg in cfgs}
     for r in range(args.rounds):
         for i, cfg in enumerate(cfgs):
             print(f"[round {r + 1}/{args.rounds}, {i + 1}/{len(cfgs)}] {cfg[0]} amp {cfg[1]} batch {cfg[2]} "
                   f"threads {cfg[3]}", file=sys.stderr)
             run_round(cfg, r, args, runs[cfg])
     summary = {cfg: {impl: summarize_best(rs) for impl, rs in runs[cfg].items()} for cfg in cfgs}
+    for cfg in cfgs:
+        summary[cfg]["best"] = best_peer(summary[cfg])
+        summary[cfg]["rounds_behind"] = rounds_behind(runs[cfg]) if cfg[1] != "f16" else []
+    floor, floor_note = floors(cfgs, args)
     raw = [dict(res, config=list(cfg), impl_run=impl) for cfg in cfgs for impl, rs in runs[cfg].items() for res in rs]
     cpu, cpus = machine()
-    versions = {impl: next((s[impl]["version"] for s in summary.values() if s[impl].get("version")), "?")
-                for impl in ("mixgrad", "pytorch")}
+    peers = [p for p in PEERS if any(p in runs[cfg] for cfg in cfgs)]
+    versions = {impl: next((s[impl]["version"] for s in summary.values() if s.get(impl, {}).get("version")), "?")
+                for impl in ["mixgrad"] + peers}
     meta = {"date": datetime.date.today().isoformat(), "cpu": cpu, "cpus": cpus, "mixgrad": versions["mixgrad"],
-            "pytorch": versions["pytorch"], "rounds": args.rounds, "warmup": args.warmup, "repeat": args.repeat,
-            "quick": args.quick, "pytorch_env": "OMP_WAIT_POLICY=PASSIVE or unset, the faster per configuration",
+            "peers": peers, "versions": versions, "rounds": args.rounds, "warmup": args.warmup,
+            "repeat": args.repeat, "quick": args.quick, "scheduling": scheduling_note(),
+            "pytorch_env": "OMP_WAIT_POLICY=PASSIVE or unset, the faster per configuration",
             "mixgrad_wait_policy": args.mixgrad_wait_policy}
-    report = Report(summary, args)
+    report = Report(summary, args, floor, floor_note, versions)
     text = report.render(meta, [r for r in raw if "error" in r])
     print(text)
     if args.out:
@@ -451,7 +674,8 @@ def main():
             f.write(text + "\n")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"meta": meta, "targets": report.targets,
+            json.dump({"meta": meta, "targets": report.targets, "floors": [{"config": list(k), **v} for k, v in
+                                                                              floor.items()],
                        "summary": [{"config": list(k), **v} for k, v in summary.items()], "runs": raw}, f, indent=1)
 
 

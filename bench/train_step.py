@@ -3,8 +3,9 @@
 mixgrad's; bench/run_train.py runs both, alternating, and compares).
 
     OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/train_step.py \\
-        --model cnn --amp bf16 --batch 128 --warmup 5 --repeat 30 [--seconds S]
+        --model cnn --amp bf16 --batch 128 --warmup 5 --repeat 30 [--seconds S] [--channels-last]
     python3 bench/train_step.py --device cuda --model resnet9 --amp f16 --batch 64
+    bench/.venv-torch2/bin/python bench/train_step.py --model cnn --batch 128 --flops
 
 The same models, optimizers, step and JSON line as the C program: a step is
 zero_grad(set_to_none=True), forward under torch.autocast, cross-entropy,
@@ -12,11 +13,15 @@ backward, optimizer step, on one random batch; on CUDA, f16 goes through a
 GradScaler as mixgrad's does, and each step ends with torch.cuda.synchronize()
 as mixgrad's ends with mx_synchronize. Threads:
 torch.set_num_threads(OMP_NUM_THREADS, default 2), since torch's own default
-on these machines is 1. CPU autocast in PyTorch 1.13 runs bfloat16 only, so
+on these machines is 1. Where CPU autocast has no float16 (PyTorch 1.13),
 --amp f16 on the CPU prints a line with "skipped" and times nothing.
+--channels-last keeps the convolutional models' weights and batch in
+channels-last memory format. --flops prints the FLOPs of one training
+step instead of timing it (torch.utils.flop_counter, PyTorch 2.1 or later).
 """
 import argparse
 import json
+import warnings
 import os
 import resource
 import statistics
@@ -99,11 +104,15 @@ class Bench:
         torch.manual_seed(args.seed)
         self.device = args.device
         self.net = MODELS[args.model]().to(self.device)
+        if args.channels_last:
+            self.net = self.net.to(memory_format=torch.channels_last)
         self.opt = make_optimizer(args.model, self.net.parameters())
         self.amp = {"off": None, "bf16": torch.bfloat16, "f16": torch.float16}[args.amp]
         self.scaler = torch.cuda.amp.GradScaler() if self.amp == torch.float16 else None
         shape = (args.batch, 3, 32, 32) if args.model == "resnet9" else (args.batch, 1, 28, 28)
         self.x = torch.randn(shape).to(self.device)
+        if args.channels_last:
+            self.x = self.x.contiguous(memory_format=torch.channels_last)
         self.y = torch.randint(0, 10, (args.batch,), dtype=torch.int64).to(self.device)
 
     def forward_loss(self):
@@ -178,6 +187,29 @@ def run(args, base_rss_kb):
             "params": sum(p.numel() for p in b.net.parameters())}
 
 
+def cpu_autocast_refuses(dtype):
+    """Whether this PyTorch's CPU autocast refuses dtype (1.13 does float16)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            with torch.autocast("cpu", dtype=dtype):
+                return not torch.is_autocast_cpu_enabled()
+        except RuntimeError:  # 1.13: "AutocastCPU only support Bfloat16"
+            return True
+
+
+def step_flops(args):
+    """The FLOPs of one training step's forward and backward, as PyTorch's
+    flop counter computes them from the operands' shapes (matrix products
+    and convolutions; the rest is memory-bound and not counted)."""
+    from torch.utils.flop_counter import FlopCounterMode
+    b = Bench(args)
+    with FlopCounterMode(display=False) as counter:
+        b.opt.zero_grad(set_to_none=True)
+        b.forward_loss().backward()
+    return counter.get_total_flops()
+
+
 def main():
     p = argparse.ArgumentParser(description="Times PyTorch's training step on a random batch; prints one JSON line.")
     p.add_argument("--model", choices=sorted(MODELS), default="cnn")
@@ -189,13 +221,19 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--seconds", type=int, default=0,
                    help="cap on the timed steps' time (at least 3 steps; warm-up: a quarter of it); 0: none")
+    p.add_argument("--channels-last", action="store_true", help="weights and batch in channels-last memory format")
+    p.add_argument("--flops", action="store_true", help="print one step's FLOPs (needs PyTorch 2.1+) and exit")
     args = p.parse_args()
+    if args.flops:
+        print(json.dumps({"model": args.model, "batch": args.batch, "step_flops": step_flops(args),
+                          "version": torch.__version__}))
+        return
     base_rss_kb = current_rss_kb()  # the interpreter and torch, before the model
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
     result = {"impl": "pytorch", "model": args.model, "amp": args.amp, "device": args.device, "batch": args.batch,
-              "threads": torch.get_num_threads(), "warmup": args.warmup}
-    if args.amp == "f16" and args.device == "cpu":
-        result["skipped"] = f"CPU autocast in PyTorch {torch.__version__} supports bfloat16 only"
+              "threads": torch.get_num_threads(), "warmup": args.warmup, "channels_last": args.channels_last}
+    if args.amp == "f16" and args.device == "cpu" and cpu_autocast_refuses(torch.float16):
+        result["skipped"] = f"CPU autocast in PyTorch {torch.__version__} has no float16"
     else:
         result.update(run(args, base_rss_kb))
         print(f"train_step.py: pytorch {args.model} amp {args.amp} on {args.device}, batch {args.batch}, "
