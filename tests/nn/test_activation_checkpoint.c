@@ -252,9 +252,11 @@ Test(activation_checkpoint, the_graph_keeps_fewer_bytes) {
 
 /* --- several inputs and outputs, mx_grad, create_graph, retain_graph ------------------------------------- */
 
-/* (a, b, scale) -> (tanh(a) * b * scale, exp(a) + b); b and scale need no grad */
+/* (a, b, scale) -> (tanh(a)^2 * b * scale, exp(a) + b); b and scale need no grad. The square saves tanh(a), which
+ * a gradient of the gradient must reach through. */
 static mx_status two_outputs(void *user, int n_in, mx_tensor *const *in, int n_out, mx_tensor **out) {
-  out[0] = mx_mul(mx_mul(mx_tanh(in[0]), in[1]), in[2]);
+  mx_tensor *h = mx_tanh(in[0]);
+  out[0] = mx_mul(mx_mul(mx_mul(h, h), in[1]), in[2]);
   out[1] = mx_add(mx_exp(in[0]), in[1]);
   return out[0] && out[1] ? MX_OK : mx_last_status();
 }
@@ -313,6 +315,7 @@ Test(activation_checkpoint, without_grad_mode_fn_just_runs) {
     cr_assert_eq(mx_activation_checkpoint(two_outputs, NULL, 3, (mx_tensor *[]){a, b, b}, 2, out, &options), MX_OK);
   }
   cr_expect_not(mx_requires_grad(out[0]));
+  cr_expect_float_eq(mx_at(out[0], MX_SHAPE(0)), tanh(0.5) * tanh(0.5), 1e-6);
   cr_expect_float_eq(mx_at(out[1], MX_SHAPE(0)), exp(0.5) + 1, 1e-6);
   cr_expect_eq(users_freed, 1);
   /* with a graph, user is freed with it */
