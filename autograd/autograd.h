@@ -46,6 +46,9 @@ mx_tensor *mx_grad_of(const mx_tensor *t);
 void mx_zero_grad(mx_tensor *t);
 /* A view of t's data outside the graph. */
 mx_tensor *mx_detach(const mx_tensor *t);
+/* The same, owned by no scope whatever scopes are open: the caller
+ * releases it with mx_release (for saved-tensor hooks, below). */
+mx_tensor *mx_detach_unscoped(const mx_tensor *t);
 /* The name of the node that made t ("MulBackward"), or NULL for a leaf. */
 const char *mx_grad_fn_name(const mx_tensor *t);
 
@@ -151,6 +154,8 @@ bool mx_ctx_needs_input_grad(mx_function_ctx *ctx, int i);
  * name: names the hooks in errors ("mx_activation_checkpoint").
  * The struct must outlive every graph recorded while it is pushed (a
  * static const one does). Hooks nest; the innermost one packs. */
+/* pack runs inside the saving op's scope; a tensor it keeps must be one no
+ * scope owns, such as mx_detach_unscoped(t) (released by free_packed). */
 typedef struct {
   const char *name;
   void *(*pack)(mx_tensor *t, void *ctx);

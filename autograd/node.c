@@ -78,6 +78,17 @@ mx_tensor *mx_detach(const mx_tensor *t) {
   return mx__tensor_view(t, t->ndim, t->shape, t->strides, t->offset);
 }
 
+mx_tensor *mx_detach_unscoped(const mx_tensor *t) {
+  mx_tensor *view = t ? mx_detach(t) : NULL;
+  if (!view) {
+    if (!t) mx__null_input("mx_detach_unscoped", "t");
+    return NULL;
+  }
+  mx__retain(view);
+  mx_release(view); /* out of its scope: what remains is a handle no scope owns */
+  return view;
+}
+
 const char *mx_grad_fn_name(const mx_tensor *t) {
   return t && t->autograd && t->autograd->grad_fn ? t->autograd->grad_fn->name : NULL;
 }

@@ -51,8 +51,7 @@ typedef struct {
 
 static void frame_decref(frame *f) {
   if (!f || atomic_fetch_sub(&f->refs, 1) != 1) return;
-  for (int i = 0; f->recomputed && i < f->n_packed; i++)
-    if (f->recomputed[i]) mx__decref(f->recomputed[i]);
+  for (int i = 0; f->recomputed && i < f->n_packed; i++) mx_release(f->recomputed[i]);
   if (f->inputs_token) mx__decref(f->inputs_token);
   if (f->free_user) f->free_user(f->user);
   free(f->recomputed);
@@ -109,11 +108,10 @@ static void *pack_recompute(mx_tensor *t, void *ctx) {
   frame *f = ctx;
   int i = f->n_recomputed++;
   if (i >= f->n_packed) return &recomputed_token; /* counted; the mismatch is reported after fn */
-  mx_tensor *detached = mx_detach(t); /* without the recomputation's graph */
+  mx_tensor *detached = mx_detach_unscoped(t); /* without the recomputation's graph */
   if (!detached) return NULL;
-  if (f->recomputed[i]) mx__decref(f->recomputed[i]);
-  f->recomputed[i] = mx__retain(detached);
-  mx_release(detached);
+  mx_release(f->recomputed[i]);
+  f->recomputed[i] = detached;
   return &recomputed_token;
 }
 
@@ -164,7 +162,7 @@ static mx_status recompute(frame *f) {
     return status;
   }
   for (int i = 0; i < f->n_packed; i++) /* leftovers of an earlier recomputation */
-    if (f->recomputed[i]) mx__decref(f->recomputed[i]), f->recomputed[i] = NULL;
+    mx_release(f->recomputed[i]), f->recomputed[i] = NULL;
   f->n_recomputed = 0;
   rng_get(f, now);
   rng_set(f, f->rng_state);
@@ -208,7 +206,7 @@ static mx_tensor *unpack_forward(void *packed) {
               mx__dims_str(now, t->ndim, t->shape), mx_dtype_name(m->dtype),
               mx__dims_str(was, m->ndim, m->shape));
   }
-  mx__decref(t);
+  mx_release(t);
   return out;
 }
 
