@@ -8,7 +8,7 @@
  *       return out[0] ? MX_OK : mx_last_status();
  *     }
  *     ...
- *     mx_tensor *h;
+ *     mx_tensor *h, *loss;
  *     MX_AUTOCAST(MX_CPU, MX_BF16, true, true) {
  *       mx_activation_checkpoint(block, mlp, 1, &x, 1, &h, NULL);   // h as block(x), without its insides
  *       loss = mx_mse_loss(h, target, MX_REDUCTION_MEAN);
