@@ -190,6 +190,11 @@ static mx_status recompute(frame *f) {
 static mx_tensor *unpack_forward(void *packed) {
   packed_ref *ref = packed;
   frame *f = ref->f;
+  if (!f->recomputed) { /* fn has not returned: the forward is still packing */
+    mx__error(MX_STATE_ERROR, "%s: a tensor saved inside the checkpointed function was needed before the function "
+              "returned (a backward or mx_grad inside it?); differentiate outside the checkpointed function", FN);
+    return NULL;
+  }
   if (!f->recomputed[ref->index] && recompute(f) != MX_OK) return NULL;
   mx_tensor *t = f->recomputed[ref->index];
   f->recomputed[ref->index] = NULL;

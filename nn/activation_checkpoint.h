@@ -37,7 +37,9 @@
  * graph, so gradients of gradients work). With grad mode off fn just runs.
  * fn and user must stay valid until the graph is freed (options.free_user
  * can free user then). The generators' state is process-wide: do not draw
- * from them on another thread while a backward recomputes.
+ * from them on another thread while a backward recomputes; and two threads
+ * must not run backward through the same checkpointed graph at once. A
+ * backward or mx_grad inside fn through fn's own ops is an error.
  */
 #ifndef MX_NN_ACTIVATION_CHECKPOINT_H
 #define MX_NN_ACTIVATION_CHECKPOINT_H

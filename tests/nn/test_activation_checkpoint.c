@@ -342,6 +342,11 @@ static mx_status failing(void *user, int n_in, mx_tensor *const *in, int n_out, 
   return MX_OK;
 }
 
+static mx_status grad_inside(void *user, int n_in, mx_tensor *const *in, int n_out, mx_tensor **out) {
+  mx_tensor *y = mx_sum(mx_tanh(in[0]), MX_ALL_DIMS, false);
+  return mx_grad(1, &y, 1, in, NULL, false, false, false, out);
+}
+
 Test(activation_checkpoint, errors_name_the_function) {
   mx_scope *s = mx_scope_begin();
   mx_tensor *a = mx_full(MX_SHAPE(3), 0.5, MX_F32, MX_CPU), *out[1] = {a};
@@ -363,6 +368,11 @@ Test(activation_checkpoint, errors_name_the_function) {
   EXPECT_ERROR(mx_activation_checkpoint_sequential(lin, 1, a, NULL),
                "mx_activation_checkpoint_sequential: the module is a Linear, not a Sequential");
   mx_module_free(lin);
+
+  EXPECT_STATUS_ERROR(mx_activation_checkpoint(grad_inside, NULL, 1, &a, 1, out, NULL),
+                      "mx_activation_checkpoint: a tensor saved inside the checkpointed function was needed before "
+                      "the function returned (a backward or mx_grad inside it?); differentiate outside the "
+                      "checkpointed function");
 
   /* a second backward through a freed checkpointed graph */
   mx_tensor *y;
