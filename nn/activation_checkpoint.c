@@ -268,9 +268,11 @@ static mx_status check_call(mx_activation_checkpoint_fn fn, int n_inputs, mx_ten
       snprintf(arg, sizeof arg, "inputs[%d]", i);
       return mx__null_input(FN, arg);
     }
-  if (options && (options->n_generators < 0 || (options->n_generators > 0 && !options->generators)))
-    return mx__error(MX_INVALID_ARGUMENT, "%s: options name %d generators but give %s", FN, options->n_generators,
-                     options->generators ? "a negative count" : "no array");
+  if (options && options->n_generators < 0)
+    return mx__error(MX_INVALID_ARGUMENT, "%s: options->n_generators must be >= 0, got %d", FN, options->n_generators);
+  if (options && options->n_generators > 0 && !options->generators)
+    return mx__error(MX_INVALID_ARGUMENT, "%s: options->n_generators is %d but options->generators is NULL", FN,
+                     options->n_generators);
   for (int g = 0; options && g < options->n_generators; g++)
     if (!options->generators[g]) return mx__error(MX_INVALID_ARGUMENT, "%s: options->generators[%d] is NULL", FN, g);
   return MX_OK;
@@ -296,20 +298,38 @@ static frame *frame_new(mx_activation_checkpoint_fn fn, void *user, int n_inputs
   return f;
 }
 
+/* fn's status, and an error when it said MX_OK but left an output NULL. An
+ * output that is one of the inputs becomes an alias made here, so that
+ * every output is a handle of the current scope. */
+static mx_status check_outputs(mx_status status, int n_inputs, mx_tensor *const *inputs, int n_outputs,
+                               mx_tensor **outputs) {
+  for (int k = 0; k < n_outputs && status == MX_OK; k++) {
+    if (!outputs[k]) status = mx__error(MX_STATE_ERROR, "%s: fn returned MX_OK but left outputs[%d] NULL", FN, k);
+    for (int i = 0; i < n_inputs && status == MX_OK; i++)
+      if (outputs[k] == inputs[i] && !(outputs[k] = mx_reshape(inputs[i], mx_shape_get(inputs[i]))))
+        status = mx_last_status();
+  }
+  return status;
+}
+
 /* fn's outputs in the caller's scope, its temporaries released: only the
- * graph keeps anything of the forward, and the graph keeps nothing of fn's. */
-static mx_status run_forward(frame *f, mx_tensor *const *inputs, mx_tensor **outputs) {
+ * graph keeps anything of the forward, and (with a frame, whose hooks drop
+ * what fn's ops save) the graph keeps nothing of fn's. */
+static mx_status run_forward(frame *f, mx_activation_checkpoint_fn fn, void *user, int n_inputs,
+                             mx_tensor *const *inputs, int n_outputs, mx_tensor **outputs) {
   mx_scope *scope = mx_scope_begin();
   if (!scope) return mx_last_status();
-  rng_get(f, f->rng_state);
-  mx_status status = mx_saved_tensor_hooks_push(&forward_hooks, f);
-  if (status == MX_OK) {
-    status = f->fn(f->user, f->n_inputs, inputs, f->n_outputs, outputs);
-    mx_saved_tensor_hooks_pop();
+  mx_status status = MX_OK;
+  if (f) {
+    rng_get(f, f->rng_state);
+    status = mx_saved_tensor_hooks_push(&forward_hooks, f);
   }
-  for (int k = 0; k < f->n_outputs && status == MX_OK; k++)
-    if (!outputs[k]) status = mx__error(MX_STATE_ERROR, "%s: fn returned MX_OK but left outputs[%d] NULL", FN, k);
-  for (int k = 0; k < f->n_outputs; k++)
+  if (status == MX_OK) {
+    status = fn(user, n_inputs, inputs, n_outputs, outputs);
+    if (f) mx_saved_tensor_hooks_pop();
+  }
+  status = check_outputs(status, n_inputs, inputs, n_outputs, outputs);
+  for (int k = 0; k < n_outputs; k++)
     if (outputs[k] && (status != MX_OK || !mx_keep(outputs[k]))) outputs[k] = NULL;
   mx_scope_end(scope);
   return status;
@@ -321,11 +341,8 @@ mx_status mx_activation_checkpoint(mx_activation_checkpoint_fn fn, void *user, i
   for (int k = 0; outputs && k < n_outputs; k++) outputs[k] = NULL;
   void (*free_user)(void *) = options ? options->free_user : NULL;
   mx_status status = check_call(fn, n_inputs, inputs, n_outputs, outputs, options);
-  if (status == MX_OK && !mx_is_grad_enabled()) { /* no graph: nothing to drop */
-    status = fn(user, n_inputs, inputs, n_outputs, outputs);
-    if (status != MX_OK)
-      for (int k = 0; k < n_outputs; k++) mx_release(outputs[k]), outputs[k] = NULL;
-  }
+  if (status == MX_OK && !mx_is_grad_enabled()) /* no graph: nothing to drop */
+    status = run_forward(NULL, fn, user, n_inputs, inputs, n_outputs, outputs);
   if (status != MX_OK || !mx_is_grad_enabled()) {
     if (free_user) free_user(user);
     return status;
@@ -337,7 +354,7 @@ mx_status mx_activation_checkpoint(mx_activation_checkpoint_fn fn, void *user, i
   }
   f->free_user = free_user; /* the frame frees user from now on */
   status = save_inputs(f, n_inputs, inputs);
-  if (status == MX_OK) status = run_forward(f, inputs, outputs);
+  if (status == MX_OK) status = run_forward(f, fn, user, n_inputs, inputs, n_outputs, outputs);
   if (status == MX_OK) f->recomputed = calloc((size_t)f->n_packed + 1, sizeof *f->recomputed);
   if (status == MX_OK && !f->recomputed) status = mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", FN);
   if (status != MX_OK)

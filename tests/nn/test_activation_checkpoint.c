@@ -327,6 +327,33 @@ Test(activation_checkpoint, without_grad_mode_fn_just_runs) {
   cr_expect_eq(users_freed, 2);
 }
 
+/* (a, b) -> (tanh(a), b): an output that is an input comes back as a new handle on it */
+static mx_status pass_through(void *user, int n_in, mx_tensor *const *in, int n_out, mx_tensor **out) {
+  out[0] = mx_tanh(in[0]);
+  out[1] = in[1];
+  return out[0] ? MX_OK : mx_last_status();
+}
+
+Test(activation_checkpoint, an_input_returned_as_an_output) {
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *a = mx_full(MX_SHAPE(2), 0.5, MX_F32, MX_CPU), *b = mx_full(MX_SHAPE(2), 2, MX_F32, MX_CPU);
+  mx_set_requires_grad(a, true);
+  mx_set_requires_grad(b, true);
+  mx_tensor *out[2];
+  for (int grad = 0; grad < 2; grad++) {
+    mx_set_grad_enabled(grad);
+    cr_assert_eq(mx_activation_checkpoint(pass_through, NULL, 2, (mx_tensor *[]){a, b}, 2, out, NULL), MX_OK);
+    mx_set_grad_enabled(true);
+    cr_expect_neq(out[1], b);
+    cr_expect_eq(mx_at(out[1], MX_SHAPE(1)), 2);
+  }
+  mx_tensor *loss = mx_sum(mx_mul(out[0], out[1]), MX_ALL_DIMS, false);
+  cr_assert_eq(mx_backward(loss, NULL, false), MX_OK, "%s", mx_last_error());
+  cr_expect_float_eq(mx_at(mx_grad_of(b), MX_SHAPE(0)), tanh(0.5), 1e-6);
+  cr_expect_float_eq(mx_at(mx_grad_of(a), MX_SHAPE(0)), 2 * (1 - tanh(0.5) * tanh(0.5)), 1e-6);
+  mx_scope_end(s);
+}
+
 /* --- errors ---------------------------------------------------------------------------------------------- */
 
 static bool training_flag = true;
@@ -362,6 +389,9 @@ Test(activation_checkpoint, errors_name_the_function) {
                       "mx_activation_checkpoint: n_outputs must be at least 1, got 0");
   EXPECT_STATUS_ERROR(mx_activation_checkpoint(failing, NULL, 1, &a, 2, out, NULL),
                       "mx_activation_checkpoint: fn returned MX_OK but left outputs[1] NULL");
+  mx_activation_checkpoint_options bad = {.n_generators = 1};
+  EXPECT_STATUS_ERROR(mx_activation_checkpoint(failing, NULL, 1, &a, 1, out, &bad),
+                      "mx_activation_checkpoint: options->n_generators is 1 but options->generators is NULL");
   EXPECT_ERROR(mx_activation_checkpoint_sequential(NULL, 1, a, NULL),
                "mx_activation_checkpoint_sequential: argument 'seq' is NULL");
   mx_module *lin = mx_linear_new(3, 3, true, NULL);
