@@ -376,7 +376,7 @@ static mx_status grad_inside(void *user, int n_in, mx_tensor *const *in, int n_o
 
 Test(activation_checkpoint, errors_name_the_function) {
   mx_scope *s = mx_scope_begin();
-  mx_tensor *a = mx_full(MX_SHAPE(3), 0.5, MX_F32, MX_CPU), *out[1] = {a};
+  mx_tensor *a = mx_full(MX_SHAPE(3), 0.5, MX_F32, MX_CPU), *out[2] = {a, a};
   mx_set_requires_grad(a, true);
   EXPECT_STATUS_ERROR(mx_activation_checkpoint(NULL, NULL, 1, &a, 1, out, NULL),
                       "mx_activation_checkpoint: argument 'fn' is NULL");
