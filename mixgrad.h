@@ -25,6 +25,7 @@
 #include "dist/dist.h"
 #include "kernels/base.h"
 #include "kernels/math.h"
+#include "nn/activation_checkpoint.h"
 #include "nn/checkpoint.h"
 #include "nn/init.h"
 #include "nn/layers.h"

@@ -82,6 +82,20 @@ bool mx_autocast_is_cache_enabled(void);
 /* Regions open on this thread. */
 int mx_autocast_depth(void);
 
+/* This thread's autocast state, to be entered again later: activation
+ * checkpointing (nn/activation_checkpoint.h) recomputes a forward in
+ * backward under the state it first ran with. Indexed by device type
+ * (MX_CPU, MX_CUDA); outside any region every device is disabled. */
+typedef struct {
+  bool enabled[MX_DEVICE_COUNT];
+  mx_dtype dtype[MX_DEVICE_COUNT];
+  bool cache_enabled;
+} mx_autocast_state;
+mx_autocast_state mx_autocast_state_get(void);
+/* Opens a region with exactly this state for every device type (one
+ * nesting level, closed by mx_autocast_end like any other). */
+mx_status mx_autocast_begin_state(const mx_autocast_state *state);
+
 /* --- the policy table, as data ------------------------------------------------------ */
 
 /* The policy autocast applies to op (its number: mx_op_name(op) names

@@ -9,7 +9,7 @@
 
 /* --- regions ------------------------------------------------------------------------ */
 
-enum { N_DEVICE_TYPES = 2, MAX_DEPTH = 64 };
+enum { N_DEVICE_TYPES = MX_DEVICE_COUNT, MAX_DEPTH = 64 };
 
 typedef struct {
   bool enabled[N_DEVICE_TYPES];
@@ -68,6 +68,30 @@ mx_status mx_autocast_end(void) {
   if (t->depth == 0) return mx__error(MX_STATE_ERROR, "mx_autocast_end: no autocast region is open");
   t->current = t->saved[--t->depth];
   if (t->depth == 0) mx__cast_cache_clear();
+  return MX_OK;
+}
+
+mx_autocast_state mx_autocast_state_get(void) {
+  const autocast_state *s = state();
+  mx_autocast_state out = {.cache_enabled = s->cache_enabled};
+  for (int d = 0; d < N_DEVICE_TYPES; d++) out.enabled[d] = s->enabled[d], out.dtype[d] = s->dtype[d];
+  return out;
+}
+
+mx_status mx_autocast_begin_state(const mx_autocast_state *wanted) {
+  if (!wanted) return mx__null_input("mx_autocast_begin_state", "state");
+  for (int d = 0; d < N_DEVICE_TYPES; d++)
+    if (wanted->dtype[d] != MX_F16 && wanted->dtype[d] != MX_BF16)
+      return mx__error(MX_DTYPE_ERROR, "mx_autocast_begin_state: autocast dtype must be float16 or bfloat16, got "
+                       "%s for device type %d", mx_dtype_name(wanted->dtype[d]), d);
+  thread_state *t = this_thread();
+  if (t->depth >= MAX_DEPTH)
+    return mx__error(MX_STATE_ERROR, "mx_autocast_begin_state: more than %d nested autocast regions", MAX_DEPTH);
+  t->saved[t->depth++] = t->current;
+  autocast_state *s = &t->current;
+  for (int d = 0; d < N_DEVICE_TYPES; d++) s->enabled[d] = wanted->enabled[d], s->dtype[d] = wanted->dtype[d];
+  s->cache_enabled = wanted->cache_enabled;
+  s->backward_depth = mx__backward_depth();
   return MX_OK;
 }
 

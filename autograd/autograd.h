@@ -46,6 +46,9 @@ mx_tensor *mx_grad_of(const mx_tensor *t);
 void mx_zero_grad(mx_tensor *t);
 /* A view of t's data outside the graph. */
 mx_tensor *mx_detach(const mx_tensor *t);
+/* The same, owned by no scope whatever scopes are open: the caller
+ * releases it with mx_release (for saved-tensor hooks, below). */
+mx_tensor *mx_detach_unscoped(const mx_tensor *t);
 /* The name of the node that made t ("MulBackward"), or NULL for a leaf. */
 const char *mx_grad_fn_name(const mx_tensor *t);
 
@@ -133,6 +136,41 @@ mx_status mx_ctx_save(mx_function_ctx *ctx, int n, mx_tensor *const *tensors);
 mx_tensor *mx_ctx_saved(mx_function_ctx *ctx, int i);
 void *mx_ctx_user(mx_function_ctx *ctx);
 bool mx_ctx_needs_input_grad(mx_function_ctx *ctx, int i);
+
+/* --- saved-tensor hooks (torch.autograd.graph.saved_tensors_hooks) --------------- */
+/* While hooks are pushed on a thread, a tensor an op saves for backward is
+ * handed to pack instead of being kept; backward asks unpack for it, once
+ * per node (the node keeps what unpack returns until it is released), and
+ * free_packed drops what was packed. A leaf that requires grad (a weight)
+ * is always kept as it is: its gradient accumulator keeps it alive anyway.
+ * Saved outputs reach pack as detached views. Activation checkpointing
+ * (nn/activation_checkpoint.h) is built on these hooks.
+ *
+ * pack(t, ctx): returns what stands for t (never NULL on success; NULL with
+ *   the error set fails the op that saved t). t is borrowed.
+ * unpack(packed): t again (its values), as a new handle the node takes over,
+ *   or NULL with the error set. Under create_graph the node connects it to
+ *   the graph t belonged to, so gradients of gradients work.
+ * name: names the hooks in errors ("mx_activation_checkpoint").
+ * The struct must outlive every graph recorded while it is pushed (a
+ * static const one does). Hooks nest; the innermost one packs. */
+/* pack runs inside the saving op's scope; a tensor it keeps must be one no
+ * scope owns, such as mx_detach_unscoped(t) (released by free_packed). */
+typedef struct {
+  const char *name;
+  void *(*pack)(mx_tensor *t, void *ctx);
+  mx_tensor *(*unpack)(void *packed);
+  void (*free_packed)(void *packed);
+} mx_saved_tensor_hooks;
+mx_status mx_saved_tensor_hooks_push(const mx_saved_tensor_hooks *hooks, void *ctx);
+/* Pops the innermost hooks (an error when none are pushed). */
+mx_status mx_saved_tensor_hooks_pop(void);
+
+/* The bytes of storage the saved tensors of root's graph keep alive (each
+ * storage once, whether a saved tensor is a view or not; leaves included;
+ * packed tensors not), or -1 with the error set. A measure of what a
+ * forward pass costs in memory until backward frees it. */
+int64_t mx_graph_saved_bytes(const mx_tensor *root);
 
 /* --- gradient checking ---------------------------------------------------------- */
 /* A function of n float64 inputs with one output, for gradcheck. */

@@ -309,6 +309,38 @@ mx_status mx__graph_leaves(const mx_tensor *root, int *n, mx_tensor ***leaves) {
   return status;
 }
 
+static int compare_pointers(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t)*(void *const *)a, y = (uintptr_t)*(void *const *)b;
+  return (x > y) - (x < y);
+}
+
+int64_t mx_graph_saved_bytes(const mx_tensor *root) {
+  if (!root) {
+    mx__null_input("mx_graph_saved_bytes", "root");
+    return -1;
+  }
+  mx__node *start = root->autograd ? root->autograd->grad_fn : NULL;
+  if (!start) return 0;
+  run_state st = {0};
+  mx_status status = collect(&st, 1, &start);
+  size_t n_saved = 0;
+  for (size_t k = 0; k < st.count && status == MX_OK; k++) n_saved += (size_t)st.nodes[k].node->n_saved;
+  const mx__storage **storages = status == MX_OK ? malloc(sizeof *storages * (n_saved + 1)) : NULL;
+  if (status == MX_OK && !storages)
+    status = mx__error(MX_OUT_OF_MEMORY, "mx_graph_saved_bytes: out of memory walking the graph");
+  size_t n = 0;
+  for (size_t k = 0; k < st.count && storages; k++)
+    for (int i = 0; i < st.nodes[k].node->n_saved; i++)
+      if (st.nodes[k].node->saved[i].tensor) storages[n++] = st.nodes[k].node->saved[i].tensor->storage;
+  int64_t bytes = status == MX_OK ? 0 : -1;
+  if (storages) qsort(storages, n, sizeof *storages, compare_pointers);
+  for (size_t i = 0; i < n; i++)
+    if (i == 0 || storages[i] != storages[i - 1]) bytes += (int64_t)storages[i]->bytes;
+  free(storages);
+  finish(&st);
+  return bytes;
+}
+
 /* Where a tensor's gradient arrives: its producer's slot; for a leaf, the
  * accumulator reached through a node made for this run (held by a
  * reference, as another thread may drop the graphs that hold the leaf's

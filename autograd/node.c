@@ -78,6 +78,17 @@ mx_tensor *mx_detach(const mx_tensor *t) {
   return mx__tensor_view(t, t->ndim, t->shape, t->strides, t->offset);
 }
 
+mx_tensor *mx_detach_unscoped(const mx_tensor *t) {
+  mx_tensor *view = t ? mx_detach(t) : NULL;
+  if (!view) {
+    if (!t) mx__null_input("mx_detach_unscoped", "t");
+    return NULL;
+  }
+  mx__retain(view);
+  mx_release(view); /* out of its scope: what remains is a handle no scope owns */
+  return view;
+}
+
 const char *mx_grad_fn_name(const mx_tensor *t) {
   return t && t->autograd && t->autograd->grad_fn ? t->autograd->grad_fn->name : NULL;
 }
@@ -170,8 +181,13 @@ mx__node *mx__node_retain(mx__node *node) {
 
 void mx__node_release(mx__node *node) {
   for (int i = 0; i < node->n_saved; i++) {
-    if (node->saved[i].tensor) mx__decref(node->saved[i].tensor);
-    node->saved[i].tensor = NULL;
+    mx__saved *s = &node->saved[i];
+    if (s->tensor) mx__decref(s->tensor);
+    if (s->packed) s->hooks->free_packed(s->packed);
+    if (s->producer) mx__node_decref(s->producer);
+    s->tensor = NULL;
+    s->packed = NULL;
+    s->producer = NULL;
   }
   node->released = true;
 }
@@ -263,26 +279,88 @@ void mx__node_set_output(mx__node *node, int k, mx_tensor *out) {
   mx__meta_from(&node->out_meta[k], out);
 }
 
+/* --- saved-tensor hooks ------------------------------------------------------------ */
+
+enum { MAX_SAVED_HOOKS = 64 };
+typedef struct {
+  const mx_saved_tensor_hooks *hooks;
+  void *ctx;
+} pushed_hooks;
+static _Thread_local pushed_hooks hook_stack[MAX_SAVED_HOOKS];
+static _Thread_local int hook_depth;
+
+mx_status mx_saved_tensor_hooks_push(const mx_saved_tensor_hooks *hooks, void *ctx) {
+  if (!hooks || !hooks->pack || !hooks->unpack || !hooks->free_packed)
+    return mx__null_input("mx_saved_tensor_hooks_push", !hooks ? "hooks" : "hooks->pack, unpack or free_packed");
+  if (hook_depth == MAX_SAVED_HOOKS)
+    return mx__error(MX_STATE_ERROR, "mx_saved_tensor_hooks_push: more than %d hooks pushed on this thread",
+                     MAX_SAVED_HOOKS);
+  hook_stack[hook_depth++] = (pushed_hooks){hooks, ctx};
+  return MX_OK;
+}
+
+mx_status mx_saved_tensor_hooks_pop(void) {
+  if (hook_depth == 0) return mx__error(MX_STATE_ERROR, "mx_saved_tensor_hooks_pop: no hooks are pushed");
+  hook_depth--;
+  return MX_OK;
+}
+
 mx_status mx__node_save(mx__node *node, int slot, mx_tensor *t, bool is_output) {
   /* an output is kept as a detached view: the node must not own its owner */
   mx_tensor *kept = is_output ? mx__tensor_view(t, t->ndim, t->shape, t->strides, t->offset) : t;
   if (!kept) return mx_last_status();
-  mx__retain(kept); /* the node's reference */
-  if (is_output) mx_release(kept); /* the view's handle was only ours */
   int output_nr = is_output && t->autograd ? t->autograd->output_nr : 0;
-  node->saved[slot] = (mx__saved){kept, mx_version(t), is_output, output_nr};
+  bool weight = mx_is_leaf(t) && mx_requires_grad(t);
+  if (hook_depth == 0 || weight) {
+    mx__retain(kept); /* the node's reference */
+    if (is_output) mx_release(kept); /* the view's handle was only ours */
+    node->saved[slot] =
+        (mx__saved){.tensor = kept, .version = mx_version(t), .is_output = is_output, .output_nr = output_nr};
+    return MX_OK;
+  }
+  const pushed_hooks *top = &hook_stack[hook_depth - 1];
+  void *packed = top->hooks->pack(kept, top->ctx);
+  if (is_output) mx_release(kept);
+  if (!packed)
+    return mx_last_status() != MX_OK ? mx_last_status()
+                                     : mx__error(MX_STATE_ERROR, "%s: pack failed", top->hooks->name);
+  mx__saved saved = {.is_output = is_output, .output_nr = output_nr, .packed = packed, .hooks = top->hooks};
+  if (!is_output && mx_requires_grad(t)) { /* a non-leaf: its producer, for create_graph */
+    saved.producer = mx__node_retain(t->autograd->grad_fn);
+    saved.producer_output_nr = t->autograd->output_nr;
+  }
+  node->saved[slot] = saved;
   return MX_OK;
+}
+
+/* A packed saved tensor back from its hooks, kept by the node from now on. */
+static mx_tensor *unpack(mx__saved *s) {
+  mx_tensor *t = s->hooks->unpack(s->packed);
+  if (!t) {
+    if (mx_last_status() == MX_OK) mx__error(MX_STATE_ERROR, "%s: unpack failed", s->hooks->name);
+    return NULL;
+  }
+  s->tensor = mx__retain(t);
+  mx_release(t); /* the handle becomes the node's reference */
+  s->version = mx_version(s->tensor);
+  s->hooks->free_packed(s->packed);
+  s->packed = NULL;
+  return s->tensor;
 }
 
 mx_tensor *mx__node_saved(mx__node *node, int slot) {
   if (node->released) {
+    const char *packed_by = NULL;
+    for (int i = 0; i < node->n_saved && !packed_by; i++)
+      if (node->saved[i].hooks) packed_by = node->saved[i].hooks->name;
     mx__error(MX_STATE_ERROR,
-              "mx_backward: trying to backward through the graph a second time (the saved tensors of %s "
+              "mx_backward: trying to backward through the graph a second time (the saved tensors of %s%s%s%s "
               "were freed by the first backward); pass retain_graph=true the first time",
-              node->name);
+              node->name, packed_by ? ", packed by " : "", packed_by ? packed_by : "", packed_by ? "," : "");
     return NULL;
   }
   mx__saved *s = &node->saved[slot];
+  if (s->packed && !unpack(s)) return NULL;
   if (!s->tensor) return NULL;
   uint64_t now = mx_version(s->tensor);
   if (now != s->version) {
@@ -294,12 +372,16 @@ mx_tensor *mx__node_saved(mx__node *node, int slot) {
               (unsigned long long)now, (unsigned long long)s->version);
     return NULL;
   }
-  if (!s->is_output || !mx_is_grad_enabled()) return s->tensor;
+  if (!mx_is_grad_enabled() || (!s->is_output && !s->producer)) return s->tensor;
   /* Differentiating through a saved output (create_graph): hand out a view
-   * whose producer is this node again, as PyTorch's SavedVariable does. It
-   * belongs to the current scope. */
+   * whose producer is this node again, as PyTorch's SavedVariable does; an
+   * unpacked non-output gets its own producer back. It belongs to the
+   * current scope. */
   mx_tensor *view = mx__tensor_view(s->tensor, s->tensor->ndim, s->tensor->shape, s->tensor->strides,
                                     s->tensor->offset);
-  if (view && mx__meta_of(view)) mx__node_set_output(node, s->output_nr, view);
+  if (view && mx__meta_of(view)) {
+    if (s->is_output) mx__node_set_output(node, s->output_nr, view);
+    else mx__node_set_output(s->producer, s->producer_output_nr, view);
+  }
   return view;
 }

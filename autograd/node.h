@@ -25,10 +25,18 @@ typedef struct {
 } mx__edge;
 
 typedef struct {
-  mx_tensor *tensor;
+  mx_tensor *tensor; /* NULL while packed */
   uint64_t version;
   bool is_output;
   int output_nr; /* for outputs: which one */
+  /* packed by saved-tensor hooks: what pack returned (NULL once unpacked),
+   * the hooks (kept after release, to name them in errors), and the
+   * producer of a packed non-output (owned), to reconnect it under
+   * create_graph */
+  void *packed;
+  const mx_saved_tensor_hooks *hooks;
+  mx__node *producer;
+  int producer_output_nr;
 } mx__saved;
 
 typedef struct {
