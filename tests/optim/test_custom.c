@@ -4,12 +4,14 @@
  * bit, schedules and clipping. */
 #include <criterion/criterion.h>
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "lion.h"
+#include "tests/common/tmp_files.h"
 
 #define OK(call) cr_assert_eq((call), MX_OK, "%s", mx_last_error())
+
+TestSuite(custom_optimizer, .init = make_tmp_dir, .fini = remove_tmp_dir);
 
 /* A leaf of the given values that requires grad, outside any scope. */
 static mx_tensor *leaf(const double *values, int64_t n, mx_dtype dtype) {
@@ -269,9 +271,7 @@ static mx_checkpoint checkpoint_of(lion_run *r) {
  * other weights, 4 more steps give every bit of the uninterrupted run:
  * parameters, exp_avg, hyper-parameters, scale. */
 Test(custom_optimizer, lion_checkpoint_resumes_bit_for_bit) {
-  char path[] = "/tmp/mx_lion_ckpt_XXXXXX";
-  int fd = mkstemp(path);
-  cr_assert_geq(fd, 0);
+  const char *path = tmp_path("lion.ckpt");
   lion_run a = run_new(1), b = run_new(2);
   train(&a, 0, 4);
   mx_checkpoint ck = checkpoint_of(&a);
@@ -307,13 +307,11 @@ Test(custom_optimizer, lion_checkpoint_resumes_bit_for_bit) {
   OK(mx_adam_add_group(adamw, 1, &bias, NULL));
   mx_clear_error();
   cr_expect_neq(mx_checkpoint_load(path, &(mx_checkpoint){.model = b.model, .optimizer = adamw}), MX_OK);
-  char want[256];
-  snprintf(want, sizeof want, "mx_checkpoint_load: %s: the file's optimizer is Lion but the one given is AdamW", path);
-  cr_expect_str_eq(mx_last_error(), want);
+  cr_expect_str_eq(mx_last_error(), fmt("mx_checkpoint_load: %s: the file's optimizer is Lion but the one given is "
+                                        "AdamW", path));
   mx_optimizer_free(adamw);
   run_free(&a);
   run_free(&b);
-  remove(path);
 }
 
 /* --- schedules and clipping ---------------------------------------------------------------------- */
