@@ -50,7 +50,8 @@
  *       for (int i = first; i < first + n; i++) {       // exp_avg: zeros like the parameter
  *         mx_tensor *p = mx_optimizer_param(opt, i);
  *         mx_tensor *m = mx_zeros(mx_shape_get(p), MX_F32, mx_device_of(p));
- *         if (mx_optimizer_add_state(opt, i, "exp_avg", m) != MX_OK) return mx_last_status();
+ *         if (mx_optimizer_add_state(opt, i, "exp_avg", m) != MX_OK)
+ *           return mx_optimizer_error(mx_last_status(), "%s: %s", fn, mx_last_error());
  *       }
  *       return MX_OK;
  *     }

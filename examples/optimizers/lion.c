@@ -29,7 +29,7 @@ static mx_status lion_init_group(mx_optimizer *opt, int group, const char *fn) {
     mx_tensor *p = mx_optimizer_param(opt, i);
     mx_dtype dtype = mx_dtype_of(p) == MX_F64 ? MX_F64 : MX_F32;
     if (mx_optimizer_add_state(opt, i, "exp_avg", mx_zeros(mx_shape_get(p), dtype, mx_device_of(p))) != MX_OK)
-      return mx_last_status();
+      return mx_optimizer_error(mx_last_status(), "%s: %s", fn, mx_last_error()); /* name the call that failed */
   }
   return MX_OK;
 }
