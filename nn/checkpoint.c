@@ -18,24 +18,19 @@ static const char *const load_fn = "mx_checkpoint_load";
 
 /* --- saving -------------------------------------------------------------------------- */
 
+/* The group's hyper-parameters by the names its type gives them (flags
+ * as true or false), then its initial lr. */
 static void add_group(mx__ckpt_writer *w, const mx_optimizer *opt, int g) {
+  const mx_optimizer_type *type = mx_optimizer_type_of(opt);
+  const double *h = mx_optimizer_hparams(opt, g);
   char key[96];
-#define F64(name, v) (snprintf(key, sizeof key, "optimizer.group.%d." name, g), mx__ckpt_add_f64(w, key, v))
-#define BOOL(name, v) mx__ckpt_add_meta(w, (v) ? "true" : "false", "optimizer.group.%d." name, g)
-  if (!strcmp(mx_optimizer_name(opt), "SGD")) {
-    mx_sgd_opts o;
-    mx_optimizer_get_sgd_opts(opt, g, &o);
-    F64("lr", o.lr), F64("momentum", o.momentum), F64("dampening", o.dampening);
-    F64("weight_decay", o.weight_decay), BOOL("nesterov", o.nesterov), BOOL("maximize", o.maximize);
-  } else {
-    mx_adam_opts o;
-    mx_optimizer_get_adam_opts(opt, g, &o);
-    F64("lr", o.lr), F64("beta1", o.beta1), F64("beta2", o.beta2), F64("eps", o.eps);
-    F64("weight_decay", o.weight_decay), BOOL("amsgrad", o.amsgrad), BOOL("maximize", o.maximize);
+  for (int k = 0; k < type->n_hparams; k++) {
+    snprintf(key, sizeof key, "optimizer.group.%d.%s", g, type->hparams[k].name);
+    if (type->hparams[k].flag) mx__ckpt_add_meta(w, h[k] != 0 ? "true" : "false", "%s", key);
+    else mx__ckpt_add_f64(w, key, h[k]);
   }
-  F64("initial_lr", mx_optimizer_initial_lr(opt, g));
-#undef F64
-#undef BOOL
+  snprintf(key, sizeof key, "optimizer.group.%d.initial_lr", g);
+  mx__ckpt_add_f64(w, key, mx_optimizer_initial_lr(opt, g));
 }
 
 static void add_optimizer(mx__ckpt_writer *w, const mx_optimizer *opt) {
@@ -43,12 +38,11 @@ static void add_optimizer(mx__ckpt_writer *w, const mx_optimizer *opt) {
   mx__ckpt_add_i64(w, "optimizer.groups", mx_optimizer_num_groups(opt));
   mx__ckpt_add_i64(w, "optimizer.params", mx_optimizer_num_params(opt));
   for (int g = 0; g < mx_optimizer_num_groups(opt); g++) add_group(w, opt, g);
-  for (int i = 0; i < mx_optimizer_num_params(opt); i++) {
-    const char *names[4];
-    int n = mx_optimizer_state_names(opt, i, names);
-    for (int k = 0; k < n; k++) mx__ckpt_add_tensor(w, mx_optimizer_state(opt, i, names[k]), true, "optimizer.%d.%s", i,
-                                                    names[k]);
-  }
+  for (int i = 0; i < mx_optimizer_num_params(opt); i++)
+    for (int k = 0; k < mx_optimizer_num_states(opt, i); k++) {
+      const char *name = mx_optimizer_state_name(opt, i, k);
+      mx__ckpt_add_tensor(w, mx_optimizer_state(opt, i, name), true, "optimizer.%d.%s", i, name);
+    }
 }
 
 static mx_status add_scaler(mx__ckpt_writer *w, const mx_scaler *s) {
@@ -133,40 +127,31 @@ mx_status mx_checkpoint_save_with_settings(const char *path, const mx_checkpoint
 typedef struct {
   int64_t step, epoch;
   uint64_t seed, offset;
-  int n_groups;
-  mx_sgd_opts *sgd; /* per group, for the optimizer's kind */
-  mx_adam_opts *adam;
+  int n_groups, n_hparams;
+  double *hparams; /* n_groups x n_hparams, in the optimizer type's order */
   double *initial_lr;
   mx_scaler_state scaler;
   const mx_tensor *schedule; /* the file's schedule.state */
 } plan;
 
 static void plan_free(plan *p) {
-  free(p->sgd);
-  free(p->adam);
+  free(p->hparams);
   free(p->initial_lr);
 }
 
 static mx_status read_group(mx__ckpt_reader *r, const mx_optimizer *opt, int g, plan *p) {
+  const mx_optimizer_type *type = mx_optimizer_type_of(opt);
+  double *h = p->hparams + (size_t)g * (size_t)p->n_hparams;
   char key[96];
   mx_status st = MX_OK;
-#define F64(name, out) \
-  (snprintf(key, sizeof key, "optimizer.group.%d." name, g), st = st ? st : mx__ckpt_f64(r, key, out))
-#define BOOL(name, out) \
-  (snprintf(key, sizeof key, "optimizer.group.%d." name, g), st = st ? st : mx__ckpt_bool(r, key, out))
-  if (!strcmp(mx_optimizer_name(opt), "SGD")) {
-    mx_sgd_opts *o = &p->sgd[g];
-    F64("lr", &o->lr), F64("momentum", &o->momentum), F64("dampening", &o->dampening);
-    F64("weight_decay", &o->weight_decay), BOOL("nesterov", &o->nesterov), BOOL("maximize", &o->maximize);
-  } else {
-    mx_adam_opts *o = &p->adam[g];
-    F64("lr", &o->lr), F64("beta1", &o->beta1), F64("beta2", &o->beta2), F64("eps", &o->eps);
-    F64("weight_decay", &o->weight_decay), BOOL("amsgrad", &o->amsgrad), BOOL("maximize", &o->maximize);
+  for (int k = 0; k < type->n_hparams && st == MX_OK; k++) {
+    snprintf(key, sizeof key, "optimizer.group.%d.%s", g, type->hparams[k].name);
+    bool flag = false;
+    st = type->hparams[k].flag ? mx__ckpt_bool(r, key, &flag) : mx__ckpt_f64(r, key, &h[k]);
+    if (type->hparams[k].flag) h[k] = flag;
   }
-  F64("initial_lr", &p->initial_lr[g]);
-#undef F64
-#undef BOOL
-  return st;
+  snprintf(key, sizeof key, "optimizer.group.%d.initial_lr", g);
+  return st == MX_OK ? mx__ckpt_f64(r, key, &p->initial_lr[g]) : st;
 }
 
 static mx_status read_optimizer(mx__ckpt_reader *r, const mx_optimizer *opt, plan *p) {
@@ -183,10 +168,10 @@ static mx_status read_optimizer(mx__ckpt_reader *r, const mx_optimizer *opt, pla
                      " parameters but the one given %d of %d", r->fn, r->path, groups, params,
                      mx_optimizer_num_groups(opt), mx_optimizer_num_params(opt));
   p->n_groups = (int)groups;
-  p->sgd = calloc((size_t)groups, sizeof *p->sgd);
-  p->adam = calloc((size_t)groups, sizeof *p->adam);
+  p->n_hparams = mx_optimizer_type_of(opt)->n_hparams;
+  p->hparams = calloc((size_t)groups * (size_t)p->n_hparams, sizeof *p->hparams);
   p->initial_lr = calloc((size_t)groups, sizeof *p->initial_lr);
-  if (!p->sgd || !p->adam || !p->initial_lr) return mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", r->fn);
+  if (!p->hparams || !p->initial_lr) return mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", r->fn);
   for (int g = 0; g < p->n_groups; g++)
     if (read_group(r, opt, g, p) != MX_OK) return mx_last_status();
   return MX_OK;
@@ -251,10 +236,8 @@ static mx_status read_plan(mx__ckpt_reader *r, const mx_checkpoint *ck, plan *p)
 /* Sets the hyper-parameters of groups [0, n) from p (undoing a change:
  * these were valid, so nothing fails; an initial lr of NAN stays unset). */
 static void put_groups(mx_optimizer *opt, const plan *p, int n) {
-  bool sgd = !strcmp(mx_optimizer_name(opt), "SGD");
   for (int g = 0; g < n; g++) {
-    if (sgd) mx_optimizer_set_sgd_opts(opt, g, &p->sgd[g]);
-    else mx_optimizer_set_adam_opts(opt, g, &p->adam[g]);
+    mx_optimizer_set_hparams(opt, g, p->hparams + (size_t)g * (size_t)p->n_hparams);
     if (!isnan(p->initial_lr[g])) mx_optimizer_set_initial_lr(opt, g, p->initial_lr[g]);
   }
 }
@@ -270,15 +253,13 @@ static mx_status restore_error(const char *path, const char *what) {
 /* Sets every group's hyper-parameters from p, keeping the old ones in old;
  * on failure the groups are put back. */
 static mx_status set_groups(mx_optimizer *opt, const plan *p, plan *old, const char *path) {
-  bool sgd = !strcmp(mx_optimizer_name(opt), "SGD");
+  size_t n = (size_t)p->n_hparams;
   for (int g = 0; g < p->n_groups; g++) {
-    if (sgd) mx_optimizer_get_sgd_opts(opt, g, &old->sgd[g]);
-    else mx_optimizer_get_adam_opts(opt, g, &old->adam[g]);
+    memcpy(old->hparams + (size_t)g * n, mx_optimizer_hparams(opt, g), sizeof *old->hparams * n);
     old->initial_lr[g] = mx_optimizer_initial_lr(opt, g);
   }
   for (int g = 0; g < p->n_groups; g++) {
-    mx_status st = sgd ? mx_optimizer_set_sgd_opts(opt, g, &p->sgd[g])
-                       : mx_optimizer_set_adam_opts(opt, g, &p->adam[g]);
+    mx_status st = mx_optimizer_set_hparams(opt, g, p->hparams + (size_t)g * n);
     if (st == MX_OK && !isnan(p->initial_lr[g])) st = mx_optimizer_set_initial_lr(opt, g, p->initial_lr[g]);
     if (st != MX_OK) {
       char what[32];
@@ -308,12 +289,10 @@ static mx_status set_schedule(mx_schedule *s, const mx_tensor *state, double **o
  * everything is checked, copied in (copy true). */
 static mx_status each_optimizer_state(mx__ckpt_reader *r, mx_optimizer *opt, bool copy) {
   for (int i = 0; i < mx_optimizer_num_params(opt); i++) {
-    const char *names[4];
-    int n = mx_optimizer_state_names(opt, i, names);
-    for (int k = 0; k < n; k++) {
-      char name[64];
-      snprintf(name, sizeof name, "optimizer.%d.%s", i, names[k]);
-      mx_tensor *state = mx_optimizer_state(opt, i, names[k]);
+    for (int k = 0; k < mx_optimizer_num_states(opt, i); k++) {
+      char name[96];
+      snprintf(name, sizeof name, "optimizer.%d.%s", i, mx_optimizer_state_name(opt, i, k));
+      mx_tensor *state = mx_optimizer_state(opt, i, mx_optimizer_state_name(opt, i, k));
       mx_status st;
       if (!copy) st = mx__ckpt_tensor(r, name, state, "the optimizer") ? MX_OK : mx_last_status();
       else if (mx_copy_(state, mx_safetensors_get(r->file, name)) != MX_OK) st = restore_error(r->path, name);
@@ -328,16 +307,16 @@ static mx_status each_optimizer_state(mx__ckpt_reader *r, mx_optimizer *opt, boo
 /* Restores everything in p; what fails before the copies is undone. */
 static mx_status restore(mx__ckpt_reader *r, mx_checkpoint *ck, const plan *p) {
   size_t groups = (size_t)p->n_groups + 1;
-  plan old = {.n_groups = p->n_groups, .sgd = calloc(groups, sizeof *old.sgd),
-              .adam = calloc(groups, sizeof *old.adam), .initial_lr = calloc(groups, sizeof *old.initial_lr)};
+  plan old = {.n_groups = p->n_groups, .n_hparams = p->n_hparams,
+              .hparams = calloc(groups * (size_t)(p->n_hparams + 1), sizeof *old.hparams),
+              .initial_lr = calloc(groups, sizeof *old.initial_lr)};
   double *old_schedule = NULL;
   int n_old_schedule = 0;
   const char *ignored[2];
   int n_ignored = 0;
   if (!ck->optimizer) ignored[n_ignored++] = "optimizer.";
   if (!ck->schedule) ignored[n_ignored++] = "schedule.";
-  mx_status st = old.sgd && old.adam && old.initial_lr ? MX_OK
-                                                       : mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", load_fn);
+  mx_status st = old.hparams && old.initial_lr ? MX_OK : mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", load_fn);
   bool groups_set = false, schedule_set = false;
   if (st == MX_OK && ck->optimizer && (st = set_groups(ck->optimizer, p, &old, r->path)) == MX_OK) {
     groups_set = true;

@@ -1,99 +1,77 @@
-/* SGD, Adam and AdamW: parameter groups, their state in contiguous buffers on
- * the parameters' device, and the step that hands each group to the
- * backend's multi-tensor kernel. */
+/* The optimizer object: a type's hooks over parameter groups, their
+ * hyper-parameters, the lr and momentum that schedules set, and the checks
+ * every optimizer gets (optimizer_state.c keeps the state and the step). */
+#include <ctype.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "autograd/node.h"
-#include "optim/optimizer.h"
-#include "tensor/tensor_impl.h"
+#include "optim/optimizer_internal.h"
 
-typedef enum { KIND_SGD, KIND_ADAM, KIND_ADAMW } opt_kind;
+/* --- the type ---------------------------------------------------------------------------------- */
 
-static const char *const kind_names[] = {"SGD", "Adam", "AdamW"};
-
-/* State is float32 for f32, f16 and bf16 parameters and float64 for f64
- * ones (kernels/backend.h, mx_optim_item): a group keeps one bank of
- * buffers per state dtype. */
-enum { BANK_F32, BANK_F64, N_BANKS };
-#define MAX_STATES 3 /* SGD: momentum_buffer; Adam: exp_avg, exp_avg_sq, max_exp_avg_sq */
-
-static const char *const state_names[2][MAX_STATES] = {
-    {"momentum_buffer", NULL, NULL}, {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}};
-
-typedef struct {
-  int n;
-  mx_tensor **params;                     /* references of the optimizer's own */
-  int64_t *offset;                        /* where each parameter's state starts in its bank */
-  mx_tensor *state[N_BANKS][MAX_STATES];  /* 1-d, one per bank and kind; NULL: unused or empty */
-  mx_tensor *steps;                       /* int64 [n], steps taken; NULL for SGD without momentum */
-  mx_sgd_hparams sgd;
-  mx_adam_hparams adam;
-  double initial_lr;    /* the lr before an LR schedule changed it (PyTorch's 'initial_lr'); NAN: none yet */
-  mx_optim_item *items; /* a step's parameters that have a gradient */
-  int n_items;
-} group;
-
-struct mx_optimizer {
-  opt_kind kind;
-  mx_device device;
-  const mx_backend *backend;
-  int n_groups, n_params;
-  group *groups;
-  mx_sgd_hparams sgd_defaults; /* the options given at creation, for groups added with NULL */
-  mx_adam_hparams adam_defaults;
-};
-
-mx_sgd_opts mx_sgd_defaults(void) { return (mx_sgd_opts){.lr = 1e-3}; }
-
-mx_adam_opts mx_adam_defaults(void) { return (mx_adam_opts){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}; }
-
-mx_adam_opts mx_adamw_defaults(void) {
-  mx_adam_opts o = mx_adam_defaults();
-  o.weight_decay = 1e-2;
-  return o;
+/* Letters, digits and '_', 1 to MX__OPTIM_NAME_MAX of them (they become
+ * checkpoint keys). */
+static bool valid_name(const char *name) {
+  if (!name || !*name || strlen(name) > MX__OPTIM_NAME_MAX) return false;
+  for (const char *c = name; *c; c++)
+    if (!isalnum((unsigned char)*c) && *c != '_') return false;
+  return true;
 }
 
-/* --- checks ------------------------------------------------------------------- */
+static int hparam_index(const mx_optimizer_type *type, const char *name) {
+  for (int k = 0; k < type->n_hparams; k++)
+    if (!strcmp(type->hparams[k].name, name)) return k;
+  return -1;
+}
 
-static mx_status check_lr(const char *fn, double lr) {
-  if (!(lr >= 0)) return mx__error(MX_INVALID_ARGUMENT, "%s: invalid learning rate %g (must be >= 0)", fn, lr);
+static mx_status check_type(const char *fn, const mx_optimizer_type *type) {
+  if (!type) return mx__null_input(fn, "type");
+  if (!type->name || !*type->name) return mx__error(MX_INVALID_ARGUMENT, "%s: the type has no name", fn);
+  const char *name = type->name;
+  if (!type->step) return mx__error(MX_INVALID_ARGUMENT, "%s: type '%s' has no step", fn, name);
+  if (type->n_hparams < 1 || !type->hparams)
+    return mx__error(MX_INVALID_ARGUMENT, "%s: type '%s' has %d hyper-parameters%s; it needs at least \"lr\"", fn,
+                     name, type->n_hparams, type->hparams ? "" : " (hparams is NULL)");
+  for (int k = 0; k < type->n_hparams; k++) {
+    const char *h = type->hparams[k].name;
+    if (!valid_name(h))
+      return mx__error(MX_INVALID_ARGUMENT, "%s: type '%s': hyper-parameter %d is named '%s'; names are letters, "
+                       "digits and '_', 1 to %d of them", fn, name, k, h ? h : "(null)", MX__OPTIM_NAME_MAX);
+    if (hparam_index(type, h) != k)
+      return mx__error(MX_INVALID_ARGUMENT, "%s: type '%s': hyper-parameters %d and %d are both named '%s'", fn, name,
+                       hparam_index(type, h), k, h);
+  }
+  int lr = hparam_index(type, "lr");
+  if (lr < 0 || type->hparams[lr].flag)
+    return mx__error(MX_INVALID_ARGUMENT, "%s: type '%s' has no %shyper-parameter \"lr\" (schedules set it)", fn,
+                     name, lr < 0 ? "" : "numeric ");
+  int momentum = type->momentum ? hparam_index(type, type->momentum) : -1;
+  if (type->momentum && (momentum < 0 || type->hparams[momentum].flag))
+    return mx__error(MX_INVALID_ARGUMENT, "%s: type '%s': momentum names '%s', which is not one of its numeric "
+                     "hyper-parameters", fn, name, type->momentum);
   return MX_OK;
 }
 
-static mx_status check_sgd(const char *fn, const mx_sgd_opts *o) {
-  if (check_lr(fn, o->lr) != MX_OK) return MX_INVALID_ARGUMENT;
-  if (!(o->momentum >= 0))
-    return mx__error(MX_INVALID_ARGUMENT, "%s: invalid momentum %g (must be >= 0)", fn, o->momentum);
-  if (!(o->weight_decay >= 0))
-    return mx__error(MX_INVALID_ARGUMENT, "%s: invalid weight_decay %g (must be >= 0)", fn, o->weight_decay);
-  if (o->nesterov && (o->momentum <= 0 || o->dampening != 0))
-    return mx__error(MX_INVALID_ARGUMENT,
-                     "%s: nesterov momentum requires a momentum > 0 and zero dampening (momentum %g, dampening %g)",
-                     fn, o->momentum, o->dampening);
-  return MX_OK;
-}
+/* --- checks ------------------------------------------------------------------------------------ */
 
-static mx_status check_adam(const char *fn, const mx_adam_opts *o) {
-  if (check_lr(fn, o->lr) != MX_OK) return MX_INVALID_ARGUMENT;
-  if (!(o->eps >= 0)) return mx__error(MX_INVALID_ARGUMENT, "%s: invalid eps %g (must be >= 0)", fn, o->eps);
-  if (!(o->beta1 >= 0 && o->beta1 < 1))
-    return mx__error(MX_INVALID_ARGUMENT, "%s: invalid beta1 %g (must be in [0, 1))", fn, o->beta1);
-  if (!(o->beta2 >= 0 && o->beta2 < 1))
-    return mx__error(MX_INVALID_ARGUMENT, "%s: invalid beta2 %g (must be in [0, 1))", fn, o->beta2);
-  if (!(o->weight_decay >= 0))
-    return mx__error(MX_INVALID_ARGUMENT, "%s: invalid weight_decay %g (must be >= 0)", fn, o->weight_decay);
-  return MX_OK;
+/* A group's hyper-parameters: lr >= 0, flags 0 or 1, then the type's check. */
+static mx_status check_hparams(const char *fn, const mx_optimizer_type *type, int lr, const double *h) {
+  if (!h) return mx__null_input(fn, "h");
+  if (!(h[lr] >= 0)) return mx__error(MX_INVALID_ARGUMENT, "%s: invalid learning rate %g (must be >= 0)", fn, h[lr]);
+  for (int k = 0; k < type->n_hparams; k++)
+    if (type->hparams[k].flag && h[k] != 0 && h[k] != 1)
+      return mx__error(MX_INVALID_ARGUMENT, "%s: %s is a flag (0 or 1), got %g", fn, type->hparams[k].name, h[k]);
+  return type->check ? type->check(h, fn) : MX_OK;
 }
 
 /* The index among the optimizer's parameters and params[0..i) of p, or -1. */
 static int find_param(const mx_optimizer *opt, int i, mx_tensor *const *params, const mx_tensor *p) {
-  int k = 0;
-  for (int g = 0; g < opt->n_groups; g++)
-    for (int j = 0; j < opt->groups[g].n; j++, k++)
-      if (opt->groups[g].params[j] == p) return k;
+  for (int k = 0; k < opt->n_params; k++)
+    if (opt->params[k] == p) return k;
   for (int j = 0; j < i; j++)
     if (params[j] == p) return opt->n_params + j;
   return -1;
@@ -136,174 +114,117 @@ static mx_status check_params(const char *fn, const mx_optimizer *opt, int n, mx
   return MX_OK;
 }
 
-/* --- groups --------------------------------------------------------------------- */
+/* --- groups ------------------------------------------------------------------------------------ */
 
-/* A zero-filled 1-d tensor that belongs to the optimizer, not to an open scope. */
-static mx_tensor *owned_zeros(const char *fn, int64_t n, mx_dtype dtype, mx_device device) {
-  mx_tensor *t = mx_zeros(MX_SHAPE(n), dtype, device);
-  if (!t) {
-    mx__error_prefix(fn);
-    return NULL;
+/* Removes the last group, its parameters and their state. */
+static void pop_group(mx_optimizer *opt) {
+  mx__optim_group *g = &opt->groups[--opt->n_groups];
+  mx__optimizer_drop_states(opt, g->first, g->n, NULL);
+  for (int j = g->first; j < g->first + g->n; j++) {
+    mx__decref(opt->params[j]);
+    free(opt->slots[j].states);
   }
-  mx__retain(t);
-  mx_release(t); /* the scope lets go of its handle; the optimizer's reference stays */
-  return t;
+  opt->n_params -= g->n;
+  free(g->h);
 }
 
-static int bank_of(const mx_tensor *p) { return p->dtype == MX_F64 ? BANK_F64 : BANK_F32; }
-
-static void group_free(group *g) {
-  for (int i = 0; i < g->n; i++)
-    if (g->params[i]) mx__decref(g->params[i]);
-  for (int b = 0; b < N_BANKS; b++)
-    for (int k = 0; k < MAX_STATES; k++)
-      if (g->state[b][k]) mx__decref(g->state[b][k]);
-  if (g->steps) mx__decref(g->steps);
-  free(g->params);
-  free(g->offset);
-  free(g->items);
-}
-
-/* Fills g for the (checked) params with n_states buffers per bank. */
-static mx_status group_init(const char *fn, group *g, int n, mx_tensor *const *params,
-                            int n_states, bool counts_steps) {
-  memset(g, 0, sizeof *g);
-  g->params = calloc((size_t)n, sizeof *g->params);
-  g->offset = calloc((size_t)n, sizeof *g->offset);
-  g->items = calloc((size_t)n, sizeof *g->items);
-  if (!g->params || !g->offset || !g->items) return mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", fn);
-  g->n = n;
-  int64_t numel[N_BANKS] = {0, 0};
-  for (int i = 0; i < n; i++) {
-    g->params[i] = mx__retain(params[i]);
-    g->offset[i] = numel[bank_of(params[i])];
-    numel[bank_of(params[i])] += mx_numel(params[i]);
+mx_status mx__optimizer_add_group(const char *fn, mx_optimizer *opt, int n, mx_tensor *const *params,
+                                  const double *h) {
+  if (!opt) return mx__null_input(fn, "opt");
+  if (!h) h = opt->defaults;
+  const mx_optimizer_type *type = opt->type;
+  if (check_hparams(fn, type, opt->lr, h) != MX_OK || check_params(fn, opt, n, params) != MX_OK)
+    return mx_last_status();
+  size_t n_total = (size_t)opt->n_params + (size_t)n;
+  mx__optim_group *groups = realloc(opt->groups, sizeof *groups * (size_t)(opt->n_groups + 1));
+  if (groups) opt->groups = groups;
+  mx_tensor **all = groups ? realloc(opt->params, sizeof *all * n_total) : NULL;
+  if (all) opt->params = all;
+  mx__optim_slot *slots = all ? realloc(opt->slots, sizeof *slots * n_total) : NULL;
+  if (slots) opt->slots = slots;
+  double *values = slots ? malloc(sizeof *values * (size_t)type->n_hparams) : NULL;
+  if (!values) return mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", fn);
+  memcpy(values, h, sizeof *values * (size_t)type->n_hparams);
+  if (opt->n_groups == 0) opt->device = params[0]->device;
+  for (int j = 0; j < n; j++) {
+    opt->params[opt->n_params + j] = mx__retain(params[j]);
+    opt->slots[opt->n_params + j] = (mx__optim_slot){0};
   }
-  mx_device device = params[0]->device;
-  for (int b = 0; b < N_BANKS; b++)
-    for (int k = 0; k < n_states && numel[b] > 0; k++)
-      if (!(g->state[b][k] = owned_zeros(fn, numel[b], b == BANK_F64 ? MX_F64 : MX_F32, device)))
-        return mx_last_status();
-  if (counts_steps && !(g->steps = owned_zeros(fn, n, MX_I64, device))) return mx_last_status();
-  return MX_OK;
-}
-
-/* Appends a group to opt (its hyper-parameters already in *proto). */
-static mx_status add_group(const char *fn, mx_optimizer *opt, int n, mx_tensor *const *params, const group *proto) {
-  if (check_params(fn, opt, n, params) != MX_OK) return mx_last_status();
-  if (opt->n_groups == 0) {
-    opt->device = params[0]->device;
-    if (!(opt->backend = mx__backend(opt->device))) return mx__error_prefix(fn);
-  }
-  group *grown = realloc(opt->groups, sizeof *grown * (size_t)(opt->n_groups + 1));
-  if (!grown) return mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", fn);
-  opt->groups = grown;
-  group *g = &opt->groups[opt->n_groups];
-  bool sgd = opt->kind == KIND_SGD;
-  int n_states = sgd ? (proto->sgd.momentum != 0) : 2 + proto->adam.amsgrad;
-  mx_status status = group_init(fn, g, n, params, n_states, sgd ? n_states > 0 : true);
-  if (status != MX_OK) {
-    group_free(g);
+  opt->groups[opt->n_groups++] = (mx__optim_group){.first = opt->n_params, .n = n, .h = values, .initial_lr = NAN};
+  opt->n_params += n;
+  if (type->init_group && type->init_group(opt, opt->n_groups - 1, fn) != MX_OK) {
+    mx_status status = mx_last_status();
+    pop_group(opt);
     return status;
   }
-  g->sgd = proto->sgd;
-  g->adam = proto->adam;
-  g->initial_lr = NAN;
-  opt->n_groups++;
-  opt->n_params += n;
   return MX_OK;
 }
 
-static mx_sgd_hparams sgd_hparams(const mx_sgd_opts *o) {
-  return (mx_sgd_hparams){o->lr, o->momentum, o->dampening, o->weight_decay, o->nesterov, o->maximize};
-}
-
-static mx_adam_hparams adam_hparams(const mx_adam_opts *o, bool decoupled) {
-  return (mx_adam_hparams){o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->amsgrad, o->maximize, decoupled};
-}
-
-static mx_optimizer *optimizer_new(const char *fn, opt_kind kind, int n, mx_tensor *const *params, const group *proto) {
-  mx_optimizer *opt = calloc(1, sizeof *opt);
+mx_optimizer *mx__optimizer_new(const char *fn, const mx_optimizer_type *type, void *self, int n,
+                                mx_tensor *const *params, const double *h) {
+  mx_optimizer *opt = NULL;
+  if (check_type(fn, type) == MX_OK) {
+    if (!h) mx__null_input(fn, "h");
+    else if (!(opt = calloc(1, sizeof *opt))) mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", fn);
+  }
   if (!opt) {
-    mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", fn);
+    if (type && type->free_self) type->free_self(self);
     return NULL;
   }
-  opt->kind = kind;
-  opt->sgd_defaults = proto->sgd;
-  opt->adam_defaults = proto->adam;
-  if (add_group(fn, opt, n, params, proto) != MX_OK) {
+  opt->type = type;
+  opt->self = self;
+  opt->lr = hparam_index(type, "lr");
+  opt->momentum = type->momentum ? hparam_index(type, type->momentum) : -1;
+  opt->defaults = malloc(sizeof *opt->defaults * (size_t)type->n_hparams);
+  if (!opt->defaults) {
+    mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", fn);
+    mx_optimizer_free(opt);
+    return NULL;
+  }
+  memcpy(opt->defaults, h, sizeof *opt->defaults * (size_t)type->n_hparams);
+  if (mx__optimizer_add_group(fn, opt, n, params, h) != MX_OK) {
     mx_optimizer_free(opt);
     return NULL;
   }
   return opt;
 }
 
-mx_optimizer *mx_sgd_new(int n_params, mx_tensor *const *params, const mx_sgd_opts *opts) {
-  mx_sgd_opts o = opts ? *opts : mx_sgd_defaults();
-  if (check_sgd("mx_sgd_new", &o) != MX_OK) return NULL;
-  group proto = {.sgd = sgd_hparams(&o)};
-  return optimizer_new("mx_sgd_new", KIND_SGD, n_params, params, &proto);
+mx_optimizer *mx_optimizer_new(const mx_optimizer_type *type, void *self, int n_params, mx_tensor *const *params,
+                               const double *h) {
+  return mx__optimizer_new("mx_optimizer_new", type, self, n_params, params, h);
 }
 
-static mx_optimizer *adam_new(const char *fn, opt_kind kind, int n_params, mx_tensor *const *params,
-                              const mx_adam_opts *opts) {
-  mx_adam_opts o = opts ? *opts : kind == KIND_ADAMW ? mx_adamw_defaults() : mx_adam_defaults();
-  if (check_adam(fn, &o) != MX_OK) return NULL;
-  group proto = {.adam = adam_hparams(&o, kind == KIND_ADAMW)};
-  return optimizer_new(fn, kind, n_params, params, &proto);
-}
-
-mx_optimizer *mx_adam_new(int n_params, mx_tensor *const *params, const mx_adam_opts *opts) {
-  return adam_new("mx_adam_new", KIND_ADAM, n_params, params, opts);
-}
-
-mx_optimizer *mx_adamw_new(int n_params, mx_tensor *const *params, const mx_adam_opts *opts) {
-  return adam_new("mx_adamw_new", KIND_ADAMW, n_params, params, opts);
-}
-
-mx_status mx_sgd_add_group(mx_optimizer *opt, int n_params, mx_tensor *const *params, const mx_sgd_opts *opts) {
-  const char *fn = "mx_sgd_add_group";
-  if (!opt) return mx__null_input(fn, "opt");
-  if (opt->kind != KIND_SGD)
-    return mx__error(MX_INVALID_ARGUMENT, "%s: the optimizer is %s; add its groups with mx_adam_add_group", fn,
-                     kind_names[opt->kind]);
-  group proto = {.sgd = opt->sgd_defaults};
-  if (opts) {
-    if (check_sgd(fn, opts) != MX_OK) return MX_INVALID_ARGUMENT;
-    proto.sgd = sgd_hparams(opts);
-  }
-  return add_group(fn, opt, n_params, params, &proto);
-}
-
-mx_status mx_adam_add_group(mx_optimizer *opt, int n_params, mx_tensor *const *params, const mx_adam_opts *opts) {
-  const char *fn = "mx_adam_add_group";
-  if (!opt) return mx__null_input(fn, "opt");
-  if (opt->kind == KIND_SGD)
-    return mx__error(MX_INVALID_ARGUMENT, "%s: the optimizer is SGD; add its groups with mx_sgd_add_group", fn);
-  group proto = {.adam = opt->adam_defaults};
-  if (opts) {
-    if (check_adam(fn, opts) != MX_OK) return MX_INVALID_ARGUMENT;
-    proto.adam = adam_hparams(opts, opt->kind == KIND_ADAMW);
-  }
-  return add_group(fn, opt, n_params, params, &proto);
+mx_status mx_optimizer_add_group(mx_optimizer *opt, int n_params, mx_tensor *const *params, const double *h) {
+  return mx__optimizer_add_group("mx_optimizer_add_group", opt, n_params, params, h);
 }
 
 void mx_optimizer_free(mx_optimizer *opt) {
   if (!opt) return;
-  for (int g = 0; g < opt->n_groups; g++) group_free(&opt->groups[g]);
+  while (opt->n_groups > 0) pop_group(opt);
+  if (opt->type->free_self) opt->type->free_self(opt->self);
   free(opt->groups);
+  free(opt->params);
+  free(opt->slots);
+  free(opt->defaults);
   free(opt);
 }
 
-/* --- properties ------------------------------------------------------------------- */
+/* --- properties -------------------------------------------------------------------------------- */
 
 const char *mx_optimizer_name(const mx_optimizer *opt) {
   if (!opt) {
     mx__null_input("mx_optimizer_name", "opt");
     return NULL;
   }
-  return kind_names[opt->kind];
+  return opt->type->name;
 }
+
+const mx_optimizer_type *mx_optimizer_type_of(const mx_optimizer *opt) {
+  if (!opt) mx__null_input("mx_optimizer_type_of", "opt");
+  return opt ? opt->type : NULL;
+}
+
+void *mx_optimizer_self(const mx_optimizer *opt) { return opt ? opt->self : NULL; }
 
 int mx_optimizer_num_groups(const mx_optimizer *opt) {
   if (!opt) {
@@ -321,7 +242,20 @@ int mx_optimizer_num_params(const mx_optimizer *opt) {
   return opt->n_params;
 }
 
-static group *group_at(const char *fn, const mx_optimizer *opt, int i) {
+mx_tensor *mx_optimizer_param(const mx_optimizer *opt, int i) {
+  if (!opt) {
+    mx__null_input("mx_optimizer_param", "opt");
+    return NULL;
+  }
+  if (i < 0 || i >= opt->n_params) {
+    mx__error(MX_INDEX_ERROR, "mx_optimizer_param: parameter %d is out of range (the optimizer has %d)", i,
+              opt->n_params);
+    return NULL;
+  }
+  return opt->params[i];
+}
+
+mx__optim_group *mx__optimizer_group(const char *fn, const mx_optimizer *opt, int i) {
   if (!opt) {
     mx__null_input(fn, "opt");
     return NULL;
@@ -333,278 +267,129 @@ static group *group_at(const char *fn, const mx_optimizer *opt, int i) {
   return &opt->groups[i];
 }
 
-double mx_optimizer_lr(const mx_optimizer *opt, int group_index) {
-  const group *g = group_at("mx_optimizer_lr", opt, group_index);
-  if (!g) return NAN;
-  return opt->kind == KIND_SGD ? g->sgd.lr : g->adam.lr;
+int mx_optimizer_group_first(const mx_optimizer *opt, int group) {
+  const mx__optim_group *g = mx__optimizer_group("mx_optimizer_group_first", opt, group);
+  return g ? g->first : -1;
 }
 
-mx_status mx_optimizer_set_lr(mx_optimizer *opt, int group_index, double lr) {
-  group *g = group_at("mx_optimizer_set_lr", opt, group_index);
-  if (!g) return mx_last_status();
-  if (check_lr("mx_optimizer_set_lr", lr) != MX_OK) return MX_INVALID_ARGUMENT;
-  g->sgd.lr = g->adam.lr = lr;
+int mx_optimizer_group_size(const mx_optimizer *opt, int group) {
+  const mx__optim_group *g = mx__optimizer_group("mx_optimizer_group_size", opt, group);
+  return g ? g->n : 0;
+}
+
+/* --- hyper-parameters -------------------------------------------------------------------------- */
+
+const double *mx_optimizer_hparams(const mx_optimizer *opt, int group) {
+  const mx__optim_group *g = mx__optimizer_group("mx_optimizer_hparams", opt, group);
+  return g ? g->h : NULL;
+}
+
+/* The index of the hyper-parameter name, or -1 with the error set. */
+static int named_hparam(const char *fn, const mx_optimizer *opt, const char *name) {
+  if (!name) {
+    mx__null_input(fn, "name");
+    return -1;
+  }
+  int k = hparam_index(opt->type, name);
+  if (k < 0) mx__error(MX_INVALID_ARGUMENT, "%s: %s has no hyper-parameter '%s'", fn, opt->type->name, name);
+  return k;
+}
+
+double mx_optimizer_get_hparam(const mx_optimizer *opt, int group, const char *name) {
+  const char *fn = "mx_optimizer_get_hparam";
+  const mx__optim_group *g = mx__optimizer_group(fn, opt, group);
+  int k = g ? named_hparam(fn, opt, name) : -1;
+  return k >= 0 ? g->h[k] : NAN;
+}
+
+mx_status mx__optimizer_set_hparams(const char *fn, mx_optimizer *opt, int group, const double *h) {
+  mx__optim_group *g = mx__optimizer_group(fn, opt, group);
+  if (!g || check_hparams(fn, opt->type, opt->lr, h) != MX_OK) return mx_last_status();
+  if (opt->type->update_group) {
+    int *counts = malloc(sizeof *counts * (size_t)g->n);
+    if (!counts) return mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", fn);
+    for (int j = 0; j < g->n; j++) counts[j] = opt->slots[g->first + j].n;
+    mx_status status = opt->type->update_group(opt, group, h, fn);
+    if (status != MX_OK) mx__optimizer_drop_states(opt, g->first, g->n, counts);
+    free(counts);
+    if (status != MX_OK) return status;
+  }
+  memmove(g->h, h, sizeof *g->h * (size_t)opt->type->n_hparams);
   return MX_OK;
 }
 
-double mx_optimizer_initial_lr(const mx_optimizer *opt, int group_index) {
-  const group *g = group_at("mx_optimizer_initial_lr", opt, group_index);
+mx_status mx_optimizer_set_hparams(mx_optimizer *opt, int group, const double *h) {
+  return mx__optimizer_set_hparams("mx_optimizer_set_hparams", opt, group, h);
+}
+
+/* Sets hyper-parameter k of the group to value, the others as they are. */
+static mx_status set_one(const char *fn, mx_optimizer *opt, int group, int k, double value) {
+  const mx__optim_group *g = &opt->groups[group];
+  double stack[16], *h = opt->type->n_hparams <= 16 ? stack : malloc(sizeof *h * (size_t)opt->type->n_hparams);
+  if (!h) return mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", fn);
+  memcpy(h, g->h, sizeof *h * (size_t)opt->type->n_hparams);
+  h[k] = value;
+  mx_status status = mx__optimizer_set_hparams(fn, opt, group, h);
+  if (h != stack) free(h);
+  return status;
+}
+
+mx_status mx_optimizer_set_hparam(mx_optimizer *opt, int group, const char *name, double value) {
+  const char *fn = "mx_optimizer_set_hparam";
+  if (!mx__optimizer_group(fn, opt, group)) return mx_last_status();
+  int k = named_hparam(fn, opt, name);
+  return k < 0 ? mx_last_status() : set_one(fn, opt, group, k, value);
+}
+
+double mx_optimizer_lr(const mx_optimizer *opt, int group) {
+  const mx__optim_group *g = mx__optimizer_group("mx_optimizer_lr", opt, group);
+  return g ? g->h[opt->lr] : NAN;
+}
+
+mx_status mx_optimizer_set_lr(mx_optimizer *opt, int group, double lr) {
+  const char *fn = "mx_optimizer_set_lr";
+  return mx__optimizer_group(fn, opt, group) ? set_one(fn, opt, group, opt->lr, lr) : mx_last_status();
+}
+
+double mx_optimizer_initial_lr(const mx_optimizer *opt, int group) {
+  const mx__optim_group *g = mx__optimizer_group("mx_optimizer_initial_lr", opt, group);
   return g ? g->initial_lr : NAN;
 }
 
-mx_status mx_optimizer_set_initial_lr(mx_optimizer *opt, int group_index, double lr) {
-  group *g = group_at("mx_optimizer_set_initial_lr", opt, group_index);
+mx_status mx_optimizer_set_initial_lr(mx_optimizer *opt, int group, double lr) {
+  mx__optim_group *g = mx__optimizer_group("mx_optimizer_set_initial_lr", opt, group);
   if (!g) return mx_last_status();
-  if (check_lr("mx_optimizer_set_initial_lr", lr) != MX_OK) return MX_INVALID_ARGUMENT;
+  if (!(lr >= 0))
+    return mx__error(MX_INVALID_ARGUMENT, "mx_optimizer_set_initial_lr: invalid learning rate %g (must be >= 0)", lr);
   g->initial_lr = lr;
   return MX_OK;
 }
 
-double mx_optimizer_momentum(const mx_optimizer *opt, int group_index) {
-  const group *g = group_at("mx_optimizer_momentum", opt, group_index);
-  if (!g) return NAN;
-  return opt->kind == KIND_SGD ? g->sgd.momentum : g->adam.beta1;
+/* The error for a type without momentum. */
+static mx_status no_momentum(const char *fn, const mx_optimizer *opt) {
+  return mx__error(MX_INVALID_ARGUMENT, "%s: %s has no momentum (its type names no momentum hyper-parameter)", fn,
+                   opt->type->name);
 }
 
-/* A group made without momentum gets its momentum buffers (and step counts,
- * so its first step with momentum starts them) when it is given one, as
- * PyTorch's buffer is born on the first step that uses it. */
-static mx_status add_momentum_state(const char *fn, const mx_optimizer *opt, group *g) {
-  int64_t numel[N_BANKS] = {0, 0};
-  for (int j = 0; j < g->n; j++) numel[bank_of(g->params[j])] += mx_numel(g->params[j]);
-  mx_tensor *buffers[N_BANKS] = {NULL, NULL}, *steps = owned_zeros(fn, g->n, MX_I64, opt->device);
-  bool ok = steps != NULL;
-  for (int b = 0; b < N_BANKS && ok; b++)
-    if (numel[b] > 0)
-      ok = (buffers[b] = owned_zeros(fn, numel[b], b == BANK_F64 ? MX_F64 : MX_F32, opt->device)) != NULL;
-  if (!ok) {
-    for (int b = 0; b < N_BANKS; b++)
-      if (buffers[b]) mx__decref(buffers[b]);
-    if (steps) mx__decref(steps);
-    return mx_last_status();
-  }
-  for (int b = 0; b < N_BANKS; b++) g->state[b][0] = buffers[b];
-  g->steps = steps;
-  return MX_OK;
+double mx_optimizer_momentum(const mx_optimizer *opt, int group) {
+  const char *fn = "mx_optimizer_momentum";
+  const mx__optim_group *g = mx__optimizer_group(fn, opt, group);
+  if (g && opt->momentum < 0) no_momentum(fn, opt);
+  return g && opt->momentum >= 0 ? g->h[opt->momentum] : NAN;
 }
 
-mx_status mx_optimizer_set_momentum(mx_optimizer *opt, int group_index, double momentum) {
+mx_status mx_optimizer_set_momentum(mx_optimizer *opt, int group, double momentum) {
   const char *fn = "mx_optimizer_set_momentum";
-  group *g = group_at(fn, opt, group_index);
-  if (!g) return mx_last_status();
-  if (opt->kind != KIND_SGD) {
-    const mx_adam_hparams *h = &g->adam;
-    mx_adam_opts o = {h->lr, momentum, h->beta2, h->eps, h->weight_decay, h->amsgrad, h->maximize};
-    if (check_adam(fn, &o) != MX_OK) return MX_INVALID_ARGUMENT;
-    g->adam.beta1 = momentum;
-    return MX_OK;
-  }
-  const mx_sgd_hparams *h = &g->sgd;
-  mx_sgd_opts o = {h->lr, momentum, h->dampening, h->weight_decay, h->nesterov, h->maximize};
-  if (check_sgd(fn, &o) != MX_OK) return MX_INVALID_ARGUMENT;
-  if (momentum != 0 && !g->steps && add_momentum_state(fn, opt, g) != MX_OK) return mx_last_status();
-  g->sgd.momentum = momentum;
-  return MX_OK;
+  if (!mx__optimizer_group(fn, opt, group)) return mx_last_status();
+  if (opt->momentum < 0) return no_momentum(fn, opt);
+  return set_one(fn, opt, group, opt->momentum, momentum);
 }
 
-/* Parameter i (group after group): its group and its index there. */
-static group *locate(const char *fn, const mx_optimizer *opt, int i, int *j) {
-  if (!opt) {
-    mx__null_input(fn, "opt");
-    return NULL;
-  }
-  if (i < 0 || i >= opt->n_params) {
-    mx__error(MX_INDEX_ERROR, "%s: parameter %d is out of range (the optimizer has %d)", fn, i, opt->n_params);
-    return NULL;
-  }
-  group *g = opt->groups;
-  while (i >= g->n) i -= g++->n;
-  *j = i;
-  return g;
-}
-
-mx_tensor *mx_optimizer_param(const mx_optimizer *opt, int i) {
-  int j;
-  group *g = locate("mx_optimizer_param", opt, i, &j);
-  return g ? g->params[j] : NULL;
-}
-
-mx_tensor *mx_optimizer_state(const mx_optimizer *opt, int i, const char *name) {
-  const char *fn = "mx_optimizer_state";
-  int j;
-  group *g = locate(fn, opt, i, &j);
-  if (!g) return NULL;
-  if (!name) {
-    mx__null_input(fn, "name");
-    return NULL;
-  }
-  const mx_tensor *p = g->params[j];
-  if (!strcmp(name, "step") && g->steps) return mx__tensor_view(g->steps, 0, NULL, NULL, j);
-  for (int k = 0; k < MAX_STATES; k++) {
-    const char *known = state_names[opt->kind != KIND_SGD][k];
-    const mx_tensor *buffer = g->state[bank_of(p)][k];
-    if (known && !strcmp(name, known) && buffer) {
-      int64_t strides[MX_MAX_DIMS];
-      mx__contiguous_strides(p->ndim, p->shape, strides);
-      return mx__tensor_view(buffer, p->ndim, p->shape, strides, g->offset[j]);
-    }
-  }
-  mx__error(MX_INVALID_ARGUMENT, "%s: this %s keeps no state '%s' for parameter %d", fn, kind_names[opt->kind], name,
-            i);
-  return NULL;
-}
-
-int mx_optimizer_state_names(const mx_optimizer *opt, int i, const char **names) {
-  int j, n = 0;
-  const group *g = locate("mx_optimizer_state_names", opt, i, &j);
-  if (!g) return -1;
-  if (g->steps) names[n++] = "step";
-  for (int k = 0; k < MAX_STATES; k++)
-    if (state_names[opt->kind != KIND_SGD][k] && g->state[bank_of(g->params[j])][k])
-      names[n++] = state_names[opt->kind != KIND_SGD][k];
-  return n;
-}
-
-/* --- hyper-parameters by group (param_groups) ---------------------------------------- */
-
-/* Group i of an optimizer of the wanted kind (SGD or not). */
-static group *group_of_kind(const char *fn, const mx_optimizer *opt, int i, const void *arg, bool sgd) {
-  if (opt && !arg) {
-    mx__null_input(fn, "opts");
-    return NULL;
-  }
-  group *g = group_at(fn, opt, i);
-  if (g && (opt->kind == KIND_SGD) != sgd) {
-    mx__error(MX_INVALID_ARGUMENT, "%s: the optimizer is %s", fn, kind_names[opt->kind]);
-    return NULL;
-  }
-  return g;
-}
-
-mx_status mx_optimizer_get_sgd_opts(const mx_optimizer *opt, int i, mx_sgd_opts *out) {
-  const group *g = group_of_kind("mx_optimizer_get_sgd_opts", opt, i, out, true);
-  if (!g) return mx_last_status();
-  const mx_sgd_hparams *h = &g->sgd;
-  *out = (mx_sgd_opts){h->lr, h->momentum, h->dampening, h->weight_decay, h->nesterov, h->maximize};
-  return MX_OK;
-}
-
-mx_status mx_optimizer_get_adam_opts(const mx_optimizer *opt, int i, mx_adam_opts *out) {
-  const group *g = group_of_kind("mx_optimizer_get_adam_opts", opt, i, out, false);
-  if (!g) return mx_last_status();
-  const mx_adam_hparams *h = &g->adam;
-  *out = (mx_adam_opts){h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, h->amsgrad, h->maximize};
-  return MX_OK;
-}
-
-mx_status mx_optimizer_set_sgd_opts(mx_optimizer *opt, int i, const mx_sgd_opts *opts) {
-  const char *fn = "mx_optimizer_set_sgd_opts";
-  group *g = group_of_kind(fn, opt, i, opts, true);
-  if (!g || check_sgd(fn, opts) != MX_OK) return mx_last_status();
-  if (opts->momentum != 0 && !g->steps && add_momentum_state(fn, opt, g) != MX_OK) return mx_last_status();
-  g->sgd = sgd_hparams(opts);
-  return MX_OK;
-}
-
-mx_status mx_optimizer_set_adam_opts(mx_optimizer *opt, int i, const mx_adam_opts *opts) {
-  const char *fn = "mx_optimizer_set_adam_opts";
-  group *g = group_of_kind(fn, opt, i, opts, false);
-  if (!g || check_adam(fn, opts) != MX_OK) return mx_last_status();
-  if (opts->amsgrad != g->adam.amsgrad)
-    return mx__error(MX_INVALID_ARGUMENT, "%s: group %d was made with amsgrad %s; it cannot change", fn, i,
-                     g->adam.amsgrad ? "true" : "false");
-  g->adam = adam_hparams(opts, opt->kind == KIND_ADAMW);
-  return MX_OK;
-}
-
-/* --- steps ------------------------------------------------------------------------ */
-
-/* found_inf and grad_scale: float32, one element, on the parameters' device. */
-static mx_status check_flag(const char *fn, const mx_optimizer *opt, const mx_tensor *t, const char *name) {
-  if (!t) return MX_OK;
-  if (t->dtype != MX_F32)
-    return mx__error(MX_DTYPE_ERROR, "%s: %s is %s; it must be float32", fn, name, mx_dtype_name(t->dtype));
-  if (mx_numel(t) != 1) {
-    char dims[MX__DIMS_STR];
-    return mx__error(MX_SHAPE_ERROR, "%s: %s has shape %s (%lld elements); it must have one element", fn, name,
-                     mx__dims_str(dims, t->ndim, t->shape), (long long)mx_numel(t));
-  }
-  if (t->device != opt->device)
-    return mx__error(MX_DEVICE_ERROR, "%s: %s is on %s but the parameters are on %s", fn, name,
-                     mx_device_name(t->device), mx_device_name(opt->device));
-  return MX_OK;
-}
-
-static const float *flag_ptr(const mx_tensor *t) { return t ? (const float *)mx__kview_of(t).data : NULL; }
-
-/* The items of a group's parameters that have a gradient; k counts
- * parameters across groups, for the messages. */
-static mx_status collect(const char *fn, group *g, int *k) {
-  g->n_items = 0;
-  for (int j = 0; j < g->n; j++, (*k)++) {
-    mx_tensor *p = g->params[j], *grad = mx_grad_of(p);
-    if (!grad) continue;
-    char a[MX__DIMS_STR], b[MX__DIMS_STR];
-    if (grad->ndim != p->ndim || memcmp(grad->shape, p->shape, sizeof(int64_t) * (size_t)p->ndim))
-      return mx__error(MX_SHAPE_ERROR, "%s: the grad of parameter %d has shape %s but the parameter %s", fn, *k,
-                       mx__dims_str(a, grad->ndim, grad->shape), mx__dims_str(b, p->ndim, p->shape));
-    if (grad->device != p->device)
-      return mx__error(MX_DEVICE_ERROR, "%s: the grad of parameter %d is on %s but the parameter on %s", fn, *k,
-                       mx_device_name(grad->device), mx_device_name(p->device));
-    mx_optim_item *it = &g->items[g->n_items++];
-    memset(it, 0, sizeof *it);
-    it->param = mx__kview_of(p);
-    it->grad = mx__kview_of(grad);
-    int64_t state_size = p->dtype == MX_F64 ? 8 : 4;
-    for (int s = 0; s < MAX_STATES; s++) {
-      mx_tensor *buffer = g->state[bank_of(p)][s];
-      if (buffer) it->state[s] = (char *)mx__kview_of(buffer).data + g->offset[j] * state_size;
-    }
-    if (g->steps) it->step = (int64_t *)mx__kview_of(g->steps).data + j;
-  }
-  return MX_OK;
-}
-
-static mx_status step(const char *fn, mx_optimizer *opt, const mx_tensor *found_inf, const mx_tensor *grad_scale) {
-  if (!opt) return mx__null_input(fn, "opt");
-  if (check_flag(fn, opt, found_inf, "found_inf") != MX_OK || check_flag(fn, opt, grad_scale, "grad_scale") != MX_OK)
-    return mx_last_status();
-  int k = 0; /* every gradient is checked before anything changes */
-  for (int i = 0; i < opt->n_groups; i++)
-    if (collect(fn, &opt->groups[i], &k) != MX_OK) return mx_last_status();
-  for (int i = 0; i < opt->n_groups; i++) {
-    group *g = &opt->groups[i];
-    if (g->n_items == 0) continue;
-    const float *inf = flag_ptr(found_inf), *scale = flag_ptr(grad_scale);
-    mx_status status = opt->kind == KIND_SGD ? opt->backend->sgd_step(g->n_items, g->items, &g->sgd, inf, scale)
-                                             : opt->backend->adam_step(g->n_items, g->items, &g->adam, inf, scale);
-    if (status != MX_OK) return mx__error_prefix(fn);
-    /* written in place, as far as the host knows (found_inf is read on the device) */
-    for (int j = 0; j < g->n; j++)
-      if (mx_grad_of(g->params[j])) mx__bump_version(g->params[j]);
-  }
-  return MX_OK;
-}
-
-mx_status mx_optimizer_step(mx_optimizer *opt) { return step("mx_optimizer_step", opt, NULL, NULL); }
-
-mx_status mx_optimizer_step_amp(mx_optimizer *opt, const mx_tensor *found_inf, const mx_tensor *grad_scale) {
-  return step("mx_optimizer_step_amp", opt, found_inf, grad_scale);
-}
-
-mx_status mx_optimizer_zero_grad(mx_optimizer *opt, bool set_to_none) {
-  if (!opt) return mx__null_input("mx_optimizer_zero_grad", "opt");
-  for (int i = 0; i < opt->n_groups; i++) {
-    group *g = &opt->groups[i];
-    for (int j = 0; j < g->n; j++) {
-      mx_tensor *grad = mx_grad_of(g->params[j]);
-      if (!grad) continue;
-      if (set_to_none) {
-        mx_zero_grad(g->params[j]);
-      } else if (mx_fill_(grad, 0) != MX_OK) {
-        return mx__error_prefix("mx_optimizer_zero_grad");
-      }
-    }
-  }
-  return MX_OK;
+mx_status mx_optimizer_error(mx_status status, const char *fmt, ...) {
+  char message[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(message, sizeof message, fmt ? fmt : "", ap);
+  va_end(ap);
+  return mx__error(status == MX_OK ? MX_INVALID_ARGUMENT : status, "%s", message);
 }

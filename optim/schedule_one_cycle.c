@@ -31,6 +31,9 @@ static mx_status check_opts(const char *fn, const mx_optimizer *opt, const mx_on
   if (!(o->final_div_factor > 0 && isfinite(o->final_div_factor)))
     return mx__error(MX_INVALID_ARGUMENT, "%s: invalid final_div_factor %g (must be finite and > 0)", fn,
                      o->final_div_factor);
+  if (o->cycle_momentum && !mx_optimizer_type_of(opt)->momentum) /* PyTorch's check too */
+    return mx__error(MX_INVALID_ARGUMENT, "%s: %s has no momentum or beta1 to cycle; make it with cycle_momentum "
+                     "false", fn, mx_optimizer_name(opt));
   if (o->cycle_momentum && !(o->base_momentum >= 0 && o->base_momentum < 1))
     return mx__error(MX_INVALID_ARGUMENT, "%s: invalid base_momentum %g (must be in [0, 1))", fn, o->base_momentum);
   if (o->cycle_momentum && !(o->max_momentum >= 0 && o->max_momentum < 1))

@@ -383,11 +383,11 @@ Test(checkpoint, a_failed_load_is_an_exact_error_and_changes_nothing) {
   /* found invalid while restoring: what was restored is put back */
   rewrite(path, bad, NULL, "optimizer.group.1.beta1", "1.5", false);
   FAILS(mx_checkpoint_load(bad, &ck), MX_INVALID_ARGUMENT,
-        "mx_checkpoint_load: %s: optimizer group 1: mx_optimizer_set_adam_opts: invalid beta1 1.5 (must be in [0, 1))",
+        "mx_checkpoint_load: %s: optimizer group 1: mx_optimizer_set_hparams: invalid beta1 1.5 (must be in [0, 1))",
         bad);
   rewrite(path, bad, NULL, "optimizer.group.0.amsgrad", "true", false);
   FAILS(mx_checkpoint_load(bad, &ck), MX_INVALID_ARGUMENT,
-        "mx_checkpoint_load: %s: optimizer group 0: mx_optimizer_set_adam_opts: group 0 was made with amsgrad false; "
+        "mx_checkpoint_load: %s: optimizer group 0: mx_optimizer_set_hparams: group 0 was made with amsgrad false; "
         "it cannot change",
         bad);
   rewrite(path, bad, NULL, "scaler.growth_factor", "0.5", false);
