@@ -22,6 +22,7 @@
 
 #include "amp/amp.h"
 #include "autograd/autograd.h"
+#include "data/data.h"
 #include "dist/dist.h"
 #include "kernels/base.h"
 #include "kernels/math.h"
