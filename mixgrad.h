@@ -35,6 +35,7 @@
 #include "optim/clip.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
+#include "tensor/output_file.h"
 #include "tensor/safetensors.h"
 #include "tensor/scope.h"
 #include "tensor/tensor.h"
