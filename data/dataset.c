@@ -1,5 +1,6 @@
 /* The dataset: bytes, floats from tensors or a user's callbacks; made, checked, read and freed. */
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,10 @@ mx_status mx__labels_check(const char *op, const char *path, const uint8_t *labe
   return MX_OK;
 }
 
+/* The largest label a tensor dataset takes: its classes (largest + 1) stay
+ * a size a model's output can have, not whatever a stray value says. */
+#define MAX_LABEL 65535
+
 /* Sets c, h, w and ndim from a sample shape of 1 to 3 dims (c and h 1 where missing); checks its size. */
 static mx_status sample_shape(const char *op, const char *what, mx_dataset *ds, int ndim, const int64_t *dims) {
   char str[MX__DIMS_STR];
@@ -104,6 +109,33 @@ static void *copy_out(const char *op, const mx_tensor *t, mx_dtype dtype, size_t
   return out;
 }
 
+/* Copies x's samples as floats and y's labels as int64 into ds (its
+ * shape set) and sets its classes; false with the error set. */
+static bool copy_tensors(const char *op, mx_dataset *ds, const mx_tensor *x, const mx_tensor *y) {
+  mx_shape sx = mx_shape_get(x);
+  char xs[MX__DIMS_STR];
+  ds->n = sx.d[0];
+  int64_t sample = (int64_t)ds->c * ds->h * ds->w, bytes;
+  if (mx__mul_overflows(ds->n, sample * (int64_t)sizeof(float), &bytes) || (uint64_t)bytes > SIZE_MAX) {
+    mx__error(MX_OUT_OF_MEMORY, "%s: x %s is too many bytes", op, mx__dims_str(xs, sx.ndim, sx.d));
+    return false;
+  }
+  if (!(ds->values = copy_out(op, x, MX_F32, (size_t)bytes)) ||
+      !(ds->targets = copy_out(op, y, MX_I64, (size_t)ds->n * sizeof *ds->targets)))
+    return false;
+  int64_t largest = 0;
+  for (int64_t i = 0; i < ds->n; i++) {
+    if (ds->targets[i] < 0 || ds->targets[i] > MAX_LABEL) {
+      mx__error(MX_INVALID_ARGUMENT, "%s: label %lld of sample %lld is outside 0..%d", op, (long long)ds->targets[i],
+                (long long)i, MAX_LABEL);
+      return false;
+    }
+    if (ds->targets[i] > largest) largest = ds->targets[i];
+  }
+  ds->classes = (int)largest + 1;
+  return true;
+}
+
 mx_dataset *mx_dataset_from_tensors(const mx_tensor *x, const mx_tensor *y) {
   static const char *op = "mx_dataset_from_tensors";
   if (!x || !y) {
@@ -121,34 +153,14 @@ mx_dataset *mx_dataset_from_tensors(const mx_tensor *x, const mx_tensor *y) {
   if (sx.ndim < 2 || sx.d[0] < 1) {
     mx__error(MX_SHAPE_ERROR, "%s: x must be (n, sample) with n > 0 and a sample of 1 to 3 dims, got %s", op,
               mx__dims_str(xs, sx.ndim, sx.d));
-  } else if (sample_shape(op, "x's sample", ds, sx.ndim - 1, sx.d + 1) != MX_OK) {
   } else if (sy.ndim != 1 || sy.d[0] != sx.d[0]) {
     mx__error(MX_SHAPE_ERROR, "%s: y must be (%lld), one label per sample of x %s, got %s", op, (long long)sx.d[0],
               mx__dims_str(xs, sx.ndim, sx.d), mx__dims_str(ys, sy.ndim, sy.d));
   } else if (ty != MX_I64 && ty != MX_I32 && ty != MX_U8) {
     mx__error(MX_DTYPE_ERROR, "%s: y must hold integer labels (int64, int32 or uint8), got %s", op,
               mx_dtype_name(ty));
-  } else {
-    ds->n = sx.d[0];
-    int64_t sample = (int64_t)ds->c * ds->h * ds->w, bytes;
-    if (mx__mul_overflows(ds->n, sample * (int64_t)sizeof(float), &bytes) || (uint64_t)bytes > SIZE_MAX)
-      mx__error(MX_OUT_OF_MEMORY, "%s: x %s is too many bytes", op, mx__dims_str(xs, sx.ndim, sx.d));
-    else if ((ds->values = copy_out(op, x, MX_F32, (size_t)bytes)) &&
-             (ds->targets = copy_out(op, y, MX_I64, (size_t)ds->n * sizeof *ds->targets))) {
-      int64_t largest = 0;
-      for (int64_t i = 0; i < ds->n && largest >= 0; i++) {
-        if (ds->targets[i] < 0 || ds->targets[i] >= 65536)
-          largest = -1 - i; /* -1 - the first label out of range */
-        else if (ds->targets[i] > largest)
-          largest = ds->targets[i];
-      }
-      if (largest >= 0) {
-        ds->classes = (int)largest + 1;
-        return ds;
-      }
-      mx__error(MX_INVALID_ARGUMENT, "%s: label %lld of sample %lld is outside 0..65535", op,
-                (long long)ds->targets[-1 - largest], (long long)(-1 - largest));
-    }
+  } else if (sample_shape(op, "x's sample", ds, sx.ndim - 1, sx.d + 1) == MX_OK && copy_tensors(op, ds, x, y)) {
+    return ds;
   }
   mx_dataset_free(ds);
   return NULL;
@@ -185,11 +197,20 @@ mx_dataset *mx_dataset_custom(const mx_dataset_callbacks *cb, mx_shape sample, i
   return ds;
 }
 
+/* byte_values[p] = p / 255 in float, made once: a lookup is several times faster than the division. */
+static float byte_values[256];
+static pthread_once_t byte_values_once = PTHREAD_ONCE_INIT;
+
+static void byte_values_init(void) {
+  for (int p = 0; p < 256; p++) byte_values[p] = (float)p / 255.0f;
+}
+
 mx_status mx__dataset_read(const mx_dataset *ds, int64_t index, float *x, int64_t *y, char *error, size_t size) {
   int64_t sample = (int64_t)ds->c * ds->h * ds->w;
   if (ds->images) {
+    pthread_once(&byte_values_once, byte_values_init);
     const uint8_t *src = ds->images + index * sample;
-    for (int64_t p = 0; p < sample; p++) x[p] = (float)src[p] / 255.0f;
+    for (int64_t p = 0; p < sample; p++) x[p] = byte_values[src[p]];
     *y = ds->labels[index];
     return MX_OK;
   }

@@ -164,7 +164,7 @@ Test(tensor_dataset, errors) {
   EXPECT_ERROR(mx_dataset_from_tensors(x, y), "mx_dataset_from_tensors: y must be (3), one label per sample of x [3,2], got [4]");
   EXPECT_ERROR(mx_dataset_from_tensors(flat, y),
                "mx_dataset_from_tensors: x must be (n, sample) with n > 0 and a sample of 1 to 3 dims, got [3]");
-  EXPECT_ERROR(mx_dataset_from_tensors(big, y),
+  EXPECT_ERROR(mx_dataset_from_tensors(big, yneg),
                "mx_dataset_from_tensors: x's sample [1,1,1,2]: a sample needs 1 to 3 dims, each positive, at most "
                "100000000 elements");
   EXPECT_ERROR(mx_dataset_from_tensors(x, yf),
