@@ -74,7 +74,7 @@ Test(cifar100, wrong_files_name_the_file) {
   EXPECT_ERROR(mx_cifar100_load_files(paths, 1, MX_CIFAR100_COARSE),
                fmt("mx_cifar100_load: %s: fine label 100 of record 2 is outside 0..99", path));
   /* a CIFAR-10 file of 3 records is 9219 bytes: no whole number of CIFAR-100 records */
-  uint8_t *ten = cifar_bytes(3, fine3 + 1, 0, &len);
+  uint8_t *ten = cifar_bytes(3, (const uint8_t[3]){1, 2, 3}, 0, &len);
   write_raw(path, ten, len);
   EXPECT_ERROR(mx_cifar100_load_files(paths, 1, MX_CIFAR100_FINE),
                fmt("mx_cifar100_load: %s: expected a whole number of 3074-byte records (a coarse and a fine label "
