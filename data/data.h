@@ -91,10 +91,10 @@ typedef struct {
 mx_dataset *mx_dataset_new(int64_t n, int c, int h, int w, int classes);
 void mx_dataset_free(mx_dataset *ds); /* NULL is ignored */
 
-/* The samples x (n, ...) of 1 to 3 dims each, of any floating or integer
- * dtype on any device, and their labels y (n) of an integer dtype, in
- * 0..classes-1 (classes: the largest label + 1), copied as float32 and
- * int64 into the dataset (x and y can be released at once). */
+/* The samples x (n, ...) of 1 to 3 dims each, of any dtype on any device,
+ * and their labels y (n) of int64, int32 or uint8, in 0..65535 (the
+ * dataset's classes: the largest label + 1), copied to the host as float32
+ * and int64 (x and y can be released at once). */
 mx_dataset *mx_dataset_from_tensors(const mx_tensor *x, const mx_tensor *y);
 
 /* A dataset of your own: samples of the given shape (1 to 3 dims, as the
