@@ -22,6 +22,7 @@
 
 #include "amp/amp.h"
 #include "autograd/autograd.h"
+#include "data/data.h"
 #include "dist/dist.h"
 #include "kernels/base.h"
 #include "kernels/math.h"
@@ -35,6 +36,7 @@
 #include "optim/clip.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
+#include "tensor/output_file.h"
 #include "tensor/safetensors.h"
 #include "tensor/scope.h"
 #include "tensor/tensor.h"

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "examples/data/data.h"
+#include "data/data.h"
 #include "fuzz/fuzz.h"
 
 typedef struct {

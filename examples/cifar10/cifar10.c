@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "examples/data/data.h"
 #include "examples/train/models.h"
 #include "examples/train/trainer.h"
 #include "mixgrad.h"
@@ -46,18 +45,25 @@ int main(int argc, char **argv) {
     mx_dataset_free(train);
     return 1;
   }
-  mx_module *net = mx_demo_resnet9();
+  /* Training: a random 32x32 crop of the image padded by 4 pixels, flipped half the time, then normalised. */
+  static const float mean[3] = {0.4914f, 0.4822f, 0.4465f}, std[3] = {0.2470f, 0.2435f, 0.2616f};
+  mx_transform *augment = mx_transform_compose(
+      (mx_transform *[]){mx_transform_random_crop(4), mx_transform_random_flip(), mx_transform_normalize(mean, std, 3)},
+      3);
+  mx_transform *normalize = augment ? mx_transform_normalize(mean, std, 3) : NULL;
+  mx_module *net = normalize ? mx_demo_resnet9() : NULL;
   int rc = 1;
   if (!net) fprintf(stderr, "cifar10: %s\n", mx_last_error());
   else {
-    static const float mean[3] = {0.4914f, 0.4822f, 0.4465f}, std[3] = {0.2470f, 0.2435f, 0.2616f};
     mx_demo_task task = {.title = flags.synthetic ? "synthetic ResNet-9" : "CIFAR-10 ResNet-9", .model = net,
                          .train = train, .test = test, .class_names = classes, .label_smoothing = 0.2,
-                         .weight_decay = 5e-4, .sgd_momentum = 0.9, .mean = mean, .std = std, .crop_padding = 4,
-                         .flip = true};
+                         .weight_decay = 5e-4, .sgd_momentum = 0.9, .train_transform = augment,
+                         .test_transform = normalize};
     rc = mx_demo_train(&task, &flags);
     mx_module_free(net);
   }
+  mx_transform_free(augment);
+  mx_transform_free(normalize);
   mx_dataset_free(train);
   mx_dataset_free(test);
   return rc;

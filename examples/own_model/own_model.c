@@ -1,6 +1,7 @@
 /* Your own model, outside mixgrad's tree: a custom module (a residual MLP)
- * trained with AdamW under bfloat16 autocast on a generated task, using
- * only the installed header. README's "Your own model" builds it exactly
+ * trained with AdamW under bfloat16 autocast on a dataset of your own
+ * (two callbacks, read by the shuffling loader), using only the installed
+ * header. README's "Your own model" builds it exactly
  * so, and CI does the same (scripts/check-install):
  *
  *     cc own_model.c $(pkg-config --cflags --libs mixgrad) -o own_model && ./own_model
@@ -32,16 +33,26 @@ static mx_module *residual_mlp_new(int64_t in, int64_t hidden, int64_t classes, 
   return m;
 }
 
-/* --- the data: quadrant labels of rotated points --------------------------------------------- */
+/* --- the data: a dataset of your own, quadrant labels of rotated points ------------------------ */
 
-static void make_batch(mx_generator *gen, int64_t n, mx_tensor **x, mx_tensor **y) {
-  mx_tensor *p = mx_randn(MX_SHAPE(n, 2), MX_F32, MX_CPU, gen);
-  mx_tensor *rot = mx_from_data((float[]){0.8f, -0.6f, 0.6f, 0.8f}, MX_SHAPE(2, 2), MX_F32, MX_CPU);
-  mx_tensor *q = mx_matmul(p, rot);
-  mx_tensor *right = mx_gt_scalar(mx_select(q, 1, 0), 0.0), *up = mx_gt_scalar(mx_select(q, 1, 1), 0.0);
-  *x = p;
-  mx_tensor *up2 = mx_to_dtype(up, MX_I64);
-  *y = mx_add(mx_add(mx_to_dtype(right, MX_I64), up2), up2); /* 0..3, int64 (a C double would make it float) */
+typedef struct {
+  int64_t n;      /* points */
+  float cos, sin; /* the rotation */
+} points;
+
+static int64_t points_length(void *user) { return ((const points *)user)->n; }
+
+/* Point i (two coordinates in -1..1, from a hash of i) and which of the four
+ * quadrants it lies in after the rotation: 0..3. */
+static bool points_get(void *user, int64_t i, float *x, int64_t *y) {
+  const points *p = user;
+  uint64_t h = (uint64_t)i * 0x9e3779b97f4a7c15u;
+  h = (h ^ h >> 31) * 0xbf58476d1ce4e5b9u;
+  x[0] = (float)(h >> 40) / (1 << 23) - 1.0f;
+  x[1] = (float)(h >> 16 & 0xffffff) / (1 << 23) - 1.0f;
+  float right = p->cos * x[0] + p->sin * x[1], up = -p->sin * x[0] + p->cos * x[1];
+  *y = (right > 0) + 2 * (up > 0);
+  return true;
 }
 
 int main(void) {
@@ -56,11 +67,23 @@ int main(void) {
   mx_optimizer *opt = mx_adamw_new(n, params, &o);
   if (!opt) return fprintf(stderr, "optimizer: %s\n", mx_last_error()), 1;
 
+  points task = {.n = 2048, .cos = 0.8f, .sin = 0.6f};
+  mx_dataset *data = mx_dataset_custom(&(mx_dataset_callbacks){points_length, points_get, &task}, MX_SHAPE(2), 4);
+  mx_loader *loader = data ? mx_loader_new(data, &(mx_loader_options){.batch_size = 64, .shuffle = true, .seed = 1,
+                                                                      .background = true})
+                           : NULL;
+  if (!loader) return fprintf(stderr, "data: %s\n", mx_last_error()), 1;
+
   double first = 0, last = 0;
+  mx_tensor *x, *y;
   for (int step = 0; step < 200; step++) {
+    if (!mx_loader_next(loader, &x, &y)) { /* the end of an epoch: the next, reshuffled */
+      if (mx_loader_status(loader) != MX_OK || mx_loader_reset(loader, step / mx_loader_batches(loader)) != MX_OK ||
+          !mx_loader_next(loader, &x, &y))
+        return fprintf(stderr, "data: %s\n", mx_last_error()), 1;
+    }
     mx_scope *s = mx_scope_begin();
-    mx_tensor *x, *y, *loss;
-    make_batch(gen, 64, &x, &y);
+    mx_tensor *loss;
     mx_optimizer_zero_grad(opt, true);
     MX_AUTOCAST(MX_CPU, MX_BF16, true, true) { /* linears in bfloat16, the loss in float32 */
       loss = mx_cross_entropy(mx_module_forward(net, x), y, NULL, -100, MX_REDUCTION_MEAN, 0.0);
@@ -72,9 +95,13 @@ int main(void) {
     last = mx_item(loss);
     if (step == 0) first = last;
     mx_scope_end(s);
+    mx_release(x); /* the loader's batches are made outside the scope */
+    mx_release(y);
   }
   printf("%s, %lld parameters: loss %.4f at the first step, %.4f after 200\n", mx_module_type_of(net)->name,
          (long long)mx_module_parameter_count(net), first, last);
+  mx_loader_free(loader);
+  mx_dataset_free(data);
   mx_optimizer_free(opt);
   mx_module_free(net);
   mx_generator_free(gen);

@@ -38,7 +38,7 @@ void mx_demo_metrics_free(mx_demo_metrics *m);
  * then a "step" row per step and an "epoch" row per epoch (its train loss
  * and accuracy, test loss and accuracy, at its last step); fields a kind
  * lacks are empty. Accuracies are fractions. Both files are written
- * atomically (tensor/atomic_file.h): a special file at path is refused and
+ * atomically (tensor/output_file.h): a special file at path is refused and
  * a failed write leaves path as it was. Returns false with a message on
  * stderr. */
 bool mx_demo_metrics_write_csv(const mx_demo_metrics *m, const char *path);

@@ -147,12 +147,11 @@ static int make_optimizer(run_state *r, int64_t total_steps) {
 static int make_loaders(run_state *r) {
   const mx_demo_task *t = r->task;
   r->train = mx_loader_new(t->train, &(mx_loader_options){.batch_size = r->flags->batch / r->world, .shuffle = true,
-                                                           .seed = r->flags->seed, .mean = t->mean, .std = t->std,
-                                                           .crop_padding = t->crop_padding, .flip = t->flip,
+                                                           .seed = r->flags->seed, .transform = t->train_transform,
                                                            .background = true, .shards = r->world, .shard = r->rank});
   if (!r->train) return fail("training data");
   if (t->test) {
-    r->test = mx_loader_new(t->test, &(mx_loader_options){.batch_size = 500, .mean = t->mean, .std = t->std,
+    r->test = mx_loader_new(t->test, &(mx_loader_options){.batch_size = 500, .transform = t->test_transform,
                                                           .background = true, .shards = r->world, .shard = r->rank,
                                                           .uneven_shards = true});
     if (!r->test) return fail("test data");

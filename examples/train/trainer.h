@@ -9,9 +9,9 @@
 #ifndef MX_EXAMPLES_TRAIN_TRAINER_H
 #define MX_EXAMPLES_TRAIN_TRAINER_H
 
-#include "examples/data/data.h"
+#include "mixgrad.h"
+
 #include "examples/train/flags.h"
-#include "nn/module.h"
 
 typedef struct {
   const char *title;               /* names the run in the output and the picture */
@@ -22,9 +22,7 @@ typedef struct {
   double label_smoothing;
   double weight_decay;
   double sgd_momentum;             /* Nesterov */
-  const float *mean, *std;         /* per channel, for the loaders */
-  int crop_padding;                /* training augmentation (the loader's) */
-  bool flip;
+  const mx_transform *train_transform, *test_transform; /* the loaders' (NULL: none) */
 } mx_demo_task;
 
 /* What mx_demo_train returns, the process's exit code: 0 after the run; 1

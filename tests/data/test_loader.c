@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/data.h"
 #include "data_files.h"
-#include "examples/data/batch.h"
-#include "examples/data/data.h"
+#include "kernels/math.h"
 #include "tensor/scope.h"
 #include "tests/common/expect_error.h"
 
@@ -258,7 +258,8 @@ Test(loader, per_channel_normalisation) {
   memcpy(ds->images, pixels, 6);
   ds->labels[0] = 4;
   const float mean[3] = {0.5f, 0.25f, 0.0f}, std[3] = {0.5f, 2.0f, 0.25f};
-  mx_loader *l = mx_loader_new(ds, &(mx_loader_options){.batch_size = 4, .mean = mean, .std = std});
+  mx_transform *normalize = mx_transform_normalize(mean, std, 3);
+  mx_loader *l = mx_loader_new(ds, &(mx_loader_options){.batch_size = 4, .transform = normalize});
   mx_tensor *x, *y;
   cr_assert(mx_loader_next(l, &x, &y), "%s", mx_last_error());
   mx_shape s = mx_shape_get(x);
@@ -272,28 +273,52 @@ Test(loader, per_channel_normalisation) {
   mx_release(x);
   mx_release(y);
   mx_loader_free(l);
+  mx_transform_free(normalize);
   mx_dataset_free(ds);
 }
 
-/* A 3x4 image (1..12) through mx__batch_sample with padding 1 and the lookup p -> p. */
-static void expect_crop(mx__augment a, const float expected[12]) {
-  const uint8_t img[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
-  float lut[256], out[12];
-  for (int p = 0; p < 256; p++) lut[p] = (float)p;
-  mx__batch_sample(out, img, 1, 3, 4, lut, 1, a);
-  for (int i = 0; i < 12; i++)
-    cr_expect_eq(out[i], expected[i], "dy %d dx %d flip %d: pixel %d is %g, expected %g", a.dy, a.dx, a.flip, i,
-                 out[i], expected[i]);
+/* The crop and flip that sample `index` of epoch 0 draws with seed 5, as
+ * mx_transform_apply documents them: words 0 and 1 of Philox block
+ * (index, 0, epoch 0, stream 2) under the seed give the corner, word 2's
+ * low bit the flip. */
+static void documented_draw(int64_t index, int pad, int *dy, int *dx, bool *flip) {
+  mx_philox_block b = mx_philox4x32_10((mx_philox_block){{(uint32_t)index, 0, 0, 2}}, 5);
+  *dy = (int)(b.v[0] % (2u * pad + 1u));
+  *dx = (int)(b.v[1] % (2u * pad + 1u));
+  *flip = b.v[2] & 1u;
 }
 
 Test(loader, crop_and_flip_exact_pixels) {
-  /* the padded image is 5x6; the crop's corner (dy, dx) runs over 0..2 */
-  expect_crop((mx__augment){1, 1, false}, (const float[12]){1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
-  expect_crop((mx__augment){0, 0, false}, (const float[12]){0, 0, 0, 0, 0, 1, 2, 3, 0, 5, 6, 7});
-  expect_crop((mx__augment){2, 2, false}, (const float[12]){6, 7, 8, 0, 10, 11, 12, 0, 0, 0, 0, 0});
-  expect_crop((mx__augment){1, 1, true}, (const float[12]){4, 3, 2, 1, 8, 7, 6, 5, 12, 11, 10, 9});
-  expect_crop((mx__augment){0, 2, true}, (const float[12]){0, 0, 0, 0, 0, 4, 3, 2, 0, 8, 7, 6});
-  expect_crop((mx__augment){2, 0, true}, (const float[12]){7, 6, 5, 0, 11, 10, 9, 0, 0, 0, 0, 0});
+  /* A 3x4 image (1..12) padded by 1 is 5x6; the crop's corner (dy, dx) runs over 0..2. */
+  struct {
+    int dy, dx;
+    bool flip;
+    float expected[12];
+  } cases[] = {{1, 1, false, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}},
+               {0, 0, false, {0, 0, 0, 0, 0, 1, 2, 3, 0, 5, 6, 7}},
+               {2, 2, false, {6, 7, 8, 0, 10, 11, 12, 0, 0, 0, 0, 0}},
+               {1, 1, true, {4, 3, 2, 1, 8, 7, 6, 5, 12, 11, 10, 9}},
+               {0, 2, true, {0, 0, 0, 0, 0, 4, 3, 2, 0, 8, 7, 6}},
+               {2, 0, true, {7, 6, 5, 0, 11, 10, 9, 0, 0, 0, 0, 0}}};
+  mx_transform *t = mx_transform_compose((mx_transform *[]){mx_transform_random_crop(1), mx_transform_random_flip()}, 2);
+  cr_assert_not_null(t, "%s", mx_last_error());
+  int hits[6] = {0};
+  for (int64_t index = 0; index < 300; index++) {
+    int dy, dx;
+    bool flip;
+    documented_draw(index, 1, &dy, &dx, &flip);
+    float out[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    cr_assert_eq(mx_transform_apply(t, out, 1, 3, 4, 5, 0, index), MX_OK, "%s", mx_last_error());
+    for (int k = 0; k < 6; k++) {
+      if (cases[k].dy != dy || cases[k].dx != dx || cases[k].flip != flip) continue;
+      hits[k]++;
+      for (int i = 0; i < 12; i++)
+        cr_expect_eq(out[i], cases[k].expected[i], "dy %d dx %d flip %d: pixel %d is %g, expected %g", dy, dx, flip, i,
+                     out[i], cases[k].expected[i]);
+    }
+  }
+  for (int k = 0; k < 6; k++) cr_expect_gt(hits[k], 0, "case %d never drawn in 300 samples", k);
+  mx_transform_free(t);
 }
 
 /* Which of the (2 pad + 1)^2 crops, each flipped or not, of a 2x3x4 image
@@ -328,8 +353,14 @@ Test(loader, augmentation_draws_every_crop_and_flip) {
     int variants;
   } cases[] = {{1, true, 18}, {1, false, 9}, {0, true, 2}, {2, true, 50}};
   for (size_t k = 0; k < 4; k++) {
-    mx_loader *l = mx_loader_new(ds, &(mx_loader_options){.batch_size = 16, .seed = 9, .mean = mean, .std = std,
-                                                          .crop_padding = cases[k].pad, .flip = cases[k].flip,
+    mx_transform *items[3];
+    int count = 0;
+    items[count++] = mx_transform_random_crop(cases[k].pad);
+    if (cases[k].flip) items[count++] = mx_transform_random_flip();
+    items[count++] = mx_transform_normalize(mean, std, 2);
+    mx_transform *t = mx_transform_compose(items, count);
+    cr_assert_not_null(t, "%s", mx_last_error());
+    mx_loader *l = mx_loader_new(ds, &(mx_loader_options){.batch_size = 16, .seed = 9, .transform = t,
                                                           .background = true});
     cr_assert_not_null(l, "%s", mx_last_error());
     int seen[50] = {0}, distinct = 0;
@@ -352,6 +383,7 @@ Test(loader, augmentation_draws_every_crop_and_flip) {
     cr_expect_eq(distinct, cases[k].variants, "case %zu: %d of %d crops seen in 500 draws", k, distinct,
                  cases[k].variants);
     mx_loader_free(l);
+    mx_transform_free(t);
   }
   mx_dataset_free(ds);
 }
@@ -392,9 +424,11 @@ Test(loader, background_thread_matches_synchronous) {
   mx_dataset *ds = mx_dataset_synthetic(45, 3, 8, 8, 11);
   cr_assert_not_null(ds, "%s", mx_last_error());
   const float mean[3] = {0.4f, 0.5f, 0.6f}, std[3] = {0.2f, 0.25f, 0.3f};
+  mx_transform *t = mx_transform_compose(
+      (mx_transform *[]){mx_transform_random_crop(2), mx_transform_random_flip(), mx_transform_normalize(mean, std, 3)},
+      3);
   for (int drop_last = 0; drop_last < 2; drop_last++) {
-    mx_loader_options o = {.batch_size = 8, .shuffle = true, .drop_last = drop_last, .seed = 3,
-                           .mean = mean, .std = std, .crop_padding = 2, .flip = true};
+    mx_loader_options o = {.batch_size = 8, .shuffle = true, .drop_last = drop_last, .seed = 3, .transform = t};
     mx_loader *sync = mx_loader_new(ds, &o);
     o.background = true;
     mx_loader *threaded = mx_loader_new(ds, &o);
@@ -403,6 +437,7 @@ Test(loader, background_thread_matches_synchronous) {
     mx_loader_free(sync);
     mx_loader_free(threaded);
   }
+  mx_transform_free(t);
   mx_dataset_free(ds);
 }
 
@@ -433,7 +468,8 @@ Test(loader, batches_belong_to_the_callers_scope) {
 
 Test(loader, stops_cleanly_at_any_point) {
   mx_dataset *ds = mx_dataset_synthetic(100, 3, 32, 32, 1);
-  mx_loader_options o = {.batch_size = 10, .shuffle = true, .crop_padding = 4, .flip = true, .background = true};
+  mx_transform *t = mx_transform_compose((mx_transform *[]){mx_transform_random_crop(4), mx_transform_random_flip()}, 2);
+  mx_loader_options o = {.batch_size = 10, .shuffle = true, .transform = t, .background = true};
   mx_loader_free(mx_loader_new(ds, &o)); /* at once, while the worker fills its first batches */
   for (int taken = 0; taken < 4; taken++) {
     mx_loader *l = mx_loader_new(ds, &o);
@@ -446,6 +482,7 @@ Test(loader, stops_cleanly_at_any_point) {
     }
     mx_loader_free(l);
   }
+  mx_transform_free(t);
   mx_dataset_free(ds);
 }
 
@@ -455,15 +492,18 @@ Test(loader, errors) {
   EXPECT_ERROR(mx_loader_new(NULL, &o), "mx_loader_new: argument 'dataset' is NULL");
   EXPECT_ERROR(mx_loader_new(ds, NULL), "mx_loader_new: argument 'opts' is NULL");
   EXPECT_ERROR(mx_loader_new(ds, &(mx_loader_options){0}), "mx_loader_new: batch_size must be positive, got 0");
-  EXPECT_ERROR(mx_loader_new(ds, &(mx_loader_options){.batch_size = 1, .crop_padding = 3}),
-               "mx_loader_new: crop_padding must be in 0..2, got 3");
-  EXPECT_ERROR(mx_loader_new(ds, &(mx_loader_options){.batch_size = 1, .crop_padding = -1}),
-               "mx_loader_new: crop_padding must be in 0..2, got -1");
-  const float zero = 0.0f, nan = NAN;
-  EXPECT_ERROR(mx_loader_new(ds, &(mx_loader_options){.batch_size = 1, .std = &zero}),
-               "mx_loader_new: std[0] must be positive and finite, got 0");
-  EXPECT_ERROR(mx_loader_new(ds, &(mx_loader_options){.batch_size = 1, .mean = &nan}),
-               "mx_loader_new: mean[0] must be finite, got nan");
+  mx_transform *crop3 = mx_transform_random_crop(3);
+  EXPECT_ERROR(mx_loader_new(ds, &(mx_loader_options){.batch_size = 1, .transform = crop3}),
+               "mx_loader_new: the random crop's padding must be in 0..2 for samples of 1x2x2, got 3");
+  mx_transform_free(crop3);
+  const float zero = 0.0f, nan = NAN, one = 1.0f, three[3] = {0, 0, 0}, ones[3] = {1, 1, 1};
+  mx_transform *rgb = mx_transform_normalize(three, ones, 3);
+  EXPECT_ERROR(mx_loader_new(ds, &(mx_loader_options){.batch_size = 1, .transform = rgb}),
+               "mx_loader_new: the normalisation has 3 channels, the samples (1x2x2) 1");
+  mx_transform_free(rgb);
+  EXPECT_ERROR(mx_transform_random_crop(-1), "mx_transform_random_crop: padding must be at least 0, got -1");
+  EXPECT_ERROR(mx_transform_normalize(&one, &zero, 1), "mx_transform_normalize: std[0] must be positive and finite, got 0");
+  EXPECT_ERROR(mx_transform_normalize(&nan, &one, 1), "mx_transform_normalize: mean[0] must be finite, got nan");
   EXPECT_ERROR(mx_loader_new(ds, &(mx_loader_options){.batch_size = 1, .shards = 3, .shard = 3}),
                "mx_loader_new: shard 3 of 3 shards does not exist");
   EXPECT_ERROR(mx_loader_new(ds, &(mx_loader_options){.batch_size = 1, .shards = -2}),

@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "data_files.h"
-#include "examples/data/data.h"
+#include "data/data.h"
 
 TestSuite(idx, .init = make_tmp_dir, .fini = remove_tmp_dir);
 TestSuite(cifar, .init = make_tmp_dir, .fini = remove_tmp_dir);

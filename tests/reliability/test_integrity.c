@@ -22,7 +22,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "examples/data/data.h"
+#include "data/data.h"
 #include "tests/common/tmp_files.h"
 #include "tests/data/data_files.h"
 

@@ -2,8 +2,8 @@
 #include <limits.h>
 #include <stdio.h>
 
-#include "examples/data/data_file.h"
-#include "examples/data/data_internal.h"
+#include "data/data_file.h"
+#include "data/data_internal.h"
 #include "kernels/base_internal.h"
 
 /* Writes dir/name.gz or else dir/name, whichever exists, into path. */

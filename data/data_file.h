@@ -1,6 +1,6 @@
 /* Internal: reading an untrusted data file, gzipped or raw, with checked lengths. */
-#ifndef MX_EXAMPLES_DATA_DATA_FILE_H
-#define MX_EXAMPLES_DATA_DATA_FILE_H
+#ifndef MX_DATA_DATA_FILE_H
+#define MX_DATA_DATA_FILE_H
 
 #include <stdbool.h>
 #include <stdint.h>

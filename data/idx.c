@@ -2,8 +2,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "examples/data/data_file.h"
-#include "examples/data/data_internal.h"
+#include "data/data_file.h"
+#include "data/data_internal.h"
 #include "kernels/base_internal.h"
 
 #define IDX_LABELS 0x00000801u /* u8 data, 1 dim: n */
@@ -113,7 +113,7 @@ mx_dataset *mx__idx_load(const char *op, const char *images_path, const char *la
     return NULL;
   }
   *ds = (mx_dataset){.images = images, .labels = labels, .n = n_images, .c = 1,
-                     .h = (int)rows, .w = (int)cols, .classes = 10};
+                     .h = (int)rows, .w = (int)cols, .classes = 10, .ndim = 3};
   return ds;
 }
 

@@ -2,8 +2,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "examples/data/batch.h"
-#include "examples/data/data_internal.h"
+#include "data/batch.h"
+#include "data/data_internal.h"
 #include "kernels/base_internal.h"
 
 /* Class k's stripes: (fy, fx) cycles over the image's height and width.

@@ -1,5 +1,5 @@
 /* Reading untrusted data files, gzip (zlib's inflate, trailers checked) or raw, lengths checked before allocating. */
-#include "examples/data/data_file.h"
+#include "data/data_file.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "examples/data/data.h"
+#include "data/data.h"
 #include "kernels/base_internal.h"
 #include "tensor/regular_file.h"
 

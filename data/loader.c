@@ -1,10 +1,10 @@
 /* The data loader: a worker thread fills two batch buffers; the caller's thread makes the tensors. */
-#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "examples/data/batch.h"
+#include "data/batch.h"
+#include "data/data_internal.h"
 #include "kernels/base_internal.h"
 #include "tensor/scope.h"
 
@@ -14,22 +14,25 @@
  * new tensors with mx_from_data, so every tensor is made on the caller's
  * thread, joins the scope open there (or belongs to the caller) and shares
  * nothing with the worker, whatever the caller keeps or releases. The
- * worker allocates nothing and calls nothing that can fail: every failure
- * (memory, starting the thread, making the tensors) happens on the
- * caller's thread and is reported there through mx_last_error(). One mutex
+ * worker allocates nothing; the one thing it runs that can fail, a
+ * custom dataset's get, leaves its status and words in the slot, and the
+ * caller's thread reports them through mx_last_error(), as every other
+ * failure (memory, starting the thread, making the tensors). One mutex
  * guards the slots' flags and the worker's state; the permutation is
  * rewritten only while the worker is idle (reset waits for it). */
 
 typedef struct {
-  float *x;      /* (batch_size, c, h, w) */
-  int64_t *y;    /* (batch_size) */
-  bool ready;    /* holds the batch the caller takes next from this slot */
+  float *x;       /* (batch_size, c, h, w) */
+  int64_t *y;     /* (batch_size) */
+  float *scratch; /* one sample, for the transforms */
+  bool ready;     /* holds the batch the caller takes next from this slot */
+  mx_status status; /* of filling it; not MX_OK: error says why */
+  char error[256];
 } slot;
 
 struct mx_loader {
   const mx_dataset *ds;
-  mx_loader_options opt; /* mean and std cleared: lut holds them */
-  float *lut;            /* (c, 256) pixel byte -> normalised value */
+  mx_loader_options opt;
   int64_t n;             /* samples per epoch: the shard's */
   int64_t *perm;         /* (ds->n) the epoch's permutation of the dataset */
   int64_t *order;        /* (n) the epoch's sample order: the shard's part of perm */
@@ -53,12 +56,13 @@ static int64_t batch_count(const mx_loader *l, int64_t b) {
 
 /* Fills s with batch b; plan was read under the lock (it names the epoch). */
 static void fill(const mx_loader *l, const mx__batch_plan *plan, int64_t b, slot *s) {
-  mx__batch_fill(plan, b * l->batch_size, batch_count(l, b), s->x, s->y);
+  s->status = mx__batch_fill(plan, b * l->batch_size, batch_count(l, b), s->x, s->y, s->scratch, s->error,
+                             sizeof s->error);
 }
 
 static mx__batch_plan plan_of(const mx_loader *l) {
-  return (mx__batch_plan){.ds = l->ds, .order = l->order, .lut = l->lut, .seed = l->opt.seed,
-                          .epoch = l->epoch, .pad = l->opt.crop_padding, .flip = l->opt.flip};
+  return (mx__batch_plan){.ds = l->ds, .order = l->order, .transform = l->opt.transform, .seed = l->opt.seed,
+                          .epoch = l->epoch};
 }
 
 static void *worker(void *arg) {
@@ -86,12 +90,12 @@ static void *worker(void *arg) {
 }
 
 static void free_buffers(mx_loader *l) {
-  free(l->lut);
   if (l->perm != l->order) free(l->perm);
   free(l->order);
   for (int i = 0; i < 2; i++) {
     free(l->slots[i].x);
     free(l->slots[i].y);
+    free(l->slots[i].scratch);
   }
   free(l);
 }
@@ -99,27 +103,13 @@ static void free_buffers(mx_loader *l) {
 /* Checks the dataset and the options; MX_OK or the error. */
 static mx_status check(const char *op, const mx_dataset *ds, const mx_loader_options *o) {
   if (!ds || !o) return mx__null_input(op, ds ? "opts" : "dataset");
-  if (!ds->images || !ds->labels || ds->n < 1 || ds->c < 1 || ds->h < 1 || ds->w < 1)
-    return mx__error(MX_INVALID_ARGUMENT, "%s: the dataset is empty (%lld samples of %dx%dx%d)", op,
-                     (long long)ds->n, ds->c, ds->h, ds->w);
+  if (mx__dataset_check(op, ds) != MX_OK) return mx_last_status();
   if (o->shards < 0 || o->shard < 0 || o->shard >= (o->shards > 1 ? o->shards : 1))
     return mx__error(MX_INVALID_ARGUMENT, "%s: shard %d of %d shards does not exist", op, o->shard, o->shards);
   if (o->batch_size < 1)
     return mx__error(MX_INVALID_ARGUMENT, "%s: batch_size must be positive, got %lld", op,
                      (long long)o->batch_size);
-  int side = ds->h < ds->w ? ds->h : ds->w;
-  if (o->crop_padding < 0 || o->crop_padding > side)
-    return mx__error(MX_INVALID_ARGUMENT, "%s: crop_padding must be in 0..%d, got %d", op, side,
-                     o->crop_padding);
-  for (int ch = 0; ch < ds->c; ch++) {
-    if (o->mean && !isfinite(o->mean[ch]))
-      return mx__error(MX_INVALID_ARGUMENT, "%s: mean[%d] must be finite, got %g", op, ch,
-                       o->mean[ch]);
-    if (o->std && !(o->std[ch] > 0.0f && isfinite(o->std[ch])))
-      return mx__error(MX_INVALID_ARGUMENT, "%s: std[%d] must be positive and finite, got %g", op,
-                       ch, o->std[ch]);
-  }
-  return MX_OK;
+  return o->transform ? mx__transform_check(op, o->transform, ds->c, ds->h, ds->w) : MX_OK;
 }
 
 mx_loader *mx_loader_new(const mx_dataset *ds, const mx_loader_options *opts) {
@@ -132,7 +122,6 @@ mx_loader *mx_loader_new(const mx_dataset *ds, const mx_loader_options *opts) {
   }
   l->ds = ds;
   l->opt = *opts;
-  l->opt.mean = l->opt.std = NULL;
   int shards = opts->shards > 1 ? opts->shards : 1;
   /* padded: ceil(n / shards) each; uneven: the positions shard, shard +
    * shards, ... below n (none when shard >= n) */
@@ -140,14 +129,14 @@ mx_loader *mx_loader_new(const mx_dataset *ds, const mx_loader_options *opts) {
   l->batch_size = opts->batch_size < l->n ? opts->batch_size : l->n;
   l->batches = l->n / opts->batch_size + (!opts->drop_last && l->n % opts->batch_size != 0);
   int64_t sample = (int64_t)ds->c * ds->h * ds->w, capacity = l->batch_size > 0 ? l->batch_size : 1;
-  l->lut = malloc((size_t)ds->c * 256 * sizeof *l->lut);
   l->order = malloc((size_t)(l->n > 0 ? l->n : 1) * sizeof *l->order);
   l->perm = shards > 1 ? malloc((size_t)ds->n * sizeof *l->perm) : l->order;
-  bool ok = l->lut && l->order && l->perm;
+  bool ok = l->order && l->perm;
   for (int i = 0; i < 2; i++) {
     l->slots[i].x = malloc((size_t)(capacity * sample) * sizeof(float));
     l->slots[i].y = malloc((size_t)capacity * sizeof(int64_t));
-    ok = ok && l->slots[i].x && l->slots[i].y;
+    l->slots[i].scratch = malloc((size_t)sample * sizeof(float));
+    ok = ok && l->slots[i].x && l->slots[i].y && l->slots[i].scratch;
   }
   if (!ok) {
     free_buffers(l);
@@ -155,7 +144,6 @@ mx_loader *mx_loader_new(const mx_dataset *ds, const mx_loader_options *opts) {
               (long long)l->batch_size, ds->c, ds->h, ds->w);
     return NULL;
   }
-  mx__batch_lut(l->lut, ds->c, opts->mean, opts->std);
   mx_loader_reset(l, 0); /* the order exists before the worker can read it */
   if (!opts->background) return l;
   pthread_mutex_init(&l->mu, NULL);
@@ -235,9 +223,16 @@ bool mx_loader_next(mx_loader *l, mx_tensor **x, mx_tensor **y) {
     mx__batch_plan plan = plan_of(l);
     fill(l, &plan, b, s);
   }
+  if (s->status != MX_OK) { /* the slot stays ready: the next call reads this batch again */
+    l->status = mx__error(s->status, "mx_loader_next: %s", s->error);
+    return false;
+  }
   const mx_dataset *ds = l->ds;
   int64_t count = batch_count(l, b);
-  mx_tensor *tx = mx_from_data(s->x, MX_SHAPE(count, ds->c, ds->h, ds->w), MX_F32, MX_CPU);
+  int64_t chw[3] = {ds->c, ds->h, ds->w};
+  mx_shape shape = {.ndim = 1 + ds->ndim, .d = {count}}; /* (count, the sample's last ndim of c, h, w) */
+  memcpy(shape.d + 1, chw + 3 - ds->ndim, (size_t)ds->ndim * sizeof *chw);
+  mx_tensor *tx = mx_from_data(s->x, shape, MX_F32, MX_CPU);
   mx_tensor *ty = tx ? mx_from_data(s->y, MX_SHAPE(count), MX_I64, MX_CPU) : NULL;
   if (!ty) { /* the slot stays ready: the next call tries this batch again */
     mx_release(tx);
