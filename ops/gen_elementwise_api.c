@@ -49,7 +49,8 @@ static const char *policy_words(const char *policy) {
 
 /* "mx_tensor *mx_<name>(const mx_tensor *x, double p...)" */
 static void signature(FILE *f, const row *r, const param *p, int n) {
-  fprintf(f, "mx_tensor *mx_%s(%s", r->name, r->arity == 1 ? "const mx_tensor *x" : "const mx_tensor *a, const mx_tensor *b");
+  const char *tensors = r->arity == 1 ? "const mx_tensor *x" : "const mx_tensor *a, const mx_tensor *b";
+  fprintf(f, "mx_tensor *mx_%s(%s", r->name, tensors);
   for (int i = 0; i < n; i++)
     if (!p[i].fixed[0]) fprintf(f, ", double %s", p[i].name);
   fputc(')', f);
@@ -98,33 +99,33 @@ int main(int argc, char **argv) {
   fputs("/* The public functions of the elementwise rows of ops/ops.def (written by ops/gen_elementwise_api.c). */\n"
         "#include \"ops/op_table.h\"\n",
         c);
-  int arity = 0;
-  for (size_t k = 0; k < sizeof rows / sizeof *rows; k++) {
-    const row *r = &rows[k];
-    param p[4];
-    int n = parse_params(r->params, p, 4);
-    if (n < 0) {
-      fprintf(stderr, "ops/ops.def: %s: cannot read the params \"%s\"\n", r->name, r->params);
-      return 1;
-    }
-    if (r->arity != arity) {
-      fprintf(h, "\n/* --- elementwise %s --- */\n", r->arity == 1 ? "unary" : "binary, broadcasting");
-      arity = r->arity;
-    }
-    comment(h, r);
-    signature(h, r, p, n);
-    fputs(";\n", h);
+  /* the unary rows, then the binary ones, wherever in the table they are (new rows go at its end) */
+  for (int arity = 1; arity <= 2; arity++) {
+    fprintf(h, "\n/* --- elementwise %s --- */\n", arity == 1 ? "unary" : "binary, broadcasting");
+    for (size_t k = 0; k < sizeof rows / sizeof *rows; k++) {
+      const row *r = &rows[k];
+      if (r->arity != arity) continue;
+      param p[4];
+      int n = parse_params(r->params, p, 4);
+      if (n < 0) {
+        fprintf(stderr, "ops/ops.def: %s: cannot read the params \"%s\"\n", r->name, r->params);
+        return 1;
+      }
+      comment(h, r);
+      signature(h, r, p, n);
+      fputs(";\n", h);
 
-    fputc('\n', c);
-    signature(c, r, p, n);
-    fprintf(c, " {\n  return mx__call%d(MX_OP_%s, %s, ", r->arity, r->enum_name, r->arity == 1 ? "x" : "a, b");
-    if (n == 0) {
-      fputs("NULL);\n}\n", c);
-      continue;
+      fputc('\n', c);
+      signature(c, r, p, n);
+      fprintf(c, " {\n  return mx__call%d(MX_OP_%s, %s, ", r->arity, r->enum_name, r->arity == 1 ? "x" : "a, b");
+      if (n == 0) {
+        fputs("NULL);\n}\n", c);
+        continue;
+      }
+      fputs("&(mx__args){.f = {", c);
+      for (int i = 0; i < n; i++) fprintf(c, "%s%s", i ? ", " : "", p[i].fixed[0] ? p[i].fixed : p[i].name);
+      fputs("}});\n}\n", c);
     }
-    fputs("&(mx__args){.f = {", c);
-    for (int i = 0; i < n; i++) fprintf(c, "%s%s", i ? ", " : "", p[i].fixed[0] ? p[i].fixed : p[i].name);
-    fputs("}});\n}\n", c);
   }
   fputs("\n#ifdef __cplusplus\n}\n#endif\n\n#endif\n", h);
   return fclose(h) == 0 && fclose(c) == 0 ? 0 : 1;

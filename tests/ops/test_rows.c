@@ -179,7 +179,8 @@ ParameterizedTest(int *k, ops_rows, forward) {
     cr_assert_eq(mx_numel(out), n, "%s: %lld elements", r->name, (long long)mx_numel(out));
     for (int i = 0; i < n; i++) {
       double yi = y ? y[i % FORWARD_COLS] : NAN;
-      double want = r->arity == 1 ? unary_reference(r->code, x[i], p[0], p[1]) : binary_reference(r->code, x[i], yi, p[0]);
+      double want = r->arity == 1 ? unary_reference(r->code, x[i], p[0], p[1])
+                                  : binary_reference(r->code, x[i], yi, p[0]);
       if (r->arity == 2 && r->code >= MX_BIN_EQ) { /* bool */
         cr_expect_eq(got[i], want, "%s on %s, element %d: %g, the reference says %g", r->name,
                      mx_dtype_name(dtypes[d]), i, got[i], want);
