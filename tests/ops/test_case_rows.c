@@ -1,7 +1,7 @@
 /* The rows that are not elementwise (MX_OP), through their cases in op_cases.c: each case's forward in float32
- * against the same case in float64 on the same (float32-rounded) inputs, float64 running the plain loops; and the
- * public function of every row declared with the tensor inputs its row names (written by hand for MX_OP rows, from
- * the row for the elementwise ones). */
+ * against the same case in float64 on the same (float32-rounded) inputs, float64 running the plain loops; its row's
+ * autocast policy applied in float16 and bfloat16 regions; and the public function of every row declared with the
+ * tensor inputs its row names (written by hand for MX_OP rows, from the row for the elementwise ones). */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <ctype.h>
@@ -140,4 +140,73 @@ Test(ops_case_rows, public_functions_take_the_rows_inputs) {
   }
   cr_expect_geq(checked, 180, "only %d rows checked", checked);
   for (int h = 0; h < 4; h++) free(text[h]);
+}
+
+/* --- autocast: each row's policy, through its cases ---------------------------------------------------------- */
+
+/* The row a case exercises: the longest op name the case's name starts with (then "_" or its end), or -1 (max_all,
+ * split_first, ...: functions that are no row of their own). */
+static int case_op(const char *case_name) {
+  int best = -1;
+  size_t best_len = 0;
+  for (int op = 0; op < mx_op_count(); op++) {
+    size_t len = strlen(mx_op_name(op));
+    if (len > best_len && !strncmp(case_name, mx_op_name(op), len) && (case_name[len] == '\0' || case_name[len] == '_'))
+      best = op, best_len = len;
+  }
+  return best;
+}
+
+/* The case in a region of dtype `region`, on floating inputs of dtype `given`, against the case outside any region
+ * on those inputs cast to `want`: the same dtype and bits. */
+static void expect_case_autocast(const op_case *c, int k, mx_dtype region, mx_dtype given, mx_dtype want) {
+  mx_scope *s = mx_scope_begin();
+  mx_generator *gen = mx_generator_new(20261128u + (uint64_t)k);
+  mx_tensor *in[OP_MAX_IN] = {0}, *cast[OP_MAX_IN] = {0};
+  for (int i = 0; i < c->n_in; i++) {
+    mx_tensor *drawn = op_case_input(c->shape[i], c->domain[i], gen);
+    bool floating = drawn && mx_dtype_is_floating(mx_dtype_of(drawn));
+    in[i] = floating ? mx_to_dtype(drawn, given) : drawn;
+    cast[i] = floating ? mx_to_dtype(in[i], want) : drawn;
+    cr_assert(in[i] && cast[i], "%s: %s", c->name, mx_last_error());
+  }
+  mx_generator_free(gen);
+  mx_tensor *out = NULL;
+  MX_AUTOCAST(MX_CPU, region, true, true) { out = c->fn(c->n_in, in, NULL); }
+  mx_tensor *control = c->fn(c->n_in, cast, NULL);
+  cr_assert_not_null(out, "%s in a %s region: %s", c->name, mx_dtype_name(region), mx_last_error());
+  cr_assert_not_null(control, "%s: %s", c->name, mx_last_error());
+  cr_expect_eq(mx_dtype_of(out), mx_dtype_of(control), "%s on %s in a %s region: %s, expected %s", c->name,
+               mx_dtype_name(given), mx_dtype_name(region), mx_dtype_name(mx_dtype_of(out)),
+               mx_dtype_name(mx_dtype_of(control)));
+  cr_expect(op_bitwise_equal(mx_to_dtype(out, MX_F64), mx_to_dtype(control, MX_F64)),
+            "%s on %s in a %s region: not the bits of the case on %s inputs", c->name, mx_dtype_name(given),
+            mx_dtype_name(region), mx_dtype_name(want));
+  mx_scope_end(s);
+}
+
+ParameterizedTestParameters(ops_case_rows, autocast) {
+  for (int k = 0; k < op_case_count; k++) case_ids[k] = k;
+  return OP_PARAMS(case_ids, (size_t)op_case_count);
+}
+
+ParameterizedTest(int *k, ops_case_rows, autocast) {
+  const op_case *c = &op_cases[*k];
+  int op = case_op(c->name);
+  /* the backward ops run inside backward, which no region reaches (their cases take a gradient in the region) */
+  if (op < 0 || strstr(mx_op_name(op), "backward")) return;
+  const mx_dtype regions[] = {MX_F16, MX_BF16};
+  for (int g = 0; g < 2; g++) {
+    mx_dtype region = regions[g];
+    switch (mx_op_policy(op)) {
+    case MX_CAST_LOWER: expect_case_autocast(c, *k, region, MX_F32, region); break;
+    case MX_CAST_FP32: expect_case_autocast(c, *k, region, region, MX_F32); break;
+    case MX_CAST_PROMOTE:
+    case MX_CAST_NONE:
+      expect_case_autocast(c, *k, region, MX_F32, MX_F32);
+      expect_case_autocast(c, *k, region, region, region);
+      break;
+    case MX_CAST_BANNED: break; /* tests/amp: autocast_banned */
+    }
+  }
 }
