@@ -160,7 +160,7 @@ static double bound(mx_dtype dtype, double want, double scale) {
   return rounding + ROW_ULPS * eps * fmax(fabs(want), scale);
 }
 
-ParameterizedTestParameters(ops_rows, forward) { return cr_make_param_array(int, row_ids, (size_t)all_rows()); }
+ParameterizedTestParameters(ops_rows, forward) { return OP_PARAMS(row_ids, (size_t)all_rows()); }
 
 ParameterizedTest(int *k, ops_rows, forward) {
   const row *r = &rows[*k];
@@ -209,7 +209,7 @@ static int formula_rows(void) {
 }
 
 ParameterizedTestParameters(ops_rows, gradcheck) {
-  return cr_make_param_array(int, formula_ids, (size_t)formula_rows());
+  return OP_PARAMS(formula_ids, (size_t)formula_rows());
 }
 
 ParameterizedTest(int *k, ops_rows, gradcheck) {
@@ -259,7 +259,7 @@ static void expect_autocast(const row *r, mx_dtype region, mx_dtype given, mx_dt
   mx_scope_end(s);
 }
 
-ParameterizedTestParameters(ops_rows, autocast) { return cr_make_param_array(int, row_ids, (size_t)all_rows()); }
+ParameterizedTestParameters(ops_rows, autocast) { return OP_PARAMS(row_ids, (size_t)all_rows()); }
 
 ParameterizedTest(int *k, ops_rows, autocast) {
   const row *r = &rows[*k];
