@@ -2,9 +2,10 @@
 """Keeps the docs' transcripts true: every fenced block in docs/*.md whose
 first line is `$ COMMAND` is run again (in a scratch folder, with `build/`
 meaning the build directory) and must print exactly the rest of the block.
-It also checks the example ops in docs/AMP.md's policy table against the
-library's own listing (build/examples/amp/policies), so a policy change
-cannot leave the table behind.
+It also checks the examples in docs/AMP.md's policy table against the
+library's own listing (build/examples/amp/policies): each is an op or a
+group of ops named in GROUPS, and has its row's policy, so a policy change
+or a renamed op cannot leave the table behind.
 
     python3 docs/check_transcripts.py BUILD_DIR [FILE.md ...]            # the test (meson: doc-transcripts)
     python3 docs/check_transcripts.py BUILD_DIR --update [FILE.md ...]   # rewrite the blocks from the programs
@@ -66,8 +67,21 @@ def policy_of_each_op(build):
     return ops
 
 
+# The words of AMP.md's policy table that name a group of ops rather than one: the ops each stands for.
+GROUPS = {
+    "conv*": lambda ops: [op for op in ops if op.startswith("conv") and "backward" not in op],
+    "attention": lambda ops: ["scaled_dot_product_attention"],
+    "RNN cells": lambda ops: [op for op in ops if op.endswith("_cell")],
+    "the losses": lambda ops: [op for op in ops if op.endswith("_loss") or op in (
+        "cross_entropy", "kl_div", "binary_cross_entropy_with_logits")],
+    "views": lambda ops: ["view", "reshape", "transpose", "permute", "squeeze", "unsqueeze", "slice", "select",
+                          "expand", "narrow", "flatten"],
+    "max": lambda ops: ["amax", "max_dim"],
+}
+
+
 def check_policy_table(build):
-    """Each op named in AMP.md's policy table has the policy of its row."""
+    """Each example in AMP.md's policy table is an op or a group of GROUPS, and has the policy of its row."""
     ops = policy_of_each_op(build)
     if not ops:
         return ["build/examples/amp/policies listed no ops"]
@@ -77,10 +91,15 @@ def check_policy_table(build):
     if len(rows) != len(POLICIES):
         problems.append(f"docs/AMP.md: the policy table has {len(rows)} of the {len(POLICIES)} policies' rows")
     for policy, examples in rows:
-        for word in re.findall(r"[a-z_0-9]+", examples):
-            if word in ops and ops[word] != policy:
-                problems.append(f"docs/AMP.md: the policy table lists {word} under {policy}; the library says "
-                                f"{ops[word]}")
+        for example in (e.strip() for e in examples.split(",")):
+            members = GROUPS[example](ops) if example in GROUPS else [example]
+            for op in members:
+                if op not in ops:
+                    problems.append(f"docs/AMP.md: the policy table's {example!r} under {policy} is no op of the "
+                                    "library (nor a group check_transcripts.py knows)")
+                elif ops[op] != policy:
+                    problems.append(f"docs/AMP.md: the policy table lists {op} under {policy} (as {example!r}); "
+                                    f"the library says {ops[op]}")
     return problems
 
 

@@ -3,6 +3,20 @@
  * this and compares. Usage: gen_ops_doc [OUT.md] (stdout without). */
 #include <mixgrad.h>
 #include <stdio.h>
+#include <string.h>
+
+/* The elementwise rows' signatures and doc lines, read from the table itself (the library keeps no doc strings). */
+static const struct {
+  const char *name, *tensors, *params, *doc;
+} elementwise[] = {
+#define MX_UNARY(E, name, policy, save, grad, domain, params, doc) {#name, "x", params, doc},
+#define MX_BINARY(E, name, policy, save, grad, domain_a, domain_b, params, doc) {#name, "a, b", params, doc},
+#define MX_OP(...)
+#include "ops/ops.def"
+#undef MX_UNARY
+#undef MX_BINARY
+#undef MX_OP
+};
 
 static const char *policy_text(mx_cast_policy p) {
   switch (p) {
@@ -45,5 +59,20 @@ int main(int argc, char **argv) {
   fprintf(out, "\n%d ops: %d lower, %d float32, %d promote, %d banned, %d none.\n", mx_op_count(),
           counts[MX_CAST_LOWER], counts[MX_CAST_FP32], counts[MX_CAST_PROMOTE], counts[MX_CAST_BANNED],
           counts[MX_CAST_NONE]);
+  fprintf(out, "\n## Elementwise functions\n\n"
+               "One per `MX_UNARY` / `MX_BINARY` row, written by the build from the row with its doc line\n"
+               "(`ops/elementwise_api.h`); the parameters after the tensors are doubles.\n\n"
+               "| function | computes |\n|---|---|\n");
+  for (size_t i = 0; i < 2 * sizeof elementwise / sizeof *elementwise; i++) { /* the unary rows, then the binary */
+    size_t k = i % (sizeof elementwise / sizeof *elementwise);
+    if ((i < sizeof elementwise / sizeof *elementwise) != !strcmp(elementwise[k].tensors, "x")) continue;
+    char params[128] = "";
+    /* "alpha = 1" is fixed, not a parameter */
+    if (elementwise[k].params[0] && !strchr(elementwise[k].params, '='))
+      snprintf(params, sizeof params, ", %s", elementwise[k].params);
+    fprintf(out, "| `mx_%s(%s%s)` | ", elementwise[k].name, elementwise[k].tensors, params);
+    for (const char *c = elementwise[k].doc; *c; c++) fputs(*c == '|' ? "\\|" : (char[]){*c, 0}, out);
+    fputs(" |\n", out);
+  }
   return out == stdout || fclose(out) == 0 ? 0 : 1;
 }

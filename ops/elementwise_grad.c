@@ -110,6 +110,13 @@ mx_status mx__bwd_clamp(mx__bw *bw) {
   return MX_OK;
 }
 
+mx_status mx__bwd_mish(mx__bw *bw) {
+  /* t = tanh(softplus(x)): t + x (1 - t^2) sigmoid(x) */
+  mx_tensor *x = X, *t = mx_tanh(mx_softplus(x, 1, 20));
+  GRAD(0, mx_mul(G, mx_add(t, mx_mul(mx_mul(x, mx_rsub_scalar(1, mx_mul(t, t))), mx_sigmoid(x)))));
+  return MX_OK;
+}
+
 /* --- binary ------------------------------------------------------------------------------ */
 
 mx_status mx__bwd_add(mx__bw *bw) {

@@ -13,10 +13,10 @@
 #define MX__SAVE(save) MX__SAVE_##save
 
 const mx__op_def mx__ops[MX_OP_COUNT] = {
-#define MX_UNARY(E, name, policy, save, grad)                                                           \
+#define MX_UNARY(E, name, policy, save, grad, ...)                                                           \
   [MX_OP_##E] = {#name, "mx_" #name, #E "Backward", "x", 1, MX_CAST_##policy, MX__SAVE(save), MX__GRAD_##grad, MX_UN_##E, \
                  mx__unary_forward, MX__BWD_##grad(name)},
-#define MX_BINARY(E, name, policy, save, grad)                                                          \
+#define MX_BINARY(E, name, policy, save, grad, ...)                                                          \
   [MX_OP_##E] = {#name, "mx_" #name, #E "Backward", "a, b", 1, MX_CAST_##policy, MX__SAVE(save), MX__GRAD_##grad, MX_BIN_##E, \
                  mx__binary_forward, MX__BWD_##grad(name)},
 #define MX_OP(E, name, inputs, n_out, policy, save, grad)                                               \
@@ -31,8 +31,8 @@ const mx__op_def mx__ops[MX_OP_COUNT] = {
 /* Every row above filled its slot: a row missing from the enum or the
  * table would leave a NULL forward. */
 static const char *const op_names[] = {
-#define MX_UNARY(E, name, policy, save, grad) #name,
-#define MX_BINARY(E, name, policy, save, grad) #name,
+#define MX_UNARY(E, name, policy, save, grad, ...) #name,
+#define MX_BINARY(E, name, policy, save, grad, ...) #name,
 #define MX_OP(E, name, inputs, n_out, policy, save, grad) #name,
 #include "ops/ops.def"
 #undef MX_UNARY

@@ -8,8 +8,8 @@
 #include "tensor/tensor_impl.h"
 
 typedef enum {
-#define MX_UNARY(E, name, policy, save, grad) MX_OP_##E,
-#define MX_BINARY(E, name, policy, save, grad) MX_OP_##E,
+#define MX_UNARY(E, name, policy, save, grad, ...) MX_OP_##E,
+#define MX_BINARY(E, name, policy, save, grad, ...) MX_OP_##E,
 #define MX_OP(E, name, inputs, n_out, policy, save, grad) MX_OP_##E,
 #include "ops/ops.def"
 #undef MX_UNARY
@@ -76,8 +76,8 @@ extern const mx__op_def mx__ops[MX_OP_COUNT];
 #define MX__DECL_FORMULA(name) mx_status mx__bwd_##name(mx__bw *bw);
 #define MX__DECL_NONE(name)
 #define MX__DECL_BODY(name)
-#define MX_UNARY(E, name, policy, save, grad) MX__DECL_##grad(name)
-#define MX_BINARY(E, name, policy, save, grad) MX__DECL_##grad(name)
+#define MX_UNARY(E, name, policy, save, grad, ...) MX__DECL_##grad(name)
+#define MX_BINARY(E, name, policy, save, grad, ...) MX__DECL_##grad(name)
 #define MX_OP(E, name, inputs, n_out, policy, save, grad) mx_status mx__fwd_##name(mx__call *call); MX__DECL_##grad(name)
 #include "ops/ops.def"
 #undef MX_UNARY

@@ -50,69 +50,16 @@ mx_tensor *mx_contiguous(const mx_tensor *t); /* a new handle; copies only if ne
 mx_tensor *mx_clone(const mx_tensor *t);      /* always a fresh contiguous copy */
 mx_tensor *mx_to_dtype(const mx_tensor *t, mx_dtype dtype);
 mx_tensor *mx_to_device(const mx_tensor *t, mx_device device);
-/* --- elementwise unary ------------------------------------------------------------- */
-mx_tensor *mx_neg(const mx_tensor *x);
-mx_tensor *mx_abs(const mx_tensor *x);
-mx_tensor *mx_sign(const mx_tensor *x);
-mx_tensor *mx_exp(const mx_tensor *x);
-mx_tensor *mx_expm1(const mx_tensor *x);
-mx_tensor *mx_log(const mx_tensor *x);
-mx_tensor *mx_log1p(const mx_tensor *x);
-mx_tensor *mx_log2(const mx_tensor *x);
-mx_tensor *mx_log10(const mx_tensor *x);
-mx_tensor *mx_sqrt(const mx_tensor *x);
-mx_tensor *mx_rsqrt(const mx_tensor *x);
-mx_tensor *mx_reciprocal(const mx_tensor *x);
-mx_tensor *mx_sin(const mx_tensor *x);
-mx_tensor *mx_cos(const mx_tensor *x);
-mx_tensor *mx_tan(const mx_tensor *x);
-mx_tensor *mx_asin(const mx_tensor *x);
-mx_tensor *mx_acos(const mx_tensor *x);
-mx_tensor *mx_atan(const mx_tensor *x);
-mx_tensor *mx_sinh(const mx_tensor *x);
-mx_tensor *mx_cosh(const mx_tensor *x);
-mx_tensor *mx_tanh(const mx_tensor *x);
-mx_tensor *mx_sigmoid(const mx_tensor *x);
-mx_tensor *mx_relu(const mx_tensor *x);
-mx_tensor *mx_leaky_relu(const mx_tensor *x, double negative_slope); /* PyTorch: 0.01 */
-mx_tensor *mx_elu(const mx_tensor *x, double alpha);                  /* PyTorch: 1.0 */
-mx_tensor *mx_gelu(const mx_tensor *x);      /* exact: x * Phi(x) */
-mx_tensor *mx_gelu_tanh(const mx_tensor *x); /* approximate='tanh' */
-mx_tensor *mx_silu(const mx_tensor *x);
-mx_tensor *mx_softplus(const mx_tensor *x, double beta, double threshold); /* 1, 20 */
-mx_tensor *mx_erf(const mx_tensor *x);
-mx_tensor *mx_erfinv(const mx_tensor *x);
-mx_tensor *mx_floor(const mx_tensor *x);
-mx_tensor *mx_ceil(const mx_tensor *x);
-mx_tensor *mx_round(const mx_tensor *x); /* halves to even */
-mx_tensor *mx_trunc(const mx_tensor *x);
-/* min(max(x, min), max), so all max when min > max (PyTorch's rule); min
- * or max may be -INFINITY / INFINITY or NaN for "none". An integer x stays
- * integer: min rounds up and max down to whole numbers. */
-mx_tensor *mx_clamp(const mx_tensor *x, double min, double max);
 
-/* --- elementwise binary (broadcasting) --------------------------------------------- */
-mx_tensor *mx_add(const mx_tensor *a, const mx_tensor *b);
-mx_tensor *mx_sub(const mx_tensor *a, const mx_tensor *b);
+/* --- elementwise: one function per MX_UNARY / MX_BINARY row of ops/ops.def, declared with the row's doc line
+ * in ops/elementwise_api.h, which the build writes from the rows: mx_neg(x) ... mx_exp(x), mx_relu(x),
+ * mx_leaky_relu(x, negative_slope), mx_elu(x, alpha), mx_softplus(x, beta, threshold), mx_clamp(x, min, max), ...;
+ * mx_add(a, b), mx_sub, mx_mul, mx_div, mx_pow, mx_remainder, mx_maximum, mx_minimum, mx_atan2, mx_eq ... mx_ge,
+ * mx_logical_and/or/xor. docs/ops.md lists them all. */
+#include "ops/elementwise_api.h"
+
+/* --- elementwise: the other forms ------------------------------------------------- */
 mx_tensor *mx_add_scaled(const mx_tensor *a, const mx_tensor *b, double alpha); /* a + alpha b */
-mx_tensor *mx_mul(const mx_tensor *a, const mx_tensor *b);
-mx_tensor *mx_div(const mx_tensor *a, const mx_tensor *b); /* true division */
-mx_tensor *mx_pow(const mx_tensor *a, const mx_tensor *b);
-mx_tensor *mx_remainder(const mx_tensor *a, const mx_tensor *b); /* Python's % */
-mx_tensor *mx_maximum(const mx_tensor *a, const mx_tensor *b);
-mx_tensor *mx_minimum(const mx_tensor *a, const mx_tensor *b);
-mx_tensor *mx_atan2(const mx_tensor *a, const mx_tensor *b);
-/* grad where out > 0, else 0: relu's backward, given its output. */
-mx_tensor *mx_relu_backward(const mx_tensor *grad, const mx_tensor *out);
-mx_tensor *mx_eq(const mx_tensor *a, const mx_tensor *b);
-mx_tensor *mx_ne(const mx_tensor *a, const mx_tensor *b);
-mx_tensor *mx_lt(const mx_tensor *a, const mx_tensor *b);
-mx_tensor *mx_le(const mx_tensor *a, const mx_tensor *b);
-mx_tensor *mx_gt(const mx_tensor *a, const mx_tensor *b);
-mx_tensor *mx_ge(const mx_tensor *a, const mx_tensor *b);
-mx_tensor *mx_logical_and(const mx_tensor *a, const mx_tensor *b);
-mx_tensor *mx_logical_or(const mx_tensor *a, const mx_tensor *b);
-mx_tensor *mx_logical_xor(const mx_tensor *a, const mx_tensor *b);
 mx_tensor *mx_logical_not(const mx_tensor *a);
 /* With a C scalar on the right (or left, for rsub/rdiv/rpow). */
 mx_tensor *mx_add_scalar(const mx_tensor *a, double b);

@@ -16,21 +16,20 @@
 
 /* --- the elementwise kernels --------------------------------------------------------- */
 
-/* The codes computed by libm-like functions (exp, log, the trigonometric
- * family, erf, pow): CUDA's libdevice and glibc may round their last bit
- * differently, so these compare within a few units in the last place; every
- * other code must give the same bits on both devices. */
-static bool unary_uses_libm(int code) {
-  switch (code) {
-  case MX_UN_EXP: case MX_UN_EXPM1: case MX_UN_LOG: case MX_UN_LOG1P: case MX_UN_LOG2: case MX_UN_LOG10:
-  case MX_UN_SIN: case MX_UN_COS: case MX_UN_TAN: case MX_UN_ASIN: case MX_UN_ACOS: case MX_UN_ATAN:
-  case MX_UN_SINH: case MX_UN_COSH: case MX_UN_TANH: case MX_UN_SIGMOID: case MX_UN_ELU: case MX_UN_GELU:
-  case MX_UN_GELU_TANH: case MX_UN_SILU: case MX_UN_SOFTPLUS: case MX_UN_ERF: case MX_UN_ERFINV: return true;
-  default: return false;
-  }
-}
-
-static bool binary_uses_libm(int code) { return code == MX_BIN_POW || code == MX_BIN_ATAN2; }
+/* The codes computed by libm-like functions (the _LIBM rows of
+ * kernels/elementwise.def): CUDA's libdevice and glibc may round their last
+ * bit differently, so these compare within a few units in the last place;
+ * every other code must give the same bits on both devices. */
+static const bool unary_libm[MX_UN_COUNT] = {
+#define MX_UNARY_LIBM(code, expr) [MX_UN_##code] = true,
+#include "kernels/elementwise.def"
+};
+static const bool binary_libm[MX_BIN_COUNT] = {
+#define MX_BINARY_LIBM(code, expr) [MX_BIN_##code] = true,
+#include "kernels/elementwise.def"
+};
+static bool unary_uses_libm(int code) { return unary_libm[code]; }
+static bool binary_uses_libm(int code) { return binary_libm[code]; }
 
 /* Expects the same results of one kernel code on both devices (the same
  * bits, or within eight_ulps for a libm code on a float dtype), and goes on

@@ -155,3 +155,36 @@ void fx_expect_matches(const char *id, const char *what, const mx_tensor *got, c
   cr_expect_eq(wrong, 0, "%s: %s: %d of %lld values differ from PyTorch", id, what, wrong, (long long)want->n);
   free(v);
 }
+
+void fx_expect_close_to_f64(const char *id, const char *what, const mx_tensor *got, const fx_tensor *want, double rtol) {
+  cr_assert_not_null(got, "%s: %s is NULL: %s", id, what, mx_last_error());
+  cr_assert_eq(mx_numel(got), want->n, "%s: %s has %lld values, PyTorch %lld", id, what, (long long)mx_numel(got),
+               (long long)want->n);
+  double *v = malloc(sizeof(double) * (size_t)(want->n ? want->n : 1)), scale = 0;
+  cr_assert_eq(mx_to_host(mx_to_dtype(got, MX_F64), v, sizeof(double) * (size_t)want->n), MX_OK, "%s",
+               mx_last_error());
+  for (int64_t j = 0; j < want->n; j++) scale = fmax(scale, fabs(want->v[j]));
+  int bad = 0;
+  for (int64_t j = 0; j < want->n; j++)
+    if (!(fabs(v[j] - want->v[j]) <= rtol * (fabs(want->v[j]) + scale)) && bad++ < 4)
+      cr_expect(false, "%s: float32 %s[%lld] is %.9g, PyTorch (float64) %.17g", id, what, (long long)j, v[j],
+                want->v[j]);
+  free(v);
+}
+
+const char *fx_arg(const char *args, const char *key) {
+  size_t n = strlen(key);
+  for (const char *p = args; (p = strstr(p, key)); p += n)
+    if ((p == args || p[-1] == ' ') && p[n] == '=') return p + n + 1;
+  return NULL;
+}
+
+double fx_rtol(mx_dtype dtype) {
+  switch (dtype) {
+  case MX_F64: return 1e-10;
+  case MX_F32: return 1e-5;
+  case MX_F16: return 1.0 / 4096;
+  case MX_BF16: return 1.0 / 512;
+  default: return 0;
+  }
+}

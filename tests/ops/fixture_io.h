@@ -48,4 +48,15 @@ mx_tensor *fx_to_mx(const fx_tensor *t);
  * NaN matches NaN, infinities match exactly. id and what name the case and the tensor in the messages. */
 void fx_expect_matches(const char *id, const char *what, const mx_tensor *got, const fx_tensor *want, double rtol);
 
+/* Expects a float32 result to be PyTorch's float64 want within rtol of each value plus rtol times the largest |want|
+ * (float32 against float64: an absolute floor on the scale of the result). */
+void fx_expect_close_to_f64(const char *id, const char *what, const mx_tensor *got, const fx_tensor *want, double rtol);
+
+/* The value of "key=..." among the space-separated arguments args, up to the next space, or NULL. */
+const char *fx_arg(const char *args, const char *key);
+
+/* The relative tolerance for comparing with PyTorch in dtype: float64 1e-10, float32 1e-5, the 16-bit ones half an
+ * ulp of [1, 2); 0 (exact) for the others. */
+double fx_rtol(mx_dtype dtype);
+
 #endif

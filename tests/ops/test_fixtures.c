@@ -63,16 +63,6 @@ static bool load_case(int k, fx_case *c) {
   return fx_load_case(FIXTURES, k, c, parse_header, parse_line);
 }
 
-static double rtol_of(mx_dtype dtype) {
-  switch (dtype) {
-  case MX_F64: return 1e-10;
-  case MX_F32: return 1e-5;
-  case MX_F16: return 1.0 / 4096; /* half an ulp of [1, 2) */
-  case MX_BF16: return 1.0 / 512;
-  default: return 0;
-  }
-}
-
 static void free_case(fx_case *c) {
   for (int i = 0; i < OP_MAX_IN; i++) free(c->in[i].v), free(c->grad[i].v);
   free(c->out.v);
@@ -102,7 +92,7 @@ ParameterizedTest(int *k, ops_torch, matches_pytorch) {
   }
   mx_tensor *out = row->fn(row->n_in, in, NULL);
   cr_assert_not_null(out, "%s: %s", c.id, mx_last_error());
-  fx_expect_matches(c.id, "output", out, &c.out, rtol_of(c.out.dtype));
+  fx_expect_matches(c.id, "output", out, &c.out, fx_rtol(c.out.dtype));
 
   if (c.has_weight) {
     mx_tensor *w = fx_to_mx(&c.weight);
@@ -120,7 +110,7 @@ ParameterizedTest(int *k, ops_torch, matches_pytorch) {
       snprintf(what, sizeof what, "grad of input %d", map[j]);
       /* an unused input: PyTorch's zeros */
       mx_tensor *g = grads[j] ? grads[j] : mx_zeros_like(in[map[j]]);
-      fx_expect_matches(c.id, what, g, &c.grad[map[j]], rtol_of(c.grad[map[j]].dtype));
+      fx_expect_matches(c.id, what, g, &c.grad[map[j]], fx_rtol(c.grad[map[j]].dtype));
     }
   }
   mx_scope_end(s);

@@ -178,8 +178,6 @@ static mx_tensor *run_loss(const fx_case *c, mx_tensor *const *in, mx_reduction 
   return NULL;
 }
 
-/* The tolerance of fx_expect_matches, relative. */
-static double rtol_of(mx_dtype dtype) { return dtype == MX_F64 ? 1e-10 : 1e-5; }
 
 static const char *reduction_name(mx_reduction r) {
   static const char *const names[] = {"none", "mean", "sum", "batchmean"};
@@ -214,7 +212,7 @@ ParameterizedTest(int *k, loss_torch, matches_pytorch) {
     snprintf(what, sizeof what, "output (%s)", reduction_name(c.red[r]));
     mx_tensor *out = run_loss(&c, in, c.red[r]);
     cr_assert_not_null(out, "%s: %s: %s", c.id, what, mx_last_error());
-    fx_expect_matches(c.id, what, out, &c.out[r], rtol_of(c.out[r].dtype));
+    fx_expect_matches(c.id, what, out, &c.out[r], fx_rtol(c.out[r].dtype));
     if (n > 0) {
       mx_tensor *total = out;
       if (c.red[r] == MX_REDUCTION_NONE) total = mx_sum(mx_mul(out, fx_to_mx(&c.weight)), MX_ALL_DIMS, false);
@@ -224,7 +222,7 @@ ParameterizedTest(int *k, loss_torch, matches_pytorch) {
       for (int j = 0; j < n; j++) {
         snprintf(what, sizeof what, "grad of %s (%s)", c.in_name[map[j]], reduction_name(c.red[r]));
         const fx_tensor *want = &c.grad[r][map[j]];
-        fx_expect_matches(c.id, what, grads[j] ? grads[j] : mx_zeros_like(wanted[j]), want, rtol_of(want->dtype));
+        fx_expect_matches(c.id, what, grads[j] ? grads[j] : mx_zeros_like(wanted[j]), want, fx_rtol(want->dtype));
       }
     }
     mx_scope_end(s);
