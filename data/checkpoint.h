@@ -50,8 +50,8 @@
  *       mx_checkpoint_settings_free(&saved);
  *     }
  */
-#ifndef MX_NN_CHECKPOINT_H
-#define MX_NN_CHECKPOINT_H
+#ifndef MX_DATA_CHECKPOINT_H
+#define MX_DATA_CHECKPOINT_H
 
 #include "amp/scaler.h"
 #include "nn/module.h"
