@@ -14,18 +14,18 @@
  * statistics), ops/ and autograd/ (the op table and its dispatcher, the
  * differentiable ops, backward), optim/ (SGD, Adam, AdamW, schedules,
  * clipping), amp/ (autocast, the GradScaler), nn/ (modules, layers,
- * initialisation, checkpoints) and dist/ (data parallelism across
- * processes).
+ * initialisation), data/ (state dicts and training checkpoints) and dist/
+ * (data parallelism across processes).
  */
 #ifndef MIXGRAD_H
 #define MIXGRAD_H
 
 #include "amp/amp.h"
 #include "autograd/autograd.h"
+#include "data/checkpoint.h"
 #include "dist/dist.h"
 #include "kernels/base.h"
 #include "kernels/math.h"
-#include "nn/checkpoint.h"
 #include "nn/init.h"
 #include "nn/layers.h"
 #include "nn/module.h"
@@ -34,6 +34,7 @@
 #include "optim/clip.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
+#include "tensor/atomic_file.h"
 #include "tensor/safetensors.h"
 #include "tensor/scope.h"
 #include "tensor/tensor.h"

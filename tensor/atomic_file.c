@@ -25,7 +25,7 @@
 
 static bool is_control(unsigned char c) { return c < 0x20 || c == 0x7f; }
 
-mx_status mx__path_check_characters(const char *op, const char *path) {
+mx_status mx_path_check_characters(const char *op, const char *path) {
   if (!path) return mx__null_input(op, "path");
   if (!path[0]) return mx__error(MX_INVALID_ARGUMENT, "%s: the path is empty", op);
   const char *bad = path;
@@ -67,11 +67,11 @@ static mx_status split(const char *op, const char *path, const char *file, targe
   return MX_OK;
 }
 
-/* Checks path (see mx__output_path_check) and fills *t; on failure *t is
+/* Checks path (see mx_output_path_check) and fills *t; on failure *t is
  * freed. */
 static mx_status resolve_target(const char *op, const char *path, target *t) {
   *t = (target){0};
-  if (mx__path_check_characters(op, path) != MX_OK) return mx_last_status();
+  if (mx_path_check_characters(op, path) != MX_OK) return mx_last_status();
   struct stat st;
   char *real = NULL; /* a link's target */
   if (lstat(path, &st) == 0) {
@@ -114,7 +114,7 @@ static mx_status resolve_target(const char *op, const char *path, target *t) {
   return status;
 }
 
-mx_status mx__output_path_check(const char *op, const char *path) {
+mx_status mx_output_path_check(const char *op, const char *path) {
   target t;
   if (resolve_target(op, path, &t) != MX_OK) return mx_last_status();
   free_target(&t);
@@ -176,7 +176,7 @@ static void remove_stale(int dir_fd, const char *name) {
 }
 
 /* Creates f->tmp in the folder, locked, with the replaced file's mode. */
-static mx_status create_tmp(mx__atomic_file *f, const target *t) {
+static mx_status create_tmp(mx_atomic_file *f, const target *t) {
   int name_len = strlen(t->name) < TMP_PREFIX_MAX ? (int)strlen(t->name) : TMP_PREFIX_MAX;
   size_t size = (size_t)name_len + 64;
   if (!(f->tmp = malloc(size))) return mx__error(MX_OUT_OF_MEMORY, "%s: %s: out of memory", f->op, f->path);
@@ -205,17 +205,17 @@ static mx_status create_tmp(mx__atomic_file *f, const target *t) {
   return MX_OK;
 }
 
-static void free_file(mx__atomic_file *f) {
+static void free_file(mx_atomic_file *f) {
   if (f->dir_fd >= 0) close(f->dir_fd);
   free(f->path);
   free(f->dir);
   free(f->name);
   free(f->tmp);
-  *f = (mx__atomic_file){.dir_fd = -1};
+  *f = (mx_atomic_file){.dir_fd = -1};
 }
 
-mx_status mx__atomic_begin(mx__atomic_file *f, const char *op, const char *path) {
-  *f = (mx__atomic_file){.op = op, .dir_fd = -1};
+mx_status mx_atomic_begin(mx_atomic_file *f, const char *op, const char *path) {
+  *f = (mx_atomic_file){.op = op, .dir_fd = -1};
   target t;
   if (resolve_target(op, path, &t) != MX_OK) return mx_last_status();
   f->dir = t.dir, f->name = t.name;
@@ -230,7 +230,7 @@ mx_status mx__atomic_begin(mx__atomic_file *f, const char *op, const char *path)
   return mx_last_status();
 }
 
-mx_status mx__atomic_commit(mx__atomic_file *f) {
+mx_status mx_atomic_commit(mx_atomic_file *f) {
   const char *op = f->op, *path = f->path;
   mx_status status = MX_OK;
   if (fflush(f->fp) != 0 || ferror(f->fp) || fsync(fileno(f->fp)) != 0)
@@ -253,7 +253,7 @@ mx_status mx__atomic_commit(mx__atomic_file *f) {
   return status;
 }
 
-void mx__atomic_abort(mx__atomic_file *f) {
+void mx_atomic_abort(mx_atomic_file *f) {
   if (!f->fp) return;
   fclose(f->fp);
   unlinkat(f->dir_fd, f->tmp, 0);

@@ -1,12 +1,13 @@
 /* Writing a file so that a reader (or a crash) sees the old file or the
  * whole new one, never a part, and never replaces something that is not a
  * regular file: the one way every file mixgrad writes reaches the disk
- * (checkpoints, state dicts, the demos' metrics and pictures). Not installed.
+ * (checkpoints, state dicts, the demos' metrics and pictures); installed,
+ * so a program's own outputs can go the same way.
  *
- *     mx__atomic_file f;
- *     if (mx__atomic_begin(&f, "mx_safetensors_save", path) != MX_OK) return mx_last_status();
+ *     mx_atomic_file f;
+ *     if (mx_atomic_begin(&f, "mx_safetensors_save", path) != MX_OK) return mx_last_status();
  *     fwrite(bytes, 1, n, f.fp);          // or hand fileno(f.fp) to a child process
- *     return mx__atomic_commit(&f);       // mx__atomic_abort(&f) to give up instead
+ *     return mx_atomic_commit(&f);        // mx_atomic_abort(&f) to give up instead
  *
  * The rules:
  * - a path holding a control character (a byte below 0x20, or 0x7f) is
@@ -30,6 +31,10 @@
 
 #include "kernels/base.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
   FILE *fp;        /* where the contents go */
   const char *op;  /* the caller's name, for messages */
@@ -38,28 +43,32 @@ typedef struct {
   char *name;      /* that file's name in it */
   char *tmp;       /* the temporary file's name in it */
   int dir_fd;
-} mx__atomic_file;
+} mx_atomic_file;
 
 /* Checks that path can be written: no control characters, the target absent
  * or a regular file (through a link), its folder existing and writable.
  * Errors name op and path: "<op>: <path>: the folder /x does not exist". */
-mx_status mx__output_path_check(const char *op, const char *path);
+mx_status mx_output_path_check(const char *op, const char *path);
 
 /* Checks path's bytes only: "<op>: \"a\x0ab\": the path holds control
  * character 0x0a; such names are refused". */
-mx_status mx__path_check_characters(const char *op, const char *path);
+mx_status mx_path_check_characters(const char *op, const char *path);
 
-/* Checks path as mx__output_path_check does, removes stale temporary files
+/* Checks path as mx_output_path_check does, removes stale temporary files
  * and creates a new one, open in f->fp. On failure nothing is left behind
  * and *f needs no cleanup. */
-mx_status mx__atomic_begin(mx__atomic_file *f, const char *op, const char *path);
+mx_status mx_atomic_begin(mx_atomic_file *f, const char *op, const char *path);
 
 /* Flushes and syncs f->fp, renames the temporary file over the target and
  * syncs the folder. On failure the temporary file is removed and the target
  * left as it was. Frees *f either way. */
-mx_status mx__atomic_commit(mx__atomic_file *f);
+mx_status mx_atomic_commit(mx_atomic_file *f);
 
 /* Removes the temporary file and frees *f, leaving the pending error as it is. */
-void mx__atomic_abort(mx__atomic_file *f);
+void mx_atomic_abort(mx_atomic_file *f);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -230,13 +230,13 @@ static bool write_contents(FILE *fp, const char *path, const char *json, int n, 
  * target's folder, synced and renamed over it; on any failure path is left
  * as it was. */
 static mx_status write_atomically(const char *path, const char *json, int n, const mx_tensor *const *tensors) {
-  mx__atomic_file file;
-  if (mx__atomic_begin(&file, fn, path) != MX_OK) return mx_last_status();
+  mx_atomic_file file;
+  if (mx_atomic_begin(&file, fn, path) != MX_OK) return mx_last_status();
   if (!write_contents(file.fp, path, json, n, tensors)) {
-    mx__atomic_abort(&file);
+    mx_atomic_abort(&file);
     return mx_last_status();
   }
-  return mx__atomic_commit(&file);
+  return mx_atomic_commit(&file);
 }
 
 mx_status mx_safetensors_save(const char *path, int n, const char *const *names, const mx_tensor *const *tensors,

@@ -117,8 +117,8 @@ static int check_paths(const char *program, const mx_demo_flags *f) {
       {"--metrics", f->metrics, true}, {"--plot", f->plot, true}};
   for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
     if (!paths[i].path) continue;
-    mx_status status = paths[i].output && writes ? mx__output_path_check(paths[i].flag, paths[i].path)
-                                                 : mx__path_check_characters(paths[i].flag, paths[i].path);
+    mx_status status = paths[i].output && writes ? mx_output_path_check(paths[i].flag, paths[i].path)
+                                                 : mx_path_check_characters(paths[i].flag, paths[i].path);
     if (status != MX_OK) {
       fprintf(stderr, "%s: %s\n", program, mx_last_error());
       return 2;

@@ -63,13 +63,13 @@ static void write_rows(const mx_demo_metrics *m, FILE *f) {
 }
 
 bool mx_demo_metrics_write_csv(const mx_demo_metrics *m, const char *path) {
-  mx__atomic_file file;
-  if (mx__atomic_begin(&file, "--metrics", path) != MX_OK) {
+  mx_atomic_file file;
+  if (mx_atomic_begin(&file, "--metrics", path) != MX_OK) {
     fprintf(stderr, "%s\n", mx_last_error());
     return false;
   }
   write_rows(m, file.fp);
-  if (mx__atomic_commit(&file) != MX_OK) {
+  if (mx_atomic_commit(&file) != MX_OK) {
     fprintf(stderr, "%s\n", mx_last_error());
     return false;
   }
@@ -178,15 +178,15 @@ static bool start_gnuplot(int out_fd, pid_t *pid, FILE **script) {
 }
 
 bool mx_demo_metrics_plot(const mx_demo_metrics *m, const char *path, const char *title, bool show_scale) {
-  mx__atomic_file file;
-  if (mx__atomic_begin(&file, "--plot", path) != MX_OK) {
+  mx_atomic_file file;
+  if (mx_atomic_begin(&file, "--plot", path) != MX_OK) {
     fprintf(stderr, "%s\n", mx_last_error());
     return false;
   }
   pid_t pid;
   FILE *g;
   if (!start_gnuplot(fileno(file.fp), &pid, &g)) {
-    mx__atomic_abort(&file);
+    mx_atomic_abort(&file);
     return false;
   }
   /* A gnuplot that quits early makes the writes fail (EPIPE) rather than
@@ -202,10 +202,10 @@ bool mx_demo_metrics_plot(const mx_demo_metrics *m, const char *path, const char
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     fprintf(stderr, "--plot: gnuplot failed (%s %d); %s was left as it was\n",
             WIFEXITED(status) ? "exit" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), path);
-    mx__atomic_abort(&file);
+    mx_atomic_abort(&file);
     return false;
   }
-  if (mx__atomic_commit(&file) != MX_OK) {
+  if (mx_atomic_commit(&file) != MX_OK) {
     fprintf(stderr, "%s\n", mx_last_error());
     return false;
   }
