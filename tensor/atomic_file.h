@@ -31,9 +31,7 @@
 
 #include "kernels/base.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+MX_API_BEGIN
 
 typedef struct {
   FILE *fp;        /* where the contents go */
@@ -67,8 +65,6 @@ mx_status mx_atomic_commit(mx_atomic_file *f);
 /* Removes the temporary file and frees *f, leaving the pending error as it is. */
 void mx_atomic_abort(mx_atomic_file *f);
 
-#ifdef __cplusplus
-}
-#endif
+MX_API_END
 
 #endif
