@@ -31,8 +31,11 @@ def installed_headers(source_root, build_root):
 
 
 def exported(library):
+    """The names the library exports, less the reserved ones (a leading
+    underscore) that sanitizers and the toolchain add."""
     out = subprocess.run(['nm', '-D', '--defined-only', library], check=True, capture_output=True, text=True).stdout
-    return sorted({line.split()[-1] for line in out.splitlines() if line.strip()})
+    names = {line.split()[-1] for line in out.splitlines() if line.strip()}
+    return sorted(name for name in names if not name.startswith('_'))
 
 
 def strip_comments(text):
