@@ -14,8 +14,8 @@
  * statistics), ops/ and autograd/ (the op table and its dispatcher, the
  * differentiable ops, backward), optim/ (SGD, Adam, AdamW, schedules,
  * clipping), amp/ (autocast, the GradScaler), nn/ (modules, layers,
- * initialisation, checkpoints) and dist/ (data parallelism across
- * processes).
+ * initialisation), data/ (state dicts and training checkpoints) and dist/
+ * (data parallelism across processes).
  */
 #ifndef MIXGRAD_H
 #define MIXGRAD_H
@@ -27,7 +27,7 @@
 #include "kernels/base.h"
 #include "kernels/math.h"
 #include "nn/activation_checkpoint.h"
-#include "nn/checkpoint.h"
+#include "data/checkpoint.h"
 #include "nn/init.h"
 #include "nn/layers.h"
 #include "nn/module.h"

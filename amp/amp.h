@@ -34,9 +34,7 @@
 #include "ops/ops.h"
 #include "optim/optimizer.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+MX_API_BEGIN
 
 /* --- autocast regions ------------------------------------------------------------- */
 
@@ -146,8 +144,6 @@ void mx_amp_report_reset(void);
 
 #include "amp/scaler.h"
 
-#ifdef __cplusplus
-}
-#endif
+MX_API_END
 
 #endif

@@ -17,9 +17,7 @@
 #include "optim/optimizer.h"
 #include "tensor/tensor.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+MX_API_BEGIN
 
 typedef struct mx_scaler mx_scaler;
 
@@ -113,8 +111,6 @@ int mx_scaler_overflow_report(const mx_scaler *s, const mx_optimizer *opt, const
  * before any. */
 double mx_scaler_underflow_fraction(const mx_scaler *s, const mx_optimizer *opt);
 
-#ifdef __cplusplus
-}
-#endif
+MX_API_END
 
 #endif

@@ -32,9 +32,7 @@
 
 #include "tensor/tensor.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+MX_API_BEGIN
 
 /* Leaf tensors only (those no recorded op made); floating dtypes only. */
 mx_status mx_set_requires_grad(mx_tensor *t, bool requires_grad);
@@ -187,8 +185,6 @@ mx_status mx_gradcheck(mx_gradcheck_fn fn, int n_inputs, mx_tensor *const *input
 mx_status mx_gradgradcheck(mx_gradcheck_fn fn, int n_inputs, mx_tensor *const *inputs, void *ctx,
                            double eps, double atol, double rtol);
 
-#ifdef __cplusplus
-}
-#endif
+MX_API_END
 
 #endif

@@ -14,8 +14,7 @@
 #include <string.h>
 
 #include "autograd/node.h"
-#include "ops/ops.h"
-#include "ops/op_table.h"
+#include "kernels/base_internal.h"
 
 /* What mx_grad asked for: the gradient arriving at (node, slot). */
 typedef struct {
@@ -49,6 +48,14 @@ typedef struct {
 static _Thread_local int backward_depth;
 
 int mx__backward_depth(void) { return backward_depth; }
+
+const mx__grad_ops *mx__grad_ops_installed;
+
+const mx__grad_ops *mx__grad_ops_for(const char *op) {
+  if (!mx__grad_ops_installed)
+    mx__error(MX_STATE_ERROR, "%s: no op of libmixgrad is linked in, so gradients cannot be summed or cast", op);
+  return mx__grad_ops_installed;
+}
 
 static size_t hash_node(const mx__node *node, size_t size) {
   return (size_t)(((uintptr_t)node >> 4) * (uint64_t)0x9E3779B97F4A7C15u >> 32) & (size - 1);
@@ -149,7 +156,7 @@ static mx_status buffer_add(mx_tensor **buffer, int slot, mx_tensor *grad) {
     buffer[slot] = mx__retain(grad);
     return MX_OK;
   }
-  mx_tensor *sum = mx_add(old, grad);
+  mx_tensor *sum = mx__grad_ops_installed->add(old, grad);
   if (!sum) return mx_last_status();
   buffer[slot] = mx__retain(sum);
   mx__decref(old);
@@ -160,11 +167,11 @@ static mx_status buffer_add(mx_tensor **buffer, int slot, mx_tensor *grad) {
  * casts inside an op and broadcasting make them differ. */
 static mx_tensor *conform(mx_tensor *grad, const mx__meta *meta) {
   if (grad->dtype != meta->dtype && mx_dtype_is_floating(meta->dtype)) {
-    grad = mx_to_dtype(grad, meta->dtype);
+    grad = mx__grad_ops_installed->to_dtype(grad, meta->dtype);
     if (!grad) return NULL;
   }
   bool same = grad->ndim == meta->ndim && !memcmp(grad->shape, meta->shape, sizeof(int64_t) * (size_t)meta->ndim);
-  if (!same) grad = mx__sum_to(grad, mx_shape_of(meta->ndim, meta->shape));
+  if (!same) grad = mx__grad_ops_installed->sum_to(grad, mx_shape_of(meta->ndim, meta->shape));
   return grad;
 }
 
@@ -184,7 +191,7 @@ static mx_tensor *run_hooks(mx__hook *hooks, int slot, mx_tensor *grad) {
  * (sum's gradient) whose one stored value stands for many. */
 static mx_tensor *owned_grad(mx_tensor *grad) {
   bool alone = atomic_load(&grad->storage->refs) == 1;
-  return alone && mx_is_contiguous(grad) ? mx_detach(grad) : mx_clone(grad);
+  return alone && mx_is_contiguous(grad) ? mx_detach(grad) : mx__grad_ops_installed->clone(grad);
 }
 
 static mx_status accumulate_leaf(run_state *st, mx__node *acc, mx_tensor *grad) {
@@ -203,7 +210,7 @@ static mx_status accumulate_leaf(run_state *st, mx__node *acc, mx_tensor *grad) 
     mx__leaf_lock(leaf);
     mx_tensor *old = meta->grad ? mx__retain(meta->grad) : NULL;
     mx__leaf_unlock(leaf);
-    mx_tensor *total = old ? mx_add(old, grad) : st->create_graph ? grad : owned_grad(grad);
+    mx_tensor *total = old ? mx__grad_ops_installed->add(old, grad) : st->create_graph ? grad : owned_grad(grad);
     bool stored = false;
     if (total) {
       mx__leaf_lock(leaf);
@@ -363,7 +370,7 @@ static mx_status run_graph(const char *op, int n_roots, mx_tensor *const *roots,
   mx__node *made[n_roots + 1]; /* nodes made to reach leaf roots' accumulators */
   memset(nodes, 0, sizeof nodes);
   memset(made, 0, sizeof made);
-  mx_status status = MX_OK;
+  mx_status status = mx__grad_ops_for(op) ? MX_OK : mx_last_status();
   for (int r = 0; r < n_roots && status == MX_OK; r++) {
     if (!mx_requires_grad(roots[r])) {
       status = mx__error(MX_STATE_ERROR,

@@ -116,4 +116,21 @@ void mx__leaf_unlock(const mx_tensor *leaf);
 /* How many backward passes are running on this thread. */
 int mx__backward_depth(void);
 
+/* The ops the engine runs on gradients: summing those that meet, casting
+ * one to its input's dtype, summing a broadcast one back to its input's
+ * shape, and copying a leaf's first one. ops/ sits on autograd/ (every op
+ * records its node here), so autograd/ reaches back through this table,
+ * which ops/dispatch.c installs when the library loads, and never includes
+ * ops/: the two rooms stay a layer, not a circle. */
+typedef struct {
+  mx_tensor *(*add)(const mx_tensor *a, const mx_tensor *b);
+  mx_tensor *(*to_dtype)(const mx_tensor *t, mx_dtype dtype);
+  mx_tensor *(*sum_to)(const mx_tensor *t, mx_shape shape);
+  mx_tensor *(*clone)(const mx_tensor *t);
+} mx__grad_ops;
+extern const mx__grad_ops *mx__grad_ops_installed;
+/* The installed table, or NULL with an error naming op (a program linked
+ * with the static archive and no op has none). */
+const mx__grad_ops *mx__grad_ops_for(const char *op);
+
 #endif

@@ -43,9 +43,7 @@
 #include "tensor/scope.h"
 #include "tensor/tensor.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+MX_API_BEGIN
 
 /* No file read here may hold more than this many bytes (MNIST's largest,
  * train-images, holds 47,040,016; a CIFAR-10 batch 30,730,000). */
@@ -216,8 +214,6 @@ mx_status mx_loader_status(const mx_loader *l);
  * [b * batch_size, (b + 1) * batch_size). */
 const int64_t *mx_loader_order(const mx_loader *l);
 
-#ifdef __cplusplus
-}
-#endif
+MX_API_END
 
 #endif

@@ -34,9 +34,7 @@
 #include "nn/module.h"
 #include "tensor/tensor.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+MX_API_BEGIN
 
 typedef struct mx_process_group mx_process_group;
 
@@ -91,8 +89,6 @@ mx_status mx_ddp_broadcast_module(mx_process_group *g, mx_module *m, int root);
  * that step together. */
 mx_status mx_ddp_average_gradients(mx_process_group *g, mx_module *m);
 
-#ifdef __cplusplus
-}
-#endif
+MX_API_END
 
 #endif

@@ -13,11 +13,31 @@
 #include <string.h>
 
 #include "mx_config.h"
+#if MX_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/elementwise.h"
+#endif
 
 bool mx_cuda_built(void) { return MX_HAVE_CUDA; }
 
 #if MX_HAVE_CUDA
 #define CUDA_MODULE "libmixgrad_cuda.so"
+
+/* What the module calls in this library (kernels/cuda/cuda_backend.h):
+ * handed over, not exported, so that libmixgrad.so exports its public API only. */
+static const mx__cuda_host host = {
+    .error = mx__error,
+    .last_error = mx_last_error,
+    .last_status = mx_last_status,
+    .dtype_size = mx_dtype_size,
+    .dtype_name = mx_dtype_name,
+    .dtype_is_floating = mx_dtype_is_floating,
+    .kview_numel = mx__kview_numel,
+    .kview_is_contiguous = mx__kview_is_contiguous,
+    .unary_has_int = mx__unary_has_int,
+    .binary_has_int = mx__binary_has_int,
+    .conv_check = mx__conv_check,
+};
 
 /* kernels/cuda/cuda_backend.h's entry points, found in the module. */
 static struct {
@@ -36,6 +56,7 @@ static bool find(void *handle, const char *name, void *fn, size_t fn_size) {
 }
 
 static void load(void) {
+  void (*init)(const mx__cuda_host *host);
   char path[4096] = CUDA_MODULE;
   Dl_info self;
   if (dladdr(&load_once, &self) /* any address in this library */ && self.dli_fname && strrchr(self.dli_fname, '/')) {
@@ -46,10 +67,13 @@ static void load(void) {
   if (!handle && strcmp(path, CUDA_MODULE) != 0) handle = dlopen(CUDA_MODULE, RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     snprintf(load_error, sizeof load_error, "%s", dlerror());
-  } else if (!find(handle, "mx__cuda_device_count", &cuda.device_count, sizeof cuda.device_count) ||
+  } else if (!find(handle, "mx__cuda_init", &init, sizeof init) ||
+             !find(handle, "mx__cuda_device_count", &cuda.device_count, sizeof cuda.device_count) ||
              !find(handle, "mx__cuda_backend_get", &cuda.get, sizeof cuda.get)) {
     snprintf(load_error, sizeof load_error, "%s lacks the backend's entry points", path);
     cuda.device_count = NULL, cuda.get = NULL;
+  } else {
+    init(&host);
   }
 }
 

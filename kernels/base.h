@@ -18,9 +18,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+#include "kernels/api.h"
+
+MX_API_BEGIN
 
 #define MX_MAX_DIMS 8
 
@@ -101,8 +101,6 @@ mx_status mx_synchronize(mx_device device);
 mx_status mx_set_num_threads(int n);
 int mx_num_threads(void);
 
-#ifdef __cplusplus
-}
-#endif
+MX_API_END
 
 #endif

@@ -47,9 +47,7 @@
 #include "autograd/autograd.h"
 #include "nn/module.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+MX_API_BEGIN
 
 #define MX_ACTIVATION_CHECKPOINT_MAX_INPUTS 16
 
@@ -87,8 +85,6 @@ mx_status mx_activation_checkpoint(mx_activation_checkpoint_fn fn, void *user, i
 mx_tensor *mx_activation_checkpoint_sequential(mx_module *seq, int layers_per_segment, const mx_tensor *x,
                                                const mx_activation_checkpoint_options *options);
 
-#ifdef __cplusplus
-}
-#endif
+MX_API_END
 
 #endif

@@ -17,9 +17,7 @@
 
 #include "tensor/tensor.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+MX_API_BEGIN
 
 typedef enum { MX_FAN_IN, MX_FAN_OUT } mx_fan_mode;
 
@@ -63,8 +61,6 @@ mx_status mx_init_kaiming_uniform_(mx_tensor *t, double a, mx_fan_mode mode, mx_
 mx_status mx_init_kaiming_normal_(mx_tensor *t, double a, mx_fan_mode mode, mx_nonlinearity nonlinearity,
                                   mx_generator *gen);
 
-#ifdef __cplusplus
-}
-#endif
+MX_API_END
 
 #endif

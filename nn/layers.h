@@ -24,9 +24,7 @@
 
 #include "nn/module.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+MX_API_BEGIN
 
 /* --- containers -------------------------------------------------------------------------------------------------- */
 /* The modules applied in turn; children named "0", "1", ... */
@@ -117,8 +115,6 @@ mx_module *mx_embedding_new(int64_t num_embeddings, int64_t embedding_dim, int64
 mx_module *mx_flatten_new(int start_dim, int end_dim);
 mx_module *mx_identity_new(void);
 
-#ifdef __cplusplus
-}
-#endif
+MX_API_END
 
 #endif

@@ -22,9 +22,7 @@
 
 #include "tensor/tensor.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+MX_API_BEGIN
 
 typedef struct mx_module mx_module;
 
@@ -121,8 +119,6 @@ mx_status mx_module_summary(mx_module *m, mx_shape input_shape, FILE *f);
 /* The same for a given input x (int64 indices for an Embedding). */
 mx_status mx_module_summary_input(mx_module *m, const mx_tensor *x, FILE *f);
 
-#ifdef __cplusplus
-}
-#endif
+MX_API_END
 
 #endif

@@ -38,9 +38,7 @@
 
 #include "nn/module.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+MX_API_BEGIN
 
 typedef enum { MX_RNN_TANH, MX_RNN_RELU } mx_rnn_nonlinearity;
 
@@ -86,8 +84,6 @@ mx_status mx_gru_forward(mx_module *m, const mx_tensor *x, const mx_tensor *h0, 
 mx_status mx_lstm_forward(mx_module *m, const mx_tensor *x, const mx_tensor *h0, const mx_tensor *c0,
                           mx_tensor **out, mx_tensor **h_n, mx_tensor **c_n);
 
-#ifdef __cplusplus
-}
-#endif
+MX_API_END
 
 #endif

@@ -16,9 +16,7 @@
 
 #include "tensor/tensor.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+MX_API_BEGIN
 
 /* --- layers (autocast: lower precision) ---------------------------------------------- */
 /* x (..., in) @ weight^T (weight (out, in), or (in) for no out dim) + bias (out) */
@@ -100,8 +98,6 @@ typedef enum { MX_GRID_PAD_ZEROS, MX_GRID_PAD_BORDER, MX_GRID_PAD_REFLECTION } m
 mx_tensor *mx_grid_sample(const mx_tensor *input, const mx_tensor *grid, mx_grid_mode mode, mx_grid_padding padding,
                           bool align_corners);
 
-#ifdef __cplusplus
-}
-#endif
+MX_API_END
 
 #endif

@@ -19,6 +19,14 @@ const mx__autocast_hooks *mx__autocast;
  * its entry, as PyTorch does for composites. */
 _Thread_local int mx__autocast_excluded;
 
+/* The engine's gradient arithmetic (autograd/node.h: autograd/ calls ops
+ * through this table, never by name, so that it sits below ops/). Installed
+ * from here because every program that runs an op links this file. */
+__attribute__((constructor)) static void install_grad_ops(void) {
+  static const mx__grad_ops grad_ops = {mx_add, mx_to_dtype, mx__sum_to, mx_clone};
+  mx__grad_ops_installed = &grad_ops;
+}
+
 static mx_status check_inputs(mx_op op, int n_in, mx_tensor *const *in) {
   const mx__op_def *def = &mx__ops[op];
   for (int i = 0; i < n_in; i++) {

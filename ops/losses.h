@@ -18,9 +18,7 @@
 
 #include "tensor/tensor.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+MX_API_BEGIN
 
 typedef enum {
   MX_REDUCTION_NONE,
@@ -108,8 +106,6 @@ mx_tensor *mx_cosine_embedding_loss(const mx_tensor *input1, const mx_tensor *in
 mx_tensor *mx_triplet_margin_loss(const mx_tensor *anchor, const mx_tensor *positive, const mx_tensor *negative,
                                   double margin, double p, double eps, bool swap, mx_reduction reduction);
 
-#ifdef __cplusplus
-}
-#endif
+MX_API_END
 
 #endif

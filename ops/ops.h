@@ -16,9 +16,7 @@
 #include "autograd/autograd.h"
 #include "tensor/tensor.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+MX_API_BEGIN
 
 /* What autocast does to an op's floating inputs (see ops/ops.def). */
 typedef enum { MX_CAST_NONE, MX_CAST_LOWER, MX_CAST_FP32, MX_CAST_PROMOTE, MX_CAST_BANNED } mx_cast_policy;
@@ -250,8 +248,6 @@ const char *mx_op_gradient(int op);
 #include "ops/composites.h"
 #include "ops/losses.h"
 
-#ifdef __cplusplus
-}
-#endif
+MX_API_END
 
 #endif

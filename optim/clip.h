@@ -20,9 +20,7 @@
 
 #include "optim/optimizer.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+MX_API_BEGIN
 
 /* total_norm_out (may be NULL) gets the total norm (reading it waits for
  * the device). With error_if_nonfinite a total norm that is inf or NaN is
@@ -38,8 +36,6 @@ mx_status mx_clip_grad_norm_optimizer(const mx_optimizer *opt, double max_norm, 
                                       bool error_if_nonfinite, double *total_norm_out);
 mx_status mx_clip_grad_value_optimizer(const mx_optimizer *opt, double clip_value);
 
-#ifdef __cplusplus
-}
-#endif
+MX_API_END
 
 #endif

@@ -99,9 +99,7 @@
 
 #include "tensor/tensor.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+MX_API_BEGIN
 
 typedef struct mx_optimizer mx_optimizer;
 
@@ -270,8 +268,6 @@ mx_status mx_optimizer_step_amp(mx_optimizer *opt, const mx_tensor *found_inf, c
 /* Clears the gradients: frees them (set_to_none) or fills them with 0. */
 mx_status mx_optimizer_zero_grad(mx_optimizer *opt, bool set_to_none);
 
-#ifdef __cplusplus
-}
-#endif
+MX_API_END
 
 #endif

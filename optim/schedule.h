@@ -33,9 +33,7 @@
 
 #include "optim/optimizer.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+MX_API_BEGIN
 
 typedef struct mx_schedule mx_schedule;
 
@@ -105,8 +103,6 @@ mx_status mx_schedule_state_get(const mx_schedule *s, double *state, int n);
 /* Checks the whole state first: on failure nothing changes. */
 mx_status mx_schedule_state_set(mx_schedule *s, const double *state, int n);
 
-#ifdef __cplusplus
-}
-#endif
+MX_API_END
 
 #endif

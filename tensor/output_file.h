@@ -20,9 +20,7 @@
 
 #include "kernels/base.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+MX_API_BEGIN
 
 typedef struct mx_output_file mx_output_file;
 
@@ -42,8 +40,6 @@ mx_status mx_output_path_check(const char *op, const char *path);
 /* Checks path's bytes only: a control character is refused. */
 mx_status mx_path_check_characters(const char *op, const char *path);
 
-#ifdef __cplusplus
-}
-#endif
+MX_API_END
 
 #endif

@@ -44,9 +44,7 @@
 
 #include "tensor/tensor.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+MX_API_BEGIN
 
 /* The largest JSON header a file may have (the Rust library's limit). */
 #define MX_SAFETENSORS_MAX_HEADER (100 * 1000 * 1000)
@@ -89,8 +87,6 @@ const char *mx_safetensors_metadata(const mx_safetensors *f, const char *key);
  * tensors were loaded unchecked". The next load replaces it. */
 const char *mx_safetensors_last_note(void);
 
-#ifdef __cplusplus
-}
-#endif
+MX_API_END
 
 #endif

@@ -19,9 +19,7 @@
 
 #include "tensor/tensor.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+MX_API_BEGIN
 
 typedef struct mx_scope mx_scope;
 
@@ -54,8 +52,6 @@ void mx_memory_reset_peak(mx_device device);
  * counts neither. */
 mx_status mx_memory_empty_cache(mx_device device);
 
-#ifdef __cplusplus
-}
-#endif
+MX_API_END
 
 #endif

@@ -21,9 +21,7 @@
 
 #include "kernels/base.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+MX_API_BEGIN
 
 typedef struct mx_tensor mx_tensor;
 
@@ -130,8 +128,6 @@ char *mx_to_string(const mx_tensor *t);
 void mx_fprint(FILE *f, const mx_tensor *t);
 void mx_print(const mx_tensor *t);
 
-#ifdef __cplusplus
-}
-#endif
+MX_API_END
 
 #endif

@@ -1,6 +1,6 @@
 /* State dicts: a module's parameters and buffers in a safetensors file, by
  * their dotted names; loading is strict and checks before it copies. */
-#include "nn/checkpoint_internal.h"
+#include "data/checkpoint_internal.h"
 
 mx_status mx_module_save(const mx_module *m, const char *path) {
   const char *fn = "mx_module_save";

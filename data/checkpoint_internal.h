@@ -1,11 +1,11 @@
 /* What state dicts and training checkpoints share: a list of named tensors
  * and metadata to write, and a file being read with the tensors it has
  * used (not installed). */
-#ifndef MX_NN_CHECKPOINT_INTERNAL_H
-#define MX_NN_CHECKPOINT_INTERNAL_H
+#ifndef MX_DATA_CHECKPOINT_INTERNAL_H
+#define MX_DATA_CHECKPOINT_INTERNAL_H
 
 #include "kernels/base_internal.h"
-#include "nn/checkpoint.h"
+#include "data/checkpoint.h"
 #include "tensor/safetensors.h"
 
 /* --- writing ------------------------------------------------------------------------ */

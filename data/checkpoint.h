@@ -50,17 +50,15 @@
  *       mx_checkpoint_settings_free(&saved);
  *     }
  */
-#ifndef MX_NN_CHECKPOINT_H
-#define MX_NN_CHECKPOINT_H
+#ifndef MX_DATA_CHECKPOINT_H
+#define MX_DATA_CHECKPOINT_H
 
 #include "amp/scaler.h"
 #include "nn/module.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+MX_API_BEGIN
 
 /* The module's parameters and buffers (torch.save(m.state_dict())). */
 mx_status mx_module_save(const mx_module *m, const char *path);
@@ -95,8 +93,6 @@ mx_status mx_checkpoint_settings_read(const char *path, mx_checkpoint_settings *
 /* Frees what mx_checkpoint_settings_read gave (and zeroes *s). */
 void mx_checkpoint_settings_free(mx_checkpoint_settings *s);
 
-#ifdef __cplusplus
-}
-#endif
+MX_API_END
 
 #endif

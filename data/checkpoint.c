@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nn/checkpoint_internal.h"
+#include "data/checkpoint_internal.h"
 #include "tensor/scope.h"
 
 #define FORMAT "mixgrad.checkpoint.1" /* the metadata 'format' of every checkpoint */
