@@ -94,7 +94,7 @@ int main(int argc, char **argv) {
         " * included by ops/ops.h. The unary ones take x, the binary ones a and b, which broadcast and promote like\n"
         " * mx_add. */\n"
         "#ifndef MX_OPS_ELEMENTWISE_API_H\n#define MX_OPS_ELEMENTWISE_API_H\n\n#include \"tensor/tensor.h\"\n\n"
-        "#ifdef __cplusplus\nextern \"C\" {\n#endif\n",
+        "MX_API_BEGIN\n",
         h);
   fputs("/* The public functions of the elementwise rows of ops/ops.def (written by ops/gen_elementwise_api.c). */\n"
         "#include \"ops/op_table.h\"\n",
@@ -127,6 +127,6 @@ int main(int argc, char **argv) {
       fputs("}});\n}\n", c);
     }
   }
-  fputs("\n#ifdef __cplusplus\n}\n#endif\n\n#endif\n", h);
+  fputs("\nMX_API_END\n\n#endif\n", h);
   return fclose(h) == 0 && fclose(c) == 0 ? 0 : 1;
 }
