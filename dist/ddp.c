@@ -20,7 +20,7 @@ static mx_status same_shape_of_module(mx_process_group *g, const char *op, const
   int64_t mine[2] = {mx_module_num_parameters(m), mx_module_num_buffers(m)}, all[2];
   mx_scope *scope = mx_scope_begin();
   mx_tensor *counts = mx_from_data(mine, MX_SHAPE(2), MX_I64, MX_CPU);
-  mx_status st = counts ? mx__dist_reduce(g, op, counts, MX_DIST_SUM) : mx__error_prefix(op);
+  mx_status st = counts ? mx_dist_all_reduce(g, counts, MX_DIST_SUM) : mx__error_prefix(op);
   if (st == MX_OK) st = mx_to_host(counts, all, sizeof all);
   int w = mx_dist_world_size(g);
   if (st == MX_OK && (all[0] != w * mine[0] || all[1] != w * mine[1]))
@@ -71,7 +71,7 @@ static mx_status average_bucket(mx_process_group *g, const char *op, mx_tensor *
     parts[i] = run ? mx_view(run, mx_shape_get(grads[i])) : NULL;
     st = parts[i] ? mx_copy_(parts[i], grads[i]) : mx_last_status();
   }
-  if (st == MX_OK) st = mx__dist_reduce(g, op, flat, MX_DIST_AVG);
+  if (st == MX_OK) st = mx_dist_all_reduce(g, flat, MX_DIST_AVG);
   for (int i = 0; st == MX_OK && i < k; i++) st = mx_copy_(grads[i], parts[i]);
   free(parts);
   mx_scope_end(scope);
@@ -94,7 +94,7 @@ mx_status mx_ddp_average_gradients(mx_process_group *g, mx_module *m) {
   for (int i = 0; st == MX_OK && i < n; i++) has[i] = mx_grad_of(mx_module_parameter(m, i, NULL)) != NULL;
   if (st == MX_OK) has[n] = n;
   mx_tensor *counts = st == MX_OK ? mx_from_data(has, MX_SHAPE(n + 1), MX_I32, MX_CPU) : NULL;
-  if (st == MX_OK) st = counts ? mx__dist_reduce(g, op, counts, MX_DIST_SUM) : mx__error_prefix(op);
+  if (st == MX_OK) st = counts ? mx_dist_all_reduce(g, counts, MX_DIST_SUM) : mx__error_prefix(op);
   if (st == MX_OK) st = mx_to_host(counts, has, ((size_t)n + 1) * sizeof *has);
   mx_scope_end(scope);
   for (int i = 0; st == MX_OK && i < n; i++) {

@@ -422,10 +422,10 @@ static int to_device(const mx_demo_task *t, const mx_demo_flags *f) {
 }
 
 
-/* Joins the ranks when a launcher (scripts/launch, torchrun) set WORLD_SIZE:
+/* Joins the ranks when an MPI launcher (scripts/launch, mpirun, srun) started several:
  * each rank starts from rank 0's weights, and only rank 0 prints. */
 static int join_ranks(run_state *r) {
-  r->group = mx_dist_init_from_env(0);
+  r->group = mx_dist_init(0);
   if (!r->group) return fail("joining the other ranks");
   r->rank = mx_dist_rank(r->group), r->world = mx_dist_world_size(r->group);
   if (r->world == 1) return 0;
