@@ -288,7 +288,8 @@ mx_tensor *mx_dist_reduce_scatter(mx_process_group *g, const mx_tensor *t, mx_di
       if (st == MX_OK) mine = mx_narrow(buf, 0, 0, n);
     }
 #endif
-    if (st == MX_OK && how == MX_DIST_AVG && g->world > 1) st = mine ? divide_in_place(mine, g->world) : mx_last_status();
+    if (st == MX_OK && how == MX_DIST_AVG && g->world > 1)
+      st = mine ? divide_in_place(mine, g->world) : mx_last_status();
     mx_tensor *shaped = st == MX_OK && mine ? mx_view(mine, part) : NULL;
     out = shaped ? mx_empty(part, dt, mx_device_of(t)) : NULL;
     if (st == MX_OK && (!out || mx_copy_(out, shaped) != MX_OK)) st = mx__error_prefix(op), out = NULL;

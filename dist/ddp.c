@@ -120,3 +120,15 @@ mx_status mx_ddp_average_gradients(mx_process_group *g, mx_module *m) {
   free(bucket);
   return st;
 }
+
+mx_status mx_ddp_unscale(mx_process_group *g, mx_scaler *s, mx_optimizer *opt) {
+  const char *op = "mx_ddp_unscale";
+  mx_status st = mx__dist_usable(g, op);
+  if (st != MX_OK) return st;
+  if (!s || !opt) return mx__null_input(op, s ? "opt" : "s");
+  if (!mx_scaler_is_enabled(s)) return MX_OK;
+  if ((st = mx_scaler_unscale(s, opt)) != MX_OK) return st;
+  mx_tensor *found_inf = mx_scaler_found_inf(s, opt);
+  st = found_inf ? mx_dist_all_reduce(g, found_inf, MX_DIST_MAX) : mx_last_status();
+  return st == MX_OK ? MX_OK : mx__error_prefix(op);
+}

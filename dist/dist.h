@@ -8,6 +8,7 @@
  *     for (each step) {                                    // on this rank's share of the batch
  *       mx_backward(mx_scaler_scale(scaler, loss), NULL, false);
  *       mx_ddp_average_gradients(g, net);                  // before the scaler unscales them
+ *       mx_ddp_unscale(g, scaler, opt);                    // one found-inf flag for all ranks
  *       mx_scaler_step(scaler, opt, NULL);                 // ranks skip or step together
  *       mx_scaler_update(scaler);
  *     }
@@ -33,6 +34,7 @@
 #ifndef MX_DIST_DIST_H
 #define MX_DIST_DIST_H
 
+#include "amp/scaler.h"
 #include "nn/module.h"
 #include "tensor/tensor.h"
 
@@ -105,6 +107,14 @@ mx_status mx_ddp_broadcast_module(mx_process_group *g, mx_module *m, int root);
  * it on some ranks only is an error naming it. Call it after backward
  * and before the GradScaler or optimizer reads the gradients. */
 mx_status mx_ddp_average_gradients(mx_process_group *g, mx_module *m);
+/* The GradScaler across ranks: unscales opt's gradients (mx_scaler_unscale)
+ * and agrees whether any rank found inf or NaN with a max all-reduce of the
+ * scaler's found-inf flag, so every rank's mx_scaler_step skips or steps
+ * together, and every rank's mx_scaler_update backs off together. (An
+ * overflow usually spreads through the average as well; this does not rely
+ * on it.) Call it after mx_ddp_average_gradients and before
+ * mx_scaler_step. A disabled scaler needs nothing: MX_OK. */
+mx_status mx_ddp_unscale(mx_process_group *g, mx_scaler *s, mx_optimizer *opt);
 
 #ifdef __cplusplus
 }

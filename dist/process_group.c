@@ -321,8 +321,8 @@ mx_process_group *mx_dist_init(double timeout_seconds) {
   if (timeout == 0) return NULL;
   const char *var;
   long launched = launched_ranks(&var);
-  bool torchrun = var && !strcmp(var, "WORLD_SIZE");
 #if MX_HAVE_MPI
+  bool torchrun = var && !strcmp(var, "WORLD_SIZE");
   if (torchrun && launched > 1)
     return mx__error(MX_INVALID_ARGUMENT,
                      "%s: WORLD_SIZE=%s says %ld ranks, but no MPI launcher started this process; mixgrad's ranks "

@@ -164,8 +164,8 @@ static void extremes(mx_process_group *g, int rank, int world, char *msg, size_t
       mx_tensor *all = mx_dist_all_gather(g, t);
       CHECK(all, "%s", mx_last_error());
       for (int r = 1; r < world; r++)
-        CHECK(!memcmp(mx_data_ptr(mx_contiguous(mx_select(all, 0, r))), mx_data_ptr(mx_contiguous(mx_select(all, 0, 0))),
-                      12 * mx_dtype_size(dtypes[d])),
+        CHECK(!memcmp(mx_data_ptr(mx_contiguous(mx_select(all, 0, r))),
+                      mx_data_ptr(mx_contiguous(mx_select(all, 0, 0))), 12 * mx_dtype_size(dtypes[d])),
               "%s: rank %d's result differs from rank 0's", mx_dtype_name(dtypes[d]), r);
     }
 done:;
@@ -209,12 +209,15 @@ static void reduce_scatters(mx_process_group *g, int rank, int world, char *msg,
     CHECK(mine, "%s: %s", mx_dtype_name(dtypes[d]), mx_last_error());
     CHECK(mx_ndim(mine) == 1 && mx_size(mine, 0) == 3 && mx_dtype_of(mine) == dtypes[d], "%s: shape or dtype",
           mx_dtype_name(dtypes[d]));
-    double factor = ops[d] == MX_DIST_SUM ? world * (world + 1) / 2.0 : ops[d] == MX_DIST_AVG ? (world + 1) / 2.0 : world;
+    double factor = ops[d] == MX_DIST_SUM   ? world * (world + 1) / 2.0
+                    : ops[d] == MX_DIST_AVG ? (world + 1) / 2.0
+                                            : world;
     for (int j = 0; j < 3; j++)
       CHECK(mx_at(mine, MX_SHAPE(j)) == factor * (10.0 * rank + j), "%s: element %d is %g, not %g",
             mx_dtype_name(dtypes[d]), j, mx_at(mine, MX_SHAPE(j)), factor * (10.0 * rank + j));
   }
-  CHECK(!mx_dist_reduce_scatter(g, mx_zeros(MX_SHAPE(world + 1, 2), MX_F32, MX_CPU), MX_DIST_SUM), "a bad shape passed");
+  CHECK(!mx_dist_reduce_scatter(g, mx_zeros(MX_SHAPE(world + 1, 2), MX_F32, MX_CPU), MX_DIST_SUM),
+        "a bad shape passed");
   char want[160];
   snprintf(want, sizeof want,
            "mx_dist_reduce_scatter: t's first dim must be the world size %d, but t has 2 dims and that dim is another "
@@ -254,7 +257,8 @@ done:
 static void mismatched(mx_process_group *g, int rank, int world, char *msg, size_t size) {
   (void)world;
   static const char *const calls[] = {"all_reduce(sum) on 5 float32 elements",
-                                      "broadcast on 5 float32 elements from root 0", "all_gather on 5 float32 elements"};
+                                      "broadcast on 5 float32 elements from root 0",
+                                      "all_gather on 5 float32 elements"};
   for (int call_on_1 = 0; call_on_1 < 3; call_on_1++) {
     mx_process_group *h = mx_dist_init(60);
     CHECK(h, "init: %s", mx_last_error());

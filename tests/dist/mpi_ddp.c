@@ -127,6 +127,7 @@ static void an_overflow_on_one_rank_skips_everywhere(mx_process_group *g, int ra
       CHECK(mx_set(mx_grad_of(mx_module_parameter(net, 0, NULL)), MX_SHAPE(0, 0), INFINITY) == MX_OK, "%s",
             mx_last_error());
     CHECK(mx_ddp_average_gradients(g, net) == MX_OK, "average: %s", mx_last_error());
+    CHECK(mx_ddp_unscale(g, scaler, opt) == MX_OK, "unscale: %s", mx_last_error());
     flat_params(net, before);
     mx_scaler_step_info info;
     CHECK(mx_scaler_step(scaler, opt, &info) == MX_OK && mx_scaler_update(scaler) == MX_OK, "step: %s",
@@ -137,6 +138,39 @@ static void an_overflow_on_one_rank_skips_everywhere(mx_process_group *g, int ra
           moved);
     CHECK(mx_scaler_get_scale(scaler) == 32768.0, "step %d: scale %g", step, mx_scaler_get_scale(scaler));
   }
+done:
+  mx_scaler_free(scaler);
+  mx_optimizer_free(opt);
+  mx_module_free(net);
+}
+
+/* The last rank's gradient overflows after the average (as a gradient
+ * that is not averaged would): mx_ddp_unscale's max all-reduce of the
+ * found-inf flag makes every rank skip the step and back off, though the
+ * other ranks' gradients are clean. */
+static void found_inf_is_agreed_across_ranks(mx_process_group *g, int rank, int world, char *msg, size_t size) {
+  mx_module *net = tiny_net(100);
+  mx_optimizer *opt = net ? sgd(net) : NULL;
+  mx_scaler *scaler = mx_scaler_new(NULL);
+  double before[67], after[67];
+  CHECK(opt && scaler, "init: %s", mx_last_error());
+  CHECK(backward(net, scaler, 4 * rank, 4 * rank + 4) == MX_OK, "backward: %s", mx_last_error());
+  CHECK(mx_ddp_average_gradients(g, net) == MX_OK, "average: %s", mx_last_error());
+  if (rank == world - 1)
+    CHECK(mx_set(mx_grad_of(mx_module_parameter(net, 2, NULL)), MX_SHAPE(1, 1), INFINITY) == MX_OK, "%s",
+          mx_last_error());
+  CHECK(mx_ddp_unscale(g, scaler, opt) == MX_OK, "unscale: %s", mx_last_error());
+  flat_params(net, before);
+  mx_scaler_step_info info;
+  CHECK(mx_scaler_step(scaler, opt, &info) == MX_OK && mx_scaler_update(scaler) == MX_OK, "step: %s",
+        mx_last_error());
+  flat_params(net, after);
+  CHECK(!info.stepped && !memcmp(before, after, sizeof before), "rank %d stepped (%d) or moved", rank, info.stepped);
+  CHECK(info.infs == (rank == world - 1), "rank %d counted %lld infs", rank, (long long)info.infs);
+  CHECK(mx_scaler_get_scale(scaler) == 32768.0, "scale %g after the skip", mx_scaler_get_scale(scaler));
+  CHECK(mx_ddp_unscale(NULL, scaler, opt) == MX_NULL_INPUT &&
+            !strcmp(mx_last_error(), "mx_ddp_unscale: argument 'group' is NULL"),
+        "%s", mx_last_error());
 done:
   mx_scaler_free(scaler);
   mx_optimizer_free(opt);
@@ -176,6 +210,7 @@ done:
 const mpi_test ddp_tests[] = {
     {"ddp: ranks on shares of the batch step as one process on the whole", ranks_step_as_one_process},
     {"ddp: an overflow on one rank skips the step on every rank", an_overflow_on_one_rank_skips_everywhere},
+    {"ddp: the found-inf flag is agreed by a max all-reduce", found_inf_is_agreed_across_ranks},
     {"ddp: gradients on some ranks only, or modules that differ, are errors", mistakes_are_errors_everywhere},
 };
 const int n_ddp_tests = sizeof ddp_tests / sizeof *ddp_tests;
