@@ -32,6 +32,8 @@ struct mx_process_group {
   char why[512]; /* the error that broke it */
   double timeout;
   int64_t next_seq;
+  struct mx__ddp_reducer **reducers; /* DDP's, one per module it averages (ddp.c) */
+  int n_reducers;
 #if MX_HAVE_MPI
   MPI_Comm comm;
   /* the watchdog: a thread that ends the job when a pending collective
@@ -45,6 +47,9 @@ struct mx_process_group {
   double pending_since[MX__MAX_PENDING];
 #endif
 };
+
+/* Removes a DDP reducer's hooks and frees it (ddp.c). */
+void mx__ddp_reducer_free(struct mx__ddp_reducer *r);
 
 /* MX_OK when g can take a call; otherwise the error (NULL, or broken). */
 mx_status mx__dist_usable(const mx_process_group *g, const char *op);

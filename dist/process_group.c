@@ -352,6 +352,8 @@ mx_process_group *mx_dist_init(double timeout_seconds) {
 
 void mx_dist_free(mx_process_group *g) {
   if (!g) return;
+  for (int k = 0; k < g->n_reducers; k++) mx__ddp_reducer_free(g->reducers[k]);
+  free(g->reducers);
 #if MX_HAVE_MPI
   if (g->comm != MPI_COMM_NULL) leave_mpi(g);
 #endif

@@ -110,6 +110,76 @@ done:
   mx_module_free(alone);
 }
 
+/* Linear(4, 70000), ReLU, Linear(70000, 3): 2.2 MB of float32 parameters,
+ * so the reducer makes two buckets (the last layer's 0.84 MB first, then
+ * the first layer's). Three SGD steps with momentum, as one process takes
+ * them on the whole batch: the first averaged after backward, the next two
+ * from the hooks during backward. */
+static mx_module *wide_net(uint64_t seed) {
+  mx_generator *gen = mx_generator_new(seed);
+  mx_module *net = mx_sequential_new(3, (mx_module *[]){mx_linear_new(4, 70000, true, gen), mx_relu_new(),
+                                                        mx_linear_new(70000, 3, true, gen)});
+  mx_generator_free(gen);
+  return net;
+}
+
+static void buckets_filled_during_backward(mx_process_group *g, int rank, int world, char *msg, size_t size) {
+  mx_module *net = wide_net(200 + (uint64_t)rank), *alone = wide_net(200);
+  mx_optimizer *opt = NULL, *opt_alone = NULL;
+  mx_scaler *off = mx_scaler_new(&(mx_scaler_opts){.enabled = false});
+  CHECK(net && alone && off, "nets: %s", mx_last_error());
+  CHECK(mx_ddp_broadcast_module(g, net, 0) == MX_OK, "broadcast: %s", mx_last_error());
+  opt = sgd(net), opt_alone = sgd(alone);
+  CHECK(opt && opt_alone, "%s", mx_last_error());
+  for (int step = 0; step < 3; step++) {
+    mx_optimizer_zero_grad(opt, true);
+    mx_optimizer_zero_grad(opt_alone, true);
+    CHECK(backward(net, off, 4 * rank, 4 * rank + 4) == MX_OK, "backward: %s", mx_last_error());
+    CHECK(mx_ddp_average_gradients(g, net) == MX_OK, "step %d: average: %s", step, mx_last_error());
+    CHECK(mx_optimizer_step(opt) == MX_OK, "%s", mx_last_error());
+    CHECK(backward(alone, off, 0, 4 * world) == MX_OK && mx_optimizer_step(opt_alone) == MX_OK, "alone: %s",
+          mx_last_error());
+  }
+  for (int i = 0; i < 4; i++) {
+    mx_tensor *p = mx_module_parameter(net, i, NULL), *q = mx_module_parameter(alone, i, NULL);
+    mx_tensor *diff = mx_max(mx_abs(mx_sub(p, q)));
+    CHECK(diff && mx_item(diff) <= 1e-6, "parameter %d: the ranks' and one process's differ by %g", i,
+          diff ? mx_item(diff) : NAN);
+  }
+done:
+  mx_optimizer_free(opt);
+  mx_optimizer_free(opt_alone);
+  mx_scaler_free(off);
+  mx_module_free(net);
+  mx_module_free(alone);
+}
+
+/* Whether the buckets start during backward, seen in the order of the
+ * collectives: on the second step, rank 0 calls a barrier after its
+ * backward, where the others call mx_ddp_average_gradients. Had the
+ * buckets waited for the average, the barrier would meet the first
+ * bucket's all-reduce; it meets the gradient check that follows them. */
+static void buckets_start_during_backward(mx_process_group *g, int rank, int world, char *msg, size_t size) {
+  (void)g, (void)world;
+  mx_module *net = wide_net(200);
+  mx_scaler *off = mx_scaler_new(&(mx_scaler_opts){.enabled = false});
+  mx_process_group *h = mx_dist_init(60);
+  CHECK(net && off && h, "init: %s", mx_last_error());
+  CHECK(backward(net, off, 4 * rank, 4 * rank + 4) == MX_OK && mx_ddp_average_gradients(h, net) == MX_OK,
+        "first step: %s", mx_last_error());
+  CHECK(backward(net, off, 4 * rank, 4 * rank + 4) == MX_OK, "backward: %s", mx_last_error());
+  mx_status st = rank == 0 ? mx_dist_barrier(h) : mx_ddp_average_gradients(h, net);
+  CHECK(st == MX_INVALID_ARGUMENT, "status %d: %s", st, mx_last_error());
+  const char *want = rank == 0 ? "mx_dist_barrier: rank 0 calls barrier, but rank 1 calls all_reduce(sum) on 5 int32"
+                               : "mx_ddp_average_gradients: mx_dist_all_reduce: rank 1 calls all_reduce(sum) on 5 "
+                                 "int32 elements, but rank 0 calls barrier";
+  CHECK(rank > 1 || strstr(mx_last_error(), want), "the error is '%s', not '%s'", mx_last_error(), want);
+done:
+  mx_dist_free(h);
+  mx_scaler_free(off);
+  mx_module_free(net);
+}
+
 /* Rank 1's first gradient overflows: every rank skips, halves the scale,
  * and steps together on the next, clean, batch. */
 static void an_overflow_on_one_rank_skips_everywhere(mx_process_group *g, int rank, int world, char *msg,
@@ -209,6 +279,8 @@ done:
 
 const mpi_test ddp_tests[] = {
     {"ddp: ranks on shares of the batch step as one process on the whole", ranks_step_as_one_process},
+    {"ddp: two buckets, averaged from backward's hooks, step as one process", buckets_filled_during_backward},
+    {"ddp: the buckets start during backward", buckets_start_during_backward},
     {"ddp: an overflow on one rank skips the step on every rank", an_overflow_on_one_rank_skips_everywhere},
     {"ddp: the found-inf flag is agreed by a max all-reduce", found_inf_is_agreed_across_ranks},
     {"ddp: gradients on some ranks only, or modules that differ, are errors", mistakes_are_errors_everywhere},
