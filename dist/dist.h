@@ -101,11 +101,20 @@ mx_status mx_dist_wait(mx_dist_work *w);
 /* Copies root's parameters and buffers into every rank's module (the
  * modules must have the same parameters and buffers, in the same order). */
 mx_status mx_ddp_broadcast_module(mx_process_group *g, mx_module *m, int root);
-/* Replaces each parameter's gradient with its average over the ranks, in
- * buckets of at most 25 MiB per dtype (PyTorch's bucket_cap_mb). A
+/* Replaces each parameter's gradient with its average over the ranks. A
  * parameter must have a gradient on every rank or on none; one that has
  * it on some ranks only is an error naming it. Call it after backward
- * and before the GradScaler or optimizer reads the gradients. */
+ * and before the GradScaler or optimizer reads the gradients.
+ *
+ * The first call for a module averages after the fact, in buckets of up
+ * to 25 MiB per dtype, and hooks its parameters (a post-accumulate-grad
+ * hook, held by g until mx_dist_free): from then on, as in PyTorch's DDP,
+ * each bucket (the last-registered parameters first, the first bucket
+ * about 1 MiB, the others about 25 MiB) starts its all-reduce during
+ * backward as soon as its gradients are in, and this call only starts
+ * what backward left, waits and copies the averages out. So after the
+ * first call, each backward through the module must be followed by this
+ * call before the next backward. */
 mx_status mx_ddp_average_gradients(mx_process_group *g, mx_module *m);
 /* The GradScaler across ranks: unscales opt's gradients (mx_scaler_unscale)
  * and agrees whether any rank found inf or NaN with a max all-reduce of the
