@@ -122,6 +122,7 @@ static void broadcasts(mx_process_group *g, int rank, int world, char *msg, size
             mx_at(t, MX_SHAPE(i / 2, i % 2)));
   }
   CHECK(mx_dist_barrier(g) == MX_OK, "barrier: %s", mx_last_error());
+  CHECK(mx_dist_local_rank(g) == rank, "local rank %d on one machine, rank %d", mx_dist_local_rank(g), rank);
 done:;
 }
 
