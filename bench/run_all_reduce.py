@@ -72,9 +72,10 @@ def main():
         "python3-torch, gloo over TCP); one thread per rank; %d alternating rounds, %s calls each pooled. "
         "all_reduce sums float32 tensors (2.6 MiB: the MNIST MLP's gradients); bandwidth is the tensor's "
         "bytes over the median time. ddp_step_mlp is a training step of the MNIST MLP (SGD with momentum), its "
-        "batch of 128 split 64 per rank: mixgrad averages the gradients after backward "
-        "(mx_ddp_average_gradients), PyTorch's DistributedDataParallel all-reduces buckets of them during "
-        "backward. Ratios are mixgrad/PyTorch (below 1: mixgrad is faster)."
+        "batch of 128 split 64 per rank: both mixgrad (mx_ddp_average_gradients) and PyTorch's "
+        "DistributedDataParallel all-reduce buckets of the gradients during backward. MPI_Allreduce is the engine "
+        "alone on the same buffer, in the same program as mixgrad's. Ratios are mixgrad/PyTorch and mixgrad/MPI "
+        "(below 1: mixgrad is faster)."
         % (datetime.date.today().isoformat(), commit, cpu, os.cpu_count(), torch_version, rounds,
            "5" if args.quick else "50"),
         "",
