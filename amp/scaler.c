@@ -258,6 +258,15 @@ mx_status mx_scaler_unscale(mx_scaler *s, mx_optimizer *opt) {
   return unscale(s, r, opt, "mx_scaler_unscale");
 }
 
+mx_tensor *mx_scaler_found_inf(mx_scaler *s, const mx_optimizer *opt) {
+  if (!s || !opt) return mx__null_input("mx_scaler_found_inf", s ? "opt" : "s"), NULL;
+  for (int i = 0; i < s->n_records; i++)
+    if (s->records[i].key == opt && s->records[i].stage == UNSCALED && s->records[i].found_inf)
+      return s->records[i].found_inf;
+  return mx__error(MX_STATE_ERROR, "mx_scaler_found_inf: this optimizer's gradients were not unscaled since the last "
+                   "step"), NULL;
+}
+
 /* --- step ------------------------------------------------------------------------------ */
 
 /* Sums the counts of r's last check (reads the device). */

@@ -47,6 +47,12 @@ mx_status mx_scaler_scale_list(mx_scaler *s, int n, mx_tensor *const *losses, mx
  * NaN. Once per optimizer between updates, and not after its step.
  * Gradients must be float32, float64 or bfloat16. */
 mx_status mx_scaler_unscale(mx_scaler *s, mx_optimizer *opt);
+/* The flag the last unscale of opt wrote (float32 0-d on the scale's
+ * device; nonzero: a gradient held inf/NaN), which step and update read.
+ * For code that must agree it across processes (mx_ddp_unscale all-reduces
+ * it with max); writing it decides whether the step is skipped. Between
+ * unscale and step only; NULL with the error otherwise. */
+mx_tensor *mx_scaler_found_inf(mx_scaler *s, const mx_optimizer *opt);
 
 /* What a step did. Filling it reads the device flag (a sync on a GPU). */
 typedef struct {

@@ -69,6 +69,14 @@ mx_status mx_grad(int n_outputs, mx_tensor *const *outputs, int n_inputs, mx_ten
  * replacement (a new tensor) or NULL to keep the gradient as it is. */
 typedef mx_tensor *(*mx_grad_hook)(mx_tensor *grad, void *ctx);
 mx_status mx_register_hook(mx_tensor *t, mx_grad_hook hook, void *ctx);
+/* Runs after a backward has stored a new gradient into leaf t's grad
+ * (PyTorch's register_post_accumulate_grad_hook): mx_grad_of(t) is up to
+ * date, on the thread running the backward (mx_grad, which fills no grad,
+ * runs none). DDP starts its all-reduces from it. Leaves only. */
+typedef void (*mx_post_accumulate_grad_hook)(mx_tensor *t, void *ctx);
+mx_status mx_register_post_accumulate_grad_hook(mx_tensor *t, mx_post_accumulate_grad_hook hook, void *ctx);
+/* Removes the hooks registered on t with this hook and ctx. */
+void mx_remove_post_accumulate_grad_hook(mx_tensor *t, mx_post_accumulate_grad_hook hook, void *ctx);
 
 /* Grad mode, per thread. mx_set_grad_enabled returns the previous mode. */
 bool mx_is_grad_enabled(void);

@@ -220,7 +220,9 @@ static mx_status accumulate_leaf(run_state *st, mx__node *acc, mx_tensor *grad) 
     if (old) mx__decref(old);
     if (stored && old) mx__decref(old); /* the leaf's reference to it */
     if (!total) return mx_last_status();
-    if (stored) return MX_OK;
+    if (!stored) continue;
+    for (mx__post_hook *h = meta->post_hooks; h; h = h->next) h->fn(leaf, h->ctx);
+    return MX_OK;
   }
 }
 

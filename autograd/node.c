@@ -19,6 +19,7 @@ static void meta_free(mx__autograd_meta *meta) {
   if (meta->grad) mx__decref(meta->grad);
   if (meta->grad_fn) mx__node_decref(meta->grad_fn);
   free_hooks(meta->hooks);
+  for (mx__post_hook *h = meta->post_hooks, *next; h; h = next) next = h->next, free(h);
   mx__object_free(meta, sizeof *meta);
 }
 
@@ -112,6 +113,28 @@ mx_status mx_register_hook(mx_tensor *t, mx_grad_hook hook, void *ctx) {
     meta->hooks = h;
   }
   return MX_OK;
+}
+
+mx_status mx_register_post_accumulate_grad_hook(mx_tensor *t, mx_post_accumulate_grad_hook hook, void *ctx) {
+  const char *op = "mx_register_post_accumulate_grad_hook";
+  if (!t) return mx__null_input(op, "t");
+  if (!hook) return mx__null_input(op, "hook");
+  if (!mx_requires_grad(t) || t->autograd->grad_fn)
+    return mx__error(MX_STATE_ERROR, "%s: the tensor is not a leaf that requires grad", op);
+  mx__post_hook *h = calloc(1, sizeof *h);
+  if (!h) return mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", op);
+  *h = (mx__post_hook){hook, ctx, t->autograd->post_hooks};
+  t->autograd->post_hooks = h;
+  return MX_OK;
+}
+
+void mx_remove_post_accumulate_grad_hook(mx_tensor *t, mx_post_accumulate_grad_hook hook, void *ctx) {
+  if (!t || !t->autograd) return;
+  for (mx__post_hook **at = &t->autograd->post_hooks; *at;) {
+    mx__post_hook *h = *at;
+    if (h->fn == hook && h->ctx == ctx) *at = h->next, free(h);
+    else at = &h->next;
+  }
 }
 
 /* --- leaf locks ------------------------------------------------------------------ */

@@ -76,7 +76,14 @@ struct mx__autograd_meta {
   int output_nr;
   mx__node *accumulator; /* not owned: the accumulator owns the leaf */
   mx__hook *hooks;       /* leaf hooks */
+  struct mx__post_hook *post_hooks; /* leaf hooks after the grad is stored */
 };
+
+typedef struct mx__post_hook {
+  mx_post_accumulate_grad_hook fn;
+  void *ctx;
+  struct mx__post_hook *next;
+} mx__post_hook;
 
 /* Whether an op on these inputs records a node: grad mode is on and an
  * input requires grad. */

@@ -1,18 +1,19 @@
-/* mixgrad's collectives timed on 2 ranks on this machine (bench/all_reduce.py is
- * PyTorch's twin, on gloo): the ranks are forked here (tests/dist/ranks.c),
- * meet on a free loopback port, and rank 0 prints one JSON line per measurement:
+/* mixgrad's collectives timed over the ranks mpirun started, beside the
+ * same sums done by raw MPI_Allreduce (bench/all_reduce.py is PyTorch's
+ * twin, on gloo). Rank 0 prints one JSON line per measurement:
  *
  *     {"impl":"mixgrad","op":"all_reduce","bytes":2678824,"times_ms":[...]}
  *
  * Each timing is one call, back to back after warm-up calls; all_reduce
  * sums float32 tensors of the sizes below (2,678,824 bytes are the MNIST
- * MLP's gradients), barrier waits for the other rank. ddp_step_mlp is a
+ * MLP's gradients), barrier waits for the other ranks. ddp_step_mlp is a
  * data-parallel training step of the MNIST MLP (bench/train_step.c's, SGD
- * with momentum), its batch of 128 split 64 per rank: zero_grad, forward,
- * cross-entropy, backward, mx_ddp_average_gradients, optimizer step.
+ * with momentum), its batch of 128 split among the ranks: zero_grad,
+ * forward, cross-entropy, backward, mx_ddp_average_gradients, step.
  *
- *     build/bench/all_reduce [--quick]      # OMP_NUM_THREADS=1 per rank is the fair setting
+ *     scripts/launch 2 build/bench/all_reduce [--quick]   # OMP_NUM_THREADS=1 per rank is the fair setting
  */
+#include <mpi.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,20 +21,17 @@
 #include "bench/bench_util.h"
 #include "examples/train/models.h"
 #include "mixgrad.h"
-#include "tests/dist/ranks.h" /* the ranks, forked as the dist tests fork theirs */
-
-#define WORLD 2
 
 static const long sizes[] = {4096, 262144, 2678824, 16777216}; /* bytes */
 
-static void report(int rank, const char *op, long bytes, const double *times, int n) {
+static void report(int rank, const char *impl, const char *op, long bytes, const double *times, int n) {
   if (rank != 0) return;
-  printf("{\"impl\":\"mixgrad\",\"op\":\"%s\",\"bytes\":%ld,", op, bytes);
+  printf("{\"impl\":\"%s\",\"op\":\"%s\",\"bytes\":%ld,", impl, op, bytes);
   bench_json_doubles(stdout, "times_ms", times, n);
   printf("}\n");
 }
 
-/* One data-parallel step of net on rank's half of the batch. */
+/* One data-parallel step of net on this rank's share of the batch. */
 static mx_status ddp_step(mx_process_group *g, mx_module *net, mx_optimizer *opt, const mx_tensor *x,
                           const mx_tensor *y) {
   mx_scope *s = mx_scope_begin();
@@ -48,7 +46,8 @@ static mx_status ddp_step(mx_process_group *g, mx_module *net, mx_optimizer *opt
 }
 
 /* The MLP's DDP steps timed into times; 0, or 1 with the error set. */
-static int time_ddp_steps(mx_process_group *g, int rank, double *times, int reps) {
+static int time_ddp_steps(mx_process_group *g, double *times, int reps) {
+  int rank = mx_dist_rank(g), world = mx_dist_world_size(g);
   mx_module *net = mx_demo_mlp();
   mx_tensor *params[6]; /* its three weights and biases */
   int n = net ? mx_module_num_parameters(net) : 0;
@@ -57,8 +56,8 @@ static int time_ddp_steps(mx_process_group *g, int rank, double *times, int reps
   o.lr = 0.05, o.momentum = 0.9;
   mx_optimizer *opt = n == 6 ? mx_sgd_new(n, params, &o) : NULL;
   mx_generator *gen = mx_generator_new(7 + (uint64_t)rank);
-  mx_tensor *x = mx_randn(MX_SHAPE(128 / WORLD, 1, 28, 28), MX_F32, MX_CPU, gen);
-  mx_tensor *y = mx_randint(0, 10, MX_SHAPE(128 / WORLD), MX_I64, MX_CPU, gen);
+  mx_tensor *x = mx_randn(MX_SHAPE(128 / world, 1, 28, 28), MX_F32, MX_CPU, gen);
+  mx_tensor *y = mx_randint(0, 10, MX_SHAPE(128 / world), MX_I64, MX_CPU, gen);
   int rc = opt && x && y && mx_ddp_broadcast_module(g, net, 0) == MX_OK ? 0 : 1;
   for (int i = -5; rc == 0 && i < reps; i++) {
     double t0 = bench_now_ms();
@@ -73,13 +72,12 @@ static int time_ddp_steps(mx_process_group *g, int rank, double *times, int reps
   return rc;
 }
 
-/* One rank's measurements; 0, or 1 with the error set. */
-static int rank_main(int rank, int port, bool quick) {
-  mx_process_group *g = mx_dist_init(rank, WORLD, "127.0.0.1", port, 60);
-  if (!g) return 1;
-  int reps = quick ? 5 : 50;
+int main(int argc, char **argv) {
+  bool quick = argc > 1 && !strcmp(argv[1], "--quick");
+  mx_process_group *g = mx_dist_init(60);
+  if (!g) return fprintf(stderr, "all_reduce: %s\n", mx_last_error()), 1;
+  int rank = mx_dist_rank(g), reps = quick ? 5 : 50, rc = 0;
   double times[50];
-  int rc = 0;
   for (size_t k = 0; rc == 0 && k < sizeof sizes / sizeof *sizes; k++) {
     mx_tensor *t = mx_ones(MX_SHAPE(sizes[k] / 4), MX_F32, MX_CPU);
     for (int i = -5; rc == 0 && i < reps; i++) {
@@ -87,32 +85,26 @@ static int rank_main(int rank, int port, bool quick) {
       if (mx_dist_all_reduce(g, t, MX_DIST_SUM) != MX_OK) rc = 1;
       if (i >= 0) times[i] = bench_now_ms() - t0;
     }
+    if (rc == 0) report(rank, "mixgrad", "all_reduce", sizes[k], times, reps);
+    for (int i = -5; rc == 0 && i < reps; i++) { /* the engine alone, on the same buffer */
+      double t0 = bench_now_ms();
+      if (MPI_Allreduce(MPI_IN_PLACE, mx_data_ptr(t), (int)(sizes[k] / 4), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD))
+        rc = 1;
+      if (i >= 0) times[i] = bench_now_ms() - t0;
+    }
+    if (rc == 0) report(rank, "mpi", "all_reduce", sizes[k], times, reps);
     mx_release(t);
-    if (rc == 0) report(rank, "all_reduce", sizes[k], times, reps);
   }
   for (int i = -5; rc == 0 && i < reps; i++) {
     double t0 = bench_now_ms();
     if (mx_dist_barrier(g) != MX_OK) rc = 1;
     if (i >= 0) times[i] = bench_now_ms() - t0;
   }
-  if (rc == 0) report(rank, "barrier", 0, times, reps);
-  if (rc == 0) rc = time_ddp_steps(g, rank, times, reps);
-  if (rc == 0) report(rank, "ddp_step_mlp", 0, times, reps);
+  if (rc == 0) report(rank, "mixgrad", "barrier", 0, times, reps);
+  if (rc == 0) rc = time_ddp_steps(g, times, reps);
+  if (rc == 0) report(rank, "mixgrad", "ddp_step_mlp", 0, times, reps);
+  if (rc) fprintf(stderr, "all_reduce: rank %d: %s\n", rank, mx_last_error());
   fflush(stdout);
   mx_dist_free(g);
   return rc;
-}
-
-static void timed_rank(int rank, int world, int port, void *ctx, rank_report *out) {
-  (void)world;
-  if (rank_main(rank, port, *(bool *)ctx) != 0) snprintf(out->msg, sizeof out->msg, "%s", mx_last_error());
-}
-
-int main(int argc, char **argv) {
-  bool quick = argc > 1 && !strcmp(argv[1], "--quick");
-  rank_report reports[WORLD];
-  int failed = run_ranks(WORLD, timed_rank, &quick, reports);
-  for (int r = 0; r < WORLD; r++)
-    if (reports[r].msg[0]) fprintf(stderr, "all_reduce: rank %d: %s\n", r, reports[r].msg);
-  return failed ? 1 : 0;
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
-"""Times mixgrad's collectives and data-parallel training step side by side with PyTorch's (gloo, DDP), 2 ranks
-on this machine: bench/all_reduce (C) and bench/all_reduce.py in alternating rounds (who goes first
-alternates too), each call's time pooled over the rounds, and a markdown table of medians, spread and
-ratios mixgrad/PyTorch. Python 3 standard library only.
+"""Times mixgrad's collectives and data-parallel training step side by side with raw MPI_Allreduce and with
+PyTorch's (gloo, DDP), 2 ranks on this machine: bench/all_reduce (C, under scripts/launch, which measures
+MPI_Allreduce too) and bench/all_reduce.py in alternating rounds (who goes first alternates too), each
+call's time pooled over the rounds, and a markdown table of medians, spread and ratios mixgrad/PyTorch and
+mixgrad/MPI. Python 3 standard library only.
 
     ninja -C build bench/all_reduce
     bench/run_all_reduce.py --out bench/all_reduce.md     # about two minutes on 2 cores
@@ -48,7 +49,8 @@ def main():
     args = ap.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS="1")  # one thread per rank: the two ranks share the 2 cores
     extra = ["--quick"] if args.quick else []
-    sides = [[args.binary] + extra, [args.python, os.path.join(HERE, "all_reduce.py")] + extra]
+    sides = [[os.path.join(ROOT, "scripts", "launch"), "2", args.binary] + extra,
+             [args.python, os.path.join(HERE, "all_reduce.py")] + extra]
     rounds = 1 if args.quick else args.rounds
     times = {}
     for r in range(rounds):
@@ -70,22 +72,26 @@ def main():
         "python3-torch, gloo over TCP); one thread per rank; %d alternating rounds, %s calls each pooled. "
         "all_reduce sums float32 tensors (2.6 MiB: the MNIST MLP's gradients); bandwidth is the tensor's "
         "bytes over the median time. ddp_step_mlp is a training step of the MNIST MLP (SGD with momentum), its "
-        "batch of 128 split 64 per rank: mixgrad averages the gradients after backward "
-        "(mx_ddp_average_gradients), PyTorch's DistributedDataParallel all-reduces buckets of them during "
-        "backward. Ratios are mixgrad/PyTorch (below 1: mixgrad is faster)."
+        "batch of 128 split 64 per rank: both mixgrad (mx_ddp_average_gradients) and PyTorch's "
+        "DistributedDataParallel all-reduce buckets of the gradients during backward. MPI_Allreduce is the engine "
+        "alone on the same buffer, in the same program as mixgrad's. Ratios are mixgrad/PyTorch and mixgrad/MPI "
+        "(below 1: mixgrad is faster)."
         % (datetime.date.today().isoformat(), commit, cpu, os.cpu_count(), torch_version, rounds,
            "5" if args.quick else "50"),
         "",
-        "| op | bytes | mixgrad median ms (p10-p90) | PyTorch median ms (p10-p90) | ratio | mixgrad GB/s | PyTorch GB/s |",
-        "|---|---|---|---|---|---|---|",
+        "| op | bytes | mixgrad median ms (p10-p90) | PyTorch median ms (p10-p90) | ratio | mixgrad GB/s | PyTorch GB/s "
+        "| MPI_Allreduce median ms | mixgrad/MPI |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for (op, size), by_impl in sorted(times.items(), key=lambda kv: (kv[0][0] != "all_reduce", kv[0][1])):
         m, p = by_impl["mixgrad"], by_impl["pytorch"]
         mm, pm = median(m), median(p)
         bw = lambda t: "%.2f" % (size / (t * 1e-3) / 1e9) if size else "—"
-        lines.append("| %s | %s | %.3f (%.3f-%.3f) | %.3f (%.3f-%.3f) | %.2f | %s | %s |" % (
+        raw = median(by_impl["mpi"]) if "mpi" in by_impl else None
+        lines.append("| %s | %s | %.3f (%.3f-%.3f) | %.3f (%.3f-%.3f) | %.2f | %s | %s | %s | %s |" % (
             op, "{:,}".format(size) if size else "—", mm, percentile(m, 0.1), percentile(m, 0.9), pm,
-            percentile(p, 0.1), percentile(p, 0.9), mm / pm, bw(mm), bw(pm)))
+            percentile(p, 0.1), percentile(p, 0.9), mm / pm, bw(mm), bw(pm),
+            "%.3f" % raw if raw else "—", "%.2f" % (mm / raw) if raw else "—"))
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -1,13 +1,76 @@
-/* What the process group shares with DDP (not installed). */
+/* What the process group's files share (not installed): the group, the
+ * check that every rank calls the same collective, and the wait that the
+ * watchdog times. */
 #ifndef MX_DIST_DIST_INTERNAL_H
 #define MX_DIST_DIST_INTERNAL_H
 
-#include "dist/dist.h"
+#include <pthread.h>
+#include <stdint.h>
 
-/* All-reduces buf, a dense 1-d CPU tensor, in place; errors name op. */
-mx_status mx__dist_reduce(mx_process_group *g, const char *op, mx_tensor *buf, mx_dist_reduce_op how);
+#include "dist/dist.h"
+#include "mx_config.h"
+
+#if MX_HAVE_MPI
+#include <mpi.h>
+#endif
+
+/* The first four are the reduce ops, in mx_dist_reduce_op's order. */
+typedef enum { CALL_SUM, CALL_AVG, CALL_MAX, CALL_MIN, CALL_BROADCAST, CALL_ALL_GATHER, CALL_REDUCE_SCATTER,
+               CALL_BARRIER, CALL_KIND_COUNT } mx__call_kind;
+
+/* One collective as the ranks compare it, and as the watchdog reports it. */
+typedef struct {
+  int64_t seq, kind, dtype, numel, root;
+} mx__call;
+
+#define MX__MAX_PENDING 64 /* collectives started and not yet waited for */
+
+struct mx_process_group {
+  int rank, world, local_rank;
+  bool broken;
+  bool mpi_failed; /* an MPI call failed: the communicator may hold a collective that never ends */
+  char why[512]; /* the error that broke it */
+  double timeout;
+  int64_t next_seq;
+  struct mx__ddp_reducer **reducers; /* DDP's, one per module it averages (ddp.c) */
+  int n_reducers;
+#if MX_HAVE_MPI
+  MPI_Comm comm;
+  /* the watchdog: a thread that ends the job when a pending collective
+   * waits past the timeout */
+  pthread_t watchdog;
+  pthread_mutex_t lock;
+  pthread_cond_t wake;
+  bool stopping;
+  int n_pending;
+  mx__call pending[MX__MAX_PENDING];
+  double pending_since[MX__MAX_PENDING];
+#endif
+};
+
+/* Removes a DDP reducer's hooks and frees it (ddp.c). */
+void mx__ddp_reducer_free(struct mx__ddp_reducer *r);
 
 /* MX_OK when g can take a call; otherwise the error (NULL, or broken). */
 mx_status mx__dist_usable(const mx_process_group *g, const char *op);
+/* Marks g broken by the error st (already set), and returns st. */
+mx_status mx__dist_broke(mx_process_group *g, mx_status st);
+/* "all_reduce(sum) on 5 float32 elements", and " from root R" for a broadcast. */
+void mx__dist_describe(const mx__call *c, char *out, size_t size);
+
+/* Numbers the call and checks that every rank makes the same one; an error
+ * names this rank's call and the first rank's that differs. */
+mx_status mx__dist_agree(mx_process_group *g, const char *op, mx__call *call);
+
+#if MX_HAVE_MPI
+/* An MPI error code as an mx error naming op; MX_OK for MPI_SUCCESS. */
+mx_status mx__dist_mpi_status(int code, const char *op);
+/* Registers call with the watchdog (it was started), and the reverse once
+ * its request is complete. */
+void mx__dist_pending_add(mx_process_group *g, const mx__call *call);
+void mx__dist_pending_remove(mx_process_group *g, int64_t seq);
+/* The NaN-propagating maximum and minimum ops for float32 and float64. */
+MPI_Op mx__dist_float_op(mx_dist_reduce_op how);
+#endif
 
 #endif

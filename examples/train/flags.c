@@ -110,7 +110,9 @@ static bool on_path(const char *name) {
  * rank 0 writes, so only it checks the output paths. Returns 2 after a
  * message on stderr. */
 static int check_paths(const char *program, const mx_demo_flags *f) {
-  const char *rank = getenv("RANK");
+  const char *rank = getenv("OMPI_COMM_WORLD_RANK"); /* the launcher's: Open MPI's, Hydra's, Slurm's */
+  if (!rank) rank = getenv("PMI_RANK");
+  if (!rank) rank = getenv("SLURM_PROCID");
   bool writes = !rank || !strcmp(rank, "0");
   const struct { const char *flag, *path; bool output; } paths[] = {
       {"--data", f->data, false},   {"--resume", f->resume, false}, {"--save", f->save, true},

@@ -178,6 +178,7 @@ static int train_step(run_state *r, const mx_tensor *x, const mx_tensor *y, mx_d
   mx_scaler_step_info info = {.stepped = true, .scale = 1.0};
   bool stepped = loss && mx_backward(mx_scaler_scale(r->scaler, loss), NULL, false) == MX_OK &&
                  mx_ddp_average_gradients(r->group, r->task->model) == MX_OK &&
+                 mx_ddp_unscale(r->group, r->scaler, r->opt) == MX_OK &&
                  mx_scaler_step(r->scaler, r->opt, &info) == MX_OK;
   if (stepped) r->skips_in_a_row = info.stepped ? 0 : r->skips_in_a_row + 1;
   char why[600];
@@ -421,10 +422,10 @@ static int to_device(const mx_demo_task *t, const mx_demo_flags *f) {
 }
 
 
-/* Joins the ranks when a launcher (scripts/launch, torchrun) set WORLD_SIZE:
+/* Joins the ranks when an MPI launcher (scripts/launch, mpirun, srun) started several:
  * each rank starts from rank 0's weights, and only rank 0 prints. */
 static int join_ranks(run_state *r) {
-  r->group = mx_dist_init_from_env(0);
+  r->group = mx_dist_init(0);
   if (!r->group) return fail("joining the other ranks");
   r->rank = mx_dist_rank(r->group), r->world = mx_dist_world_size(r->group);
   if (r->world == 1) return 0;

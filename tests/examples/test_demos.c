@@ -2,8 +2,8 @@
  * as a child process: training on synthetic data and on IDX files written
  * here (raw and gzipped), the metrics CSV, bit-exact resume, the gnuplot
  * picture, and the exit codes and messages of bad flags, bad data and
- * --device cuda without a GPU, and two ranks under scripts/launch against
- * one process. tests/examples/meson.build passes the demos' paths in
+ * --device cuda without a GPU, and two and three ranks under scripts/launch
+ * (mpirun) against one process. tests/examples/meson.build passes the demos' paths in
  * MX_MNIST_DEMO and MX_CIFAR10_DEMO, the launcher's in MX_LAUNCH.
  *
  * MX_TEST_QUICK (set, non-empty and not "0"; CI sets it for the sanitizer and
@@ -13,14 +13,11 @@
  * errors there (uninitialised values valgrind cannot follow through JIT
  * code), and --error-exitcode turns them into the demo's exit code. ASan and
  * UBSan check those runs; valgrind checks the ones that fail early. */
-#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <math.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "tests/common/child_run.h"
@@ -229,92 +226,51 @@ Test(mnist, mlp_learns_synthetic_data) {
 
 #define LAUNCH demo("MX_LAUNCH")
 
-/* Points MASTER_PORT, which the launched ranks inherit, at a port nobody
- * listens on now. */
-static void pick_master_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-            getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-  close(fd);
-  setenv("MASTER_PORT", fmt("%d", ntohs(a.sin_port)), 1);
-}
-
-/* Two ranks, each on half of every batch, train as one process on the
- * whole: the same steps and lr, float32 losses within rounding of each
- * other's, the same test accuracy; rank 0 alone prints. */
-Test(mnist, two_ranks_train_as_one_process) {
+/* Two and three ranks under scripts/launch (mpirun), each on its share of
+ * every batch, train as one process on the whole: the same steps and lr,
+ * float32 losses within rounding of each other's, the same test accuracy;
+ * rank 0 alone prints. */
+Test(mnist, two_and_three_ranks_train_as_one_process) {
   skip_training_under_valgrind();
+  if (!getenv("MX_MPI_BUILT")) skip("built without MPI: one process only");
   int epochs = 2, batches = 20;
-  char one[1024], two[1024];
+  char one[1024];
   snprintf(one, sizeof one, "%s", tmp_path("one.csv"));
-  snprintf(two, sizeof two, "%s", tmp_path("two.csv"));
-  child_run a = RUN(MNIST, "--synthetic", "400", "--model", "mlp", "--epochs", "2", "--batch", "20", "--amp", "off",
+  child_run a = RUN(MNIST, "--synthetic", "480", "--model", "mlp", "--epochs", "2", "--batch", "24", "--amp", "off",
                      "--metrics", one);
-  pick_master_port();
-  child_run b = RUN(LAUNCH, "2", MNIST, "--synthetic", "400", "--model", "mlp", "--epochs", "2", "--batch", "20",
-                     "--amp", "off", "--metrics", two);
   expect_status(&a, 0, "mnist");
-  expect_status(&b, 0, "scripts/launch 2 mnist");
-  cr_expect(strstr(b.out, "40 steps of 20, amp off, adam, lr 0.003, 2 ranks of 10\n"), "%s", tail(b.out));
-  const char *summary = strstr(b.out, "synthetic mlp: test accuracy ");
-  cr_expect(summary && !strstr(summary + 1, "synthetic mlp: test accuracy "), "not one summary:\n%s", tail(b.out));
-  metrics ma = read_metrics(one), mb = read_metrics(two);
-  expect_steps(&mb, epochs * batches, batches);
-  for (int i = 0; i < ma.n_steps && i < mb.n_steps; i++) {
-    cr_expect_str_eq(mb.steps[i].field[LR], ma.steps[i].field[LR], "step %d's lr", i + 1);
-    cr_expect(fabs(number(&mb.steps[i], LOSS) - number(&ma.steps[i], LOSS)) <= 0.01, "step %d: loss %s, alone %s",
-              i + 1, mb.steps[i].field[LOSS], ma.steps[i].field[LOSS]);
+  metrics ma = read_metrics(one);
+  for (int ranks = 2; ranks <= 3; ranks++) {
+    char many[1024];
+    snprintf(many, sizeof many, "%s", tmp_path(fmt("ranks%d.csv", ranks)));
+    child_run b = RUN(LAUNCH, fmt("%d", ranks), MNIST, "--synthetic", "480", "--model", "mlp", "--epochs", "2",
+                       "--batch", "24", "--amp", "off", "--metrics", many);
+    expect_status(&b, 0, fmt("scripts/launch %d mnist", ranks));
+    cr_expect(strstr(b.out, fmt("40 steps of 24, amp off, adam, lr 0.003, %d ranks of %d\n", ranks, 24 / ranks)),
+              "%s", tail(b.out));
+    const char *summary = strstr(b.out, "synthetic mlp: test accuracy ");
+    cr_expect(summary && !strstr(summary + 1, "synthetic mlp: test accuracy "), "not one summary:\n%s", tail(b.out));
+    metrics mb = read_metrics(many);
+    expect_steps(&mb, epochs * batches, batches);
+    for (int i = 0; i < ma.n_steps && i < mb.n_steps; i++) {
+      cr_expect_str_eq(mb.steps[i].field[LR], ma.steps[i].field[LR], "%d ranks: step %d's lr", ranks, i + 1);
+      cr_expect(fabs(number(&mb.steps[i], LOSS) - number(&ma.steps[i], LOSS)) <= 0.01,
+                "%d ranks: step %d: loss %s, alone %s", ranks, i + 1, mb.steps[i].field[LOSS], ma.steps[i].field[LOSS]);
+    }
+    cr_assert_eq(mb.n_epochs, epochs);
+    for (int e = 0; e < epochs; e++)
+      cr_expect(fabs(number(&mb.epochs[e], TEST_ACCURACY) - number(&ma.epochs[e], TEST_ACCURACY)) <= 0.02,
+                "%d ranks: epoch %d: test accuracy %s, alone %s", ranks, e + 1, mb.epochs[e].field[TEST_ACCURACY],
+                ma.epochs[e].field[TEST_ACCURACY]);
+    free_metrics(&mb);
+    child_run_free(&b);
   }
-  cr_assert_eq(mb.n_epochs, epochs);
-  for (int e = 0; e < epochs; e++)
-    cr_expect(fabs(number(&mb.epochs[e], TEST_ACCURACY) - number(&ma.epochs[e], TEST_ACCURACY)) <= 0.02,
-              "epoch %d: test accuracy %s, alone %s", e + 1, mb.epochs[e].field[TEST_ACCURACY],
-              ma.epochs[e].field[TEST_ACCURACY]);
   free_metrics(&ma);
-  free_metrics(&mb);
   child_run_free(&a);
-  child_run_free(&b);
-}
-
-/* Two machines of one rank each (here both on loopback: two launchers
- * with --nnodes 2) train as one machine of two ranks, to the bit: the same
- * ranks, each on one thread, doing the same sums. */
-Test(mnist, two_machines_of_one_rank_train_as_one_machine_of_two) {
-  skip_training_under_valgrind();
-  setenv("OMP_NUM_THREADS", "1", 1);
-  char one_machine[1024], two_machines[1024];
-  snprintf(one_machine, sizeof one_machine, "%s", tmp_path("one_machine.csv"));
-  snprintf(two_machines, sizeof two_machines, "%s", tmp_path("two_machines.csv"));
-  pick_master_port();
-  child_run a = RUN(LAUNCH, "2", MNIST, "--synthetic", "400", "--model", "mlp", "--epochs", "2", "--batch", "20",
-                     "--amp", "off", "--metrics", one_machine);
-  pick_master_port();
-  /* machine 1 in the background, machine 0 in the foreground, each given
-   * 2 minutes (a rank left without its peers would wait 30); the worse status */
-  const char *script = "timeout 120 \"$0\" --nnodes 2 --node-rank 1 1 \"$@\" & "
-                       "timeout 120 \"$0\" --nnodes 2 --node-rank 0 1 \"$@\"; a=$?; wait $!; b=$?; exit $((a ? a : b))";
-  child_run b = RUN("/bin/sh", "-c", script, LAUNCH, MNIST, "--synthetic", "400", "--model", "mlp", "--epochs", "2",
-                     "--batch", "20", "--amp", "off", "--metrics", two_machines);
-  expect_status(&a, 0, "scripts/launch 2 mnist");
-  expect_status(&b, 0, "scripts/launch --nnodes 2 on two machines");
-  cr_expect(strstr(b.out, "40 steps of 20, amp off, adam, lr 0.003, 2 ranks of 10\n"), "%s", tail(b.out));
-  metrics ma = read_metrics(one_machine), mb = read_metrics(two_machines);
-  cr_assert_eq(mb.n_steps, ma.n_steps);
-  cr_assert_eq(mb.n_epochs, ma.n_epochs);
-  for (int i = 0; i < ma.n_steps; i++)
-    cr_expect_str_eq(mb.steps[i].line, ma.steps[i].line, "step %d", i + 1);
-  for (int e = 0; e < ma.n_epochs; e++)
-    cr_expect_str_eq(mb.epochs[e].line, ma.epochs[e].line, "epoch %d", e + 1);
-  free_metrics(&ma);
-  free_metrics(&mb);
-  child_run_free(&a);
-  child_run_free(&b);
 }
 
 Test(mnist, ranks_need_a_batch_that_splits_evenly) {
-  pick_master_port();
+  if (!getenv("MX_MPI_BUILT")) skip("built without MPI: one process only");
   child_run r = RUN(LAUNCH, "3", MNIST, "--synthetic", "100", "--batch", "20");
   expect_status(&r, 1, "scripts/launch 3 mnist --batch 20");
   cr_expect(strstr(r.err, "--batch 20 does not split evenly over 3 ranks\n"), "stderr:\n%s", tail(r.err));

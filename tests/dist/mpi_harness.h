@@ -1,0 +1,38 @@
+/* A small test runner for the dist tests that run as MPI ranks (Criterion
+ * forks each test, and a forked process cannot join MPI): every rank runs
+ * every test in a fresh process group, a failed check anywhere fails the
+ * test, and rank 0 prints one line per test and "N passed, N failed"
+ * (scripts/count-tests adds those up). */
+#ifndef MX_TESTS_DIST_MPI_HARNESS_H
+#define MX_TESTS_DIST_MPI_HARNESS_H
+
+#include <stdio.h>
+
+#include "mixgrad.h"
+
+/* One test's body on one rank; a failed check writes msg (CHECK). */
+typedef void (*mpi_test_fn)(mx_process_group *g, int rank, int world, char *msg, size_t size);
+
+typedef struct {
+  const char *name;
+  mpi_test_fn fn;
+} mpi_test;
+
+/* In a test body: records the first failed check and leaves the body,
+ * which must end with the label done. */
+#define CHECK(cond, ...)                                             \
+  do {                                                               \
+    if (!(cond)) {                                                   \
+      if (!msg[0]) snprintf(msg, size, __VA_ARGS__);                 \
+      goto done;                                                     \
+    }                                                                \
+  } while (0)
+
+/* Whether MX_TEST_QUICK asks for the short runs (sanitizers, valgrind). */
+int mpi_test_quick(void);
+
+/* Runs the n tests on every rank (MPI is up: a group is open); returns the
+ * number that failed on some rank. */
+int mpi_run_tests(const mpi_test *tests, int n);
+
+#endif

@@ -1,0 +1,43 @@
+/* The dist tests as one MPI program, run by meson under mpirun -np 2 and
+ * -np 3 (tests/dist/meson.build): every test on every rank, and rank 0
+ * prints "dist over N ranks: N passed, N failed".
+ *
+ * With --scenario, a rank misbehaves instead and test_dist_jobs.c checks
+ * how the job ends: "kill" (rank 1 dies by SIGKILL after a first sum),
+ * "stop" (rank 1 stops itself with SIGSTOP; the others wait past the
+ * timeout that MX_DIST_TIMEOUT gives). */
+#include <mpi.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "mpi_tests.h"
+
+/* Every rank sums twice; rank 1 is gone before the second. Nothing should
+ * return from that second sum. */
+static int scenario(const char *which) {
+  mx_process_group *g = mx_dist_init(0);
+  if (!g) return fprintf(stderr, "init: %s\n", mx_last_error()), 1;
+  mx_tensor *t = mx_ones(MX_SHAPE(8), MX_F32, MX_CPU);
+  if (mx_dist_all_reduce(g, t, MX_DIST_SUM) != MX_OK) return fprintf(stderr, "%s\n", mx_last_error()), 1;
+  if (mx_dist_rank(g) == 1) raise(!strcmp(which, "kill") ? SIGKILL : SIGSTOP);
+  mx_status st = mx_dist_all_reduce(g, t, MX_DIST_SUM);
+  fprintf(stderr, "rank %d: the sum after rank 1 left returned: %s\n", mx_dist_rank(g),
+          st == MX_OK ? "MX_OK" : mx_last_error());
+  mx_release(t);
+  mx_dist_free(g);
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 3 && !strcmp(argv[1], "--scenario")) return scenario(argv[2]);
+  mx_process_group *keep = mx_dist_init(0); /* keeps MPI up between the tests' own groups */
+  if (!keep) return fprintf(stderr, "init: %s\n", mx_last_error()), 1;
+  int failed = mpi_run_tests(collective_tests, n_collective_tests);
+  failed += mpi_run_tests(ddp_tests, n_ddp_tests);
+  int n = n_collective_tests + n_ddp_tests;
+  if (mx_dist_rank(keep) == 0) printf("dist over %d ranks: %d passed, %d failed\n", mx_dist_world_size(keep),
+                                      n - failed, failed);
+  mx_dist_free(keep);
+  return failed ? 1 : 0;
+}
