@@ -12,7 +12,6 @@ typedef struct {
   mx_module *out_proj;
 } mha_self;
 
-static mx_tensor *mha_forward(mx_module *m, const mx_tensor *x);
 static mx_status mha_forward_n(mx_module *m, int n_in, const mx_tensor *const *in, int n_out, mx_tensor **out);
 
 static void mha_extra(const mx_module *m, char *buf, size_t size) {
@@ -23,8 +22,8 @@ static void mha_extra(const mx_module *m, char *buf, size_t size) {
            (long long)s->num_heads, p);
 }
 
-static const mx_module_type mha_type = {.name = "MultiheadAttention", .forward = mha_forward, .free_self = free,
-                                        .extra = mha_extra, .forward_n = mha_forward_n};
+static const mx_module_type mha_type = {.name = "MultiheadAttention", .free_self = free, .extra = mha_extra,
+                                        .forward_n = mha_forward_n};
 
 mx_module *mx_multihead_attention_new(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
                                       mx_generator *gen) {
@@ -200,9 +199,7 @@ mx_tensor *mx__typed_forward(const char *fn, mx_module *m, mx_tensor *(*apply)(m
   return y;
 }
 
-static mx_tensor *mha_forward(mx_module *m, const mx_tensor *x) { return mx__multihead_attention(m, x, x, x, NULL); }
-
-/* {query, key, value, key_padding_mask, attn_mask} */
+/* {query, key, value, key_padding_mask, attn_mask}: mx_module_forward's call too (self-attention) */
 static mx_status mha_forward_n(mx_module *m, int n_in, const mx_tensor *const *in, int n_out, mx_tensor **out) {
   if (n_in > 5 || n_out != 1)
     return mx__error(MX_INVALID_ARGUMENT, "takes 1 to 5 inputs (query, key, value, key_padding_mask, attn_mask) "

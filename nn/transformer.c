@@ -79,9 +79,7 @@ static mx_tensor *decode(mx_module *m, const mx_tensor *tgt, const mx_tensor *me
 
 /* --- module types ------------------------------------------------------------------------------------------------ */
 
-static mx_tensor *encoder_forward(mx_module *m, const mx_tensor *x) { return encode(m, x, NULL); }
-
-/* {src, src_key_padding_mask, src_mask} */
+/* {src, src_key_padding_mask, src_mask}: mx_module_forward's call too */
 static mx_status encoder_forward_n(mx_module *m, int n_in, const mx_tensor *const *in, int n_out, mx_tensor **out) {
   if (n_in > 3 || n_out != 1)
     return mx__error(MX_INVALID_ARGUMENT, "takes 1 to 3 inputs (src, src_key_padding_mask, src_mask) and gives 1 "
@@ -90,14 +88,6 @@ static mx_status encoder_forward_n(mx_module *m, int n_in, const mx_tensor *cons
   mx_attention_mask mask = {.key_padding_mask = n_in > 1 ? in[1] : NULL, .attn_mask = n_in > 2 ? in[2] : NULL};
   out[0] = encode(m, in[0], &mask);
   return out[0] ? MX_OK : mx_last_status();
-}
-
-/* The decoder's forward of one tensor: it needs the memory too. */
-static mx_tensor *decoder_forward(mx_module *m, const mx_tensor *x) {
-  (void)m, (void)x;
-  mx__error(MX_INVALID_ARGUMENT, "a decoder layer takes tgt and memory: call mx_module_forward_n or "
-            "mx_transformer_decoder_layer_forward");
-  return NULL;
 }
 
 /* {tgt, memory, tgt_key_padding_mask, tgt_mask, memory_key_padding_mask, memory_mask} */
@@ -114,10 +104,10 @@ static mx_status decoder_forward_n(mx_module *m, int n_in, const mx_tensor *cons
   return out[0] ? MX_OK : mx_last_status();
 }
 
-static const mx_module_type encoder_type = {.name = "TransformerEncoderLayer", .forward = encoder_forward,
-                                            .free_self = free, .extra = layer_extra, .forward_n = encoder_forward_n};
-static const mx_module_type decoder_type = {.name = "TransformerDecoderLayer", .forward = decoder_forward,
-                                            .free_self = free, .extra = layer_extra, .forward_n = decoder_forward_n};
+static const mx_module_type encoder_type = {.name = "TransformerEncoderLayer", .free_self = free,
+                                            .extra = layer_extra, .forward_n = encoder_forward_n};
+static const mx_module_type decoder_type = {.name = "TransformerDecoderLayer", .free_self = free,
+                                            .extra = layer_extra, .forward_n = decoder_forward_n};
 
 /* Registers child under name (the module takes it) and returns it, or NULL. */
 static mx_module *add(mx_module *m, const char *name, mx_module *child) {

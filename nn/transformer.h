@@ -63,7 +63,7 @@ mx_module *mx_multihead_attention_new(int64_t embed_dim, int64_t num_heads, doub
                                       mx_generator *gen);
 /* The attention output (N, L, E) (PyTorch's need_weights=False: the weights are not returned). mask may be
  * NULL. mx_module_forward(m, x) is self-attention without masks; mx_module_forward_n takes {query, key, value,
- * key_padding_mask, attn_mask} (key and value NULL: the query's; the masks NULL: none) to one output. */
+ * key_padding_mask, attn_mask} (key NULL: the query; value NULL: the key; the masks NULL: none) to one output. */
 mx_tensor *mx_multihead_attention_forward(mx_module *mha, const mx_tensor *query, const mx_tensor *key,
                                           const mx_tensor *value, const mx_attention_mask *mask);
 
@@ -95,7 +95,7 @@ mx_tensor *mx_transformer_encoder_layer_forward(mx_module *layer, const mx_tenso
                                                 const mx_attention_mask *mask);
 /* tgt (N, L, d_model) attending to itself (tgt_mask) and to memory (N, S, d_model) (memory_mask) ->
  * (N, L, d_model). mx_module_forward_n takes {tgt, memory, tgt_key_padding_mask, tgt_mask,
- * memory_key_padding_mask, memory_mask}. */
+ * memory_key_padding_mask, memory_mask}; mx_module_forward, one tensor, refuses (no memory). */
 mx_tensor *mx_transformer_decoder_layer_forward(mx_module *layer, const mx_tensor *tgt, const mx_tensor *memory,
                                                 const mx_attention_mask *tgt_mask,
                                                 const mx_attention_mask *memory_mask);
