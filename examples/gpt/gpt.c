@@ -436,7 +436,7 @@ static int run(run_state *r, const sample_flags *sf) {
 }
 
 int main(int argc, char **argv) {
-  mx_demo_flags flags = {.model = "small", .amp = MX_BF16, .device = MX_CPU, .epochs = 2, .batch = 32, .lr = 3e-3,
+  mx_demo_flags flags = {.model = "small", .amp = MX_BF16, .device = MX_CPU, .epochs = 4, .batch = 32, .lr = 3e-3,
                          .optimizer = "adam", .seed = 1, .data = FORTUNE_DIR};
   sample_flags sample = {.temperature = 0.8, .top_k = 10, .chars = 400};
   mx_demo_usage usage = {
