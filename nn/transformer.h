@@ -32,8 +32,8 @@
  * A query row left with nothing to attend to gives zeros (PyTorch: NaN).
  * The attention itself is mx_scaled_dot_product_attention, so the layers
  * differentiate (twice too) and autocast like their ops: under bf16 or f16
- * autocast the products run in the low precision, layer norm and softmax in
- * float32.
+ * autocast the projections and the attention run in the low precision (as
+ * PyTorch's scaled_dot_product_attention does), layer norm in float32.
  */
 #ifndef MX_NN_TRANSFORMER_H
 #define MX_NN_TRANSFORMER_H
