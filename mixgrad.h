@@ -32,6 +32,7 @@
 #include "nn/layers.h"
 #include "nn/module.h"
 #include "nn/rnn.h"
+#include "nn/transformer.h"
 #include "ops/ops.h"
 #include "optim/clip.h"
 #include "optim/optimizer.h"
