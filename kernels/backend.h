@@ -139,6 +139,15 @@ typedef struct mx_backend {
   /* amp_update_scale: mx_amp_update_scale on one element (counters: 3). */
   mx_status (*amp_update_scale)(float *scale, int32_t *growth_tracker, const float *found_inf,
                                 const mx_amp_update_params *p, int64_t *counters);
+  /* AMP statistics (amp/stats.h), run on sampled steps only; hist holds
+   * int64 counts of MX_AMP_HIST_BINS bins (mx_amp_hist_bin), accumulated into.
+   * amp_histogram: the bins of every value of x (floating, any strides).
+   * amp_unscale_histogram: amp_unscale, and for gradient t the bins of its
+   * values before unscaling into hist + 2t * BINS and after (as stored)
+   * into hist + (2t + 1) * BINS. */
+  mx_status (*amp_histogram)(const mx_kview *x, int64_t *hist);
+  mx_status (*amp_unscale_histogram)(int n, const mx_kview *grads, const float *scale, float *found_inf,
+                                     int64_t *stats, int64_t *hist);
 
   /* Optimizers: one pass over n parameters sharing hyper-parameters
    * (mx_optim_item; kernels/math.h's element updates). found_inf (NULL:
