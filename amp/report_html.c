@@ -50,6 +50,17 @@ static int64_t count_from(const int64_t *h, int e) {
 
 static double share(int64_t part, int64_t whole) { return whole ? 100.0 * (double)part / (double)whole : 0.0; }
 
+/* A share as the page prints it everywhere: "12.34%", and a tiny nonzero one in full ("0.00153%"), never as 0.00%. */
+typedef struct {
+  char s[32];
+} pct_text;
+
+static pct_text pct(double v) {
+  pct_text t;
+  snprintf(t.s, sizeof t.s, v == 0 || v >= 0.005 ? "%.2f%%" : "%.3g%%", v);
+  return t;
+}
+
 /* The histogram of v / 2^shift: exponents move down by shift (zero, inf and NaN stay). */
 static void shifted(const int64_t *h, int shift, int64_t *out) {
   memset(out, 0, sizeof *out * MX_AMP_HIST_BINS);
@@ -118,7 +129,7 @@ static void chart(FILE *f, const format_zones *z, const int64_t *a, const int64_
       if (k == 1) c += count_below(series[s], z->view_min) - series[s][MX_AMP_HIST_ZERO];   /* clipped below */
       if (k == slots - 3) c += count_from(series[s], z->view_max + 1) - series[s][MX_AMP_HIST_INF] - series[s][MX_AMP_HIST_NAN];
       double v = totals[s] ? (double)c / (double)totals[s] : 0;
-      if (v > peak) peak = v;
+      if (v > peak && k > 0) peak = v; /* zeros (a ReLU's, say) would flatten the rest: their bar is capped */
     }
   fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\">",
           CHART_W, CHART_H, CHART_W, CHART_H);
@@ -143,6 +154,11 @@ static void chart(FILE *f, const format_zones *z, const int64_t *a, const int64_
       if (k == slots - 3) c += count_from(series[s], z->view_max + 1) - series[s][MX_AMP_HIST_INF] - series[s][MX_AMP_HIST_NAN];
       if (!c) continue;
       double h = (base - top) * ((double)c / (double)totals[s]) / peak;
+      if (h > base - top) {
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"8\">%.0f%%</text>", PAD_L + slot * k + 2,
+                top + 8 + 9 * s, 100.0 * (double)c / (double)totals[s]);
+        h = base - top;
+      }
       fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/>", PAD_L + slot * k, base - h,
               slot > 1.5 ? slot - 0.5 : slot, h < 0.6 ? 0.6 : h);
     }
@@ -155,9 +171,13 @@ static void chart(FILE *f, const format_zones *z, const int64_t *a, const int64_
   fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">0</text>", PAD_L + slot * 0.5, base + 10);
   fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">inf NaN</text>", PAD_L + slot * (slots - 1), base + 10);
   int ticks[3] = {z->flush_below, z->normal_from, z->overflow_from};
-  for (int k = 0; k < 3; k++)
-    if (ticks[k] >= z->view_min && ticks[k] <= z->view_max)
+  double last_label = PAD_L + slot * 0.5;
+  for (int k = 0; k < 3; k++) {
+    double x = PAD_L + slot * (ticks[k] - z->view_min + 1);
+    if (ticks[k] < z->view_min || ticks[k] > z->view_max || x - last_label < 30) continue;
+    last_label = x;
       fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">2^%d</text>", PAD_L + slot * (ticks[k] - z->view_min + 1), base + 10, ticks[k]);
+  }
   fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">|value|, %s zones</text>", PAD_L + plot_w / 2, base + 21, z->name);
   fprintf(f, "</g><text x=\"2\" y=\"14\" font-size=\"9\" fill=\"#333\">%.0f%%</text>", 100 * peak);
   fputs("</svg>", f);
@@ -166,9 +186,9 @@ static void chart(FILE *f, const format_zones *z, const int64_t *a, const int64_
 /* "a: 12.34% below 2^-14, 0.01% flushed, 0.00% overflow" for fmt. */
 static void zone_caption(FILE *f, const char *label, const int64_t *h, const format_zones *z) {
   int64_t t = total_of(h);
-  fprintf(f, "%s: %.2f%% zero or subnormal, %.2f%% flushed to zero, %.2f%% overflow in %s", label,
-          share(count_below(h, z->normal_from), t), share(count_below(h, z->flush_below), t),
-          share(count_from(h, z->overflow_from), t), z->name);
+  fprintf(f, "%s: %s zero or subnormal, %s flushed to zero, %s overflow in %s", label,
+          pct(share(count_below(h, z->normal_from), t)).s, pct(share(count_below(h, z->flush_below), t)).s,
+          pct(share(count_from(h, z->overflow_from), t)).s, z->name);
 }
 
 /* The pair of charts (float16 view, bfloat16 view) of one site. */
@@ -278,14 +298,23 @@ static void trajectory(FILE *f, const page *p) {
 
 /* The underflow shares of one parameter gradient (scaled, true). */
 typedef struct {
-  double true_sub, true_flush, scaled_sub, scaled_flush, scaled_over;
+  double zeros, true_sub, true_flush, true_bf16, scaled_sub, scaled_flush, scaled_over;
 } shares;
 
 static shares shares_of(const int64_t *scaled, const int64_t *truth) {
   int64_t ts = total_of(scaled), tt = total_of(truth);
-  return (shares){share(count_below(truth, f16_zones.normal_from), tt), share(count_below(truth, f16_zones.flush_below), tt),
+  return (shares){share(scaled[MX_AMP_HIST_ZERO], ts), share(count_below(truth, f16_zones.normal_from), tt),
+                  share(count_below(truth, f16_zones.flush_below), tt),
+                  share(count_below(truth, bf16_zones.normal_from) - truth[MX_AMP_HIST_ZERO], tt),
                   share(count_below(scaled, f16_zones.normal_from), ts), share(count_below(scaled, f16_zones.flush_below), ts),
                   share(count_from(scaled, f16_zones.overflow_from), ts)};
+}
+
+/* One row of the underflow table. */
+static void shares_row(FILE *f, shares sh, int64_t values) {
+  fprintf(f, "<td>%lld</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>",
+          (long long)values, pct(sh.zeros).s, pct(sh.true_sub).s, pct(sh.true_flush).s, pct(sh.true_bf16).s,
+          pct(sh.scaled_sub).s, pct(sh.scaled_flush).s, pct(sh.scaled_over).s);
 }
 
 /* The underflow table at sample i: per parameter and per layer's gradient. */
@@ -293,24 +322,22 @@ static void underflow_table(FILE *f, const page *p, int i, int64_t totals[2][MX_
   const mx__amp_sample *sm = &p->s->samples[i];
   int shift = scale_exponent(sm->scale);
   memset(totals, 0, sizeof(int64_t) * 2 * MX_AMP_HIST_BINS);
-  fprintf(f, "<table><tr><th class=\"l\">gradient of</th><th class=\"l\">dtype</th><th>values</th>"
-          "<th>zero or subnormal in f16 without scaling</th><th>flushed to zero without scaling</th>"
-          "<th>zero or subnormal at scale 2^%d</th><th>flushed at 2^%d</th><th>overflow at 2^%d</th></tr>", shift, shift,
-          shift);
+  fprintf(f, "<table><tr><th class=\"l\">gradient of</th><th class=\"l\">dtype</th><th>values</th><th>exact zeros</th>"
+          "<th>zero or subnormal in f16 without scaling</th><th>flushed to zero in f16 without scaling</th>"
+          "<th>nonzero below bf16's normals (2^-126)</th><th>zero or subnormal in f16 at scale 2^%d</th>"
+          "<th>flushed at 2^%d</th><th>overflow at 2^%d</th></tr>", shift, shift, shift);
   for (int j = 0; j < sm->n_params; j++) {
     const mx__amp_site *site = &sm->params[j];
     shares sh = shares_of(site->hist[0], site->hist[1]);
     for (int b = 0; b < MX_AMP_HIST_BINS; b++) totals[0][b] += site->hist[0][b], totals[1][b] += site->hist[1][b];
     fputs("<tr><td class=\"l\">", f);
     esc(f, site->name);
-    fprintf(f, "</td><td class=\"l\">%s</td><td>%lld</td><td>%.2f%%</td><td>%.2f%%</td><td>%.2f%%</td><td>%.2f%%</td>"
-            "<td>%.2f%%</td></tr>", mx_dtype_name(site->dtype), (long long)total_of(site->hist[0]), sh.true_sub,
-            sh.true_flush, sh.scaled_sub, sh.scaled_flush, sh.scaled_over);
+    fprintf(f, "</td><td class=\"l\">%s</td>", mx_dtype_name(site->dtype));
+    shares_row(f, sh, total_of(site->hist[0]));
   }
   shares all = shares_of(totals[0], totals[1]);
-  fprintf(f, "<tr id=\"underflow-total-%d\"><th class=\"l\">all parameters</th><td></td><td>%lld</td><td>%.2f%%</td>"
-          "<td>%.2f%%</td><td>%.2f%%</td><td>%.2f%%</td><td>%.2f%%</td></tr>", i, (long long)total_of(totals[0]),
-          all.true_sub, all.true_flush, all.scaled_sub, all.scaled_flush, all.scaled_over);
+  fprintf(f, "<tr id=\"underflow-total-%d\"><th class=\"l\">all parameters</th><td></td>", i);
+  shares_row(f, all, total_of(totals[0]));
   for (int j = 0; j < sm->n_layers; j++) {
     const mx__amp_site *site = &sm->layers[j];
     if (!site->has_grad || !total_of(site->hist[1])) continue;
@@ -321,9 +348,8 @@ static void underflow_table(FILE *f, const page *p, int i, int64_t totals[2][MX_
     esc(f, site->name);
     fputs(" (", f);
     esc(f, site->type);
-    fprintf(f, ")</td><td class=\"l\">%s</td><td>%lld</td><td>%.2f%%</td><td>%.2f%%</td><td>%.2f%%</td><td>%.2f%%</td>"
-            "<td>%.2f%%</td></tr>", mx_dtype_name(site->dtype), (long long)total_of(site->hist[1]), sh.true_sub,
-            sh.true_flush, sh.scaled_sub, sh.scaled_flush, sh.scaled_over);
+    fprintf(f, ")</td><td class=\"l\">%s</td>", mx_dtype_name(site->dtype));
+    shares_row(f, sh, total_of(site->hist[1]));
   }
   fputs("</table>", f);
 }
@@ -396,11 +422,15 @@ static void verdict(FILE *f, const page *p, mx_dtype amp) {
   fputs("<section id=\"verdict\"><h2>Verdict</h2><ul class=\"verdict\">", f);
   int64_t skipped = 0, opening = p->settle_step;
   for (int64_t t = 0; t < s->steps; t++) skipped += s->skipped[t];
-  if (s->scaler_enabled && s->steps)
-    fprintf(f, "<li>The GradScaler skipped %lld of %lld steps (%.2f%%); the first %lld skipped steps in a row brought "
-            "the scale to 2^%d, and the run ended at 2^%d (see <a href=\"#trajectory\">the trajectory</a>).</li>",
-            (long long)skipped, (long long)s->steps, share(skipped, s->steps), (long long)opening,
+  if (s->scaler_enabled && s->steps && opening)
+    fprintf(f, "<li>The GradScaler skipped %lld of %lld steps; the first %lld, in a row, brought the scale from 2^%d "
+            "to 2^%d, and the run ended at 2^%d (see <a href=\"#trajectory\">the trajectory</a>).</li>",
+            (long long)skipped, (long long)s->steps, (long long)opening, scale_exponent(s->scale[0]),
             scale_exponent(s->scale[opening < s->steps ? opening : s->steps - 1]), scale_exponent(s->scale[s->steps - 1]));
+  else if (s->scaler_enabled && s->steps)
+    fprintf(f, "<li>The GradScaler skipped %lld of %lld steps; the scale started at 2^%d and ended at 2^%d (see "
+            "<a href=\"#trajectory\">the trajectory</a>).</li>", (long long)skipped, (long long)s->steps,
+            scale_exponent(s->scale[0]), scale_exponent(s->scale[s->steps - 1]));
   int last = s->n_samples - 1;
   if (last >= 0) {
     const mx__amp_sample *sm = &s->samples[last];
@@ -410,33 +440,27 @@ static void verdict(FILE *f, const page *p, mx_dtype amp) {
     shares all = shares_of(totals[0], totals[1]);
     int shift = scale_exponent(sm->scale);
     if (sm->n_params && s->scaler_enabled)
-      fprintf(f, "<li>At the end (step %lld), %.2f%% of the parameter-gradient values would be zero or subnormal in "
-              "float16 without scaling; at the scale 2^%d, %.2f%% are (the <a href=\"#histograms-end\">end table</a>'s "
-              "'all parameters' row).</li>", (long long)sm->step, all.true_sub, shift, all.scaled_sub);
+      fprintf(f, "<li>At the end (step %lld), %s of the parameter-gradient values would be zero or subnormal in "
+              "float16 without scaling; at the scale 2^%d, %s are (the <a href=\"#histograms-end\">end table</a>'s "
+              "'all parameters' row).</li>", (long long)sm->step, pct(all.true_sub).s, shift, pct(all.scaled_sub).s);
     else if (sm->n_params)
-      fprintf(f, "<li>At the end (step %lld), %.2f%% of the parameter-gradient values would be zero or subnormal in "
-              "float16 and %.2f%% flushed to zero (the <a href=\"#histograms-end\">end table</a>'s 'all parameters' "
-              "row): %s.</li>", (long long)sm->step, all.true_sub, all.true_flush,
+      fprintf(f, "<li>At the end (step %lld), %s of the parameter-gradient values would be zero or subnormal in "
+              "float16 and %s flushed to zero (the <a href=\"#histograms-end\">end table</a>'s 'all parameters' "
+              "row): %s.</li>", (long long)sm->step, pct(all.true_sub).s, pct(all.true_flush).s,
               all.true_flush > 1 ? "float16 training would need a loss scale" : "few enough that float16 would lose little");
-    /* bfloat16: the true gradients below its smallest normal, over every sample */
-    int64_t below = 0, values = 0;
-    for (int i = 0; i < s->n_samples; i++)
-      for (int j = 0; j < s->samples[i].n_params; j++) {
-        below += count_below(s->samples[i].params[j].hist[1], bf16_zones.normal_from) - s->samples[i].params[j].hist[1][MX_AMP_HIST_ZERO];
-        values += total_of(s->samples[i].params[j].hist[1]);
-      }
-    if (values)
-      fprintf(f, "<li>%s: %lld of %lld true parameter-gradient values over all samples (%.2f%%) are nonzero and below "
-              "bfloat16's smallest normal 2^-126 (the bfloat16 charts' red and yellow zones).</li>",
-              below ? "bf16 would lose some gradients even with float32's range" : "bf16 would need no scaler here",
-              (long long)below, (long long)values, share(below, values));
+    /* bfloat16: the true gradients below its smallest normal */
+    if (sm->n_params)
+      fprintf(f, "<li>%s: at the end %s of the true parameter-gradient values are nonzero and below bfloat16's "
+              "smallest normal 2^-126 (the end table's bf16 column; the bfloat16 charts' red and yellow zones).</li>",
+              all.true_bf16 > 0 ? "bf16 would lose some gradients even with float32's range"
+                                : "bf16 would need no scaler here", pct(all.true_bf16).s);
     /* overflow: the worst parameter over the samples */
     double worst = 0;
     const char *who = NULL;
     int64_t at = 0;
     int at_scale = 0;
-    for (int i = 0; i < s->n_samples; i++)
-      for (int j = 0; j < s->samples[i].n_params; j++) {
+    for (int m = 0; m < 3; m++) /* the samples whose tables the page shows */
+      for (int i = p->moment[m], j = 0; i >= 0 && j < s->samples[i].n_params; j++) {
         const mx__amp_site *site = &s->samples[i].params[j];
         double over = share(count_from(site->hist[0], f16_zones.overflow_from), total_of(site->hist[0]));
         if (over > worst) worst = over, who = site->name, at = s->samples[i].step, at_scale = scale_exponent(s->samples[i].scale);
@@ -444,10 +468,11 @@ static void verdict(FILE *f, const page *p, mx_dtype amp) {
     if (who) {
       fputs("<li>The gradient of ", f);
       esc(f, who);
-      fprintf(f, " overflows at scale 2^%d: %.2f%% of its scaled values are inf, NaN or beyond float16's range at step "
-              "%lld (its row in that sample's table).</li>", at_scale, worst, (long long)at);
+      fprintf(f, " overflows at scale 2^%d: %s of its scaled values are inf, NaN or beyond float16's range at step "
+              "%lld (its row in that step's table).</li>", at_scale, pct(worst).s, (long long)at);
     } else if (s->n_samples) {
-      fprintf(f, "<li>No sampled parameter gradient overflowed float16 (0.00%% in every 'overflow' column).</li>");
+      fprintf(f, "<li>No parameter gradient overflowed float16 in the samples shown (0.00%% in every 'overflow' "
+              "column).</li>");
     }
     /* the activation gradient most in need of the scale */
     double worst_sub = -1;
@@ -463,8 +488,8 @@ static void verdict(FILE *f, const page *p, mx_dtype amp) {
     if (layer && s->scaler_enabled) {
       fputs("<li>Of the gradients reaching layer ", f);
       esc(f, layer);
-      fprintf(f, "'s output at the end, %.2f%% would be zero or subnormal in float16 without scaling, the most of any "
-              "layer (its row in the <a href=\"#histograms-end\">end table</a>).</li>", worst_sub);
+      fprintf(f, "'s output at the end, %s would be zero or subnormal in float16 without scaling, the most of any "
+              "layer (its row in the <a href=\"#histograms-end\">end table</a>).</li>", pct(worst_sub).s);
     }
   }
   if (!s->n_samples) fputs("<li>No step was sampled: there is nothing to judge.</li>", f);
