@@ -11,7 +11,7 @@
 
 /* --- reading a histogram -------------------------------------------------------------- */
 
-#define BIN_OF(e) ((e) - MX_AMP_HIST_EXP_MIN)
+#define BIN_OF(e) ((e)-MX_AMP_HIST_EXP_MIN)
 
 /* A 16-bit format's zones by binary exponent: values with exponent below
  * flush_below round to zero, below normal_from are subnormal, from
@@ -66,9 +66,12 @@ static void shifted(const int64_t *h, int shift, int64_t *out) {
   memset(out, 0, sizeof *out * MX_AMP_HIST_BINS);
   for (int e = MX_AMP_HIST_EXP_MIN; e <= MX_AMP_HIST_EXP_MAX; e++) {
     int to = e - shift;
-    if (to < MX_AMP_HIST_EXP_MIN) out[MX_AMP_HIST_ZERO] += h[BIN_OF(e)]; /* below float32: zero */
-    else if (to > MX_AMP_HIST_EXP_MAX) out[MX_AMP_HIST_INF] += h[BIN_OF(e)];
-    else out[BIN_OF(to)] += h[BIN_OF(e)];
+    if (to < MX_AMP_HIST_EXP_MIN)
+      out[MX_AMP_HIST_ZERO] += h[BIN_OF(e)]; /* below float32: zero */
+    else if (to > MX_AMP_HIST_EXP_MAX)
+      out[MX_AMP_HIST_INF] += h[BIN_OF(e)];
+    else
+      out[BIN_OF(to)] += h[BIN_OF(e)];
   }
   for (int b = MX_AMP_HIST_ZERO; b < MX_AMP_HIST_BINS; b++) out[b] += h[b];
 }
@@ -123,11 +126,14 @@ static void chart(FILE *f, const format_zones *z, const int64_t *a, const int64_
   int64_t totals[2] = {ta, tb};
   for (int s = 0; s < 2; s++)
     for (int k = 0; series[s] && k < slots; k++) {
-      int bin = k == 0 ? MX_AMP_HIST_ZERO : k == slots - 2 ? MX_AMP_HIST_INF : k == slots - 1 ? MX_AMP_HIST_NAN
-                                                                                                : BIN_OF(z->view_min + k - 1);
+      int bin = k == 0           ? MX_AMP_HIST_ZERO
+                : k == slots - 2 ? MX_AMP_HIST_INF
+                : k == slots - 1 ? MX_AMP_HIST_NAN
+                                 : BIN_OF(z->view_min + k - 1);
       int64_t c = series[s][bin];
-      if (k == 1) c += count_below(series[s], z->view_min) - series[s][MX_AMP_HIST_ZERO];   /* clipped below */
-      if (k == slots - 3) c += count_from(series[s], z->view_max + 1) - series[s][MX_AMP_HIST_INF] - series[s][MX_AMP_HIST_NAN];
+      if (k == 1) c += count_below(series[s], z->view_min) - series[s][MX_AMP_HIST_ZERO]; /* clipped below */
+      if (k == slots - 3)
+        c += count_from(series[s], z->view_max + 1) - series[s][MX_AMP_HIST_INF] - series[s][MX_AMP_HIST_NAN];
       double v = totals[s] ? (double)c / (double)totals[s] : 0;
       if (v > peak && k > 0) peak = v; /* zeros (a ReLU's, say) would flatten the rest: their bar is capped */
     }
@@ -136,27 +142,31 @@ static void chart(FILE *f, const format_zones *z, const int64_t *a, const int64_
   /* zones: [view_min, flush_below), [flush_below, normal_from), [normal_from, overflow_from), [overflow_from, max] */
   int edges[5] = {z->view_min, z->flush_below, z->normal_from, z->overflow_from, z->view_max + 1};
   for (int k = 0; k < 4; k++) {
-    int lo = edges[k] < z->view_min ? z->view_min : edges[k], hi = edges[k + 1] > z->view_max + 1 ? z->view_max + 1 : edges[k + 1];
+    int lo = edges[k] < z->view_min ? z->view_min : edges[k],
+        hi = edges[k + 1] > z->view_max + 1 ? z->view_max + 1 : edges[k + 1];
     if (hi <= lo) continue;
-    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>", PAD_L + slot * (lo - z->view_min + 1),
-            top, slot * (hi - lo), base - top, zone_fill[k]);
+    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>",
+            PAD_L + slot * (lo - z->view_min + 1), top, slot * (hi - lo), base - top, zone_fill[k]);
   }
-  fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>", PAD_L + slot * (slots - 2), top,
-          slot * 2, base - top, zone_fill[3]); /* inf and NaN */
+  fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>", PAD_L + slot * (slots - 2),
+          top, slot * 2, base - top, zone_fill[3]); /* inf and NaN */
   for (int s = 0; s < 2; s++) {
     if (!series[s]) continue;
     fprintf(f, "<g fill=\"%s\" fill-opacity=\"%s\">", s ? TRUE_COLOUR : SCALED_COLOUR, b ? "0.7" : "0.9");
     for (int k = 0; k < slots; k++) {
-      int bin = k == 0 ? MX_AMP_HIST_ZERO : k == slots - 2 ? MX_AMP_HIST_INF : k == slots - 1 ? MX_AMP_HIST_NAN
-                                                                                                : BIN_OF(z->view_min + k - 1);
+      int bin = k == 0           ? MX_AMP_HIST_ZERO
+                : k == slots - 2 ? MX_AMP_HIST_INF
+                : k == slots - 1 ? MX_AMP_HIST_NAN
+                                 : BIN_OF(z->view_min + k - 1);
       int64_t c = series[s][bin];
       if (k == 1) c += count_below(series[s], z->view_min) - series[s][MX_AMP_HIST_ZERO];
-      if (k == slots - 3) c += count_from(series[s], z->view_max + 1) - series[s][MX_AMP_HIST_INF] - series[s][MX_AMP_HIST_NAN];
+      if (k == slots - 3)
+        c += count_from(series[s], z->view_max + 1) - series[s][MX_AMP_HIST_INF] - series[s][MX_AMP_HIST_NAN];
       if (!c) continue;
       double h = (base - top) * ((double)c / (double)totals[s]) / peak;
       if (h > base - top) {
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"8\">%.0f%%</text>", PAD_L + slot * k + 2,
-                top + 8 + 9 * s, 100.0 * (double)c / (double)totals[s]);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"8\">%.0f%%</text>", PAD_L + slot * k + 2, top + 8 + 9 * s,
+                100.0 * (double)c / (double)totals[s]);
         h = base - top;
       }
       fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/>", PAD_L + slot * k, base - h,
@@ -165,8 +175,10 @@ static void chart(FILE *f, const format_zones *z, const int64_t *a, const int64_
     fputs("</g>", f);
   }
   /* axes and labels: 2^e ticks at the zone edges */
-  fprintf(f, "<g stroke=\"#555\" stroke-width=\"0.8\"><line x1=\"%d\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>"
-          "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\"/></g>", PAD_L, base, PAD_L + plot_w, base, PAD_L, top, PAD_L, base);
+  fprintf(f,
+          "<g stroke=\"#555\" stroke-width=\"0.8\"><line x1=\"%d\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>"
+          "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\"/></g>",
+          PAD_L, base, PAD_L + plot_w, base, PAD_L, top, PAD_L, base);
   fprintf(f, "<g font-size=\"9\" fill=\"#333\" text-anchor=\"middle\">");
   fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">0</text>", PAD_L + slot * 0.5, base + 10);
   fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">inf NaN</text>", PAD_L + slot * (slots - 1), base + 10);
@@ -176,7 +188,8 @@ static void chart(FILE *f, const format_zones *z, const int64_t *a, const int64_
     double x = PAD_L + slot * (ticks[k] - z->view_min + 1);
     if (ticks[k] < z->view_min || ticks[k] > z->view_max || x - last_label < 30) continue;
     last_label = x;
-      fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">2^%d</text>", PAD_L + slot * (ticks[k] - z->view_min + 1), base + 10, ticks[k]);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">2^%d</text>", PAD_L + slot * (ticks[k] - z->view_min + 1), base + 10,
+            ticks[k]);
   }
   fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">|value|, %s zones</text>", PAD_L + plot_w / 2, base + 21, z->name);
   fprintf(f, "</g><text x=\"2\" y=\"14\" font-size=\"9\" fill=\"#333\">%.0f%%</text>", 100 * peak);
@@ -254,10 +267,13 @@ static void trajectory(FILE *f, const page *p) {
 #define Y_SCALE(e) (T + (H - T - B) * (hi - (e)) / (hi - lo))
   fprintf(f, "<p>%lld steps; %lld skipped for inf/NaN gradients (red); the scale the step used, log2 axis.</p>",
           (long long)s->steps, (long long)skipped);
-  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\">"
-          "<g font-size=\"10\" fill=\"#333\">", W, H, W, H);
+  fprintf(f,
+          "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\">"
+          "<g font-size=\"10\" fill=\"#333\">",
+          W, H, W, H);
   for (int e = (int)lo; e <= (int)hi; e += (hi - lo) > 12 ? 4 : 1)
-    fprintf(f, "<text x=\"4\" y=\"%.1f\">2^%d</text><line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#eee\"/>",
+    fprintf(f,
+            "<text x=\"4\" y=\"%.1f\">2^%d</text><line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#eee\"/>",
             Y_SCALE(e) + 3, e, L, Y_SCALE(e), W - R, Y_SCALE(e));
   fputs("</g><polyline fill=\"none\" stroke=\"" SCALED_COLOUR "\" stroke-width=\"1.5\" points=\"", f);
   for (int64_t t = 0; t < s->steps; t++) /* a step line: a point where the value changes */
@@ -272,18 +288,21 @@ static void trajectory(FILE *f, const page *p) {
   for (int m = 0; m < 3; m++)
     if (p->moment[m] >= 0) {
       int64_t at = s->samples[p->moment[m]].step;
-      fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/><text x=\"%.1f\" y=\"%d\" stroke=\"none\" "
-              "fill=\"#555\">%s</text>", X(at), T, X(at), H - B, X(at) + 3, H - B - 4, p->moment_name[m]);
+      fprintf(f,
+              "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/><text x=\"%.1f\" y=\"%d\" stroke=\"none\" "
+              "fill=\"#555\">%s</text>",
+              X(at), T, X(at), H - B, X(at) + 3, H - B - 4, p->moment_name[m]);
     }
   fprintf(f, "</g><text x=\"%d\" y=\"%d\" font-size=\"10\">step</text></svg>", W / 2, H - 6);
   /* the loss, averaged over buckets of steps so the line stays light */
   int64_t bucket = (s->steps + 599) / 600;
   double ly = loss_hi > 0 ? loss_hi * 1.05 : 1;
-  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\">"
+  fprintf(f,
+          "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\">"
           "<g font-size=\"10\" fill=\"#333\"><text x=\"4\" y=\"%d\">%.3g</text><text x=\"4\" y=\"%d\">0</text>"
           "<text x=\"%d\" y=\"%d\">loss (mean over %lld step%s)</text></g><polyline fill=\"none\" stroke=\"#2ca02c\" "
-          "stroke-width=\"1.2\" points=\"", W, 140, W, 140, T + 4, ly, 140 - B, W / 2, 140 - 6, (long long)bucket,
-          bucket > 1 ? "s" : "");
+          "stroke-width=\"1.2\" points=\"",
+          W, 140, W, 140, T + 4, ly, 140 - B, W / 2, 140 - 6, (long long)bucket, bucket > 1 ? "s" : "");
   for (int64_t t0 = 0; t0 < s->steps; t0 += bucket) {
     double sum = 0;
     int64_t n = 0;
@@ -303,10 +322,12 @@ typedef struct {
 
 static shares shares_of(const int64_t *scaled, const int64_t *truth) {
   int64_t ts = total_of(scaled), tt = total_of(truth);
-  return (shares){share(scaled[MX_AMP_HIST_ZERO], ts), share(count_below(truth, f16_zones.normal_from), tt),
+  return (shares){share(scaled[MX_AMP_HIST_ZERO], ts),
+                  share(count_below(truth, f16_zones.normal_from), tt),
                   share(count_below(truth, f16_zones.flush_below), tt),
                   share(count_below(truth, bf16_zones.normal_from) - truth[MX_AMP_HIST_ZERO], tt),
-                  share(count_below(scaled, f16_zones.normal_from), ts), share(count_below(scaled, f16_zones.flush_below), ts),
+                  share(count_below(scaled, f16_zones.normal_from), ts),
+                  share(count_below(scaled, f16_zones.flush_below), ts),
                   share(count_from(scaled, f16_zones.overflow_from), ts)};
 }
 
@@ -322,10 +343,12 @@ static void underflow_table(FILE *f, const page *p, int i, int64_t totals[2][MX_
   const mx__amp_sample *sm = &p->s->samples[i];
   int shift = scale_exponent(sm->scale);
   memset(totals, 0, sizeof(int64_t) * 2 * MX_AMP_HIST_BINS);
-  fprintf(f, "<table><tr><th class=\"l\">gradient of</th><th class=\"l\">dtype</th><th>values</th><th>exact zeros</th>"
+  fprintf(f,
+          "<table><tr><th class=\"l\">gradient of</th><th class=\"l\">dtype</th><th>values</th><th>exact zeros</th>"
           "<th>zero or subnormal in f16 without scaling</th><th>flushed to zero in f16 without scaling</th>"
           "<th>nonzero below bf16's normals (2^-126)</th><th>zero or subnormal in f16 at scale 2^%d</th>"
-          "<th>flushed at 2^%d</th><th>overflow at 2^%d</th></tr>", shift, shift, shift);
+          "<th>flushed at 2^%d</th><th>overflow at 2^%d</th></tr>",
+          shift, shift, shift);
   for (int j = 0; j < sm->n_params; j++) {
     const mx__amp_site *site = &sm->params[j];
     shares sh = shares_of(site->hist[0], site->hist[1]);
@@ -358,7 +381,10 @@ static void histograms(FILE *f, const page *p, int m) {
   const mx__amp_sample *sm = &p->s->samples[p->moment[m]];
   int shift = scale_exponent(sm->scale);
   fprintf(f, "<section id=\"histograms-%s\"><h2>Histograms at the %s: step %lld, loss scale 2^%d</h2>",
-          m == 0 ? "start" : m == 1 ? "settled" : "end", p->moment_name[m], (long long)sm->step, shift);
+          m == 0   ? "start"
+          : m == 1 ? "settled"
+                   : "end",
+          p->moment_name[m], (long long)sm->step, shift);
   fputs("<h3>Share of gradient values per zone</h3>", f);
   int64_t totals[2][MX_AMP_HIST_BINS];
   underflow_table(f, p, p->moment[m], totals);
@@ -389,15 +415,20 @@ static void histograms(FILE *f, const page *p, int m) {
 static void dtype_counts(FILE *f, const int64_t *counts) {
   bool any = false;
   for (int t = 0; t < MX_DTYPE_COUNT; t++)
-    if (counts[t]) fprintf(f, "%s%s &#215;%lld", any ? ", " : "", mx_dtype_name((mx_dtype)t), (long long)counts[t]), any = true;
+    if (counts[t])
+      fprintf(f, "%s%s &#215;%lld", any ? ", " : "", mx_dtype_name((mx_dtype)t), (long long)counts[t]), any = true;
   if (!any) fputs("-", f);
 }
 
 static void op_table(FILE *f) {
-  fputs("<section id=\"ops\"><h2>Autocast, op by op</h2><p>This thread's counts since the last "
-        "<code>mx_amp_report_reset</code> (training and evaluation passes): what <code>mx_amp_report</code> prints, with "
-        "each op's policy and input dtypes.</p><table><tr><th class=\"l\">op</th><th class=\"l\">policy</th><th>calls</th>"
-        "<th class=\"l\">inputs</th><th class=\"l\">outputs</th><th>casts made</th><th>MB cast</th><th>cache hits</th></tr>", f);
+  fputs(
+      "<section id=\"ops\"><h2>Autocast, op by op</h2><p>This thread's counts since the last "
+      "<code>mx_amp_report_reset</code> (training and evaluation passes): what <code>mx_amp_report</code> prints, with "
+      "each op's policy and input dtypes.</p><table><tr><th class=\"l\">op</th><th "
+      "class=\"l\">policy</th><th>calls</th>"
+      "<th class=\"l\">inputs</th><th class=\"l\">outputs</th><th>casts made</th><th>MB cast</th><th>cache "
+      "hits</th></tr>",
+      f);
   int rows = 0;
   for (int op = 0; op < mx_op_count(); op++) {
     mx__amp_op_row r;
@@ -423,37 +454,49 @@ static void verdict(FILE *f, const page *p, mx_dtype amp) {
   int64_t skipped = 0, opening = p->settle_step;
   for (int64_t t = 0; t < s->steps; t++) skipped += s->skipped[t];
   if (s->scaler_enabled && s->steps && opening)
-    fprintf(f, "<li>The GradScaler skipped %lld of %lld steps; the first %lld, in a row, brought the scale from 2^%d "
+    fprintf(f,
+            "<li>The GradScaler skipped %lld of %lld steps; the first %lld, in a row, brought the scale from 2^%d "
             "to 2^%d, and the run ended at 2^%d (see <a href=\"#trajectory\">the trajectory</a>).</li>",
             (long long)skipped, (long long)s->steps, (long long)opening, scale_exponent(s->scale[0]),
-            scale_exponent(s->scale[opening < s->steps ? opening : s->steps - 1]), scale_exponent(s->scale[s->steps - 1]));
+            scale_exponent(s->scale[opening < s->steps ? opening : s->steps - 1]),
+            scale_exponent(s->scale[s->steps - 1]));
   else if (s->scaler_enabled && s->steps)
-    fprintf(f, "<li>The GradScaler skipped %lld of %lld steps; the scale started at 2^%d and ended at 2^%d (see "
-            "<a href=\"#trajectory\">the trajectory</a>).</li>", (long long)skipped, (long long)s->steps,
-            scale_exponent(s->scale[0]), scale_exponent(s->scale[s->steps - 1]));
+    fprintf(f,
+            "<li>The GradScaler skipped %lld of %lld steps; the scale started at 2^%d and ended at 2^%d (see "
+            "<a href=\"#trajectory\">the trajectory</a>).</li>",
+            (long long)skipped, (long long)s->steps, scale_exponent(s->scale[0]),
+            scale_exponent(s->scale[s->steps - 1]));
   int last = s->n_samples - 1;
   if (last >= 0) {
     const mx__amp_sample *sm = &s->samples[last];
     int64_t totals[2][MX_AMP_HIST_BINS] = {{0}};
     for (int j = 0; j < sm->n_params; j++)
-      for (int b = 0; b < MX_AMP_HIST_BINS; b++) totals[0][b] += sm->params[j].hist[0][b], totals[1][b] += sm->params[j].hist[1][b];
+      for (int b = 0; b < MX_AMP_HIST_BINS; b++)
+        totals[0][b] += sm->params[j].hist[0][b], totals[1][b] += sm->params[j].hist[1][b];
     shares all = shares_of(totals[0], totals[1]);
     int shift = scale_exponent(sm->scale);
     if (sm->n_params && s->scaler_enabled)
-      fprintf(f, "<li>At the end (step %lld), %s of the parameter-gradient values would be zero or subnormal in "
+      fprintf(f,
+              "<li>At the end (step %lld), %s of the parameter-gradient values would be zero or subnormal in "
               "float16 without scaling; at the scale 2^%d, %s are (the <a href=\"#histograms-end\">end table</a>'s "
-              "'all parameters' row).</li>", (long long)sm->step, pct(all.true_sub).s, shift, pct(all.scaled_sub).s);
+              "'all parameters' row).</li>",
+              (long long)sm->step, pct(all.true_sub).s, shift, pct(all.scaled_sub).s);
     else if (sm->n_params)
-      fprintf(f, "<li>At the end (step %lld), %s of the parameter-gradient values would be zero or subnormal in "
+      fprintf(f,
+              "<li>At the end (step %lld), %s of the parameter-gradient values would be zero or subnormal in "
               "float16 and %s flushed to zero (the <a href=\"#histograms-end\">end table</a>'s 'all parameters' "
-              "row): %s.</li>", (long long)sm->step, pct(all.true_sub).s, pct(all.true_flush).s,
-              all.true_flush > 1 ? "float16 training would need a loss scale" : "few enough that float16 would lose little");
+              "row): %s.</li>",
+              (long long)sm->step, pct(all.true_sub).s, pct(all.true_flush).s,
+              all.true_flush > 1 ? "float16 training would need a loss scale"
+                                 : "few enough that float16 would lose little");
     /* bfloat16: the true gradients below its smallest normal */
     if (sm->n_params)
-      fprintf(f, "<li>%s: at the end %s of the true parameter-gradient values are nonzero and below bfloat16's "
+      fprintf(f,
+              "<li>%s: at the end %s of the true parameter-gradient values are nonzero and below bfloat16's "
               "smallest normal 2^-126 (the end table's bf16 column; the bfloat16 charts' red and yellow zones).</li>",
               all.true_bf16 > 0 ? "bf16 would lose some gradients even with float32's range"
-                                : "bf16 would need no scaler here", pct(all.true_bf16).s);
+                                : "bf16 would need no scaler here",
+              pct(all.true_bf16).s);
     /* overflow: the worst parameter over the samples */
     double worst = 0;
     const char *who = NULL;
@@ -463,16 +506,19 @@ static void verdict(FILE *f, const page *p, mx_dtype amp) {
       for (int i = p->moment[m], j = 0; i >= 0 && j < s->samples[i].n_params; j++) {
         const mx__amp_site *site = &s->samples[i].params[j];
         double over = share(count_from(site->hist[0], f16_zones.overflow_from), total_of(site->hist[0]));
-        if (over > worst) worst = over, who = site->name, at = s->samples[i].step, at_scale = scale_exponent(s->samples[i].scale);
+        if (over > worst)
+          worst = over, who = site->name, at = s->samples[i].step, at_scale = scale_exponent(s->samples[i].scale);
       }
     if (who) {
       fputs("<li>The gradient of ", f);
       esc(f, who);
-      fprintf(f, " overflows at scale 2^%d: %s of its scaled values are inf, NaN or beyond float16's range at step "
-              "%lld (its row in that step's table).</li>", at_scale, pct(worst).s, (long long)at);
+      fprintf(f,
+              " overflows at scale 2^%d: %s of its scaled values are inf, NaN or beyond float16's range at step "
+              "%lld (its row in that step's table).</li>",
+              at_scale, pct(worst).s, (long long)at);
     } else if (s->n_samples) {
       fprintf(f, "<li>No parameter gradient overflowed float16 in the samples shown (0.00%% in every 'overflow' "
-              "column).</li>");
+                 "column).</li>");
     }
     /* the activation gradient most in need of the scale */
     double worst_sub = -1;
@@ -488,27 +534,33 @@ static void verdict(FILE *f, const page *p, mx_dtype amp) {
     if (layer && s->scaler_enabled) {
       fputs("<li>Of the gradients reaching layer ", f);
       esc(f, layer);
-      fprintf(f, "'s output at the end, %s would be zero or subnormal in float16 without scaling, the most of any "
-              "layer (its row in the <a href=\"#histograms-end\">end table</a>).</li>", pct(worst_sub).s);
+      fprintf(f,
+              "'s output at the end, %s would be zero or subnormal in float16 without scaling, the most of any "
+              "layer (its row in the <a href=\"#histograms-end\">end table</a>).</li>",
+              pct(worst_sub).s);
     }
   }
   if (!s->n_samples) fputs("<li>No step was sampled: there is nothing to judge.</li>", f);
-  if (amp == MX_F32) fputs("<li>This run did not autocast: the histograms show where its float32 values would fall.</li>", f);
+  if (amp == MX_F32)
+    fputs("<li>This run did not autocast: the histograms show where its float32 values would fall.</li>", f);
   fputs("</ul></section>", f);
 }
 
 static void reading_guide(FILE *f) {
-  fputs("<section id=\"guide\"><h2>Reading the charts</h2><p class=\"legend\">Bars: share of the values per binary "
-        "exponent (|v| in [2^e, 2^(e+1))), zeros at the left, inf and NaN at the right.<span style=\"background:"
-        SCALED_COLOUR "\"></span>scaled (what backward holds)<span style=\"background:" TRUE_COLOUR "\"></span>true "
-        "(unscaled)</p><p class=\"legend\">Zones:<span style=\"background:#f4c7c3\"></span>flushed to zero"
-        "<span style=\"background:#fce8b2\"></span>subnormal (precision lost)<span style=\"background:#d9ead3\"></span>"
-        "normal<span style=\"background:#e6b8d7\"></span>overflow (inf)</p><p>Parameter gradients are binned inside the "
-        "GradScaler's unscale pass, before and after it divides by the scale. Layer outputs are binned as the forward "
-        "made them, their gradients as backward made them (scaled); their true values are that histogram moved down by "
-        "log2 of the scale (exact for a power-of-two scale). 'Zero or subnormal' is |v| &lt; 2^-14 (the GradScaler's "
-        "underflow fraction counts the same for the scaled gradients); 'flushed to zero' is |v| &lt; 2^-25; 'overflow' "
-        "is |v| &gt;= 2^16, inf or NaN.</p></section>", f);
+  fputs(
+      "<section id=\"guide\"><h2>Reading the charts</h2><p class=\"legend\">Bars: share of the values per binary "
+      "exponent (|v| in [2^e, 2^(e+1))), zeros at the left, inf and NaN at the right.<span "
+      "style=\"background:" SCALED_COLOUR "\"></span>scaled (what backward holds)<span style=\"background:" TRUE_COLOUR
+      "\"></span>true "
+      "(unscaled)</p><p class=\"legend\">Zones:<span style=\"background:#f4c7c3\"></span>flushed to zero"
+      "<span style=\"background:#fce8b2\"></span>subnormal (precision lost)<span style=\"background:#d9ead3\"></span>"
+      "normal<span style=\"background:#e6b8d7\"></span>overflow (inf)</p><p>Parameter gradients are binned inside the "
+      "GradScaler's unscale pass, before and after it divides by the scale. Layer outputs are binned as the forward "
+      "made them, their gradients as backward made them (scaled); their true values are that histogram moved down by "
+      "log2 of the scale (exact for a power-of-two scale). 'Zero or subnormal' is |v| &lt; 2^-14 (the GradScaler's "
+      "underflow fraction counts the same for the scaled gradients); 'flushed to zero' is |v| &lt; 2^-25; 'overflow' "
+      "is |v| &gt;= 2^16, inf or NaN.</p></section>",
+      f);
 }
 
 mx_status mx_amp_report_write_html(const char *path, const mx_amp_stats *st, const mx_amp_report_opts *opts) {
@@ -527,12 +579,15 @@ mx_status mx_amp_report_write_html(const char *path, const mx_amp_stats *st, con
   page p = {.s = &s};
   pick_moments(&p);
   const char *title = o.title ? o.title : "AMP report";
-  fputs("<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\"><head><meta charset=\"utf-8\"/><title>", f);
+  fputs("<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\"><head><meta "
+        "charset=\"utf-8\"/><title>",
+        f);
   esc(f, title);
   fprintf(f, "</title><style>%s</style></head><body><h1>", css);
   esc(f, title);
-  fprintf(f, "</h1><p id=\"summary\">Autocast %s%s; %lld steps, %d sampled.", o.amp == MX_F32 ? "off" : mx_dtype_name(o.amp),
-          s.scaler_enabled ? " with a GradScaler" : ", no loss scaling", (long long)s.steps, s.n_samples);
+  fprintf(f, "</h1><p id=\"summary\">Autocast %s%s; %lld steps, %d sampled.",
+          o.amp == MX_F32 ? "off" : mx_dtype_name(o.amp), s.scaler_enabled ? " with a GradScaler" : ", no loss scaling",
+          (long long)s.steps, s.n_samples);
   if (o.command) {
     fputs(" Reproduce with <code>", f);
     esc(f, o.command);

@@ -40,9 +40,9 @@ typedef struct {
 struct mx_amp_stats {
   mx_scaler *scaler;
   int64_t every;
-  int64_t steps;          /* begun */
-  bool open, sampled;     /* the step steps - 1 */
-  mx_status failure;      /* the first failure inside a hook this step */
+  int64_t steps;      /* begun */
+  bool open, sampled; /* the step steps - 1 */
+  mx_status failure;  /* the first failure inside a hook this step */
   /* per step, on the device: loss, the scale used, the scaler's skipped count after it */
   mx_tensor *loss, *scale, *skipped;
   int64_t capacity;
@@ -65,7 +65,9 @@ static void drop(mx_tensor **t) {
   *t = NULL;
 }
 
-static int64_t *bins_of(const mx_tensor *hist, int64_t row) { return (int64_t *)mx__kview_of(hist).data + row * MX_AMP_HIST_BINS; }
+static int64_t *bins_of(const mx_tensor *hist, int64_t row) {
+  return (int64_t *)mx__kview_of(hist).data + row * MX_AMP_HIST_BINS;
+}
 
 mx_amp_stats *mx_amp_stats_new(mx_scaler *scaler, int64_t every) {
   if (every < 1) {
@@ -90,8 +92,10 @@ void mx_amp_stats_free(mx_amp_stats *st) {
   for (int i = 0; i < st->n_samples; i++) {
     sample *sm = &st->samples[i];
     drop(&sm->scale);
-    for (int j = 0; j < sm->n_layers; j++) free(sm->layers[j].name), free(sm->layers[j].type), drop(&sm->layers[j].hist);
-    for (int j = 0; j < sm->n_blocks; j++) free(sm->blocks[j].params), free(sm->blocks[j].dtype), drop(&sm->blocks[j].hist);
+    for (int j = 0; j < sm->n_layers; j++)
+      free(sm->layers[j].name), free(sm->layers[j].type), drop(&sm->layers[j].hist);
+    for (int j = 0; j < sm->n_blocks; j++)
+      free(sm->blocks[j].params), free(sm->blocks[j].dtype), drop(&sm->blocks[j].hist);
     free(sm->layers);
     free(sm->blocks);
   }
@@ -105,7 +109,8 @@ void mx_amp_stats_free(mx_amp_stats *st) {
 }
 
 mx_status mx_amp_stats_name_params(mx_amp_stats *st, int n, mx_tensor *const *params, const char *const *names) {
-  if (!st || (n > 0 && (!params || !names))) return mx__null_input("mx_amp_stats_name_params", !st ? "st" : !params ? "params" : "names");
+  if (!st || (n > 0 && (!params || !names)))
+    return mx__null_input("mx_amp_stats_name_params", !st ? "st" : !params ? "params" : "names");
   param_name *grown = realloc(st->names, sizeof *grown * (size_t)(st->n_names + n + 1));
   if (!grown) return mx__error(MX_OUT_OF_MEMORY, "mx_amp_stats_name_params: out of memory");
   st->names = grown;
@@ -261,7 +266,8 @@ mx_status mx__amp_stats_on_unscale(mx_amp_stats *st, const mx_tensor *scale, int
   if (status != MX_OK || !sm) return status;
   const mx_backend *be = mx__backend(mx_device_of(scale));
   if (!be) return mx_last_status();
-  if (!be->amp_unscale_histogram) return mx__error(MX_NOT_BUILT, "%s: no amp_unscale_histogram kernel on %s", fn, be->name);
+  if (!be->amp_unscale_histogram)
+    return mx__error(MX_NOT_BUILT, "%s: no amp_unscale_histogram kernel on %s", fn, be->name);
   if (!sm->scale && !(sm->scale = owned(mx_clone(scale)))) return mx_last_status();
   grad_block *b = add_block(sm, k, params, mx_device_of(scale));
   if (!b) return out_of_memory(fn);
@@ -293,8 +299,9 @@ static mx_status histogram_plain_gradients(mx_amp_stats *st, sample *sm) {
 
 mx_status mx_amp_stats_step_end(mx_amp_stats *st, const mx_tensor *loss) {
   if (!st || !loss) return mx__null_input("mx_amp_stats_step_end", !st ? "st" : "loss");
-  if (!st->open) return mx__error(MX_STATE_ERROR, "mx_amp_stats_step_end: no step is open (call mx_amp_stats_step_begin "
-                                  "before the step's forward)");
+  if (!st->open)
+    return mx__error(MX_STATE_ERROR, "mx_amp_stats_step_end: no step is open (call mx_amp_stats_step_begin "
+                                     "before the step's forward)");
   int64_t step = st->steps - 1;
   mx_status status = st->failure;
   if (status == MX_OK) status = ensure_capacity(st, mx_device_of(loss), st->steps);
@@ -307,7 +314,8 @@ mx_status mx_amp_stats_step_end(mx_amp_stats *st, const mx_tensor *loss) {
     if (scope) mx_scope_end(scope);
   }
   sample *sm = current(st);
-  if (status == MX_OK && sm && !sm->n_blocks && !mx_scaler_is_enabled(st->scaler)) status = histogram_plain_gradients(st, sm);
+  if (status == MX_OK && sm && !sm->n_blocks && !mx_scaler_is_enabled(st->scaler))
+    status = histogram_plain_gradients(st, sm);
   st->open = false;
   return status;
 }
@@ -408,14 +416,17 @@ static mx_status snapshot_sample(const mx_amp_stats *st, const sample *sm, mx__a
     free(all);
   }
   for (int j = 0; j < out->n_layers && status == MX_OK; j++)
-    if (!out->layers[j].name || !out->layers[j].type) status = mx__error(MX_OUT_OF_MEMORY, "mx_amp_report_write_html: out of memory");
+    if (!out->layers[j].name || !out->layers[j].type)
+      status = mx__error(MX_OUT_OF_MEMORY, "mx_amp_report_write_html: out of memory");
   for (int j = 0; j < out->n_params && status == MX_OK; j++)
-    if (!out->params[j].name || !out->params[j].type) status = mx__error(MX_OUT_OF_MEMORY, "mx_amp_report_write_html: out of memory");
+    if (!out->params[j].name || !out->params[j].type)
+      status = mx__error(MX_OUT_OF_MEMORY, "mx_amp_report_write_html: out of memory");
   return status;
 }
 
 mx_status mx__amp_stats_snapshot(const mx_amp_stats *st, mx__amp_snapshot *out) {
-  *out = (mx__amp_snapshot){.steps = st->steps - (st->open ? 1 : 0), .scaler_enabled = mx_scaler_is_enabled(st->scaler)};
+  *out =
+      (mx__amp_snapshot){.steps = st->steps - (st->open ? 1 : 0), .scaler_enabled = mx_scaler_is_enabled(st->scaler)};
   int64_t n = out->steps;
   mx_scope *scope = mx_scope_begin();
   if (!scope) return mx_last_status();
@@ -425,14 +436,16 @@ mx_status mx__amp_stats_snapshot(const mx_amp_stats *st, mx__amp_snapshot *out) 
   out->skipped = malloc(sizeof *out->skipped * (size_t)(n > 0 ? n : 1));
   out->samples = calloc((size_t)(st->n_samples > 0 ? st->n_samples : 1), sizeof *out->samples);
   mx_status status = skipped_total && out->loss && out->scale && out->skipped && out->samples
-                         ? MX_OK : mx__error(MX_OUT_OF_MEMORY, "mx_amp_report_write_html: out of memory");
+                         ? MX_OK
+                         : mx__error(MX_OUT_OF_MEMORY, "mx_amp_report_write_html: out of memory");
   if (status == MX_OK && n > 0) {
     status = mx_to_host(mx_narrow(st->loss, 0, 0, n), out->loss, sizeof *out->loss * (size_t)n);
     if (status == MX_OK) status = mx_to_host(mx_narrow(st->scale, 0, 0, n), out->scale, sizeof *out->scale * (size_t)n);
     if (status == MX_OK)
       status = mx_to_host(mx_narrow(st->skipped, 0, 0, n), skipped_total, sizeof *skipped_total * (size_t)n);
   }
-  for (int64_t t = 0; t < n && status == MX_OK; t++) out->skipped[t] = skipped_total[t] > (t ? skipped_total[t - 1] : 0);
+  for (int64_t t = 0; t < n && status == MX_OK; t++)
+    out->skipped[t] = skipped_total[t] > (t ? skipped_total[t - 1] : 0);
   free(skipped_total);
   for (int i = 0; i < st->n_samples && status == MX_OK; i++, out->n_samples++)
     status = snapshot_sample(st, &st->samples[i], &out->samples[i]);
@@ -446,8 +459,8 @@ static void free_sites(mx__amp_site *sites, int n) {
 }
 
 void mx__amp_snapshot_free(mx__amp_snapshot *s) {
-  for (int i = 0; i < s->n_samples; i++) free_sites(s->samples[i].layers, s->samples[i].n_layers),
-                                         free_sites(s->samples[i].params, s->samples[i].n_params);
+  for (int i = 0; i < s->n_samples; i++)
+    free_sites(s->samples[i].layers, s->samples[i].n_layers), free_sites(s->samples[i].params, s->samples[i].n_params);
   free(s->samples);
   free(s->loss);
   free(s->scale);
