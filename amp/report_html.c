@@ -20,13 +20,14 @@ typedef struct {
   const char *name;
   int flush_below, normal_from, overflow_from;
   int view_min, view_max; /* the exponents a chart shows */
+  int ticks[4];           /* the exponents its axis labels */
 } format_zones;
 
 /* float16: 2^-24 is the smallest subnormal (|v| < 2^-25 rounds to zero), 2^-14
  * the smallest normal, 65504 the largest (|v| >= 2^16 is inf). bfloat16: 2^-133,
  * 2^-126, and float32's top (only float32's inf overflows). */
-static const format_zones f16_zones = {"float16", -25, -14, 16, -44, 20};
-static const format_zones bf16_zones = {"bfloat16", -134, -126, 128, -149, 127};
+static const format_zones f16_zones = {"float16", -25, -14, 16, -44, 20, {-25, -14, 0, 16}};
+static const format_zones bf16_zones = {"bfloat16", -134, -126, 128, -149, 127, {-126, -64, 0, 64}};
 
 static int64_t total_of(const int64_t *h) {
   int64_t n = 0;
@@ -182,11 +183,11 @@ static void chart(FILE *f, const format_zones *z, const int64_t *a, const int64_
   fprintf(f, "<g font-size=\"9\" fill=\"#333\" text-anchor=\"middle\">");
   fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">0</text>", PAD_L + slot * 0.5, base + 10);
   fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">inf NaN</text>", PAD_L + slot * (slots - 1), base + 10);
-  int ticks[3] = {z->flush_below, z->normal_from, z->overflow_from};
+  const int *ticks = z->ticks;
   double last_label = PAD_L + slot * 0.5;
-  for (int k = 0; k < 3; k++) {
+  for (int k = 0; k < 4; k++) {
     double x = PAD_L + slot * (ticks[k] - z->view_min + 1);
-    if (ticks[k] < z->view_min || ticks[k] > z->view_max || x - last_label < 30) continue;
+    if (x - last_label < 30) continue;
     last_label = x;
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">2^%d</text>", PAD_L + slot * (ticks[k] - z->view_min + 1), base + 10,
             ticks[k]);

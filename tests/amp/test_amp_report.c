@@ -8,6 +8,7 @@
  * which would trace them too. */
 #include <criterion/criterion.h>
 #include <mixgrad.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,9 +32,16 @@ static void skip(const char *why) {
   cr_skip_test("%s", why);
 }
 
+/* What the last step's gradients were, counted without the watcher: the share of values below 2^-14 (zero or
+ * subnormal in float16), scaled (the scaler's own count) and true (read back from the gradients). */
+typedef struct {
+  double scaled, truth;
+} underflow;
+
 /* 21 steps of a 4-16-3 MLP on fixed data, f16 autocast, the scale starting at 2^24 and growing every 6 clean
- * steps, sampled every 4 steps; the report written to path. Returns the scaler's last underflow fraction. */
-static double write_report(const char *path) {
+ * steps, sampled every 4 steps; the report written to path. Input column 0 is zero (its weights get exact zero
+ * gradients) and column 1 tiny (their true gradients fall below 2^-14, their scaled ones do not). */
+static underflow write_report(const char *path) {
   mx_scope *scope = mx_scope_begin();
   mx_generator *gen = mx_generator_new(7);
   mx_module *net = mx_sequential_new(3, (mx_module *[]){mx_linear_new(4, 16, true, gen), mx_relu_new(),
@@ -53,7 +61,14 @@ static double write_report(const char *path) {
   OK(mx_amp_stats_name_params(st, n, params, names));
   mx_module_set_output_hook(net, mx_amp_stats_output_hook, st);
   mx_amp_report_reset();
-  mx_tensor *x = mx_randn(MX_SHAPE(32, 4), MX_F32, MX_CPU, gen);
+  float data[32][4];
+  uint32_t lcg = 12345;
+  for (int i = 0; i < 32; i++)
+    for (int j = 0; j < 4; j++) {
+      lcg = lcg * 1664525u + 1013904223u;
+      data[i][j] = ((float)(lcg >> 8) / 16777216.0f - 0.5f) * (j == 0 ? 0.0f : j == 1 ? 1e-5f : 4.0f);
+    }
+  mx_tensor *x = mx_from_data(data, MX_SHAPE(32, 4), MX_F32, MX_CPU);
   int64_t labels[32];
   for (int i = 0; i < 32; i++) labels[i] = i % 3;
   mx_tensor *y = mx_from_data(labels, MX_SHAPE(32), MX_I64, MX_CPU);
@@ -75,14 +90,23 @@ static double write_report(const char *path) {
   OK(mx_amp_report_write_html(path, st, &(mx_amp_report_opts){.title = "test <run> & co", .amp = MX_F16,
                                                                 .command = "test_amp_report"}));
   cr_assert_eq(mx_amp_stats_num_samples(st), 6);
-  double underflow = mx_scaler_underflow_fraction(scaler, opt);
+  underflow u = {mx_scaler_underflow_fraction(scaler, opt), 0};
+  int64_t values = 0, below = 0;
+  for (int i = 0; i < n; i++) {
+    mx_tensor *g = mx_grad_of(params[i]);
+    float v[64];
+    OK(mx_to_host(g, v, sizeof *v * (size_t)mx_numel(g)));
+    for (int64_t k = 0; k < mx_numel(g); k++) below += fabsf(v[k]) < 0x1p-14f;
+    values += mx_numel(g);
+  }
+  u.truth = (double)below / (double)values;
   mx_amp_stats_free(st);
   mx_scaler_free(scaler);
   mx_optimizer_free(opt);
   mx_module_free(net);
   mx_generator_free(gen);
   mx_scope_end(scope);
-  return underflow;
+  return u;
 }
 
 Test(amp_report, page_holds_the_runs_numbers) {
@@ -102,21 +126,26 @@ Test(amp_report, page_holds_the_runs_numbers) {
   free(page);
 }
 
-Test(amp_report, the_end_table_matches_the_scalers_underflow_fraction) {
+Test(amp_report, the_end_table_matches_the_scaler_and_the_gradients) {
   const char *path = tmp_path("report.html");
-  double underflow = write_report(path);
+  underflow u = write_report(path);
+  cr_assert(u.truth > u.scaled && u.scaled > 0, "the run is made for true %g > scaled %g > 0", u.truth, u.scaled);
   char *page = read_file(path, NULL);
-  /* the end sample is the last step's: its 'all parameters' row shows the scaler's own fraction */
+  /* the end sample is the last step's: its 'all parameters' row shows the scaler's own fraction (after label,
+   * dtype, values, zeros: without scaling, flushed, bfloat16's, then at the scale) and the true gradients' */
   const char *row = strstr(page, "<tr id=\"underflow-total-5\">");
   cr_assert(row, "no total row for the last sample");
-  char want[64];
-  double percent = 100 * underflow;
-  snprintf(want, sizeof want, percent == 0 || percent >= 0.005 ? "<td>%.2f%%</td>" : "<td>%.3g%%</td>", percent);
-  /* the row: label, dtype, values, zeros, 3 shares without scaling, then the share at the scale */
-  const char *cell = row;
-  for (int k = 0; k < 7 && cell; k++) cell = strstr(cell + 1, "<td>");
-  cr_assert(cell, "the total row is short");
-  cr_expect_eq(strncmp(cell, want, strlen(want)), 0, "the scaled share %.60s, the scaler's fraction %s", cell, want);
+  const char *cell[8] = {row};
+  for (int k = 1; k < 8; k++) cell[k] = strstr(cell[k - 1] + 1, "<td>");
+  cr_assert(cell[7], "the total row is short");
+  struct { int column; double fraction; const char *what; } checks[] = {{7, u.scaled, "scaled"}, {4, u.truth, "true"}};
+  for (int c = 0; c < 2; c++) {
+    char want[64];
+    double percent = 100 * checks[c].fraction;
+    snprintf(want, sizeof want, percent == 0 || percent >= 0.005 ? "<td>%.2f%%</td>" : "<td>%.3g%%</td>", percent);
+    cr_expect_eq(strncmp(cell[checks[c].column], want, strlen(want)), 0, "the %s share: page %.40s, counted %s",
+                 checks[c].what, cell[checks[c].column], want);
+  }
   free(page);
 }
 
