@@ -372,6 +372,15 @@ MX_HD static inline int mx_amp_hist_bin_f32(uint32_t bits) {
   return (int)(a >> 23) - 127 - MX_AMP_HIST_EXP_MIN;
 }
 
+/* The bin of a float16 given by its bits: the exponent field, or for a
+ * subnormal (m 2^-24) its float32 value's. */
+MX_HD static inline int mx_amp_hist_bin_f16(uint16_t h) {
+  uint32_t e5 = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e5 == 0x1fu) return m ? MX_AMP_HIST_NAN : MX_AMP_HIST_INF;
+  if (e5 == 0) return m ? mx_amp_hist_bin_f32(mx_f32_bits((float)m * 0x1p-24f)) : MX_AMP_HIST_ZERO;
+  return (int)e5 - 15 - MX_AMP_HIST_EXP_MIN;
+}
+
 /* The bin of any value (float16, bfloat16 and float32 ones are exact in
  * double; float64 ones are binned by their own exponent). */
 MX_HD static inline int mx_amp_hist_bin(double v) {
@@ -385,6 +394,17 @@ MX_HD static inline int mx_amp_hist_bin(double v) {
   if (e < MX_AMP_HIST_EXP_MIN) e = MX_AMP_HIST_EXP_MIN;
   if (e > MX_AMP_HIST_EXP_MAX) e = MX_AMP_HIST_EXP_MAX;
   return e - MX_AMP_HIST_EXP_MIN;
+}
+
+/* The bin of the element at p: from its bits for the 16- and 32-bit floats
+ * (bfloat16 is a float32's top half), through double otherwise. */
+MX_HD static inline int mx_amp_hist_bin_at(const void *p, mx_dtype dtype) {
+  switch (dtype) {
+  case MX_F32: return mx_amp_hist_bin_f32(*(const uint32_t *)p);
+  case MX_F16: return mx_amp_hist_bin_f16(*(const uint16_t *)p);
+  case MX_BF16: return mx_amp_hist_bin_f32((uint32_t)*(const uint16_t *)p << 16);
+  default: return mx_amp_hist_bin(mx_element_load(p, dtype));
+  }
 }
 
 /* GradScaler.update's rule (torch._amp_update_scale_) plus mixgrad's guard

@@ -25,11 +25,18 @@ static void histogram_row(const mx__row *row, void *ctx) {
   int64_t local[MX_AMP_HIST_BINS];
   memset(local, 0, sizeof local);
   const char *p = row->ptr[0];
+  /* dense runs of the common dtypes, typed; the rest element by element */
   if (c->dtype == MX_F32 && row->step[0] == sizeof(float)) {
-    const float *x = (const float *)p;
-    for (int64_t i = 0; i < row->n; i++) local[mx_amp_hist_bin_f32(mx_f32_bits(x[i]))]++;
+    const uint32_t *x = (const uint32_t *)p;
+    for (int64_t i = 0; i < row->n; i++) local[mx_amp_hist_bin_f32(x[i])]++;
+  } else if (c->dtype == MX_F16 && row->step[0] == sizeof(uint16_t)) {
+    const uint16_t *x = (const uint16_t *)p;
+    for (int64_t i = 0; i < row->n; i++) local[mx_amp_hist_bin_f16(x[i])]++;
+  } else if (c->dtype == MX_BF16 && row->step[0] == sizeof(uint16_t)) {
+    const uint16_t *x = (const uint16_t *)p;
+    for (int64_t i = 0; i < row->n; i++) local[mx_amp_hist_bin_f32((uint32_t)x[i] << 16)]++;
   } else {
-    for (int64_t i = 0; i < row->n; i++, p += row->step[0]) local[mx_amp_hist_bin(mx_element_load(p, c->dtype))]++;
+    for (int64_t i = 0; i < row->n; i++, p += row->step[0]) local[mx_amp_hist_bin_at(p, c->dtype)]++;
   }
   flush_bins(c->hist, local, c->copies);
 }
@@ -87,10 +94,10 @@ static void unscale_row(const mx__row *row, void *ctx) {
       infs += v - v != 0 && v == v;
       nans += v != v;
       tiny += mx_amp_underflows_f16(v);
-      before[mx_amp_hist_bin(v)]++;
+      before[mx_amp_hist_bin_at(p, c->dtype)]++;
       double unscaled = c->dtype == MX_F64 ? v * (double)c->inv_scale : (double)((float)v * c->inv_scale);
       mx_element_store(p, c->dtype, unscaled);
-      after[mx_amp_hist_bin(mx_element_load(p, c->dtype))]++;
+      after[mx_amp_hist_bin_at(p, c->dtype)]++;
     }
   }
   if (infs + nans) {

@@ -1,7 +1,7 @@
 /* The AMP statistics kernels on CUDA: log2-magnitude histograms of a
  * tensor, and the GradScaler's fused unscale pass that also histograms each
  * gradient before and after unscaling. The bins are kernels/math.h's
- * mx_amp_hist_bin, the function the CPU twin (kernels/cpu/amp_hist.c) runs;
+ * mx_amp_hist_bin_at, the function the CPU twin (kernels/cpu/amp_hist.c) runs;
  * each block counts in shared memory and adds its counts to the device's
  * histogram once. */
 #include "kernels/backend.h"
@@ -23,7 +23,7 @@ __global__ void histogram_kernel(mx_kview x, int64_t n, int64_t *hist) {
   __syncthreads();
   int64_t step = (int64_t)blockDim.x * gridDim.x;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
-    atomicAdd(&counts[mx_amp_hist_bin(mx_element_load(element(x, i), x.dtype))], 1u);
+    atomicAdd(&counts[mx_amp_hist_bin_at(element(x, i), x.dtype)], 1u);
   __syncthreads();
   add_block_counts(hist, counts, MX_AMP_HIST_BINS);
 }
@@ -88,10 +88,10 @@ __global__ void unscale_histogram_kernel(unscale_chunk c, const float *scale, fl
     tallies[1] += is_nan;
     tallies[2] += mx_amp_underflows_f16(v);
     non_finite |= is_inf || is_nan;
-    atomicAdd(&counts[t][0][mx_amp_hist_bin(v)], 1u);
+    atomicAdd(&counts[t][0][mx_amp_hist_bin_at(p, g.dtype)], 1u);
     double unscaled = g.dtype == MX_F64 ? v * (double)inv_scale : (double)((float)v * inv_scale);
     mx_element_store(p, g.dtype, unscaled);
-    atomicAdd(&counts[t][1][mx_amp_hist_bin(mx_element_load(p, g.dtype))], 1u);
+    atomicAdd(&counts[t][1][mx_amp_hist_bin_at(p, g.dtype)], 1u);
   }
   flush(stats, current, tallies);
   if (non_finite) *found_inf = 1.0f; /* every writer writes the same value */

@@ -48,6 +48,17 @@ Test(amp_hist, bit_and_double_bins_agree_on_random_floats) {
   }
 }
 
+Test(amp_hist, sixteen_bit_bins_agree_with_their_float_values) {
+  for (uint32_t h = 0; h < 0x10000u; h++) {
+    uint16_t bits = (uint16_t)h;
+    int f16 = mx_amp_hist_bin_at(&bits, MX_F16), bf16 = mx_amp_hist_bin_at(&bits, MX_BF16);
+    if (f16 != mx_amp_hist_bin(mx_f16_to_f32(bits)) || f16 != mx_amp_hist_bin_f16(bits))
+      cr_assert_fail("float16 0x%04x: %d by bits, %d by value", h, f16, mx_amp_hist_bin(mx_f16_to_f32(bits)));
+    if (bf16 != mx_amp_hist_bin(mx_bf16_to_f32(bits)))
+      cr_assert_fail("bfloat16 0x%04x: %d by bits, %d by value", h, bf16, mx_amp_hist_bin(mx_bf16_to_f32(bits)));
+  }
+}
+
 /* --- mx_amp_histogram on hand-counted tensors ------------------------------------------------- */
 
 /* counts holds exactly the listed (bin, count) pairs and zeros elsewhere */
