@@ -20,25 +20,47 @@ typedef struct {
   int64_t copies;
 } histogram_ctx;
 
+/* Counts a dense run into four interleaved histograms: neighbouring values
+ * mostly share a bin, and one counter would make each increment wait for the
+ * last. */
+#define DENSE_BINS(type, bin)                                                \
+  static void dense_##type(const type *x, int64_t n, int64_t (*local)[MX_AMP_HIST_BINS]) { \
+    int64_t i = 0;                                                           \
+    for (; i + 4 <= n; i += 4) {                                             \
+      local[0][bin(x[i])]++;                                                 \
+      local[1][bin(x[i + 1])]++;                                             \
+      local[2][bin(x[i + 2])]++;                                             \
+      local[3][bin(x[i + 3])]++;                                             \
+    }                                                                        \
+    for (; i < n; i++) local[0][bin(x[i])]++;                                \
+  }
+#define BIN_BF16(h) mx_amp_hist_bin_f32((uint32_t)(h) << 16)
+DENSE_BINS(uint32_t, mx_amp_hist_bin_f32)
+DENSE_BINS(uint16_t, mx_amp_hist_bin_f16)
+static void dense_bf16(const uint16_t *x, int64_t n, int64_t (*local)[MX_AMP_HIST_BINS]) {
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    local[0][BIN_BF16(x[i])]++;
+    local[1][BIN_BF16(x[i + 1])]++;
+    local[2][BIN_BF16(x[i + 2])]++;
+    local[3][BIN_BF16(x[i + 3])]++;
+  }
+  for (; i < n; i++) local[0][BIN_BF16(x[i])]++;
+}
+
 static void histogram_row(const mx__row *row, void *ctx) {
   const histogram_ctx *c = ctx;
-  int64_t local[MX_AMP_HIST_BINS];
+  int64_t local[4][MX_AMP_HIST_BINS];
   memset(local, 0, sizeof local);
   const char *p = row->ptr[0];
   /* dense runs of the common dtypes, typed; the rest element by element */
-  if (c->dtype == MX_F32 && row->step[0] == sizeof(float)) {
-    const uint32_t *x = (const uint32_t *)p;
-    for (int64_t i = 0; i < row->n; i++) local[mx_amp_hist_bin_f32(x[i])]++;
-  } else if (c->dtype == MX_F16 && row->step[0] == sizeof(uint16_t)) {
-    const uint16_t *x = (const uint16_t *)p;
-    for (int64_t i = 0; i < row->n; i++) local[mx_amp_hist_bin_f16(x[i])]++;
-  } else if (c->dtype == MX_BF16 && row->step[0] == sizeof(uint16_t)) {
-    const uint16_t *x = (const uint16_t *)p;
-    for (int64_t i = 0; i < row->n; i++) local[mx_amp_hist_bin_f32((uint32_t)x[i] << 16)]++;
-  } else {
-    for (int64_t i = 0; i < row->n; i++, p += row->step[0]) local[mx_amp_hist_bin_at(p, c->dtype)]++;
-  }
-  flush_bins(c->hist, local, c->copies);
+  if (c->dtype == MX_F32 && row->step[0] == sizeof(float)) dense_uint32_t((const uint32_t *)p, row->n, local);
+  else if (c->dtype == MX_F16 && row->step[0] == sizeof(uint16_t)) dense_uint16_t((const uint16_t *)p, row->n, local);
+  else if (c->dtype == MX_BF16 && row->step[0] == sizeof(uint16_t)) dense_bf16((const uint16_t *)p, row->n, local);
+  else
+    for (int64_t i = 0; i < row->n; i++, p += row->step[0]) local[0][mx_amp_hist_bin_at(p, c->dtype)]++;
+  for (int b = 0; b < MX_AMP_HIST_BINS; b++) local[0][b] += local[1][b] + local[2][b] + local[3][b];
+  flush_bins(c->hist, local[0], c->copies);
 }
 
 /* A broadcast view (stride 0) as the values it stores, and how many logical values each stands for. */
@@ -50,9 +72,32 @@ static mx_kview stored_values(const mx_kview *v, int64_t *copies) {
   return stored;
 }
 
+/* A view whose elements fill a block of memory in some order (a transposed
+ * or channels-last tensor) as that block, one flat run: a histogram does not
+ * care about order, and short rows would each pay for a histogram of their
+ * own. Other views are left as they are. */
+static mx_kview dense_block(const mx_kview *v) {
+  int64_t expected = 1, numel = 1;
+  bool used[MX_MAX_DIMS] = {false};
+  for (int k = 0; k < v->ndim; k++) { /* the dims by increasing stride must tile memory */
+    int best = -1;
+    for (int d = 0; d < v->ndim; d++)
+      if (!used[d] && v->shape[d] > 1 && (best < 0 || v->strides[d] < v->strides[best])) best = d;
+    if (best < 0) break;
+    if (v->strides[best] != expected) return *v;
+    used[best] = true;
+    expected *= v->shape[best];
+  }
+  for (int d = 0; d < v->ndim; d++) numel *= v->shape[d];
+  mx_kview flat = *v;
+  flat.ndim = 1, flat.shape[0] = numel, flat.strides[0] = 1;
+  return flat;
+}
+
 mx_status mx__cpu_amp_histogram(const mx_kview *x, int64_t *hist) {
   histogram_ctx ctx = {x->dtype, hist, 1};
   mx_kview stored = stored_values(x, &ctx.copies);
+  stored = dense_block(&stored);
   mx__cpu_foreach_row(&stored, NULL, histogram_row, &ctx);
   return MX_OK;
 }
