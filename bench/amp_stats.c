@@ -115,8 +115,8 @@ int main(int argc, char **argv) {
   for (int c = 0; c < 2; c++) {
     double a = bench_median(t[0][c], (int)rounds), b = bench_median(t[1][c], (int)rounds);
     fprintf(stderr, "MNIST CNN f16, batch %lld, sampled every %lld steps, %d thread(s), %s time: %.2f ms/step plain, "
-            "%.2f ms/step watched: %+.2f%%\n", (long long)batch, (long long)every, bench_threads(), c ? "CPU" : "wall", a,
-            b, 100 * (b - a) / a);
+            "%.2f ms/step watched: %+.2f%%\n", (long long)batch, (long long)every, bench_threads(),
+            c ? "CPU" : "wall", a, b, 100 * (b - a) / a);
   }
   mx_module_set_output_hook(r.net, NULL, NULL);
   mx_amp_stats_free(st);

@@ -30,7 +30,7 @@ def by_id(root, ident):
 
 
 def first_charts(section, heading_text, count):
-    """The section's heading (h3) that starts with heading_text, and the first `count` figures of the charts after it."""
+    """The section's h3 that starts with heading_text, and the first `count` figures of the charts after it."""
     children = list(section)
     for i, e in enumerate(children):
         if e.tag == "{%s}h3" % NS and "".join(e.itertext()).startswith(heading_text):

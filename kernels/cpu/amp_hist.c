@@ -23,30 +23,22 @@ typedef struct {
 /* Counts a dense run into four interleaved histograms: neighbouring values
  * mostly share a bin, and one counter would make each increment wait for the
  * last. */
-#define DENSE_BINS(type, bin)                                                \
-  static void dense_##type(const type *x, int64_t n, int64_t (*local)[MX_AMP_HIST_BINS]) { \
-    int64_t i = 0;                                                           \
-    for (; i + 4 <= n; i += 4) {                                             \
-      local[0][bin(x[i])]++;                                                 \
-      local[1][bin(x[i + 1])]++;                                             \
-      local[2][bin(x[i + 2])]++;                                             \
-      local[3][bin(x[i + 3])]++;                                             \
-    }                                                                        \
-    for (; i < n; i++) local[0][bin(x[i])]++;                                \
+#define DENSE_BINS(name, type, bin)                                                     \
+  static void name(const type *x, int64_t n, int64_t (*local)[MX_AMP_HIST_BINS]) {      \
+    int64_t i = 0;                                                                      \
+    for (; i + 4 <= n; i += 4) {                                                        \
+      local[0][bin(x[i])]++;                                                            \
+      local[1][bin(x[i + 1])]++;                                                        \
+      local[2][bin(x[i + 2])]++;                                                        \
+      local[3][bin(x[i + 3])]++;                                                        \
+    }                                                                                   \
+    for (; i < n; i++) local[0][bin(x[i])]++;                                           \
   }
-#define BIN_BF16(h) mx_amp_hist_bin_f32((uint32_t)(h) << 16)
-DENSE_BINS(uint32_t, mx_amp_hist_bin_f32)
-DENSE_BINS(uint16_t, mx_amp_hist_bin_f16)
-static void dense_bf16(const uint16_t *x, int64_t n, int64_t (*local)[MX_AMP_HIST_BINS]) {
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    local[0][BIN_BF16(x[i])]++;
-    local[1][BIN_BF16(x[i + 1])]++;
-    local[2][BIN_BF16(x[i + 2])]++;
-    local[3][BIN_BF16(x[i + 3])]++;
-  }
-  for (; i < n; i++) local[0][BIN_BF16(x[i])]++;
-}
+
+static inline int bin_bf16(uint16_t h) { return mx_amp_hist_bin_f32((uint32_t)h << 16); }
+DENSE_BINS(dense_f32, uint32_t, mx_amp_hist_bin_f32)
+DENSE_BINS(dense_f16, uint16_t, mx_amp_hist_bin_f16)
+DENSE_BINS(dense_bf16, uint16_t, bin_bf16)
 
 static void histogram_row(const mx__row *row, void *ctx) {
   const histogram_ctx *c = ctx;
@@ -54,8 +46,8 @@ static void histogram_row(const mx__row *row, void *ctx) {
   memset(local, 0, sizeof local);
   const char *p = row->ptr[0];
   /* dense runs of the common dtypes, typed; the rest element by element */
-  if (c->dtype == MX_F32 && row->step[0] == sizeof(float)) dense_uint32_t((const uint32_t *)p, row->n, local);
-  else if (c->dtype == MX_F16 && row->step[0] == sizeof(uint16_t)) dense_uint16_t((const uint16_t *)p, row->n, local);
+  if (c->dtype == MX_F32 && row->step[0] == sizeof(float)) dense_f32((const uint32_t *)p, row->n, local);
+  else if (c->dtype == MX_F16 && row->step[0] == sizeof(uint16_t)) dense_f16((const uint16_t *)p, row->n, local);
   else if (c->dtype == MX_BF16 && row->step[0] == sizeof(uint16_t)) dense_bf16((const uint16_t *)p, row->n, local);
   else
     for (int64_t i = 0; i < row->n; i++, p += row->step[0]) local[0][mx_amp_hist_bin_at(p, c->dtype)]++;
