@@ -111,6 +111,7 @@ void mx_amp_stats_free(mx_amp_stats *st) {
 mx_status mx_amp_stats_name_params(mx_amp_stats *st, int n, mx_tensor *const *params, const char *const *names) {
   if (!st || (n > 0 && (!params || !names)))
     return mx__null_input("mx_amp_stats_name_params", !st ? "st" : !params ? "params" : "names");
+  if (n < 0) return mx__error(MX_INVALID_ARGUMENT, "mx_amp_stats_name_params: n must be >= 0, got %d", n);
   param_name *grown = realloc(st->names, sizeof *grown * (size_t)(st->n_names + n + 1));
   if (!grown) return mx__error(MX_OUT_OF_MEMORY, "mx_amp_stats_name_params: out of memory");
   st->names = grown;

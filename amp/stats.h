@@ -53,7 +53,8 @@ mx_status mx_amp_stats_step_end(mx_amp_stats *st, const mx_tensor *loss);
 
 /* For mx_module_set_output_hook (nn/module.h), ctx the watcher: on a sampled
  * step, histograms the output of every layer (name "": the root, skipped)
- * and, through a gradient hook, the gradient that reaches it in backward. */
+ * and, through a gradient hook, the gradient that reaches it in backward
+ * (so free the watcher only after that backward has run). */
 void mx_amp_stats_output_hook(const char *name, const char *type, const mx_tensor *out, void *ctx);
 
 /* --- reading back (each a device read) ------------------------------------------------ */
