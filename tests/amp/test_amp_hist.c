@@ -135,7 +135,8 @@ static void one_step(mx_amp_stats *st, mx_scaler *s, mx_optimizer *opt, mx_tenso
   mx_scope *scope = mx_scope_begin();
   mx_amp_stats_step_begin(st);
   OK(mx_optimizer_zero_grad(opt, true));
-  mx_tensor *loss = mx_sum(mx_mul(w, mx_from_data(c, MX_SHAPE(n), MX_F32, MX_CPU)), MX_ALL_DIMS, false);
+  mx_tensor *factors = mx_to_device(mx_from_data(c, MX_SHAPE(n), MX_F32, MX_CPU), mx_device_of(w));
+  mx_tensor *loss = mx_sum(mx_mul(w, factors), MX_ALL_DIMS, false);
   OK(mx_backward(mx_scaler_scale(s, loss), NULL, false));
   OK(mx_scaler_step(s, opt, NULL));
   OK(mx_scaler_update(s));
@@ -224,4 +225,59 @@ Test(amp_hist, output_hook_bins_layer_outputs_and_their_gradients) {
   mx_scaler_free(s);
   mx_optimizer_free(opt);
   mx_module_free(net);
+}
+
+/* --- the CUDA twin (skips without a device) --------------------------------------------------------- */
+
+Test(amp_hist, cuda_counts_as_the_cpu_does) {
+  if (mx_cuda_device_count() <= 0) cr_skip_test("no CUDA device here: the CUDA histograms are not compared");
+  mx_generator *gen = mx_generator_new(3);
+  /* normals spread over many binades, with zeros, infs and NaNs among them; every floating dtype */
+  mx_tensor *x = mx_mul(mx_randn(MX_SHAPE(257, 33), MX_F32, MX_CPU, gen),
+                        mx_exp(mx_mul_scalar(mx_randn(MX_SHAPE(257, 33), MX_F32, MX_CPU, gen), 14.0)));
+  NOT_NULL(x);
+  const mx_dtype dtypes[] = {MX_F32, MX_F16, MX_BF16, MX_F64};
+  for (size_t d = 0; d < sizeof dtypes / sizeof *dtypes; d++) {
+    mx_tensor *cpu = mx_to_dtype(x, dtypes[d]), *cuda = mx_to_device(cpu, MX_CUDA);
+    NOT_NULL(cuda);
+    int64_t want[MX_AMP_HIST_BINS], got[MX_AMP_HIST_BINS];
+    OK(mx_amp_histogram(cpu, want));
+    OK(mx_amp_histogram(cuda, got));
+    cr_expect_arr_eq(got, want, sizeof got, "%s", mx_dtype_name(dtypes[d]));
+    OK(mx_amp_histogram(mx_transpose(cuda, 0, 1), got)); /* strided */
+    cr_expect_arr_eq(got, want, sizeof got, "%s transposed", mx_dtype_name(dtypes[d]));
+  }
+  mx_generator_free(gen);
+}
+
+/* The fused unscale pass on device: w's gradient S c binned before and after, as counted on the CPU. */
+static void unscale_histograms(mx_device device, const float *c, int n, int64_t out[2][MX_AMP_HIST_BINS]) {
+  mx_scaler_opts so = mx_scaler_defaults();
+  so.init_scale = 0x1p12;
+  mx_scaler *s = mx_scaler_new(&so);
+  mx_tensor *w = mx_to_device(mx_zeros(MX_SHAPE(n), MX_F32, MX_CPU), device);
+  OK(mx_set_requires_grad(w, true));
+  mx_sgd_opts o = mx_sgd_defaults();
+  o.lr = 0.0;
+  mx_optimizer *opt = mx_sgd_new(1, &w, &o);
+  mx_amp_stats *st = mx_amp_stats_new(s, 1);
+  OK(mx_amp_stats_name_params(st, 1, &w, (const char *[]){"w"}));
+  one_step(st, s, opt, w, c, n);
+  OK(mx_amp_stats_histogram(st, 0, "w", MX_AMP_HIST_GRAD_SCALED, out[0]));
+  OK(mx_amp_stats_histogram(st, 0, "w", MX_AMP_HIST_GRAD, out[1]));
+  mx_amp_stats_free(st);
+  mx_scaler_free(s);
+  mx_optimizer_free(opt);
+  mx_release(w);
+}
+
+Test(amp_hist, cuda_unscale_pass_counts_as_the_cpu_does) {
+  if (mx_cuda_device_count() <= 0) cr_skip_test("no CUDA device here: the CUDA unscale pass is not compared");
+  float c[1000];
+  for (int i = 0; i < 1000; i++) c[i] = (i % 7 == 0) ? 0.0f : ldexpf(1.0f + (float)(i % 13) / 13.0f, -(i % 40));
+  int64_t cpu[2][MX_AMP_HIST_BINS], cuda[2][MX_AMP_HIST_BINS];
+  unscale_histograms(MX_CPU, c, 1000, cpu);
+  unscale_histograms(MX_CUDA, c, 1000, cuda);
+  cr_expect_arr_eq(cuda[0], cpu[0], sizeof cpu[0], "scaled");
+  cr_expect_arr_eq(cuda[1], cpu[1], sizeof cpu[1], "true");
 }
