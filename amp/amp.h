@@ -143,6 +143,7 @@ void mx_amp_report(FILE *out);
 void mx_amp_report_reset(void);
 
 #include "amp/scaler.h"
+#include "amp/stats.h"
 
 MX_API_END
 

@@ -34,5 +34,24 @@ void mx__amp_trace_op(const mx__trace_record *r, int n_out, mx_tensor *const *ou
 /* op's kernel ran dtype on float32 copies on device (no native kernel
  * there): counted for the report, and a trace line. */
 void mx__amp_note_via_f32(mx_op op, mx_dtype dtype, mx_device device);
+/* This thread's counts for op since the last reset (false: never dispatched in a region). */
+typedef struct {
+  int64_t calls, casts, hits, bytes;
+  int64_t in_dtype[MX_DTYPE_COUNT], out_dtype[MX_DTYPE_COUNT]; /* inputs (C scalars aside) and outputs */
+} mx__amp_op_row;
+bool mx__amp_op_row_get(int op, mx__amp_op_row *row);
+
+/* --- statistics (stats.c), attached to a scaler by mx_amp_stats_new ------------ */
+/* The scaler's unscale pass over params' gradients (k of them) at scale:
+ * records the scale for this step and, on a sampled step, sets *hist to the
+ * device histograms (k, 2, MX_AMP_HIST_BINS) the fused kernel fills (else NULL). */
+mx_status mx__amp_stats_on_unscale(mx_amp_stats *st, const mx_tensor *scale, int k, const mx_tensor *const *params,
+                                   int64_t **hist);
+/* Tells st its scaler is being freed. */
+void mx__amp_stats_detach(mx_amp_stats *st);
+/* The scaler's watcher (NULL: none), set by mx_amp_stats_new and cleared by mx_amp_stats_free. */
+void mx__scaler_watch(mx_scaler *s, mx_amp_stats *st);
+/* The scaler's device counters (int64 (3): updates, skipped, consecutive skips), NULL before the first scale. */
+const mx_tensor *mx__scaler_counters(const mx_scaler *s);
 
 #endif

@@ -32,7 +32,11 @@ struct mx_scaler {
   mx_tensor *counters; /* int64 (3): updates, skipped, consecutive skips */
   opt_record *records;
   int n_records;
+  mx_amp_stats *stats; /* histograms of the unscale pass (amp/stats.h), or NULL */
 };
+
+void mx__scaler_watch(mx_scaler *s, mx_amp_stats *st) { s->stats = st; }
+const mx_tensor *mx__scaler_counters(const mx_scaler *s) { return s->counters; }
 
 /* A tensor the scaler owns (no scope's handle). */
 static mx_tensor *owned(mx_tensor *t) {
@@ -113,6 +117,7 @@ static void free_record(opt_record *r) {
 
 void mx_scaler_free(mx_scaler *s) {
   if (!s) return;
+  if (s->stats) mx__amp_stats_detach(s->stats);
   for (int i = 0; i < s->n_records; i++) free_record(&s->records[i]);
   free(s->records);
   drop(&s->scale);
@@ -175,7 +180,8 @@ static mx_status check_and_unscale(mx_scaler *s, opt_record *r, const char *fn, 
   mx_device device = mx_device_of(s->scale);
   mx_kview *views = malloc(sizeof *views * (size_t)(n > 0 ? n : 1));
   struct checked_row *rows = malloc(sizeof *rows * (size_t)(n > 0 ? n : 1));
-  mx_status status = views && rows ? MX_OK : mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", fn);
+  const mx_tensor **watched = malloc(sizeof *watched * (size_t)(n > 0 ? n : 1)); /* the parameters checked */
+  mx_status status = views && rows && watched ? MX_OK : mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", fn);
   int k = 0;
   int64_t values = 0;
   for (int i = 0; i < n && status == MX_OK; i++) {
@@ -191,6 +197,7 @@ static mx_status check_and_unscale(mx_scaler *s, opt_record *r, const char *fn, 
                          mx_device_name(g->device), mx_device_name(device));
     if (status != MX_OK) break;
     views[k] = mx__kview_of(g);
+    watched[k] = params[i];
     rows[k++] = (struct checked_row){i, mx_numel(g)};
     values += mx_numel(g);
   }
@@ -208,11 +215,17 @@ static mx_status check_and_unscale(mx_scaler *s, opt_record *r, const char *fn, 
   if (status == MX_OK && !be) status = mx_last_status();
   if (status == MX_OK && !be->amp_unscale) status = mx__error(MX_NOT_BUILT, "%s: no amp_unscale kernel on %s", fn,
                                                               mx_device_name(device));
-  if (status == MX_OK)
+  int64_t *hist = NULL; /* set on a step the watcher samples: the fused pass histograms too */
+  if (status == MX_OK && s->stats) status = mx__amp_stats_on_unscale(s->stats, s->scale, k, watched, &hist);
+  if (status == MX_OK && hist)
+    status = be->amp_unscale_histogram(k, views, mx__kview_of(s->scale).data, mx__kview_of(r->found_inf).data,
+                                       mx__kview_of(r->stats).data, hist);
+  else if (status == MX_OK)
     status = be->amp_unscale(k, views, mx__kview_of(s->scale).data, mx__kview_of(r->found_inf).data,
                              mx__kview_of(r->stats).data);
   for (int j = 0; j < k && status == MX_OK; j++) mx__bump_version(mx_grad_of(params[rows[j].param]));
   free(views);
+  free(watched);
   if (status != MX_OK) {
     free(rows);
     return status;

@@ -31,6 +31,9 @@ typedef struct {
   int64_t casts[MX_OP_COUNT], hits[MX_OP_COUNT];
   int64_t via_f32[MX_OP_COUNT][MX_DTYPE_COUNT]; /* kernels run on float32 copies, any region */
   int64_t total_casts, total_hits, bytes_cast;
+  /* per op for the HTML report (amp/report_html.c): input dtypes, and the
+   * bytes its casts made (counted while it dispatches, then booked to it) */
+  int64_t in_dtype[MX_OP_COUNT][MX_DTYPE_COUNT], bytes[MX_OP_COUNT], pending_bytes;
 } op_counts;
 
 static _Thread_local op_counts counts;
@@ -46,6 +49,7 @@ void mx__amp_count_cast(int64_t bytes, bool hit) {
   }
   counts.total_casts++;
   counts.bytes_cast += bytes;
+  counts.pending_bytes += bytes;
 }
 
 mx_autocast_cache_stats mx_autocast_cache_stats_get(void) {
@@ -84,10 +88,13 @@ static void print_record(FILE *f, const mx__trace_record *r, int n_out, mx_tenso
 void mx__amp_trace_op(const mx__trace_record *r, int n_out, mx_tensor *const *out, mx_status status) {
   op_counts *c = this_thread();
   c->calls[r->op]++;
+  c->bytes[r->op] += c->pending_bytes;
+  c->pending_bytes = 0;
   if (status == MX_OK && n_out > 0 && out[0]) c->out_dtype[r->op][mx_dtype_of(out[0])]++;
   for (int i = 0; i < r->n_in; i++) {
     c->casts[r->op] += r->cast[i] == MX__CAST_MADE || r->cast[i] == MX__CAST_CACHED;
     c->hits[r->op] += r->cast[i] == MX__CAST_CACHE_HIT;
+    if (!r->in_scalar[i]) c->in_dtype[r->op][r->in_dtype[i]]++;
   }
   FILE *f = trace_stream();
   if (f) print_record(f, r, n_out, out, status);
@@ -134,4 +141,13 @@ void mx_amp_report(FILE *out) {
   fprintf(out, "total: %lld ops in autocast regions, %lld casts (%.2f MB), %lld cache hits\n", (long long)ops,
           (long long)counts.total_casts, (double)counts.bytes_cast / 1e6, (long long)counts.total_hits);
   report_via_f32(out);
+}
+
+bool mx__amp_op_row_get(int op, mx__amp_op_row *row) {
+  if (op < 0 || op >= MX_OP_COUNT || !counts.calls[op]) return false;
+  *row = (mx__amp_op_row){.calls = counts.calls[op], .casts = counts.casts[op], .hits = counts.hits[op],
+                          .bytes = counts.bytes[op]};
+  memcpy(row->in_dtype, counts.in_dtype[op], sizeof row->in_dtype);
+  memcpy(row->out_dtype, counts.out_dtype[op], sizeof row->out_dtype);
+  return true;
 }

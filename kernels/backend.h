@@ -56,7 +56,8 @@ typedef struct {
   X(CONV_BACKWARD_WEIGHT, conv_backward_weight) X(CHANNEL_AFFINE, channel_affine)                         \
   X(CHANNEL_SUMS, channel_sums) X(MAX_POOL, max_pool) X(MAX_POOL_BACKWARD, max_pool_backward)             \
   X(AVG_POOL, avg_pool) X(AVG_POOL_BACKWARD, avg_pool_backward) X(AMP_UNSCALE, amp_unscale)                \
-  X(AMP_UPDATE_SCALE, amp_update_scale) X(SGD_STEP, sgd_step) X(ADAM_STEP, adam_step)
+  X(AMP_UPDATE_SCALE, amp_update_scale) X(AMP_HISTOGRAM, amp_histogram)                                    \
+  X(AMP_UNSCALE_HISTOGRAM, amp_unscale_histogram) X(SGD_STEP, sgd_step) X(ADAM_STEP, adam_step)
 
 typedef enum {
 #define MX__KERNEL_ENUM(E, slot) MX_KERNEL_##E,
@@ -175,6 +176,15 @@ typedef struct mx_backend {
   /* amp_update_scale: mx_amp_update_scale on one element (counters: 3). */
   mx_status (*amp_update_scale)(float *scale, int32_t *growth_tracker, const float *found_inf,
                                 const mx_amp_update_params *p, int64_t *counters);
+  /* AMP statistics (amp/stats.h), run on sampled steps only; hist holds
+   * int64 counts of MX_AMP_HIST_BINS bins (mx_amp_hist_bin), accumulated into.
+   * amp_histogram: the bins of every value of x (floating, any strides).
+   * amp_unscale_histogram: amp_unscale, and for gradient t the bins of its
+   * values before unscaling into hist + 2t * BINS and after (as stored)
+   * into hist + (2t + 1) * BINS. */
+  mx_status (*amp_histogram)(const mx_kview *x, int64_t *hist);
+  mx_status (*amp_unscale_histogram)(int n, const mx_kview *grads, const float *scale, float *found_inf,
+                                     int64_t *stats, int64_t *hist);
 
   /* Optimizers: one pass over n parameters sharing hyper-parameters
    * (mx_optim_item; kernels/math.h's element updates). found_inf (NULL:

@@ -348,6 +348,65 @@ MX_HD static inline float mx_amp_inv_scale(float scale) { return (float)(1.0 / (
  * 2^-14): the values loss scaling exists to lift. */
 MX_HD static inline bool mx_amp_underflows_f16(double v) { return v > -6.103515625e-05 && v < 6.103515625e-05; }
 
+/* Log2-magnitude histograms (amp/stats.h): one bin per binary exponent
+ * of float32's range, 2^-149 (the smallest subnormal) to 2^127, then zero,
+ * inf and NaN. Bin b holds the values with 2^(b + MX_AMP_HIST_EXP_MIN) <=
+ * |v| < 2^(b + MX_AMP_HIST_EXP_MIN + 1); float64 values beyond float32's
+ * range land in the first or last exponent bin. */
+#define MX_AMP_HIST_EXP_MIN (-149)
+#define MX_AMP_HIST_EXP_MAX 127
+#define MX_AMP_HIST_ZERO (MX_AMP_HIST_EXP_MAX - MX_AMP_HIST_EXP_MIN + 1)
+#define MX_AMP_HIST_INF (MX_AMP_HIST_ZERO + 1)
+#define MX_AMP_HIST_NAN (MX_AMP_HIST_ZERO + 2)
+#define MX_AMP_HIST_BINS (MX_AMP_HIST_ZERO + 3)
+
+/* The bin of a float32 given by its bits: the exponent field, or for a
+ * subnormal the position of its highest set bit (found by scaling it by
+ * 2^64, exact, into the normal range). Branch-light, so loops vectorise. */
+MX_HD static inline int mx_amp_hist_bin_f32(uint32_t bits) {
+  uint32_t a = bits & 0x7fffffffu;
+  if (a >= 0x7f800000u) return a > 0x7f800000u ? MX_AMP_HIST_NAN : MX_AMP_HIST_INF;
+  if (a == 0) return MX_AMP_HIST_ZERO;
+  if (a < 0x00800000u) /* subnormal: 2^-149 * a, a < 2^23 */
+    return (int)(mx_f32_bits(mx_bits_f32(a) * 0x1p64f) >> 23) - 127 - 64 - MX_AMP_HIST_EXP_MIN;
+  return (int)(a >> 23) - 127 - MX_AMP_HIST_EXP_MIN;
+}
+
+/* The bin of a float16 given by its bits: the exponent field, or for a
+ * subnormal (m 2^-24) its float32 value's. */
+MX_HD static inline int mx_amp_hist_bin_f16(uint16_t h) {
+  uint32_t e5 = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e5 == 0x1fu) return m ? MX_AMP_HIST_NAN : MX_AMP_HIST_INF;
+  if (e5 == 0) return m ? mx_amp_hist_bin_f32(mx_f32_bits((float)m * 0x1p-24f)) : MX_AMP_HIST_ZERO;
+  return (int)e5 - 15 - MX_AMP_HIST_EXP_MIN;
+}
+
+/* The bin of any value (float16, bfloat16 and float32 ones are exact in
+ * double; float64 ones are binned by their own exponent). */
+MX_HD static inline int mx_amp_hist_bin(double v) {
+  if (v != v) return MX_AMP_HIST_NAN;
+  double a = v < 0 ? -v : v;
+  if (a == 0) return MX_AMP_HIST_ZERO;
+  if (a - a != 0) return MX_AMP_HIST_INF;
+  int e;
+  frexp(a, &e); /* a = m 2^e, m in [0.5, 1): floor(log2 a) = e - 1 */
+  e -= 1;
+  if (e < MX_AMP_HIST_EXP_MIN) e = MX_AMP_HIST_EXP_MIN;
+  if (e > MX_AMP_HIST_EXP_MAX) e = MX_AMP_HIST_EXP_MAX;
+  return e - MX_AMP_HIST_EXP_MIN;
+}
+
+/* The bin of the element at p: from its bits for the 16- and 32-bit floats
+ * (bfloat16 is a float32's top half), through double otherwise. */
+MX_HD static inline int mx_amp_hist_bin_at(const void *p, mx_dtype dtype) {
+  switch (dtype) {
+  case MX_F32: return mx_amp_hist_bin_f32(*(const uint32_t *)p);
+  case MX_F16: return mx_amp_hist_bin_f16(*(const uint16_t *)p);
+  case MX_BF16: return mx_amp_hist_bin_f32((uint32_t)*(const uint16_t *)p << 16);
+  default: return mx_amp_hist_bin(mx_element_load(p, dtype));
+  }
+}
+
 /* GradScaler.update's rule (torch._amp_update_scale_) plus mixgrad's guard
  * rails. counters: steps seen, steps skipped, consecutive skips. */
 typedef struct {

@@ -37,6 +37,8 @@ struct mx_module {
   flat_list flat[N_FLAT];
   char **pool; /* every dotted name handed out, freed with the module */
   int n_pool, pool_capacity;
+  mx_module_output_hook output_hook; /* called after each forward in this module's tree */
+  void *output_hook_ctx;
 };
 
 static _Thread_local mx__module_observer observer;
@@ -448,6 +450,24 @@ static void path_of(const mx_module *m, char *buf, size_t size) {
   }
 }
 
+void mx_module_set_output_hook(mx_module *m, mx_module_output_hook hook, void *ctx) {
+  if (!m) return;
+  m->output_hook = hook;
+  m->output_hook_ctx = ctx;
+}
+
+/* Calls the output hooks of m and of its ancestors, each with m's dotted name below the hook's module. */
+static void call_output_hooks(mx_module *m, const mx_tensor *out) {
+  char path[256], below[256];
+  for (mx_module *a = m; a; a = a->parent) {
+    if (!a->output_hook) continue;
+    path_of(m, path, sizeof path);
+    path_of(a, below, sizeof below);
+    size_t skip = strlen(below) + (*below && strlen(path) > strlen(below));
+    a->output_hook(path + skip, m->type->name, out, a->output_hook_ctx);
+  }
+}
+
 /* One call of m's forward (or forward_n) in a scope of its own: the outputs
  * are kept into the caller's scope, and a failure is named after the layer
  * once, by the innermost module that failed. */
@@ -484,6 +504,7 @@ static mx_status call_forward(mx_module *m, const char *fn, int n_in, const mx_t
     return mx_last_status();
   }
   if (observer) observer(m, out[0], observer_ctx);
+  call_output_hooks(m, out[0]);
   return MX_OK;
 }
 

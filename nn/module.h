@@ -82,6 +82,13 @@ mx_tensor *mx_module_forward(mx_module *m, const mx_tensor *x);
  * caller's scope, a failure naming the layer as mx_module_forward's do. On
  * failure every out[i] is NULL. */
 mx_status mx_module_forward_n(mx_module *m, int n_in, const mx_tensor *const *in, int n_out, mx_tensor **out);
+/* A hook called after every successful forward of m or a module below it
+ * (PyTorch's forward hooks, for the whole tree at once), with the module's
+ * dotted name below m ("" for m itself), its type's name and its output
+ * (out[0] of a forward_n). One per module: a new one replaces it; NULL
+ * removes it. amp/stats.h's mx_amp_stats_output_hook is one. */
+typedef void (*mx_module_output_hook)(const char *name, const char *type, const mx_tensor *out, void *ctx);
+void mx_module_set_output_hook(mx_module *m, mx_module_output_hook hook, void *ctx);
 /* train/eval for the module and all its children */
 void mx_module_train(mx_module *m, bool training);
 bool mx_module_is_training(const mx_module *m);

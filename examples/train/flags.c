@@ -1,6 +1,7 @@
 #include "examples/train/flags.h"
 
 #include <errno.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -61,6 +62,7 @@ void mx_demo_print_usage(const mx_demo_usage *u, const mx_demo_flags *d, FILE *o
                "                     epochs,lr (any of " CHANGEABLE "); the schedule is rebuilt\n");
   fprintf(out, "  --metrics FILE     write the curves as CSV\n");
   fprintf(out, "  --plot FILE        draw the curves (.png or .svg) with gnuplot\n");
+  fprintf(out, "  --amp-report DIR   write DIR/index.html: loss scale, gradient histograms, autocast per op\n");
   fprintf(out, "  --data DIR         %s\n", u->data_help);
   fprintf(out, "  --synthetic N      train on N generated samples (and test on N/5) instead of data\n");
   fprintf(out, "  --help             this text\n");
@@ -83,7 +85,7 @@ static bool parse_i64(const char *s, int64_t lo, int64_t *out) {
 static bool known(const char *flag) {
   static const char *const flags[] = {"--model", "--amp",   "--device",    "--epochs", "--batch",  "--lr",
                                       "--optimizer", "--seed", "--steps", "--synthetic", "--save", "--resume",
-                                      "--metrics", "--plot", "--data", "--allow-change"};
+                                      "--metrics", "--plot", "--data", "--allow-change", "--amp-report"};
   for (size_t i = 0; i < sizeof flags / sizeof *flags; i++)
     if (!strcmp(flag, flags[i])) return true;
   return false;
@@ -122,6 +124,22 @@ static int check_paths(const char *program, const mx_demo_flags *f) {
     mx_status status = paths[i].output && writes ? mx_output_path_check(paths[i].flag, paths[i].path)
                                                  : mx_path_check_characters(paths[i].flag, paths[i].path);
     if (status != MX_OK) {
+      fprintf(stderr, "%s: %s\n", program, mx_last_error());
+      return 2;
+    }
+  }
+  if (f->amp_report && writes) { /* the folder is made here, so a bad one stops the run now */
+    char page[4096];
+    snprintf(page, sizeof page, "%s/index.html", f->amp_report);
+    if (mx_path_check_characters("--amp-report", f->amp_report) != MX_OK) {
+      fprintf(stderr, "%s: %s\n", program, mx_last_error());
+      return 2;
+    }
+    if (mkdir(f->amp_report, 0777) != 0 && errno != EEXIST) {
+      fprintf(stderr, "%s: --amp-report %s: %s\n", program, f->amp_report, strerror(errno));
+      return 2;
+    }
+    if (mx_output_path_check("--amp-report", page) != MX_OK) {
       fprintf(stderr, "%s: %s\n", program, mx_last_error());
       return 2;
     }
@@ -197,6 +215,7 @@ int mx_demo_parse_flags(int argc, char **argv, const mx_demo_usage *u, mx_demo_f
     }
     else if (!strcmp(flag, "--metrics")) f->metrics = v;
     else if (!strcmp(flag, "--plot")) f->plot = v;
+    else if (!strcmp(flag, "--amp-report")) f->amp_report = v;
     else f->data = v; /* --data, the last known flag */
   }
   if (f->allow_change && !f->resume) {

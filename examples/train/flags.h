@@ -1,7 +1,7 @@
 /* The command line the training demos share (examples/mnist,
  * examples/cifar10): --model, --amp, --device, --epochs, --batch, --lr,
  * --optimizer, --seed, --steps, --save, --resume, --allow-change,
- * --metrics, --plot, --data, --synthetic, --help. Each demo fills in its defaults first. */
+ * --metrics, --plot, --amp-report, --data, --synthetic, --help. Each demo fills in its defaults first. */
 #ifndef MX_EXAMPLES_TRAIN_FLAGS_H
 #define MX_EXAMPLES_TRAIN_FLAGS_H
 
@@ -26,6 +26,7 @@ typedef struct {
   const char *allow_change; /* with resume: the settings (comma-separated) that may differ from its; NULL: none */
   const char *metrics;    /* CSV of the curves; NULL: none */
   const char *plot;       /* picture of the curves (.png or .svg); NULL: none */
+  const char *amp_report; /* folder the AMP report (index.html) goes to, made if missing; NULL: none */
   const char *data;       /* the dataset's folder */
   int64_t synthetic;      /* > 0: that many generated training samples instead of data */
 } mx_demo_flags;

@@ -44,6 +44,7 @@ typedef struct {
   mx_optimizer *opt;
   mx_schedule *schedule;
   mx_scaler *scaler;
+  mx_amp_stats *stats; /* --amp-report's watcher, or NULL */
   mx_loader *train, *test;
   mx_demo_metrics metrics;
   run_settings settings;
@@ -101,6 +102,25 @@ static int diverged(const run_state *r, int64_t step, const char *why) {
   return MX_DEMO_DIVERGED;
 }
 
+/* --amp-report: histograms every 50 steps (at least 10 samples in a shorter
+ * run), named after the model's parameters and layers; the per-op counts
+ * start afresh. */
+static int watch_amp(run_state *r, int64_t total_steps) {
+  int64_t stop = r->flags->steps && r->flags->steps < total_steps ? r->flags->steps : total_steps;
+  int64_t every = stop >= 500 ? 50 : stop >= 10 ? stop / 10 : 1;
+  mx_module *m = r->task->model;
+  r->stats = mx_amp_stats_new(r->scaler, every);
+  for (int i = 0; r->stats && i < mx_module_num_parameters(m); i++) {
+    const char *name;
+    mx_tensor *p = mx_module_parameter(m, i, &name);
+    if (mx_amp_stats_name_params(r->stats, 1, &p, &name) != MX_OK) return fail("--amp-report");
+  }
+  if (!r->stats) return fail("--amp-report");
+  mx_module_set_output_hook(m, mx_amp_stats_output_hook, r->stats);
+  mx_amp_report_reset();
+  return 0;
+}
+
 /* The optimizer over every parameter, its one-cycle schedule over the whole
  * run, and the GradScaler (enabled for f16 only: bf16 has float32's range). */
 static int make_optimizer(run_state *r, int64_t total_steps) {
@@ -136,7 +156,8 @@ static int make_optimizer(run_state *r, int64_t total_steps) {
   so.growth_interval = 100;
   so.min_scale = SCALE_FLOOR, so.max_consecutive_skips = MAX_SKIPS_IN_A_ROW;
   r->scaler = mx_scaler_new(&so);
-  return r->scaler ? 0 : fail("GradScaler");
+  if (!r->scaler) return fail("GradScaler");
+  return r->flags->amp_report ? watch_amp(r, total_steps) : 0;
 }
 
 /* With several ranks each takes its shard of every epoch (the same
@@ -168,6 +189,7 @@ static int train_step(run_state *r, const mx_tensor *x, const mx_tensor *y, mx_d
   mx_scope *s = mx_scope_begin();
   int rc = 0;
   row->lr = mx_optimizer_lr(r->opt, 0);
+  if (r->stats) mx_amp_stats_step_begin(r->stats);
   mx_optimizer_zero_grad(r->opt, true);
   mx_tensor *logits = NULL, *loss = NULL;
   MX_AUTOCAST(f->device, f->amp == MX_F32 ? MX_AUTOCAST_DEFAULT_DTYPE : f->amp, f->amp != MX_F32, true) {
@@ -192,6 +214,8 @@ static int train_step(run_state *r, const mx_tensor *x, const mx_tensor *y, mx_d
     rc = diverged(r, row->step, why);
   } else if (r->schedule && mx_schedule_step(r->schedule) != MX_OK) {
     rc = fail("training step");
+  } else if (r->stats && mx_amp_stats_step_end(r->stats, loss) != MX_OK) {
+    rc = fail("--amp-report");
   } else {
     /* the loss summed over the batch, its right answers and its size */
     double batch = (double)mx_shape_get(y).d[0];
@@ -382,6 +406,22 @@ static int train_epochs(run_state *r, int64_t step, int64_t stop, eval_result *l
   return 0;
 }
 
+/* --amp-report's page, DIR/index.html; says where it is. */
+static int write_amp_report(run_state *r) {
+  const mx_demo_flags *f = r->flags;
+  char path[4096], title[256], command[512];
+  snprintf(path, sizeof path, "%s/index.html", f->amp_report);
+  snprintf(title, sizeof title, "%s, amp %s, %s", r->task->title, mx_demo_amp_name(f->amp), f->optimizer);
+  int len = snprintf(command, sizeof command, "--model %s --amp %s --optimizer %s --epochs %d --batch %lld --lr %g "
+                     "--seed %llu", f->model, mx_demo_amp_name(f->amp), f->optimizer, f->epochs, (long long)f->batch,
+                     f->lr, (unsigned long long)f->seed);
+  if (f->steps) snprintf(command + len, sizeof command - (size_t)len, " --steps %lld", (long long)f->steps);
+  mx_amp_report_opts o = {.title = title, .amp = f->amp, .command = command};
+  if (mx_amp_report_write_html(path, r->stats, &o) != MX_OK) return fail("--amp-report");
+  printf("AMP report: %s\n", path);
+  return 0;
+}
+
 static int report(run_state *r, const eval_result *last, double seconds) {
   const mx_demo_task *t = r->task;
   const mx_demo_flags *f = r->flags;
@@ -405,7 +445,7 @@ static int report(run_state *r, const eval_result *last, double seconds) {
          mx_demo_amp_name(f->amp));
   if (f->metrics) printf("curves: %s\n", f->metrics);
   if (f->plot) printf("picture: %s\n", f->plot);
-  return 0;
+  return f->amp_report ? write_amp_report(r) : 0;
 }
 
 /* The model on the run's device. A layer that needs a kernel the CUDA
@@ -623,6 +663,8 @@ static void free_run(run_state *r) {
   mx_loader_free(r->train);
   mx_loader_free(r->test);
   mx_schedule_free(r->schedule);
+  if (r->stats) mx_module_set_output_hook(r->task->model, NULL, NULL);
+  mx_amp_stats_free(r->stats);
   mx_scaler_free(r->scaler);
   mx_optimizer_free(r->opt);
   mx_demo_metrics_free(&r->metrics);

@@ -4,6 +4,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/amp.h"
+#include "kernels/cpu/amp_hist.h"
 #include "kernels/cpu/batch_norm.h"
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/convert.h"
@@ -244,6 +245,8 @@ const mx_backend mx__cpu_backend = {
     .avg_pool_backward = mx__cpu_avg_pool_backward,
     .amp_unscale = mx__cpu_amp_unscale,
     .amp_update_scale = mx__cpu_amp_update_scale,
+    .amp_histogram = mx__cpu_amp_histogram,
+    .amp_unscale_histogram = mx__cpu_amp_unscale_histogram,
     .sgd_step = mx__cpu_sgd_step,
     .adam_step = mx__cpu_adam_step,
 };

@@ -267,6 +267,8 @@ static mx_status cuda_init(void) {
   b->avg_pool_backward = mx__cuda_avg_pool_backward;
   b->amp_unscale = mx__cuda_amp_unscale;
   b->amp_update_scale = mx__cuda_amp_update_scale;
+  b->amp_histogram = mx__cuda_amp_histogram;
+  b->amp_unscale_histogram = mx__cuda_amp_unscale_histogram;
   b->sgd_step = mx__cuda_sgd_step;
   b->adam_step = mx__cuda_adam_step;
   return MX_OK;

@@ -55,6 +55,9 @@ mx_status mx__cuda_amp_unscale(int n, const mx_kview *grads, const float *scale,
                                int64_t *stats);
 mx_status mx__cuda_amp_update_scale(float *scale, int32_t *growth_tracker, const float *found_inf,
                                     const mx_amp_update_params *p, int64_t *counters);
+mx_status mx__cuda_amp_histogram(const mx_kview *x, int64_t *hist);
+mx_status mx__cuda_amp_unscale_histogram(int n, const mx_kview *grads, const float *scale, float *found_inf,
+                                         int64_t *stats, int64_t *hist);
 mx_status mx__cuda_sgd_step(int n, const mx_optim_item *items, const mx_sgd_hparams *h, const float *found_inf,
                             const float *grad_scale);
 mx_status mx__cuda_adam_step(int n, const mx_optim_item *items, const mx_adam_hparams *h, const float *found_inf,
