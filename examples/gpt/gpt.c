@@ -38,6 +38,7 @@ static const char *const setting_keys[N_SETTINGS] = {"model", "optimizer", "amp"
 typedef struct {
   double temperature;
   int64_t top_k, chars;
+  bool checkpoint_activations; /* --checkpoint-activations */
 } sample_flags;
 
 typedef struct {
@@ -63,12 +64,16 @@ static mx_dtype autocast_dtype(mx_dtype amp) { return amp == MX_F32 ? MX_AUTOCAS
 
 /* --- the flags of its own ------------------------------------------------------------------------------------- */
 
-/* Takes --temperature, --top-k and --sample out of argv (the shared parser knows none of them). Returns 0, or 2
- * after a message. */
+/* Takes --temperature, --top-k, --sample and --checkpoint-activations out of argv (the shared parser knows none
+ * of them). Returns 0, or 2 after a message. */
 static int take_sample_flags(int *argc, char **argv, sample_flags *s) {
   int kept = 1;
   for (int i = 1; i < *argc; i++) {
     const char *flag = argv[i];
+    if (!strcmp(flag, "--checkpoint-activations")) {
+      s->checkpoint_activations = true;
+      continue;
+    }
     bool ours = !strcmp(flag, "--temperature") || !strcmp(flag, "--top-k") || !strcmp(flag, "--sample");
     if (!ours) {
       argv[kept++] = argv[i];
@@ -107,6 +112,8 @@ static void print_sample_usage(const sample_flags *d) {
   printf("  --top-k N          draws from the N most likely characters only, 0 for all (default %lld)\n",
          (long long)d->top_k);
   printf("  --sample N         characters to sample, 0 for none (default %lld)\n", (long long)d->chars);
+  printf("And for memory: --checkpoint-activations keeps no activations inside the transformer blocks; backward\n"
+         "runs each block again (same gradients, bit for bit; about a third more compute).\n");
 }
 
 /* --- optimizer, steps, validation ------------------------------------------------------------------------------ */
@@ -418,6 +425,7 @@ static int run(run_state *r, const sample_flags *sf) {
     return 1;
   }
   if (!(r->model = mx_gpt_new(r->config))) return fail("model");
+  mx_gpt_checkpoint_blocks(r->model, sf->checkpoint_activations);
   if (f->device != MX_CPU && mx_module_to(r->model, f->device) != MX_OK) return fail("--device cuda");
   r->total = (int64_t)f->epochs * EPOCH_STEPS;
   describe_run(r);

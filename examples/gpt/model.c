@@ -20,20 +20,44 @@ const mx_gpt_config *mx_gpt_config_named(const char *name) {
   return NULL;
 }
 
+/* What a GPT module keeps besides its children. */
+typedef struct {
+  bool checkpoint_blocks; /* each block recomputed in backward instead of keeping its activations */
+} gpt_self;
+
+/* One causal block, as mx_activation_checkpoint calls it: user is the block. */
+static mx_status run_block(void *user, int n_in, mx_tensor *const *in, int n_out, mx_tensor **out) {
+  mx_attention_mask causal = {.is_causal = true};
+  out[0] = mx_transformer_encoder_layer_forward(user, in[0], &causal);
+  return out[0] ? MX_OK : mx_last_status();
+}
+
 static mx_tensor *gpt_forward(mx_module *m, const mx_tensor *idx) {
+  const gpt_self *self = mx_module_self(m);
   mx_tensor *h = mx_module_forward(mx_module_get_child(m, "pos_emb"),
                                    mx_module_forward(mx_module_get_child(m, "tok_emb"), idx));
   mx_module *blocks = mx_module_get_child(m, "blocks");
   mx_attention_mask causal = {.is_causal = true};
-  for (int i = 0; h && i < mx_module_num_children(blocks); i++)
-    h = mx_transformer_encoder_layer_forward(mx_module_child(blocks, i, NULL), h, &causal);
+  bool recompute = self->checkpoint_blocks && mx_is_grad_enabled();
+  for (int i = 0; h && i < mx_module_num_children(blocks); i++) {
+    mx_module *block = mx_module_child(blocks, i, NULL);
+    if (!recompute) {
+      h = mx_transformer_encoder_layer_forward(block, h, &causal);
+    } else {
+      mx_tensor *out = NULL;
+      h = mx_activation_checkpoint(run_block, block, 1, &h, 1, &out, NULL) == MX_OK ? out : NULL;
+    }
+  }
   return mx_module_forward(mx_module_get_child(m, "head"), mx_module_forward(mx_module_get_child(m, "norm"), h));
 }
 
-static const mx_module_type gpt_type = {.name = "GPT", .forward = gpt_forward};
+static const mx_module_type gpt_type = {.name = "GPT", .forward = gpt_forward, .free_self = free};
+
+void mx_gpt_checkpoint_blocks(mx_module *gpt, bool on) { ((gpt_self *)mx_module_self(gpt))->checkpoint_blocks = on; }
 
 mx_module *mx_gpt_new(const mx_gpt_config *c) {
-  mx_module *m = mx_module_new(&gpt_type, NULL), *blocks = mx_sequential_new(0, NULL);
+  gpt_self *self = calloc(1, sizeof *self);
+  mx_module *m = self ? mx_module_new(&gpt_type, self) : NULL, *blocks = mx_sequential_new(0, NULL);
   mx_transformer_opts o = mx_transformer_defaults();
   o.dim_feedforward = c->dim_feedforward, o.dropout = c->dropout, o.activation = MX_TRANSFORMER_GELU;
   o.norm_first = true; /* GPT-2's pre-norm blocks */

@@ -18,6 +18,9 @@ const mx_gpt_config *mx_gpt_config_named(const char *name);
 /* The model: logits (N, L, vocab) from int64 tokens (N, L), L <= ctx. Parameters drawn from the default
  * generator; NULL with the error set. Children tok_emb, pos_emb, blocks (blocks.0, ...), norm, head. */
 mx_module *mx_gpt_new(const mx_gpt_config *c);
+/* on: training forwards keep no activations inside the blocks; backward
+ * runs each block again (mx_activation_checkpoint), gradients unchanged. */
+void mx_gpt_checkpoint_blocks(mx_module *gpt, bool on);
 
 /* n tokens sampled after prompt[0..n_prompt) (at least 1), each from the softmax of the last position's logits
  * divided by temperature, over the top_k most likely tokens (0: all), drawn from gen. The model runs in eval mode

@@ -134,6 +134,28 @@ Test(gpt, trains_lowers_the_loss_and_samples_text) {
   child_run_free(&r);
 }
 
+/* --checkpoint-activations recomputes each block in backward: the same steps, validation loss and sample, bit for
+ * bit, under f16 autocast and the GradScaler. */
+Test(gpt, checkpointed_blocks_train_bit_for_bit) {
+  skip_training_under_valgrind();
+  char plain[512], checkpointed[512];
+  snprintf(plain, sizeof plain, "%s", tmp_path("plain.csv"));
+  snprintf(checkpointed, sizeof checkpointed, "%s", tmp_path("checkpointed.csv"));
+  child_run a = RUN("--model", "tiny", "--epochs", "1", "--steps", "4", "--amp", "f16", text_flag(), text_value(),
+                    "--metrics", plain, "--sample", "40");
+  child_run b = RUN("--model", "tiny", "--epochs", "1", "--steps", "4", "--amp", "f16", text_flag(), text_value(),
+                    "--metrics", checkpointed, "--sample", "40", "--checkpoint-activations");
+  expect_status(&a, 0, "gpt");
+  expect_status(&b, 0, "gpt --checkpoint-activations");
+  curves p = read_curves(plain), c = read_curves(checkpointed);
+  cr_assert_eq(c.n, 4, "the checkpointed run took %d steps", c.n);
+  for (int i = 0; i < 4; i++) cr_expect_str_eq(c.row[i], p.row[i], "step %d", i + 1);
+  cr_expect_eq(c.val[0], p.val[0], "validation loss %.17g checkpointed, %.17g without", c.val[0], p.val[0]);
+  const char *sa = strstr(a.out, "\n----\n"), *sb = strstr(b.out, "\n----\n");
+  cr_assert(sa && sb);
+  cr_expect_eq(strncmp(sa, sb, 6 + 40 + 6), 0, "the samples differ");
+}
+
 /* Three steps, a checkpoint, three more from it: the steps, the validation loss and the sample of the run that
  * never stopped, bit for bit, under f16 autocast and the GradScaler. */
 Test(gpt, resume_goes_on_bit_for_bit) {
