@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Cuts the pictures of docs/AMP.md section 9 out of an AMP report page (amp/report_html.c).
 
-  amp_report_figures.py PAGE OUTDIR
+  amp_report_figures.py PAGE OUTDIR          the MNIST CNN's pictures (amp_report_*.png)
+  amp_report_figures.py PAGE OUTDIR gpt      the GPT demo's (amp_report_gpt_*.png)
 
 Each picture is a page of its own holding some of the report's parts (same
 style), rendered by headless Chromium at 1200 pixels wide, its empty bottom
@@ -64,11 +65,24 @@ def render(root, parts, png, width=1200):
     print("amp_report_figures: wrote %s (%dx%d)" % (png, image.width, image.height))
 
 
+def gpt_pictures(root, out):
+    """The top of the page and the first activation-gradient histograms at the start."""
+    h1 = root.find("{%s}body/{%s}h1" % (NS, NS))
+    render(root, [copy.deepcopy(h1), copy.deepcopy(by_id(root, "summary")), copy.deepcopy(by_id(root, "verdict")),
+                  copy.deepcopy(by_id(root, "trajectory"))], os.path.join(out, "amp_report_gpt_top.png"))
+    section = by_id(root, "histograms-start")
+    render(root, [copy.deepcopy(section.find("{%s}h2" % NS))] + first_charts(section, "Activation gradients", 6),
+           os.path.join(out, "amp_report_gpt_act_grads_start.png"))
+
+
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 4) or (len(sys.argv) == 4 and sys.argv[3] != "gpt"):
         sys.exit(__doc__)
     root = ET.parse(sys.argv[1]).getroot()
     out = sys.argv[2]
+    if len(sys.argv) == 4:
+        gpt_pictures(root, out)
+        return
     h1 = root.find("{%s}body/{%s}h1" % (NS, NS))
     render(root, [copy.deepcopy(h1), copy.deepcopy(by_id(root, "summary")), copy.deepcopy(by_id(root, "verdict")),
                   copy.deepcopy(by_id(root, "trajectory"))], os.path.join(out, "amp_report_top.png"))

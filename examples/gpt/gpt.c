@@ -49,6 +49,7 @@ typedef struct {
   mx_optimizer *opt;
   mx_schedule *schedule;
   mx_scaler *scaler;
+  mx_amp_stats *stats; /* --amp-report's watcher, or NULL */
   mx_demo_metrics metrics;
   char settings[N_SETTINGS][1100];
   const char *values[N_SETTINGS];
@@ -149,6 +150,21 @@ static int make_optimizer(run_state *r) {
   return r->scaler ? 0 : fail("GradScaler");
 }
 
+/* --amp-report: histograms every 50 steps (at least 10 samples in a shorter run), named after the parameters and
+ * layers, as the other demos take them (examples/train/trainer.c). */
+static int watch_amp(run_state *r, int64_t stop) {
+  int64_t every = stop >= 500 ? 50 : stop >= 10 ? stop / 10 : 1;
+  if (!(r->stats = mx_amp_stats_new(r->scaler, every))) return fail("--amp-report");
+  for (int i = 0; i < mx_module_num_parameters(r->model); i++) {
+    const char *name;
+    mx_tensor *p = mx_module_parameter(r->model, i, &name);
+    if (mx_amp_stats_name_params(r->stats, 1, &p, &name) != MX_OK) return fail("--amp-report");
+  }
+  mx_module_set_output_hook(r->model, mx_amp_stats_output_hook, r->stats);
+  mx_amp_report_reset();
+  return 0;
+}
+
 /* The mean cross-entropy of logits (N, L, V) against y (N, L), and the characters it got right. */
 static mx_tensor *lm_loss(const mx_tensor *logits, const mx_tensor *y, mx_reduction reduction, int64_t *correct) {
   int64_t v = mx_size(logits, -1);
@@ -186,6 +202,7 @@ static int train_step(run_state *r, int64_t step, mx_demo_step_row *row, int64_t
   free(start);
   int rc = 0;
   row->lr = mx_optimizer_lr(r->opt, 0);
+  if (r->stats) mx_amp_stats_step_begin(r->stats);
   mx_optimizer_zero_grad(r->opt, true);
   mx_tensor *loss = NULL;
   if (to_device(f, &x, &y)) {
@@ -208,6 +225,8 @@ static int train_step(run_state *r, int64_t step, mx_demo_step_row *row, int64_t
     rc = diverged(r, step + 1, why);
   } else if (r->schedule && mx_schedule_step(r->schedule) != MX_OK) {
     rc = fail("training step");
+  } else if (r->stats && mx_amp_stats_step_end(r->stats, loss) != MX_OK) {
+    rc = fail("--amp-report");
   } else {
     row->loss = mx_item(loss);
     row->accuracy = (double)*correct / (double)(b * ctx);
@@ -414,6 +433,15 @@ static int report(run_state *r, const sample_flags *sf, double val_loss, double 
          mx_demo_amp_name(f->amp));
   if (f->metrics) printf("curves: %s\n", f->metrics);
   if (f->plot) printf("picture: %s\n", f->plot);
+  if (r->stats) {
+    char path[4096], command[256];
+    snprintf(path, sizeof path, "%s/index.html", f->amp_report);
+    snprintf(command, sizeof command, "build/examples/gpt/gpt --model %s --amp %s --epochs %d --batch %lld --seed %llu",
+             f->model, mx_demo_amp_name(f->amp), f->epochs, (long long)f->batch, (unsigned long long)f->seed);
+    mx_amp_report_opts o = {.title = title, .amp = f->amp, .command = command};
+    if (mx_amp_report_write_html(path, r->stats, &o) != MX_OK) return fail("--amp-report");
+    printf("AMP report: %s\n", path);
+  }
   return 0;
 }
 
@@ -438,6 +466,7 @@ static int run(run_state *r, const sample_flags *sf) {
          (long long)r->text->n_train, (long long)r->text->n_val, (long long)r->total, (long long)f->batch,
          (long long)r->config->ctx, mx_demo_amp_name(f->amp), f->optimizer, f->lr);
   int64_t stop = f->steps && f->steps < r->total ? f->steps : r->total;
+  if (f->amp_report && (rc = watch_amp(r, stop))) return rc;
   double t0 = mx_demo_now(), val_loss = NAN;
   rc = train(r, step, stop, &val_loss);
   return rc ? rc : report(r, sf, val_loss, mx_demo_now() - t0);
@@ -471,6 +500,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   int rc = run(&r, &sample);
+  mx_amp_stats_free(r.stats);
   mx_scaler_free(r.scaler);
   mx_schedule_free(r.schedule);
   mx_optimizer_free(r.opt);

@@ -134,6 +134,28 @@ Test(gpt, trains_lowers_the_loss_and_samples_text) {
   child_run_free(&r);
 }
 
+/* --amp-report on this demo too: the page is written where the flag says, with its sections, and the run says so. */
+Test(gpt, amp_report_writes_the_page) {
+  skip_training_under_valgrind();
+  const char *dir = tmp_path("report");
+  char page[600];
+  snprintf(page, sizeof page, "%s/index.html", dir);
+  child_run r = RUN("--model", "tiny", "--epochs", "1", "--steps", "10", "--amp", "f16", text_flag(), text_value(),
+                    "--sample", "0", "--amp-report", dir);
+  expect_status(&r, 0, "gpt --amp-report");
+  cr_expect(strstr(r.out, fmt("AMP report: %s\n", page)), "%s", tail(r.out));
+  FILE *f = fopen(page, "r");
+  cr_assert(f, "no page at %s", page);
+  static char html[1 << 22];
+  size_t n = fread(html, 1, sizeof html - 1, f);
+  fclose(f);
+  html[n] = 0;
+  const char *sections[] = {"id=\"verdict\"", "id=\"trajectory\"", "id=\"histograms-start\"", "id=\"ops\"",
+                            "blocks.0.self_attn.in_proj_weight"};
+  for (size_t i = 0; i < sizeof sections / sizeof *sections; i++)
+    cr_expect(strstr(html, sections[i]), "the page lacks %s", sections[i]);
+}
+
 /* --checkpoint-activations recomputes each block in backward: the same steps, validation loss and sample, bit for
  * bit, under f16 autocast and the GradScaler. */
 Test(gpt, checkpointed_blocks_train_bit_for_bit) {
