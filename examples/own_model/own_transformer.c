@@ -72,11 +72,13 @@ int main(void) {
   mx_adam_opts o = mx_adam_defaults();
   o.lr = 3e-3;
   mx_optimizer *opt = mx_adam_new(n, params, &o);
+  mx_scope *s = mx_scope_begin(); /* x and target are kept; the mean's temporaries go with the scope */
   mx_tensor *x = mx_randn(MX_SHAPE(BATCH, LENGTH, WIDTH), MX_F32, MX_CPU, gen);
   mx_tensor *target = x ? mx_expand(mx_mean(x, MX_DIMS(1), true), MX_SHAPE(BATCH, LENGTH, WIDTH)) : NULL;
-  if (!opt || !target) return fprintf(stderr, "setup: %s\n", mx_last_error()), 1;
+  if (!opt || !target || !mx_keep(x) || !mx_keep(target)) return fprintf(stderr, "setup: %s\n", mx_last_error()), 1;
+  mx_scope_end(s);
 
-  mx_scope *s = mx_scope_begin();
+  s = mx_scope_begin();
   bool same = same_gradients(layers, head, x, target);
   mx_scope_end(s);
   double first = 0, last = 0;

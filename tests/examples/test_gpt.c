@@ -154,6 +154,7 @@ Test(gpt, amp_report_writes_the_page) {
                             "blocks.0.self_attn.in_proj_weight"};
   for (size_t i = 0; i < sizeof sections / sizeof *sections; i++)
     cr_expect(strstr(html, sections[i]), "the page lacks %s", sections[i]);
+  child_run_free(&r);
 }
 
 /* --checkpoint-activations recomputes each block in backward: the same steps, validation loss and sample, bit for
@@ -176,6 +177,8 @@ Test(gpt, checkpointed_blocks_train_bit_for_bit) {
   const char *sa = strstr(a.out, "\n----\n"), *sb = strstr(b.out, "\n----\n");
   cr_assert(sa && sb);
   cr_expect_eq(strncmp(sa, sb, 6 + 40 + 6), 0, "the samples differ");
+  child_run_free(&a);
+  child_run_free(&b);
 }
 
 /* Three steps, a checkpoint, three more from it: the steps, the validation loss and the sample of the run that
