@@ -17,7 +17,7 @@ struct unscale_chunk {
 MX_HD static void flush(int64_t *stats, int t, int64_t counts[3]) {
   if (!stats || t < 0) return;
   for (int k = 0; k < 3; k++)
-    if (counts[k]) add_u64(&stats[3 * t + k], counts[k]);
+    if (counts[k]) atomic_add_i64(&stats[3 * t + k], counts[k]);
   counts[0] = counts[1] = counts[2] = 0;
 }
 

@@ -62,7 +62,7 @@ struct run_sums {
 
 /* partials[2 r] and partials[2 r + 1]: the sum of a, and of (a - ca)(b - cb),
  * over run r (channel r / segments, run r % segments), one run per item of
- * common.cuh's block_reduce; without b, the second is 0. */
+ * common.cuh's launch_block_reduce; without b, the second is 0. */
 template <class T>
 struct channel_partials_body {
   typedef run_sums partial;

@@ -135,7 +135,7 @@ MX_HD static inline int chunk_tensor_of(const int64_t *start, int n, int64_t i) 
 
 /* --- atomics: one thread at a time on the host grid, so plain there ------------------ */
 
-MX_HD static inline void add_u64(int64_t *p, int64_t v) {
+MX_HD static inline void atomic_add_i64(int64_t *p, int64_t v) {
 #ifdef __CUDA_ARCH__
   atomicAdd((unsigned long long *)p, (unsigned long long)v);
 #else
@@ -144,7 +144,7 @@ MX_HD static inline void add_u64(int64_t *p, int64_t v) {
 }
 
 /* *p = v; returns the old value. */
-MX_HD static inline int exchange_int(int *p, int v) {
+MX_HD static inline int atomic_exchange_int(int *p, int v) {
 #ifdef __CUDA_ARCH__
   return atomicExch(p, v);
 #else
@@ -176,7 +176,7 @@ static inline int64_t grid_blocks(int64_t n) {
   return blocks > mx__cuda_max_blocks() ? mx__cuda_max_blocks() : blocks;
 }
 
-/* A block reduction's body, for block_reduce below:
+/* A block reduction's body, for launch_block_reduce below:
  *   typedef ... partial;                         what a thread accumulates
  *   int64_t items;                               one block reduces one item at a time
  *   partial thread_partial(item, thread, threads) const;   the thread's own part of the item

@@ -19,7 +19,7 @@ struct bad_index_slot {
 };
 
 MX_HD static void note_bad(bad_index_slot *slot, int64_t k) {
-  if (exchange_int(&slot->found, 1) == 0) slot->index = k;
+  if (atomic_exchange_int(&slot->found, 1) == 0) slot->index = k;
 }
 
 /* The element offset of coordinates c in v. */

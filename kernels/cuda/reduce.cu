@@ -88,7 +88,7 @@ MX_HD static partial combine(int code, partial a, partial b) {
   return a;
 }
 
-/* One item per output element (common.cuh's block_reduce): each thread
+/* One item per output element (common.cuh's launch_block_reduce): each thread
  * folds a contiguous chunk of the reduced sub-space in order. */
 struct reduce_body {
   typedef ::partial partial;
