@@ -154,6 +154,15 @@ MX_HD static inline int atomic_exchange_int(int *p, int v) {
 #endif
 }
 
+/* A 32-bit counter in shared memory. */
+MX_HD static inline void atomic_add_u32(unsigned *p, unsigned v) {
+#ifdef __CUDA_ARCH__
+  atomicAdd(p, v);
+#else
+  *p += v;
+#endif
+}
+
 /* --- the launchers ------------------------------------------------------------------ */
 
 #define THREADS_PER_BLOCK 256
@@ -184,6 +193,14 @@ static inline int64_t grid_blocks(int64_t n) {
  *   void finish(item, partial all) const;        stores the item's result
  * The threads' partials are combined by a tree in shared memory: at each
  * step thread t < half combines its slot with slot t + half. */
+
+/* A block-counting body, for launch_block_counts below: each block's
+ * threads count into the block's shared memory, then add the counts to
+ * global memory, in three phases between barriers:
+ *   typedef ... shared;                               the block's counters
+ *   void clear(shared &s, const grid_pos &at) const;  zeroes this thread's share of s
+ *   void count(shared &s, const grid_pos &at) const;  this thread's elements (atomic_add_u32 into s)
+ *   void publish(const shared &s, const grid_pos &at) const;  this thread's share of s into global memory */
 
 #ifdef MX_CUDA_HOST_GRID
 #include "kernels/cuda/host_grid.h"
@@ -244,6 +261,24 @@ __global__ void block_reduce_kernel(Body body) {
 template <unsigned MAX_THREADS, class Body>
 static inline mx_status launch_block_reduce(const char *what, int64_t blocks, unsigned threads, const Body &body) {
   block_reduce_kernel<MAX_THREADS><<<(unsigned)blocks, threads, 0, mx__cuda_stream()>>>(body);
+  MX_CUDA_CHECK_LAUNCH(what);
+  return MX_OK;
+}
+
+template <class Body>
+__global__ void block_counts_kernel(const __grid_constant__ Body body) {
+  __shared__ typename Body::shared s;
+  grid_pos at = device_pos();
+  body.clear(s, at);
+  __syncthreads();
+  body.count(s, at);
+  __syncthreads();
+  body.publish(s, at);
+}
+
+template <class Body>
+static inline mx_status launch_block_counts(const char *what, int64_t blocks, int64_t threads, const Body &body) {
+  block_counts_kernel<<<(unsigned)blocks, (unsigned)threads, 0, mx__cuda_stream()>>>(body);
   MX_CUDA_CHECK_LAUNCH(what);
   return MX_OK;
 }

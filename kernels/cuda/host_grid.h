@@ -50,6 +50,20 @@ static inline mx_status launch_block_reduce(const char *what, int64_t blocks, un
   return MX_OK;
 }
 
+/* Each block's phases thread by thread, over one simulated shared memory. */
+template <class Body>
+static inline mx_status launch_block_counts(const char *what, int64_t blocks, int64_t threads, const Body &body) {
+  (void)what;
+  std::vector<typename Body::shared> shared(1); /* on the heap: it may be tens of KiB */
+  grid_pos at = {0, 0, blocks, threads};
+  for (at.block = 0; at.block < blocks; at.block++) {
+    for (at.thread = 0; at.thread < threads; at.thread++) body.clear(shared[0], at);
+    for (at.thread = 0; at.thread < threads; at.thread++) body.count(shared[0], at);
+    for (at.thread = 0; at.thread < threads; at.thread++) body.publish(shared[0], at);
+  }
+  return MX_OK;
+}
+
 static inline mx_status scratch_alloc(void **p, size_t bytes) {
   *p = malloc(bytes ? bytes : 1);
   return *p ? MX_OK : mx__error(MX_OUT_OF_MEMORY, "host grid: no memory for %zu bytes of scratch", bytes);

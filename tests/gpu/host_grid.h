@@ -10,16 +10,18 @@
  * bernoulli (fill.cu); unary, binary, where (elementwise.cu); gather,
  * index_select, scatter(_add), index_add/index_copy with their bad-index
  * report (indexing.cu); amp_unscale over several 20-gradient launches and
- * amp_update_scale (amp.cu); sgd_step and adam_step over several
- * 11-parameter launches, with their step counts (optim.cu); reduce, as a
- * block reduction over a simulated shared memory, and scan (reduce.cu);
- * sort; softmax; channel_affine and channel_sums, whose per-run partials
- * are a block reduction (batch_norm.cu); max and average pooling and their
- * backward kernels (pool.cu); the direct convolution kernels, forward and
- * both backward (conv.cu, cuDNN made to decline); the integer matmul's
- * reference kernel (matmul.cu). Bit for bit with the CPU backend, except
- * float sums that add in another order (reduce, channel_sums on awkward
- * values) and float32 softmax (the CPU's vectorised exp), within rounding.
+ * amp_update_scale (amp.cu); amp_histogram and amp_unscale_histogram,
+ * whose blocks count in a simulated shared memory (amp_hist.cu); sgd_step
+ * and adam_step over several 11-parameter launches, with their step counts
+ * (optim.cu); reduce, as a block reduction over a simulated shared memory,
+ * and scan (reduce.cu); sort; softmax; channel_affine and channel_sums,
+ * whose per-run partials are a block reduction (batch_norm.cu); max and
+ * average pooling and their backward kernels (pool.cu); the direct
+ * convolution kernels, forward and both backward (conv.cu, cuDNN made to
+ * decline); the integer matmul's reference kernel (matmul.cu). Bit for bit
+ * with the CPU backend, except float sums that add in another order
+ * (reduce, channel_sums on awkward values) and float32 softmax (the CPU's
+ * vectorised exp), within rounding.
  *
  * Not covered: what only a GPU runs — cuBLAS/cuBLASLt matmuls (every float
  * dtype), cuDNN convolutions (conv_cudnn.cu), memory, copies and

@@ -1,6 +1,6 @@
 /* Host-run CUDA kernels against the CPU backend (tests/gpu/host_grid.h):
  * fill, convert, random and bernoulli, the elementwise ops, indexing, AMP's
- * unscale and scale update, and the optimizer steps, on random shapes in
+ * unscale, histograms and scale update, and the optimizer steps, on random shapes in
  * every layout and grid cap. */
 #include <math.h>
 #include <string.h>
@@ -217,6 +217,30 @@ void test_amp(rng &r) {
     for (int t = 0; t < n; t++) same_values(a[t], b[t], 0, 0, "amp_unscale");
     check(found_a == found_b, "amp_unscale found_inf: CPU %g, host grid %g", found_a, found_b);
     check(stats_a == stats_b, "amp_unscale statistics differ");
+
+    /* past the 8 gradients of one histogram launch */
+    int hn = n < 20 ? n : 20;
+    describe("amp_unscale_histogram of %d gradients", hn);
+    a = tensor_list(hn, grad_dtypes, 3, r.range(0, 2) ? POSITIVE : AWKWARD, r), b = a;
+    va.clear(), vb.clear();
+    for (int t = 0; t < hn; t++) va.push_back(a[t].v), vb.push_back(b[t].v);
+    std::vector<int64_t> hist_a((size_t)2 * hn * MX_AMP_HIST_BINS, 3), hist_b = hist_a;
+    found_a = found_b = 0;
+    check_status(cpu.amp_unscale_histogram(hn, va.data(), &scale, &found_a, with_stats ? stats_a.data() : NULL,
+                                           hist_a.data()),
+                 mx__cuda_amp_unscale_histogram(hn, vb.data(), &scale, &found_b, with_stats ? stats_b.data() : NULL,
+                                                hist_b.data()),
+                 "amp_unscale_histogram");
+    for (int t = 0; t < hn; t++) same_values(a[t], b[t], 0, 0, "amp_unscale_histogram");
+    check(found_a == found_b, "amp_unscale_histogram found_inf: CPU %g, host grid %g", found_a, found_b);
+    check(stats_a == stats_b, "amp_unscale_histogram statistics differ");
+    check(hist_a == hist_b, "amp_unscale_histogram histograms differ");
+
+    describe("amp_histogram of %s", mx_dtype_name(a[0].v.dtype));
+    hist_a.assign(MX_AMP_HIST_BINS, 1), hist_b = hist_a;
+    check_status(cpu.amp_histogram(&a[0].v, hist_a.data()), mx__cuda_amp_histogram(&b[0].v, hist_b.data()),
+                 "amp_histogram");
+    check(hist_a == hist_b, "amp_histogram histograms differ");
 
     describe("amp_update_scale");
     mx_amp_update_params p = {2.0, 0.5, (int32_t)r.range(1, 4), r.range(0, 1) ? 0.0 : 1.0,
