@@ -14,44 +14,50 @@ struct unscale_chunk {
   int n;
 };
 
-__device__ static void flush(int64_t *stats, int t, int64_t counts[3]) {
+MX_HD static void flush(int64_t *stats, int t, int64_t counts[3]) {
   if (!stats || t < 0) return;
   for (int k = 0; k < 3; k++)
-    if (counts[k]) atomicAdd((unsigned long long *)&stats[3 * t + k], (unsigned long long)counts[k]);
+    if (counts[k]) atomic_add_i64(&stats[3 * t + k], counts[k]);
   counts[0] = counts[1] = counts[2] = 0;
 }
 
-/* grads: the chunk's views; every thread walks the flat index space of the
+/* One launch over a chunk: every thread walks the flat index space of the
  * chunk grid-stride, counting into registers and flushing a gradient's
  * counters when it moves on to the next one. stats is (n_total, 3), first
  * the offset of this chunk's first gradient. */
-__global__ void unscale_kernel(unscale_chunk c, const float *scale, float *found_inf, int64_t *stats) {
-  float inv_scale = mx_amp_inv_scale(*scale);
-  int64_t total = c.start[c.n];
-  int64_t step = (int64_t)blockDim.x * gridDim.x;
-  int current = -1;
-  int64_t counts[3] = {0, 0, 0};
-  bool non_finite = false;
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {
-    int t = chunk_tensor_of(c.start, c.n, i);
-    if (t != current) {
-      flush(stats, current, counts);
-      current = t;
+struct unscale_op {
+  unscale_chunk c;
+  const float *scale;
+  float *found_inf;
+  int64_t *stats;
+  MX_HD void operator()(const grid_pos &at) const {
+    float inv_scale = mx_amp_inv_scale(*scale);
+    int64_t total = c.start[c.n];
+    int64_t step = at.threads * at.blocks;
+    int current = -1;
+    int64_t counts[3] = {0, 0, 0};
+    bool non_finite = false;
+    for (int64_t i = at.block * at.threads + at.thread; i < total; i += step) {
+      int t = chunk_tensor_of(c.start, c.n, i);
+      if (t != current) {
+        flush(stats, current, counts);
+        current = t;
+      }
+      const mx_kview &g = c.grads[t];
+      char *p = element(g, i - c.start[t]);
+      double v = mx_element_load(p, g.dtype);
+      bool is_nan = v != v, is_inf = !is_nan && v - v != 0;
+      counts[0] += is_inf;
+      counts[1] += is_nan;
+      counts[2] += mx_amp_underflows_f16(v);
+      non_finite |= is_inf || is_nan;
+      double unscaled = g.dtype == MX_F64 ? v * (double)inv_scale : (double)((float)v * inv_scale);
+      mx_element_store(p, g.dtype, unscaled);
     }
-    const mx_kview &g = c.grads[t];
-    char *p = element(g, i - c.start[t]);
-    double v = mx_element_load(p, g.dtype);
-    bool is_nan = v != v, is_inf = !is_nan && v - v != 0;
-    counts[0] += is_inf;
-    counts[1] += is_nan;
-    counts[2] += mx_amp_underflows_f16(v);
-    non_finite |= is_inf || is_nan;
-    double unscaled = g.dtype == MX_F64 ? v * (double)inv_scale : (double)((float)v * inv_scale);
-    mx_element_store(p, g.dtype, unscaled);
+    flush(stats, current, counts);
+    if (non_finite) *found_inf = 1.0f; /* every writer writes the same value */
   }
-  flush(stats, current, counts);
-  if (non_finite) *found_inf = 1.0f; /* every writer writes the same value */
-}
+};
 
 mx_status mx__cuda_amp_unscale(int n, const mx_kview *grads, const float *scale, float *found_inf,
                                int64_t *stats) {
@@ -64,24 +70,27 @@ mx_status mx__cuda_amp_unscale(int n, const mx_kview *grads, const float *scale,
       c.start[t + 1] = c.start[t] + mx__kview_numel(&grads[first + t]);
     }
     if (c.start[c.n] == 0) continue; /* an empty grid is an invalid configuration */
-    int64_t blocks = (c.start[c.n] + THREADS_PER_BLOCK - 1) / THREADS_PER_BLOCK;
-    if (blocks > mx__cuda_max_blocks()) blocks = mx__cuda_max_blocks();
-    unscale_kernel<<<(unsigned)blocks, THREADS_PER_BLOCK, 0, mx__cuda_stream()>>>(
-        c, scale, found_inf, stats ? stats + 3 * first : NULL);
-    MX_CUDA_CHECK_LAUNCH("launch of kernel amp_unscale");
+    unscale_op op = {c, scale, found_inf, stats ? stats + 3 * first : NULL};
+    MX__RETURN_IF_FAILED(
+        launch_threads("launch of kernel amp_unscale", grid_blocks(c.start[c.n]), THREADS_PER_BLOCK, op));
   }
   return MX_OK;
 }
 
 /* One thread: the update rule on the device's scale, tracker and counters. */
-__global__ void update_scale_kernel(float *scale, int32_t *growth_tracker, const float *found_inf,
-                                    mx_amp_update_params p, int64_t *counters) {
-  mx_amp_update_scale(scale, growth_tracker, *found_inf, &p, counters);
-}
+struct update_scale_op {
+  float *scale;
+  int32_t *growth_tracker;
+  const float *found_inf;
+  mx_amp_update_params p;
+  int64_t *counters;
+  MX_HD void operator()(const grid_pos &) const {
+    mx_amp_update_scale(scale, growth_tracker, *found_inf, &p, counters);
+  }
+};
 
 mx_status mx__cuda_amp_update_scale(float *scale, int32_t *growth_tracker, const float *found_inf,
                                     const mx_amp_update_params *p, int64_t *counters) {
-  update_scale_kernel<<<1, 1, 0, mx__cuda_stream()>>>(scale, growth_tracker, found_inf, *p, counters);
-  MX_CUDA_CHECK_LAUNCH("launch of kernel amp_update_scale");
-  return MX_OK;
+  update_scale_op op = {scale, growth_tracker, found_inf, *p, counters};
+  return launch_threads("launch of kernel amp_update_scale", 1, 1, op);
 }

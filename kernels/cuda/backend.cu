@@ -1,5 +1,5 @@
-/* The CUDA backend: memory from CUDA's stream-ordered pool; fill, convert, random, bernoulli; the vtable
- * of every CUDA kernel (the others are in the kernel files beside this one). */
+/* The CUDA backend: memory from CUDA's stream-ordered pool; the vtable of every
+ * CUDA kernel (the kernels are in the files beside this one). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,91 +40,6 @@ int mx__cuda_device_count(void) {
     return 0;
   }
   return count;
-}
-
-/* --- kernels ---------------------------------------------------------------------- */
-
-/* out[i] = one fixed element pattern (value already stored in out's dtype).
- * out: any shape, any strides. */
-struct fill_op {
-  mx_kview out;
-  uint64_t bits; /* the element's bits, in the low dtype_bytes(out.dtype) bytes */
-  __device__ void operator()(int64_t i) const { store_bits(element(out, i), dtype_bytes(out.dtype), bits); }
-};
-
-static mx_status cuda_fill(const mx_kview *out, double value) {
-  fill_op op;
-  op.out = flatten_if_contiguous(out);
-  /* the element stored once on the host, by the very function the device
-   * uses; host and GPU are both little-endian, so its first bytes are the
-   * low bytes of `bits` */
-  alignas(8) unsigned char element_bytes[8] = {0};
-  mx_element_store(element_bytes, out->dtype, value);
-  memcpy(&op.bits, element_bytes, sizeof op.bits);
-  return launch_elementwise("launch of kernel fill", mx__kview_numel(out), op);
-}
-
-/* out[i] = src[i] converted to out's dtype; same dtype copies the bytes
- * (int64 stays exact). out, src: the same shape, any strides (src may
- * broadcast with stride 0). */
-struct convert_op {
-  mx_kview out, src;
-  __device__ void operator()(int64_t i) const {
-    char *o = element(out, i);
-    const char *s = element(src, i);
-    if (out.dtype == src.dtype)
-      store_bits(o, dtype_bytes(out.dtype), load_bits(s, dtype_bytes(out.dtype)));
-    else
-      mx_element_convert(o, out.dtype, s, src.dtype);
-  }
-};
-
-mx_status mx__cuda_convert(const mx_kview *out, const mx_kview *src) {
-  convert_op op;
-  op.out = flatten_if_contiguous(out);
-  op.src = flatten_if_contiguous(src);
-  return launch_elementwise("launch of kernel convert", mx__kview_numel(out), op);
-}
-
-/* out[i] = draw number i (i the row-major linear index) of the params'
- * stream, as the CPU's random_row. out: any shape, any strides. */
-struct random_op {
-  mx_kview out;
-  mx_rand_params params;
-  __device__ void operator()(int64_t i) const {
-    char *o = element(out, i);
-    if (params.kind == MX_RAND_INT && out.dtype == MX_I64) /* exact beyond 2^53 */
-      *(int64_t *)o = mx_rand_int(&params, (uint64_t)i);
-    else
-      mx_element_store(o, out.dtype, mx_rand_sample(&params, (uint64_t)i, mx_mantissa_bits(out.dtype)));
-  }
-};
-
-static mx_status cuda_random(const mx_kview *out, const mx_rand_params *params) {
-  random_op op;
-  op.out = flatten_if_contiguous(out);
-  op.params = *params;
-  return launch_elementwise("launch of kernel random", mx__kview_numel(out), op);
-}
-
-/* out[i] = (u_i < p[i]), u_i the 53-bit uniform of draw i, as the CPU's
- * bernoulli_row. out, p: the same shape, any strides, any dtypes. */
-struct bernoulli_op {
-  mx_kview out, p;
-  mx_rand_params params;
-  __device__ void operator()(int64_t i) const {
-    mx_philox_block r = mx_philox_draw(params.seed, params.offset, (uint64_t)i);
-    double prob = mx_element_load(element(p, i), p.dtype);
-    mx_element_store(element(out, i), out.dtype, mx_uniform53(r.v[0], r.v[1]) < prob);
-  }
-};
-
-static mx_status cuda_bernoulli(const mx_kview *out, const mx_kview *p, const mx_rand_params *params) {
-  bernoulli_op op;
-  op.out = flatten_if_contiguous(out);
-  op.p = flatten_if_contiguous(p);
-  op.params = *params;
-  return launch_elementwise("launch of kernel bernoulli", mx__kview_numel(out), op);
 }
 
 /* --- memory: the device's default pool, stream-ordered -------------------------- */
@@ -240,10 +155,10 @@ static mx_status cuda_init(void) {
   b->copy_from_host = cuda_copy_from_host;
   b->copy_to_host = cuda_copy_to_host;
   b->synchronize = cuda_synchronize;
-  b->fill = cuda_fill;
+  b->fill = mx__cuda_fill;
   b->convert = mx__cuda_convert;
-  b->random = cuda_random;
-  b->bernoulli = cuda_bernoulli;
+  b->random = mx__cuda_random;
+  b->bernoulli = mx__cuda_bernoulli;
   b->unary = mx__cuda_unary;
   b->binary = mx__cuda_binary;
   b->where = mx__cuda_where;

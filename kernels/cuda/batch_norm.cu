@@ -25,7 +25,7 @@ struct affine_op {
   mx_kview y, x;
   const T *center, *scale, *shift; /* center NULL: zeros */
   mx_channel_plan plan;
-  __device__ void operator()(int64_t i) const {
+  MX_HD void operator()(int64_t i) const {
     int64_t c = mx_channel_of(&plan, i);
     T v = (T)mx_element_load((const char *)x.data + i * dtype_bytes(x.dtype), x.dtype);
     T m = center ? center[c] : (T)0;
@@ -55,46 +55,51 @@ mx_status mx__cuda_channel_affine(const mx_kview *y, const mx_kview *x, const mx
 
 /* --- channel_sums ----------------------------------------------------------------- */
 
+/* A run's two sums. */
+struct run_sums {
+  double sum, dot;
+};
+
 /* partials[2 r] and partials[2 r + 1]: the sum of a, and of (a - ca)(b - cb),
- * over run r (channel r / segments, run r % segments); without b, the
- * second is 0. */
+ * over run r (channel r / segments, run r % segments), one run per item of
+ * common.cuh's launch_block_reduce; without b, the second is 0. */
 template <class T>
-__global__ void channel_partials_kernel(mx_channel_plan p, mx_kview a, mx_kview b, bool with_b, const T *a_center,
-                                        const T *b_center, double *partials) {
-  __shared__ double sums[SUMS_THREADS], dots[SUMS_THREADS];
-  int64_t runs = p.channels * p.segments, bytes = dtype_bytes(a.dtype);
-  for (int64_t r = blockIdx.x; r < runs; r += gridDim.x) {
+struct channel_partials_body {
+  typedef run_sums partial;
+  mx_channel_plan p;
+  mx_kview a, b;
+  bool with_b;
+  const T *a_center, *b_center;
+  double *partials;
+  int64_t items; /* the runs */
+  MX_HD partial thread_partial(int64_t r, int64_t thread, int64_t threads) const {
+    int64_t bytes = dtype_bytes(a.dtype);
     int64_t c = r / p.segments, first = r % p.segments * p.segment;
     int64_t end = first + p.segment < p.count ? first + p.segment : p.count;
     T ca = a_center ? a_center[c] : (T)0, cb = b_center ? b_center[c] : (T)0;
-    double sum = 0, dot = 0;
-    for (int64_t j = first + threadIdx.x; j < end; j += blockDim.x) {
+    partial mine = {0, 0};
+    for (int64_t j = first + thread; j < end; j += threads) {
       int64_t offset = mx_channel_offset(&p, c, j) * bytes;
       T va = (T)mx_element_load((const char *)a.data + offset, a.dtype);
-      sum += (double)va;
+      mine.sum += (double)va;
       if (with_b) {
         T vb = (T)mx_element_load((const char *)b.data + offset, b.dtype);
         T product = (va - ca) * (vb - cb); /* rounded in T, as the elementwise ops round it */
-        dot += (double)product;
+        mine.dot += (double)product;
       }
     }
-    sums[threadIdx.x] = sum;
-    dots[threadIdx.x] = dot;
-    __syncthreads();
-    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
-      if (threadIdx.x < half) {
-        sums[threadIdx.x] += sums[threadIdx.x + half];
-        dots[threadIdx.x] += dots[threadIdx.x + half];
-      }
-      __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-      partials[2 * r] = sums[0];
-      partials[2 * r + 1] = dots[0];
-    }
-    __syncthreads(); /* sums and dots are reused for the next run */
+    return mine;
   }
-}
+  MX_HD partial combine(partial x, partial y) const {
+    x.sum += y.sum;
+    x.dot += y.dot;
+    return x;
+  }
+  MX_HD void finish(int64_t r, partial all) const {
+    partials[2 * r] = all.sum;
+    partials[2 * r + 1] = all.dot;
+  }
+};
 
 /* Channel c's partials added in run order and stored (sum or dot absent:
  * data NULL). */
@@ -102,7 +107,7 @@ struct finish_op {
   const double *partials;
   int64_t segments;
   mx_kview sum, dot;
-  __device__ void operator()(int64_t c) const {
+  MX_HD void operator()(int64_t c) const {
     double s = 0, d = 0;
     for (int64_t k = 0; k < segments; k++) {
       s += partials[2 * (c * segments + k)];
@@ -118,13 +123,17 @@ static mx_status launch_partials(const mx_channel_plan *p, const mx_kview *a, co
                                  const mx_kview *a_center, const mx_kview *b_center, double *partials) {
   int64_t runs = p->channels * p->segments;
   int64_t blocks = runs < mx__cuda_max_blocks() ? runs : mx__cuda_max_blocks();
-  mx_kview none;
-  memset(&none, 0, sizeof none);
-  channel_partials_kernel<T><<<(unsigned)blocks, SUMS_THREADS, 0, mx__cuda_stream()>>>(
-      *p, *a, b ? *b : none, b != NULL, a_center ? (const T *)a_center->data : NULL,
-      b_center ? (const T *)b_center->data : NULL, partials);
-  MX_CUDA_CHECK_LAUNCH("launch of kernel channel_partials");
-  return MX_OK;
+  channel_partials_body<T> body;
+  memset(&body, 0, sizeof body);
+  body.p = *p;
+  body.a = *a;
+  if (b) body.b = *b;
+  body.with_b = b != NULL;
+  body.a_center = a_center ? (const T *)a_center->data : NULL;
+  body.b_center = b_center ? (const T *)b_center->data : NULL;
+  body.partials = partials;
+  body.items = runs;
+  return launch_block_reduce<SUMS_THREADS>("launch of kernel channel_partials", blocks, SUMS_THREADS, body);
 }
 
 mx_status mx__cuda_channel_sums(const mx_kview *sum, const mx_kview *dot, const mx_kview *a, const mx_kview *b,
@@ -135,7 +144,7 @@ mx_status mx__cuda_channel_sums(const mx_kview *sum, const mx_kview *dot, const 
   const mx_kview *with_b = dot ? b : NULL;
   double *partials = NULL;
   size_t bytes = (size_t)(p.channels * p.segments) * 2 * sizeof(double);
-  MX_CUDA_CHECK(cudaMallocAsync((void **)&partials, bytes, mx__cuda_stream()));
+  MX__RETURN_IF_FAILED(scratch_alloc((void **)&partials, bytes));
   mx_status status = a->dtype == MX_F64 ? launch_partials<double>(&p, a, with_b, a_center, b_center, partials)
                                         : launch_partials<float>(&p, a, with_b, a_center, b_center, partials);
   if (status == MX_OK) {
@@ -147,6 +156,6 @@ mx_status mx__cuda_channel_sums(const mx_kview *sum, const mx_kview *dot, const 
     if (dot) finish.dot = *dot;
     status = launch_elementwise("launch of kernel channel_sums", p.channels, finish);
   }
-  mx_status freed = MX_CUDA_STATUS(cudaFreeAsync(partials, mx__cuda_stream()));
+  mx_status freed = scratch_free(partials);
   return status != MX_OK ? status : freed;
 }

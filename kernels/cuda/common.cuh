@@ -1,5 +1,9 @@
 /* What every CUDA kernel file shares: the backend's stream, element access
- * on strided views, and the one grid-stride elementwise launcher. */
+ * on strided views, and the launchers: grid-stride elementwise, one functor
+ * per thread, block reductions through shared memory. The kernel bodies are
+ * MX_HD functors, so that with MX_CUDA_HOST_GRID defined (the host-run tests,
+ * tests/gpu/test_host_grid.cu) the same bodies run on the CPU over a
+ * simulated grid (kernels/cuda/host_grid.h) instead of the GPU. */
 #ifndef MX_KERNELS_CUDA_COMMON_CUH
 #define MX_KERNELS_CUDA_COMMON_CUH
 
@@ -19,7 +23,10 @@ cublasHandle_t mx__cuda_blas(void);
 
 /* The kernel files' entry points, which backend.cu puts in the vtable
  * (kernels/backend.h says what each computes). */
+mx_status mx__cuda_fill(const mx_kview *out, double value);
 mx_status mx__cuda_convert(const mx_kview *out, const mx_kview *src);
+mx_status mx__cuda_random(const mx_kview *out, const mx_rand_params *params);
+mx_status mx__cuda_bernoulli(const mx_kview *out, const mx_kview *p, const mx_rand_params *params);
 mx_status mx__cuda_unary(int code, const mx_kview *out, const mx_kview *in, double a, double b);
 mx_status mx__cuda_binary(int code, const mx_kview *out, const mx_kview *x, const mx_kview *y, double alpha);
 mx_status mx__cuda_where(const mx_kview *out, const mx_kview *cond, const mx_kview *x, const mx_kview *y);
@@ -79,7 +86,7 @@ MX_HD static inline int64_t dtype_bytes(mx_dtype dtype) {
 
 /* The raw bits of one element of `bytes` bytes (1, 2, 4 or 8; views are
  * aligned to their element size), held in the low bytes of a uint64_t. */
-__device__ static inline uint64_t load_bits(const void *src, int64_t bytes) {
+MX_HD static inline uint64_t load_bits(const void *src, int64_t bytes) {
   switch (bytes) {
   case 1: return *(const uint8_t *)src;
   case 2: return *(const uint16_t *)src;
@@ -88,7 +95,7 @@ __device__ static inline uint64_t load_bits(const void *src, int64_t bytes) {
   }
 }
 
-__device__ static inline void store_bits(void *dst, int64_t bytes, uint64_t bits) {
+MX_HD static inline void store_bits(void *dst, int64_t bytes, uint64_t bits) {
   switch (bytes) {
   case 1: *(uint8_t *)dst = (uint8_t)bits; break;
   case 2: *(uint16_t *)dst = (uint16_t)bits; break;
@@ -98,7 +105,7 @@ __device__ static inline void store_bits(void *dst, int64_t bytes, uint64_t bits
 }
 
 /* The address of the element with row-major linear index i of a view. */
-__device__ static inline char *element(const mx_kview &v, int64_t i) {
+MX_HD static inline char *element(const mx_kview &v, int64_t i) {
   return (char *)v.data + mx_strided_offset(i, v.ndim, v.shape, v.strides) * dtype_bytes(v.dtype);
 }
 
@@ -117,7 +124,7 @@ static inline mx_kview flatten_if_contiguous(const mx_kview *v) {
 /* Which tensor of a multi-tensor chunk holds flat index i: the t with
  * start[t] <= i < start[t + 1], start being the n + 1 prefix sums of the
  * tensors' sizes. */
-__device__ static inline int chunk_tensor_of(const int64_t *start, int n, int64_t i) {
+MX_HD static inline int chunk_tensor_of(const int64_t *start, int n, int64_t i) {
   int lo = 0, hi = n - 1;
   while (lo < hi) {
     int mid = (lo + hi + 1) / 2;
@@ -126,26 +133,174 @@ __device__ static inline int chunk_tensor_of(const int64_t *start, int n, int64_
   return lo;
 }
 
-/* --- the one elementwise launcher ---------------------------------------------- */
+/* --- atomics: one thread at a time on the host grid, so plain there ------------------ */
+
+MX_HD static inline void atomic_add_i64(int64_t *p, int64_t v) {
+#ifdef __CUDA_ARCH__
+  atomicAdd((unsigned long long *)p, (unsigned long long)v);
+#else
+  *p += v;
+#endif
+}
+
+/* *p = v; returns the old value. */
+MX_HD static inline int atomic_exchange_int(int *p, int v) {
+#ifdef __CUDA_ARCH__
+  return atomicExch(p, v);
+#else
+  int old = *p;
+  *p = v;
+  return old;
+#endif
+}
+
+/* A 32-bit counter in shared memory. */
+MX_HD static inline void atomic_add_u32(unsigned *p, unsigned v) {
+#ifdef __CUDA_ARCH__
+  atomicAdd(p, v);
+#else
+  *p += v;
+#endif
+}
+
+/* --- the launchers ------------------------------------------------------------------ */
 
 #define THREADS_PER_BLOCK 256
 
-/* op(i) for every linear index i in [0, n), grid-stride. op carries its
- * views (mx_kview) by value in the kernel's argument. */
+/* One thread's place in its grid (1-d grids and blocks). */
+struct grid_pos {
+  int64_t block, thread, blocks, threads;
+};
+
+/* op(i) for this thread's linear indices i in [0, n), grid-stride. */
 template <class Op>
-__global__ void elementwise_kernel(int64_t n, Op op) {
-  int64_t step = (int64_t)blockDim.x * gridDim.x;
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) op(i);
+MX_HD static inline void grid_stride(const grid_pos &at, int64_t n, const Op &op) {
+  int64_t step = at.threads * at.blocks;
+  for (int64_t i = at.block * at.threads + at.thread; i < n; i += step) op(i);
 }
 
+/* The blocks of THREADS_PER_BLOCK threads that cover n, at most the cap. */
+static inline int64_t grid_blocks(int64_t n) {
+  int64_t blocks = (n + THREADS_PER_BLOCK - 1) / THREADS_PER_BLOCK;
+  return blocks > mx__cuda_max_blocks() ? mx__cuda_max_blocks() : blocks;
+}
+
+/* A block reduction's body, for launch_block_reduce below:
+ *   typedef ... partial;                         what a thread accumulates
+ *   int64_t items;                               one block reduces one item at a time
+ *   partial thread_partial(item, thread, threads) const;   the thread's own part of the item
+ *   partial combine(partial a, partial b) const; a (lower threads) with b
+ *   void finish(item, partial all) const;        stores the item's result
+ * The threads' partials are combined by a tree in shared memory: at each
+ * step thread t < half combines its slot with slot t + half. */
+
+/* A block-counting body, for launch_block_counts below: each block's
+ * threads count into the block's shared memory, then add the counts to
+ * global memory, in three phases between barriers:
+ *   typedef ... shared;                               the block's counters
+ *   void clear(shared &s, const grid_pos &at) const;  zeroes this thread's share of s
+ *   void count(shared &s, const grid_pos &at) const;  this thread's elements (atomic_add_u32 into s)
+ *   void publish(const shared &s, const grid_pos &at) const;  this thread's share of s into global memory */
+
+#ifdef MX_CUDA_HOST_GRID
+#include "kernels/cuda/host_grid.h"
+#else
+
+__device__ static inline grid_pos device_pos() {
+  grid_pos at = {blockIdx.x, threadIdx.x, gridDim.x, blockDim.x};
+  return at;
+}
+
+/* op carries its views (mx_kview) by value in the kernel's argument. */
+template <class Op>
+__global__ void elementwise_kernel(int64_t n, Op op) {
+  grid_stride(device_pos(), n, op);
+}
+
+/* op(i) for every linear index i in [0, n). */
 template <class Op>
 static inline mx_status launch_elementwise(const char *what, int64_t n, Op op) {
   if (n <= 0) return MX_OK; /* an empty grid is an invalid configuration */
-  int64_t blocks = (n + THREADS_PER_BLOCK - 1) / THREADS_PER_BLOCK;
-  if (blocks > mx__cuda_max_blocks()) blocks = mx__cuda_max_blocks();
-  elementwise_kernel<<<(unsigned)blocks, THREADS_PER_BLOCK, 0, mx__cuda_stream()>>>(n, op);
+  elementwise_kernel<<<(unsigned)grid_blocks(n), THREADS_PER_BLOCK, 0, mx__cuda_stream()>>>(n, op);
   MX_CUDA_CHECK_LAUNCH(what);
   return MX_OK;
 }
+
+/* The body stays in the parameter space (__grid_constant__: no per-thread
+ * copy of a large body, such as a multi-tensor chunk, for the indexing). */
+template <class Body>
+__global__ void thread_kernel(const __grid_constant__ Body body) {
+  body(device_pos());
+}
+
+/* body(pos) on each thread of blocks x threads. */
+template <class Body>
+static inline mx_status launch_threads(const char *what, int64_t blocks, int64_t threads, const Body &body) {
+  thread_kernel<<<(unsigned)blocks, (unsigned)threads, 0, mx__cuda_stream()>>>(body);
+  MX_CUDA_CHECK_LAUNCH(what);
+  return MX_OK;
+}
+
+/* Block b reduces items b, b + blocks, ...; threads a power of two of at
+ * most MAX_THREADS. */
+template <unsigned MAX_THREADS, class Body>
+__global__ void block_reduce_kernel(Body body) {
+  __shared__ typename Body::partial parts[MAX_THREADS];
+  for (int64_t item = blockIdx.x; item < body.items; item += gridDim.x) {
+    parts[threadIdx.x] = body.thread_partial(item, threadIdx.x, blockDim.x);
+    __syncthreads();
+    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+      if (threadIdx.x < half) parts[threadIdx.x] = body.combine(parts[threadIdx.x], parts[threadIdx.x + half]);
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) body.finish(item, parts[0]);
+    __syncthreads(); /* parts is reused for the next item */
+  }
+}
+
+template <unsigned MAX_THREADS, class Body>
+static inline mx_status launch_block_reduce(const char *what, int64_t blocks, unsigned threads, const Body &body) {
+  block_reduce_kernel<MAX_THREADS><<<(unsigned)blocks, threads, 0, mx__cuda_stream()>>>(body);
+  MX_CUDA_CHECK_LAUNCH(what);
+  return MX_OK;
+}
+
+template <class Body>
+__global__ void block_counts_kernel(const __grid_constant__ Body body) {
+  __shared__ typename Body::shared s;
+  grid_pos at = device_pos();
+  body.clear(s, at);
+  __syncthreads();
+  body.count(s, at);
+  __syncthreads();
+  body.publish(s, at);
+}
+
+template <class Body>
+static inline mx_status launch_block_counts(const char *what, int64_t blocks, int64_t threads, const Body &body) {
+  block_counts_kernel<<<(unsigned)blocks, (unsigned)threads, 0, mx__cuda_stream()>>>(body);
+  MX_CUDA_CHECK_LAUNCH(what);
+  return MX_OK;
+}
+
+/* --- scratch memory from the stream's pool -------------------------------------------- */
+
+static inline mx_status scratch_alloc(void **p, size_t bytes) {
+  return MX_CUDA_STATUS(cudaMallocAsync(p, bytes, mx__cuda_stream()));
+}
+
+static inline mx_status scratch_free(void *p) { return MX_CUDA_STATUS(cudaFreeAsync(p, mx__cuda_stream())); }
+
+static inline mx_status scratch_zero(void *p, size_t bytes) {
+  return MX_CUDA_STATUS(cudaMemsetAsync(p, 0, bytes, mx__cuda_stream()));
+}
+
+/* Copies bytes of scratch to host memory, waiting for the stream. */
+static inline mx_status scratch_read(void *host, const void *p, size_t bytes) {
+  mx_status status = MX_CUDA_STATUS(cudaMemcpyAsync(host, p, bytes, cudaMemcpyDeviceToHost, mx__cuda_stream()));
+  return status == MX_OK ? MX_CUDA_STATUS(cudaStreamSynchronize(mx__cuda_stream())) : status;
+}
+
+#endif
 
 #endif

@@ -15,20 +15,20 @@
 
 /* Element i of a 5-d (n, c, d, h, w) operand of the geometry, as A. */
 template <class A>
-__device__ static inline A load5(const void *base, const int64_t *s, mx_dtype dtype, int64_t n, int64_t c,
-                                 int64_t d, int64_t h, int64_t w) {
+MX_HD static inline A load5(const void *base, const int64_t *s, mx_dtype dtype, int64_t n, int64_t c,
+                            int64_t d, int64_t h, int64_t w) {
   int64_t off = n * s[0] + c * s[1] + d * s[2] + h * s[3] + w * s[4];
   return (A)mx_element_load((const char *)base + off * dtype_bytes(dtype), dtype);
 }
 
-__device__ static inline void store5(void *base, const int64_t *s, mx_dtype dtype, int64_t n, int64_t c, int64_t d,
-                                     int64_t h, int64_t w, double v) {
+MX_HD static inline void store5(void *base, const int64_t *s, mx_dtype dtype, int64_t n, int64_t c, int64_t d,
+                                int64_t h, int64_t w, double v) {
   int64_t off = n * s[0] + c * s[1] + d * s[2] + h * s[3] + w * s[4];
   mx_element_store((char *)base + off * dtype_bytes(dtype), dtype, v);
 }
 
 /* Linear index e over (a, b, c[0], c[1], c[2]) as its five coordinates. */
-__device__ static inline void unravel5(int64_t e, int64_t b, const int64_t *c, int64_t *out) {
+MX_HD static inline void unravel5(int64_t e, int64_t b, const int64_t *c, int64_t *out) {
   out[4] = e % c[2], e /= c[2];
   out[3] = e % c[1], e /= c[1];
   out[2] = e % c[0], e /= c[0];
@@ -40,7 +40,7 @@ template <class A>
 struct forward_op {
   mx_conv_geom g;
   mx_dtype dtype;
-  __device__ void operator()(int64_t e) const {
+  MX_HD void operator()(int64_t e) const {
     int64_t C_out = g.G * g.OCg, q[5];
     unravel5(e, C_out, g.out, q);
     int64_t n = q[0], oc = q[1], ic0 = oc / g.OCg * g.ICg;
@@ -71,7 +71,7 @@ template <class A>
 struct backward_data_op {
   mx_conv_geom g;
   mx_dtype dtype;
-  __device__ void operator()(int64_t e) const {
+  MX_HD void operator()(int64_t e) const {
     int64_t C_in = g.G * g.ICg, q[5];
     unravel5(e, C_in, g.in, q);
     int64_t n = q[0], ic = q[1], c = ic % g.ICg, oc0 = ic / g.ICg * g.OCg;
@@ -101,7 +101,7 @@ template <class A>
 struct backward_weight_op {
   mx_conv_geom g;
   mx_dtype dtype;
-  __device__ void operator()(int64_t e) const {
+  MX_HD void operator()(int64_t e) const {
     int64_t q[5];
     unravel5(e, g.ICg, g.k, q);
     int64_t oc = q[0], c = q[1], ic = oc / g.OCg * g.ICg + c;

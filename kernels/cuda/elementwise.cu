@@ -15,7 +15,7 @@
  * rounds once to float16/bfloat16); integers load and store exactly, with
  * the CPU kernels' C casts (int32 and uint8 wrap, bool is v != 0). */
 template <class T>
-__device__ static inline T load_as(const char *p, mx_dtype dtype) {
+MX_HD static inline T load_as(const char *p, mx_dtype dtype) {
   if constexpr (std::is_integral<T>::value) {
     switch (dtype) {
     case MX_I64: return *(const int64_t *)p;
@@ -29,7 +29,7 @@ __device__ static inline T load_as(const char *p, mx_dtype dtype) {
 }
 
 template <class T>
-__device__ static inline void store_as(char *p, mx_dtype dtype, T v) {
+MX_HD static inline void store_as(char *p, mx_dtype dtype, T v) {
   if constexpr (std::is_integral<T>::value) {
     switch (dtype) {
     case MX_I64: *(int64_t *)p = v; break;
@@ -45,7 +45,7 @@ __device__ static inline void store_as(char *p, mx_dtype dtype, T v) {
 /* --- the functions of kernels/elementwise.def -------------------------------- */
 
 template <class T>
-__device__ static inline T unary_value(int code, T x, T a, T b) {
+MX_HD static inline T unary_value(int code, T x, T a, T b) {
   if constexpr (std::is_integral<T>::value) {
     switch (code) {
 #define MX_UNARY_INT_FN(code, expr) \
@@ -63,7 +63,7 @@ __device__ static inline T unary_value(int code, T x, T a, T b) {
 }
 
 template <class T>
-__device__ static inline T binary_value(int code, T x, T y, T a) {
+MX_HD static inline T binary_value(int code, T x, T y, T a) {
   if constexpr (std::is_integral<T>::value) {
     switch (code) {
 #define MX_BINARY_INT_FN(code, expr) \
@@ -81,7 +81,7 @@ __device__ static inline T binary_value(int code, T x, T y, T a) {
 }
 
 template <class T>
-__device__ static inline bool compare_value(int code, T x, T y) {
+MX_HD static inline bool compare_value(int code, T x, T y) {
   switch (code) {
 #define MX_COMPARE_FN(code, expr) \
   case MX_BIN_##code: return (expr);
@@ -97,7 +97,7 @@ struct unary_op {
   mx_kview out, in;
   int code;
   T a, b;
-  __device__ void operator()(int64_t i) const {
+  MX_HD void operator()(int64_t i) const {
     T x = load_as<T>(element(in, i), in.dtype);
     store_as<T>(element(out, i), out.dtype, unary_value<T>(code, x, a, b));
   }
@@ -109,7 +109,7 @@ struct binary_op {
   mx_kview out, x, y;
   int code;
   T alpha;
-  __device__ void operator()(int64_t i) const {
+  MX_HD void operator()(int64_t i) const {
     T xv = load_as<T>(element(x, i), x.dtype), yv = load_as<T>(element(y, i), y.dtype);
     char *o = element(out, i);
     if (code >= MX_BIN_EQ)
@@ -121,7 +121,7 @@ struct binary_op {
 
 struct where_op {
   mx_kview out, cond, x, y;
-  __device__ void operator()(int64_t i) const {
+  MX_HD void operator()(int64_t i) const {
     const mx_kview &pick = *(const bool *)element(cond, i) ? x : y;
     int64_t bytes = dtype_bytes(out.dtype);
     store_bits(element(out, i), bytes, load_bits(element(pick, i), bytes));

@@ -18,25 +18,25 @@ struct bad_index_slot {
   long long index;
 };
 
-__device__ static void note_bad(bad_index_slot *slot, int64_t k) {
-  if (atomicExch(&slot->found, 1) == 0) slot->index = k;
+MX_HD static void note_bad(bad_index_slot *slot, int64_t k) {
+  if (atomic_exchange_int(&slot->found, 1) == 0) slot->index = k;
 }
 
 /* The element offset of coordinates c in v. */
-__device__ static int64_t offset_of(const mx_kview &v, const int64_t *c) {
+MX_HD static int64_t offset_of(const mx_kview &v, const int64_t *c) {
   int64_t off = 0;
   for (int d = 0; d < v.ndim; d++) off += c[d] * v.strides[d];
   return off;
 }
 
-__device__ static void unravel(int64_t linear, int ndim, const int64_t *shape, int64_t *c) {
+MX_HD static void unravel(int64_t linear, int ndim, const int64_t *shape, int64_t *c) {
   for (int d = ndim - 1; d >= 0; d--) {
     c[d] = linear % shape[d];
     linear /= shape[d];
   }
 }
 
-__device__ static char *at(const mx_kview &v, int64_t offset) { return (char *)v.data + offset * dtype_bytes(v.dtype); }
+MX_HD static char *at(const mx_kview &v, int64_t offset) { return (char *)v.data + offset * dtype_bytes(v.dtype); }
 
 /* out[c] = x[c with c[dim] = index[c]] (gather) or x[c with c[dim] =
  * index[c[dim]]] (index_select, a 1-d index). */
@@ -45,7 +45,7 @@ struct select_op {
   int dim;
   bool one_d_index;
   bad_index_slot *bad;
-  __device__ void operator()(int64_t i) const {
+  MX_HD void operator()(int64_t i) const {
     int64_t c[MX_MAX_DIMS];
     unravel(i, out.ndim, out.shape, c);
     int64_t k = *(const int64_t *)at(index, one_d_index ? c[dim] * index.strides[0] : offset_of(index, c));
@@ -70,7 +70,7 @@ struct write_line_op {
   double alpha;
   int64_t line_shape[MX_MAX_DIMS]; /* src's shape with 1 along dim */
   bad_index_slot *bad;
-  __device__ void operator()(int64_t line) const {
+  MX_HD void operator()(int64_t line) const {
     int64_t c[MX_MAX_DIMS];
     unravel(line, src.ndim, line_shape, c);
     for (int64_t j = 0; j < src.shape[dim]; j++) {
@@ -97,14 +97,12 @@ template <class Op>
 static mx_status run_checked(const char *op_name, const char *launch_name, int64_t n, Op op, int dim,
                              int64_t size) {
   bad_index_slot host = {0, 0}, *slot = NULL;
-  MX_CUDA_CHECK(cudaMallocAsync((void **)&slot, sizeof *slot, mx__cuda_stream()));
-  mx_status status = MX_CUDA_STATUS(cudaMemsetAsync(slot, 0, sizeof *slot, mx__cuda_stream()));
+  MX__RETURN_IF_FAILED(scratch_alloc((void **)&slot, sizeof *slot));
+  mx_status status = scratch_zero(slot, sizeof *slot);
   op.bad = slot;
   if (status == MX_OK) status = launch_elementwise(launch_name, n, op);
-  if (status == MX_OK)
-    status = MX_CUDA_STATUS(cudaMemcpyAsync(&host, slot, sizeof host, cudaMemcpyDeviceToHost, mx__cuda_stream()));
-  if (status == MX_OK) status = MX_CUDA_STATUS(cudaStreamSynchronize(mx__cuda_stream()));
-  cudaFreeAsync(slot, mx__cuda_stream());
+  if (status == MX_OK) status = scratch_read(&host, slot, sizeof host);
+  (void)scratch_free(slot); /* a failed free leaves the call's status as it is */
   if (status == MX_OK && host.found)
     return mx__error(MX_INDEX_ERROR, "%s: index %lld out of range for dim %d of size %lld", op_name, host.index,
                      dim, (long long)size);

@@ -96,7 +96,7 @@ static mx_status blas_matmul(const mx_kview *out, const mx_kview *a, const mx_kv
  * products summed in k order, one thread per element. */
 struct reference_matmul_op {
   mx_kview out, a, b;
-  __device__ void operator()(int64_t e) const {
+  MX_HD void operator()(int64_t e) const {
     int64_t M = out.shape[1], N = out.shape[2], K = a.shape[2];
     int64_t bi = e / (M * N), i = e / N % M, j = e % N;
     float acc = 0;

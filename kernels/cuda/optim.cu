@@ -25,8 +25,8 @@ struct step_list {
 struct sgd_update {
   mx_sgd_hparams h;
   bool first; /* the momentum buffer's first step */
-  __device__ void begin(const mx_optim_item &it) { first = it.step && *it.step == 0; }
-  __device__ double element(const mx_optim_item &it, int64_t k, double p, double g, bool f64) const {
+  MX_HD void begin(const mx_optim_item &it) { first = it.step && *it.step == 0; }
+  MX_HD double element(const mx_optim_item &it, int64_t k, double p, double g, bool f64) const {
     return mx_sgd_step_element(it.state[0], k, p, g, first, &h, f64);
   }
 };
@@ -34,49 +34,57 @@ struct sgd_update {
 struct adam_update {
   mx_adam_hparams h;
   mx_adam_factors f;
-  __device__ void begin(const mx_optim_item &it) { f = mx_adam_factors_of(&h, *it.step + 1); }
-  __device__ double element(const mx_optim_item &it, int64_t k, double p, double g, bool f64) const {
+  MX_HD void begin(const mx_optim_item &it) { f = mx_adam_factors_of(&h, *it.step + 1); }
+  MX_HD double element(const mx_optim_item &it, int64_t k, double p, double g, bool f64) const {
     return mx_adam_step_element(it.state, k, p, g, &h, f, f64);
   }
 };
 
-static_assert(sizeof(optim_chunk) + sizeof(adam_update) + 2 * sizeof(float *) <= 4096 &&
+/* Every thread walks the chunk's flat index space grid-stride; found_inf
+ * set: the whole launch writes nothing. */
+template <class Update>
+struct optim_op {
+  optim_chunk c;
+  Update u;
+  const float *found_inf, *grad_scale;
+  MX_HD void operator()(const grid_pos &at) const {
+    if (found_inf && *found_inf != 0.0f) return;
+    Update mine = u; /* begin() keeps the current parameter's part here */
+    float inv_scale = grad_scale ? mx_amp_inv_scale(*grad_scale) : 1.0f;
+    int64_t total = c.start[c.n];
+    int64_t stride = at.threads * at.blocks;
+    int current = -1;
+    for (int64_t i = at.block * at.threads + at.thread; i < total; i += stride) {
+      int t = chunk_tensor_of(c.start, c.n, i);
+      const mx_optim_item &it = c.items[t];
+      if (t != current) {
+        mine.begin(it);
+        current = t;
+      }
+      int64_t k = i - c.start[t];
+      bool f64 = it.param.dtype == MX_F64;
+      double g = mx_element_load(element(it.grad, k), it.grad.dtype);
+      if (grad_scale) g = mx_optim_unscale(g, inv_scale, f64);
+      char *p = element(it.param, k);
+      mx_element_store(p, it.param.dtype, mine.element(it, k, mx_element_load(p, it.param.dtype), g, f64));
+    }
+  }
+};
+
+static_assert(sizeof(optim_op<adam_update>) <= 4096 &&
                   sizeof(sgd_update) <= sizeof(adam_update),
               "an optimizer launch's arguments must fit the 4 KiB parameter space");
 
-/* Every thread walks the chunk's flat index space grid-stride; found_inf
- * set: the whole launch writes nothing. The chunk stays in the parameter
- * space (__grid_constant__: no per-thread copy for the indexing). */
-template <class Update>
-__global__ void optim_kernel(const __grid_constant__ optim_chunk c, Update u, const float *found_inf,
-                             const float *grad_scale) {
-  if (found_inf && *found_inf != 0.0f) return;
-  float inv_scale = grad_scale ? mx_amp_inv_scale(*grad_scale) : 1.0f;
-  int64_t total = c.start[c.n];
-  int64_t stride = (int64_t)blockDim.x * gridDim.x;
-  int current = -1;
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
-    int t = chunk_tensor_of(c.start, c.n, i);
-    const mx_optim_item &it = c.items[t];
-    if (t != current) {
-      u.begin(it);
-      current = t;
-    }
-    int64_t k = i - c.start[t];
-    bool f64 = it.param.dtype == MX_F64;
-    double g = mx_element_load(element(it.grad, k), it.grad.dtype);
-    if (grad_scale) g = mx_optim_unscale(g, inv_scale, f64);
-    char *p = element(it.param, k);
-    mx_element_store(p, it.param.dtype, u.element(it, k, mx_element_load(p, it.param.dtype), g, f64));
-  }
-}
-
 /* One thread per parameter, launched after the update so that no thread of
  * it still reads the old count. */
-__global__ void count_steps_kernel(step_list s, const float *found_inf) {
-  if (found_inf && *found_inf != 0.0f) return;
-  if ((int)threadIdx.x < s.n) *s.step[threadIdx.x] += 1;
-}
+struct count_steps_op {
+  step_list s;
+  const float *found_inf;
+  MX_HD void operator()(const grid_pos &at) const {
+    if (found_inf && *found_inf != 0.0f) return;
+    if (at.thread < s.n) *s.step[at.thread] += 1;
+  }
+};
 
 template <class Update>
 static mx_status launch(const char *what, int n, const mx_optim_item *items, Update u, const float *found_inf,
@@ -96,14 +104,12 @@ static mx_status launch(const char *what, int n, const mx_optim_item *items, Upd
       if (it->step) s.step[s.n++] = it->step;
     }
     if (c.start[c.n] > 0) { /* an empty grid is an invalid configuration */
-      int64_t blocks = (c.start[c.n] + THREADS_PER_BLOCK - 1) / THREADS_PER_BLOCK;
-      if (blocks > mx__cuda_max_blocks()) blocks = mx__cuda_max_blocks();
-      optim_kernel<<<(unsigned)blocks, THREADS_PER_BLOCK, 0, mx__cuda_stream()>>>(c, u, found_inf, grad_scale);
-      MX_CUDA_CHECK_LAUNCH(what);
+      optim_op<Update> op = {c, u, found_inf, grad_scale};
+      MX__RETURN_IF_FAILED(launch_threads(what, grid_blocks(c.start[c.n]), THREADS_PER_BLOCK, op));
     }
     if (s.n > 0) {
-      count_steps_kernel<<<1, PARAMS_PER_LAUNCH, 0, mx__cuda_stream()>>>(s, found_inf);
-      MX_CUDA_CHECK_LAUNCH("launch of kernel optim_count_steps");
+      count_steps_op count = {s, found_inf};
+      MX__RETURN_IF_FAILED(launch_threads("launch of kernel optim_count_steps", 1, PARAMS_PER_LAUNCH, count));
     }
   }
   return MX_OK;

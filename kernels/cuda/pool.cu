@@ -8,12 +8,12 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/pool_geom.h"
 
-__device__ static inline const char *at(const void *base, int64_t i, mx_dtype dtype) {
+MX_HD static inline const char *at(const void *base, int64_t i, mx_dtype dtype) {
   return (const char *)base + i * dtype_bytes(dtype);
 }
 
 /* Output o of all planes' outputs: its plane and coordinates. */
-__device__ static inline void output_coords(const mx_pool_geom &g, int64_t e, int64_t *plane, int64_t *o) {
+MX_HD static inline void output_coords(const mx_pool_geom &g, int64_t e, int64_t *plane, int64_t *o) {
   int64_t out_plane = mx_pool_volume(g.out);
   *plane = e / out_plane;
   int64_t r = e % out_plane;
@@ -23,7 +23,7 @@ __device__ static inline void output_coords(const mx_pool_geom &g, int64_t e, in
 struct max_pool_op {
   mx_pool_geom g;
   mx_kview out, indices, x;
-  __device__ void operator()(int64_t e) const {
+  MX_HD void operator()(int64_t e) const {
     int64_t plane, o[3];
     output_coords(g, e, &plane, o);
     const char *xp = at(x.data, plane * mx_pool_volume(g.in), x.dtype);
@@ -47,7 +47,7 @@ struct max_pool_op {
 struct max_pool_backward_op {
   mx_pool_geom g;
   mx_kview dx, dy, indices;
-  __device__ void operator()(int64_t plane) const {
+  MX_HD void operator()(int64_t plane) const {
     int64_t in_plane = mx_pool_volume(g.in), out_plane = mx_pool_volume(g.out);
     char *dp = (char *)at(dx.data, plane * in_plane, dx.dtype);
     for (int64_t i = 0; i < in_plane; i++) mx_element_store(dp + i * dtype_bytes(dx.dtype), dx.dtype, 0.0);
@@ -73,8 +73,8 @@ struct max_pool_backward_op {
 
 /* The window's divisor: its whole volume when the padding counts, else
  * the elements inside the input (the product of each dim's count). */
-__device__ static double divisor(const mx_pool_geom &g, bool count_include_pad, int64_t o0, int64_t o1,
-                                 int64_t o2) {
+MX_HD static double divisor(const mx_pool_geom &g, bool count_include_pad, int64_t o0, int64_t o1,
+                            int64_t o2) {
   if (count_include_pad) return (double)mx_pool_volume(g.k);
   const int64_t o[3] = {o0, o1, o2};
   double n = 1;
@@ -93,7 +93,7 @@ struct avg_pool_op {
   mx_pool_geom g;
   mx_kview out, x;
   bool count_include_pad;
-  __device__ void operator()(int64_t e) const {
+  MX_HD void operator()(int64_t e) const {
     int64_t plane, o[3];
     output_coords(g, e, &plane, o);
     const char *xp = at(x.data, plane * mx_pool_volume(g.in), x.dtype);
@@ -108,7 +108,7 @@ struct avg_pool_backward_op {
   mx_pool_geom g;
   mx_kview dx, dy;
   bool count_include_pad;
-  __device__ void operator()(int64_t plane) const {
+  MX_HD void operator()(int64_t plane) const {
     int64_t in_plane = mx_pool_volume(g.in), out_plane = mx_pool_volume(g.out);
     char *dp = (char *)at(dx.data, plane * in_plane, dx.dtype);
     for (int64_t i = 0; i < in_plane; i++) mx_element_store(dp + i * dtype_bytes(dx.dtype), dx.dtype, 0.0);

@@ -28,7 +28,7 @@ struct partial {
   bool empty;    /* no element yet */
 };
 
-__device__ static partial empty_partial(int code) {
+MX_HD static partial empty_partial(int code) {
   partial p;
   p.value = p.ivalue = code == MX_RED_PROD ? 1 : 0;
   p.index = 0;
@@ -39,7 +39,7 @@ __device__ static partial empty_partial(int code) {
 
 /* Element k (value v, its int64 when the dtype is int64) folded into p, in
  * the CPU's reduce_one's terms. */
-__device__ static void fold(int code, partial *p, double v, int64_t iv, bool integer, int64_t k) {
+MX_HD static void fold(int code, partial *p, double v, int64_t iv, bool integer, int64_t k) {
   switch (code) {
   case MX_RED_SUM:
     if (integer) p->ivalue = mx_wrap_add(p->ivalue, iv);
@@ -66,7 +66,7 @@ __device__ static void fold(int code, partial *p, double v, int64_t iv, bool int
 /* a and b over disjoint elements. For max/min: NaN wins, then the larger
  * (smaller) value, and among equals the lower index: what a walk in index
  * order keeps, whichever partial holds the lower indices. */
-__device__ static partial combine(int code, partial a, partial b) {
+MX_HD static partial combine(int code, partial a, partial b) {
   if (a.empty) return b;
   if (b.empty) return a;
   switch (code) {
@@ -88,15 +88,21 @@ __device__ static partial combine(int code, partial a, partial b) {
   return a;
 }
 
-__global__ void reduce_kernel(int code, mx_reduce_plan p, mx_kview in, mx_kview out, bool has_out, mx_kview index,
-                              bool has_index) {
-  __shared__ partial parts[REDUCE_THREADS];
-  bool integer = !mx_dtype_floating(in.dtype);
-  int64_t chunk = (p.inner_numel + blockDim.x - 1) / blockDim.x;
-  for (int64_t o = blockIdx.x; o < p.outputs; o += gridDim.x) {
+/* One item per output element (common.cuh's launch_block_reduce): each thread
+ * folds a contiguous chunk of the reduced sub-space in order. */
+struct reduce_body {
+  typedef ::partial partial;
+  int code;
+  mx_reduce_plan p;
+  mx_kview in, out, index;
+  bool has_out, has_index;
+  int64_t items;
+  MX_HD partial thread_partial(int64_t o, int64_t thread, int64_t threads) const {
+    bool integer = !mx_dtype_floating(in.dtype);
+    int64_t chunk = (p.inner_numel + threads - 1) / threads;
     int64_t in_off = mx_strided_offset(o, p.n_outer, p.outer_shape, p.outer_in);
     partial mine = empty_partial(code);
-    int64_t k0 = threadIdx.x * chunk, k1 = k0 + chunk < p.inner_numel ? k0 + chunk : p.inner_numel;
+    int64_t k0 = thread * chunk, k1 = k0 + chunk < p.inner_numel ? k0 + chunk : p.inner_numel;
     for (int64_t k = k0; k < k1; k++) {
       const char *ptr = (const char *)in.data +
                         (in_off + mx_strided_offset(k, p.n_inner, p.inner_shape, p.inner_in)) * dtype_bytes(in.dtype);
@@ -104,29 +110,23 @@ __global__ void reduce_kernel(int code, mx_reduce_plan p, mx_kview in, mx_kview 
       int64_t iv = in.dtype == MX_I64 ? *(const int64_t *)ptr : (int64_t)v;
       fold(code, &mine, v, iv, integer, k);
     }
-    parts[threadIdx.x] = mine;
-    __syncthreads();
-    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
-      if (threadIdx.x < half) parts[threadIdx.x] = combine(code, parts[threadIdx.x], parts[threadIdx.x + half]);
-      __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-      partial r = parts[0];
-      if (has_index)
-        *((int64_t *)index.data + mx_strided_offset(o, p.n_outer, p.outer_shape, p.outer_idx)) = r.index;
-      if (has_out) {
-        char *dst = (char *)out.data + mx_strided_offset(o, p.n_outer, p.outer_shape, p.outer_out) *
-                                           dtype_bytes(out.dtype);
-        bool sum_or_prod = code == MX_RED_SUM || code == MX_RED_PROD;
-        if (code == MX_RED_ALL || code == MX_RED_ANY) *(bool *)dst = r.flag;
-        else if (out.dtype == MX_I64 && ((integer && sum_or_prod) || in.dtype == MX_I64)) *(int64_t *)dst = r.ivalue;
-        else if (integer && sum_or_prod) mx_element_store(dst, out.dtype, (double)r.ivalue);
-        else mx_element_store(dst, out.dtype, r.value);
-      }
-    }
-    __syncthreads(); /* parts is reused for the next output */
+    return mine;
   }
-}
+  MX_HD partial combine(partial a, partial b) const { return ::combine(code, a, b); }
+  MX_HD void finish(int64_t o, partial r) const {
+    bool integer = !mx_dtype_floating(in.dtype);
+    if (has_index) *((int64_t *)index.data + mx_strided_offset(o, p.n_outer, p.outer_shape, p.outer_idx)) = r.index;
+    if (has_out) {
+      char *dst = (char *)out.data + mx_strided_offset(o, p.n_outer, p.outer_shape, p.outer_out) *
+                                         dtype_bytes(out.dtype);
+      bool sum_or_prod = code == MX_RED_SUM || code == MX_RED_PROD;
+      if (code == MX_RED_ALL || code == MX_RED_ANY) *(bool *)dst = r.flag;
+      else if (out.dtype == MX_I64 && ((integer && sum_or_prod) || in.dtype == MX_I64)) *(int64_t *)dst = r.ivalue;
+      else if (integer && sum_or_prod) mx_element_store(dst, out.dtype, (double)r.ivalue);
+      else mx_element_store(dst, out.dtype, r.value);
+    }
+  }
+};
 
 mx_status mx__cuda_reduce(int code, const mx_kview *out, const mx_kview *index, const mx_kview *in, uint32_t mask) {
   if (code < MX_RED_SUM || code > MX_RED_ANY)
@@ -137,12 +137,17 @@ mx_status mx__cuda_reduce(int code, const mx_kview *out, const mx_kview *index, 
   unsigned threads = 32;
   while (threads < REDUCE_THREADS && threads < p.inner_numel) threads *= 2;
   int64_t blocks = p.outputs < mx__cuda_max_blocks() ? p.outputs : mx__cuda_max_blocks();
-  mx_kview none;
-  memset(&none, 0, sizeof none);
-  reduce_kernel<<<(unsigned)blocks, threads, 0, mx__cuda_stream()>>>(code, p, *in, out ? *out : none, out != NULL,
-                                                                    index ? *index : none, index != NULL);
-  MX_CUDA_CHECK_LAUNCH("launch of kernel reduce");
-  return MX_OK;
+  reduce_body body;
+  memset(&body, 0, sizeof body);
+  body.code = code;
+  body.p = p;
+  body.in = *in;
+  if (out) body.out = *out;
+  if (index) body.index = *index;
+  body.has_out = out != NULL;
+  body.has_index = index != NULL;
+  body.items = p.outputs;
+  return launch_block_reduce<REDUCE_THREADS>("launch of kernel reduce", blocks, threads, body);
 }
 
 /* --- scans ------------------------------------------------------------------------ */
@@ -152,7 +157,7 @@ struct scan_op {
   bool reverse;
   mx_kview out, in;
   int64_t in_size, out_size;
-  __device__ void operator()(int64_t line) const {
+  MX_HD void operator()(int64_t line) const {
     mx_scan_line(code, &out, &in, in_size, out_size, dim, reverse, line);
   }
 };

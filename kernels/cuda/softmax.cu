@@ -10,7 +10,7 @@ struct softmax_op {
   int dim;
   bool log_softmax;
   int64_t line_shape[MX_MAX_DIMS]; /* x's shape with 1 along dim */
-  __device__ void operator()(int64_t line) const {
+  MX_HD void operator()(int64_t line) const {
     int64_t xo = mx_strided_offset(line, x.ndim, line_shape, x.strides);
     int64_t oo = mx_strided_offset(line, out.ndim, line_shape, out.strides);
     int64_t len = x.shape[dim], xs = x.strides[dim], os = out.strides[dim];

@@ -13,7 +13,7 @@ struct sort_op {
   int dim;
   bool descending;
   int64_t *scratch; /* 2 * len per line */
-  __device__ void operator()(int64_t line) const {
+  MX_HD void operator()(int64_t line) const {
     int64_t *mine = scratch + 2 * len * line;
     mx_sort_line(&values, &indices, &in, elem_size, dim, descending, line, mine, mine + len);
   }
@@ -33,8 +33,8 @@ mx_status mx__cuda_sort(const mx_kview *values, const mx_kview *indices, const m
   op.descending = descending;
   op.scratch = NULL;
   size_t bytes = sizeof(int64_t) * 2 * (size_t)len * (size_t)lines;
-  MX_CUDA_CHECK(cudaMallocAsync((void **)&op.scratch, bytes, mx__cuda_stream()));
+  MX__RETURN_IF_FAILED(scratch_alloc((void **)&op.scratch, bytes));
   mx_status status = launch_elementwise("launch of kernel sort", lines, op);
-  mx_status freed = MX_CUDA_STATUS(cudaFreeAsync(op.scratch, mx__cuda_stream()));
+  mx_status freed = scratch_free(op.scratch);
   return status != MX_OK ? status : freed;
 }

@@ -1,0 +1,276 @@
+/* Host-run CUDA kernels against the CPU backend (tests/gpu/host_grid.h):
+ * the block reductions (reduce, batch norm's channel sums) over simulated
+ * shared memory, scans, sorts, softmax, batch norm's affine, pooling, the
+ * direct convolution kernels and the integer matmul, on random shapes. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/conv_check.h"
+#include "kernels/cuda/conv_cudnn.h"
+#include "tests/gpu/host_grid.h"
+
+static const mx_backend &cpu = mx__cpu_backend;
+
+/* cuDNN cannot run here: it declines every case, so the direct kernels
+ * (kernels/cuda/conv.cu) run them all. */
+mx_status mx__cudnn_conv(mx_conv_kind, const mx_kview *, const mx_kview *, const mx_kview *, const mx_conv_params *,
+                         bool *declined) {
+  *declined = true;
+  return MX_OK;
+}
+
+static layout any_layout(rng &r, bool input) { return (layout)r.range(0, input ? LAYOUT_COUNT - 1 : BROADCAST - 1); }
+
+/* in's shape with size 1 along the dims of mask. */
+static void reduced_shape(const host_tensor &in, uint32_t mask, int64_t *shape) {
+  for (int d = 0; d < in.v.ndim; d++) shape[d] = mask & (1u << d) ? 1 : in.v.shape[d];
+}
+
+void test_reduce_scan_sort(rng &r) {
+  for (int round = 0; round < rounds(30); round++)
+    for (mx_dtype dtype : every_dtype) {
+      pick_grid_cap(r);
+      int ndim = (int)r.range(1, 4);
+      int64_t shape[4], out_shape[4];
+      /* long reduced runs now and then: more elements than the block's threads */
+      random_shape(r, ndim, r.range(0, 3) ? 9 : 40, 12, shape);
+      uint32_t mask = (uint32_t)r.range(1, (1 << ndim) - 1);
+      int code = (int)r.range(MX_RED_SUM, MX_RED_ANY);
+      bool exact_sums = r.range(0, 1);
+      host_tensor in = make_tensor(dtype, ndim, shape, any_layout(r, true), r);
+      fill_values(in, exact_sums ? SMALL_INT : AWKWARD, r);
+      reduced_shape(in, mask, out_shape);
+      bool integer = !mx_dtype_floating(dtype);
+      mx_dtype out_dtype = code == MX_RED_ALL || code == MX_RED_ANY                 ? MX_BOOL
+                           : (code == MX_RED_SUM || code == MX_RED_PROD) && integer ? MX_I64
+                                                                                    : dtype;
+      bool with_index = code == MX_RED_MAX || code == MX_RED_MIN, with_out = !with_index || r.range(0, 3);
+      describe("reduce %d of %s, %d dims, mask %#x, %s values", code, mx_dtype_name(dtype), ndim, mask,
+               exact_sums ? "small integer" : "awkward");
+      host_tensor a = make_tensor(out_dtype, ndim, out_shape, any_layout(r, false), r), b = a;
+      host_tensor ia = make_tensor(MX_I64, ndim, out_shape, any_layout(r, false), r), ib = ia;
+      mx_status sa = cpu.reduce(code, with_out ? &a.v : NULL, with_index ? &ia.v : NULL, &in.v, mask);
+      mx_status sb = mx__cuda_reduce(code, with_out ? &b.v : NULL, with_index ? &ib.v : NULL, &in.v, mask);
+      check_status(sa, sb, "reduce");
+      /* a float sum or product adds in another order: exact only on small integers, else within
+       rounding of the magnitudes added (up to 1e5 each) */
+      bool reordered = !integer && !exact_sums && (code == MX_RED_SUM || code == MX_RED_PROD);
+      same_values(a, b, reordered ? ulps(MX_F64, 1024) + ulps(out_dtype, 1) : 0, 1e6, "reduce");
+      same_values(ia, ib, 0, 0, "reduce indices");
+
+      int dim = (int)r.range(0, ndim - 1);
+      bool reverse = r.range(0, 1);
+      code = (int)r.range(MX_RED_SUM, MX_RED_PROD);
+      out_dtype = integer ? MX_I64 : dtype;
+      describe("scan %d of %s along %d of %d dims%s", code, mx_dtype_name(dtype), dim, ndim,
+               reverse ? ", reversed" : "");
+      a = make_tensor(out_dtype, ndim, shape, any_layout(r, false), r);
+      b = a;
+      check_status(cpu.scan(code, &a.v, &in.v, dim, reverse), mx__cuda_scan(code, &b.v, &in.v, dim, reverse), "scan");
+      same_values(a, b, 0, 0, "scan");
+
+      bool descending = r.range(0, 1);
+      describe("sort of %s along %d of %d dims%s", mx_dtype_name(dtype), dim, ndim, descending ? ", descending" : "");
+      fill_values(in, r.range(0, 1) ? SMALL_INT : AWKWARD, r); /* ties, and NaN */
+      a = make_tensor(dtype, ndim, shape, any_layout(r, false), r);
+      b = a;
+      ia = make_tensor(MX_I64, ndim, shape, any_layout(r, false), r);
+      ib = ia;
+      check_status(cpu.sort(&a.v, &ia.v, &in.v, dim, descending), mx__cuda_sort(&b.v, &ib.v, &in.v, dim, descending),
+                   "sort");
+      same_values(a, b, 0, 0, "sort values");
+      same_values(ia, ib, 0, 0, "sort indices");
+    }
+}
+
+void test_softmax(rng &r) {
+  for (int round = 0; round < rounds(20); round++)
+    for (mx_dtype dtype : float_dtypes) {
+      pick_grid_cap(r);
+      int ndim = (int)r.range(1, 4), dim = (int)r.range(0, ndim - 1);
+      int64_t shape[4];
+      random_shape(r, ndim, 12, 12, shape);
+      bool log_softmax = r.range(0, 1);
+      describe("%s of %s along %d of %d dims", log_softmax ? "log_softmax" : "softmax", mx_dtype_name(dtype), dim,
+               ndim);
+      host_tensor x = make_tensor(dtype, ndim, shape, any_layout(r, true), r);
+      fill_values(x, r.range(0, 3) ? POSITIVE : AWKWARD, r);
+      host_tensor a = make_tensor(dtype, ndim, shape, any_layout(r, false), r), b = a;
+      check_status(cpu.softmax(&a.v, &x.v, dim, log_softmax), mx__cuda_softmax(&b.v, &x.v, dim, log_softmax),
+                   "softmax");
+      /* the CPU's float32 lines take a vectorised float exp, within 2 ulp */
+      same_values(a, b, dtype == MX_F32 ? ulps(MX_F32, 8) : 0, dtype == MX_F32 ? 1e-30 : 0, "softmax");
+    }
+}
+
+/* A contiguous (C) vector of the (C) vectors' dtype for data of dtype. */
+static host_tensor channel_vector(mx_dtype dtype, int64_t channels, value_kind kind, rng &r) {
+  host_tensor t = make_tensor(dtype == MX_F64 ? MX_F64 : MX_F32, 1, &channels, CONTIGUOUS, r);
+  fill_values(t, kind, r);
+  return t;
+}
+
+void test_batch_norm(rng &r) {
+  for (int round = 0; round < rounds(24); round++)
+    for (mx_dtype dtype : float_dtypes) {
+      pick_grid_cap(r);
+      int ndim = (int)r.range(2, 4);
+      int64_t shape[4];
+      random_shape(r, ndim, 7, 0, shape);
+      shape[0] = r.range(1, 40); /* channels of up to 40 * 49 values: several runs each */
+      bool exact = r.range(0, 1);
+      describe("channel_affine and channel_sums of %s, %d dims, %s values", mx_dtype_name(dtype), ndim,
+               exact ? "small integer" : "awkward");
+      host_tensor x = make_tensor(dtype, ndim, shape, CONTIGUOUS, r),
+                  g = make_tensor(dtype, ndim, shape, CONTIGUOUS, r);
+      fill_values(x, exact ? SMALL_INT : AWKWARD, r);
+      fill_values(g, exact ? SMALL_INT : POSITIVE, r);
+      int64_t channels = shape[1];
+      host_tensor center = channel_vector(dtype, channels, SMALL_INT, r),
+                  scale = channel_vector(dtype, channels, POSITIVE, r);
+      host_tensor shift = channel_vector(dtype, channels, AWKWARD, r),
+                  gcenter = channel_vector(dtype, channels, SMALL_INT, r);
+      bool centered = r.range(0, 1);
+      host_tensor a = make_tensor(dtype, ndim, shape, CONTIGUOUS, r), b = a;
+      check_status(cpu.channel_affine(&a.v, &x.v, centered ? &center.v : NULL, &scale.v, &shift.v),
+                   mx__cuda_channel_affine(&b.v, &x.v, centered ? &center.v : NULL, &scale.v, &shift.v),
+                   "channel_affine");
+      same_values(a, b, 0, 0, "channel_affine");
+
+      host_tensor sum_a = channel_vector(dtype, channels, AWKWARD, r), sum_b = sum_a;
+      host_tensor dot_a = channel_vector(dtype, channels, AWKWARD, r), dot_b = dot_a;
+      bool want_sum = r.range(0, 3), want_dot = !want_sum || r.range(0, 1);
+      check_status(cpu.channel_sums(want_sum ? &sum_a.v : NULL, want_dot ? &dot_a.v : NULL, &x.v,
+                                    want_dot ? &g.v : NULL, centered ? &center.v : NULL, &gcenter.v),
+                   mx__cuda_channel_sums(want_sum ? &sum_b.v : NULL, want_dot ? &dot_b.v : NULL, &x.v,
+                                         want_dot ? &g.v : NULL, centered ? &center.v : NULL, &gcenter.v),
+                   "channel_sums");
+      /* the runs add in another order than the CPU: exact on small integers */
+      double rel = exact ? 0 : ulps(MX_F64, 1024) + ulps(sum_a.v.dtype, 1);
+      same_values(sum_a, sum_b, rel, 1e6, "channel_sums sum");
+      same_values(dot_a, dot_b, rel, 1e6, "channel_sums dot");
+    }
+}
+
+/* Pooling's parameters for `spatial` dims of in, and the output's shape. */
+static mx_pool_params pool_params(rng &r, int spatial, const int64_t *in, int64_t *out) {
+  mx_pool_params p;
+  memset(&p, 0, sizeof p);
+  p.spatial = spatial;
+  p.count_include_pad = r.range(0, 1);
+  out[0] = in[0], out[1] = in[1];
+  for (int i = 0; i < spatial; i++) {
+    p.kernel[i] = r.range(1, 3), p.stride[i] = r.range(1, 3), p.dilation[i] = r.range(1, 2);
+    p.padding[i] = r.range(0, p.kernel[i] / 2);
+    int64_t span = p.dilation[i] * (p.kernel[i] - 1) + 1;
+    int64_t size = in[2 + i] + 2 * p.padding[i];
+    out[2 + i] = size >= span ? (size - span) / p.stride[i] + 1 : 0;
+  }
+  return p;
+}
+
+void test_pool(rng &r) {
+  for (int round = 0; round < rounds(25); round++)
+    for (mx_dtype dtype : float_dtypes) {
+      pick_grid_cap(r);
+      int spatial = (int)r.range(1, 3);
+      int64_t in_shape[5], out_shape[5];
+      random_shape(r, 2 + spatial, 8, 0, in_shape);
+      for (int i = 0; i < spatial; i++) in_shape[2 + i] += 2;
+      mx_pool_params p = pool_params(r, spatial, in_shape, out_shape);
+      bool empty = false;
+      for (int i = 0; i < 2 + spatial; i++) empty |= out_shape[i] == 0;
+      if (empty) continue;
+      int nd = 2 + spatial;
+      mx_dtype index_dtype = r.range(0, 1) ? MX_U8 : MX_I64;
+      describe("max_pool of %s, %d spatial dims, %s indices", mx_dtype_name(dtype), spatial,
+               mx_dtype_name(index_dtype));
+      host_tensor x = make_tensor(dtype, nd, in_shape, CONTIGUOUS, r);
+      fill_values(x, r.range(0, 1) ? SMALL_INT : AWKWARD, r);
+      host_tensor a = make_tensor(dtype, nd, out_shape, CONTIGUOUS, r), b = a;
+      host_tensor ia = make_tensor(index_dtype, nd, out_shape, CONTIGUOUS, r), ib = ia;
+      check_status(cpu.max_pool(&a.v, &ia.v, &x.v, &p), mx__cuda_max_pool(&b.v, &ib.v, &x.v, &p), "max_pool");
+      same_values(a, b, 0, 0, "max_pool");
+      same_values(ia, ib, 0, 0, "max_pool indices");
+
+      host_tensor dy = make_tensor(dtype, nd, out_shape, CONTIGUOUS, r);
+      fill_values(dy, SMALL_INT, r);
+      host_tensor da = make_tensor(dtype, nd, in_shape, CONTIGUOUS, r), db = da;
+      check_status(cpu.max_pool_backward(&da.v, &dy.v, &ia.v, &p), mx__cuda_max_pool_backward(&db.v, &dy.v, &ia.v, &p),
+                   "max_pool_backward");
+      same_values(da, db, 0, 0, "max_pool_backward");
+
+      describe("avg_pool of %s, %d spatial dims, padding %s", mx_dtype_name(dtype), spatial,
+               p.count_include_pad ? "counted" : "not counted");
+      check_status(cpu.avg_pool(&a.v, &x.v, &p), mx__cuda_avg_pool(&b.v, &x.v, &p), "avg_pool");
+      same_values(a, b, 0, 0, "avg_pool");
+      fill_values(dy, AWKWARD, r);
+      check_status(cpu.avg_pool_backward(&da.v, &dy.v, &p), mx__cuda_avg_pool_backward(&db.v, &dy.v, &p),
+                   "avg_pool_backward");
+      same_values(da, db, 0, 0, "avg_pool_backward");
+    }
+}
+
+void test_conv_matmul(rng &r) {
+  for (int round = 0; round < rounds(16); round++)
+    for (mx_dtype dtype : float_dtypes) {
+      pick_grid_cap(r);
+      mx_conv_params p;
+      memset(&p, 0, sizeof p);
+      p.spatial = (int)r.range(1, 2);
+      p.groups = r.range(1, 2);
+      int nd = 2 + p.spatial;
+      int64_t xs[5], ws[5], ys[5];
+      xs[0] = ys[0] = r.range(1, 3);
+      xs[1] = p.groups * r.range(1, 3);
+      ws[0] = ys[1] = p.groups * r.range(1, 3);
+      ws[1] = xs[1] / p.groups;
+      bool empty = false;
+      for (int i = 0; i < p.spatial; i++) {
+        p.stride[i] = r.range(1, 2), p.padding[i] = r.range(0, 1), p.dilation[i] = r.range(1, 2);
+        ws[2 + i] = r.range(1, 3);
+        xs[2 + i] = r.range(1, 8);
+        int64_t span = p.dilation[i] * (ws[2 + i] - 1) + 1, size = xs[2 + i] + 2 * p.padding[i];
+        ys[2 + i] = size >= span ? (size - span) / p.stride[i] + 1 : 0;
+        empty |= ys[2 + i] == 0;
+      }
+      if (empty) continue;
+      describe("conv of %s, %d spatial dims, %lld groups", mx_dtype_name(dtype), p.spatial, (long long)p.groups);
+      host_tensor x = make_tensor(dtype, nd, xs, CONTIGUOUS, r), w = make_tensor(dtype, nd, ws, CONTIGUOUS, r);
+      host_tensor dy = make_tensor(dtype, nd, ys, CONTIGUOUS, r), bias = make_tensor(dtype, 1, &ys[1], CONTIGUOUS, r);
+      fill_values(x, SMALL_INT, r);
+      fill_values(w, SMALL_INT, r);
+      fill_values(dy, SMALL_INT, r);
+      fill_values(bias, SMALL_INT, r);
+      bool with_bias = r.range(0, 1);
+      host_tensor a = make_tensor(dtype, nd, ys, CONTIGUOUS, r), b = a;
+      check_status(cpu.conv_forward(&a.v, &x.v, &w.v, with_bias ? &bias.v : NULL, &p),
+                   mx__cuda_conv_forward(&b.v, &x.v, &w.v, with_bias ? &bias.v : NULL, &p), "conv_forward");
+      same_values(a, b, 0, 0, "conv_forward");
+      a = make_tensor(dtype, nd, xs, CONTIGUOUS, r), b = a;
+      check_status(cpu.conv_backward_data(&a.v, &dy.v, &w.v, &p), mx__cuda_conv_backward_data(&b.v, &dy.v, &w.v, &p),
+                   "conv_backward_data");
+      same_values(a, b, 0, 0, "conv_backward_data");
+      a = make_tensor(dtype, nd, ws, CONTIGUOUS, r), b = a;
+      check_status(cpu.conv_backward_weight(&a.v, &dy.v, &x.v, &p),
+                   mx__cuda_conv_backward_weight(&b.v, &dy.v, &x.v, &p), "conv_backward_weight");
+      same_values(a, b, 0, 0, "conv_backward_weight");
+    }
+  /* integer matmuls run the reference kernel (floats go to cuBLAS) */
+  static const mx_dtype int_dtypes[] = {MX_I64, MX_I32, MX_U8};
+  for (int round = 0; round < rounds(20); round++)
+    for (mx_dtype dtype : int_dtypes) {
+      pick_grid_cap(r);
+      int64_t B = r.range(1, 3), M = r.range(1, 9), N = r.range(1, 9), K = r.range(1, 12);
+      int64_t as[3] = {B, M, K}, bs[3] = {B, K, N}, os[3] = {B, M, N};
+      describe("matmul of %s, (%lld, %lld, %lld) @ (%lld, %lld, %lld)", mx_dtype_name(dtype), (long long)B,
+               (long long)M, (long long)K, (long long)B, (long long)K, (long long)N);
+      host_tensor x = make_tensor(dtype, 3, as, any_layout(r, true), r),
+                  y = make_tensor(dtype, 3, bs, any_layout(r, true), r);
+      fill_values(x, SMALL_INT, r);
+      fill_values(y, SMALL_INT, r);
+      host_tensor a = make_tensor(dtype, 3, os, CONTIGUOUS, r), b = a;
+      check_status(cpu.matmul(&a.v, &x.v, &y.v), mx__cuda_matmul(&b.v, &x.v, &y.v), "matmul");
+      same_values(a, b, 0, 0, "matmul");
+    }
+}
