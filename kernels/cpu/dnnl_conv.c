@@ -5,10 +5,12 @@
  * nChw16c), and operands whose layout differs from the view's are reordered
  * on the way in and out (bf16 activations by mixgrad's own transpose,
  * channel_blocks.h); that is faster than asking oneDNN to work on the
- * views' plain strides (see LAYOUT below). Every primitive runs with a
- * user-provided scratchpad from the thread's workspace (dnnl_common.h, shared
- * with matmul), so the cached primitives can run on any thread, at once on
- * several. */
+ * views' plain strides (see LAYOUT below). Reordered inputs are kept for
+ * the next convolution that reads the same operand (see "kept" below), so a
+ * weight or an activation read by two kernels is reordered once. Every
+ * primitive runs with a user-provided scratchpad from the thread's workspace
+ * (dnnl_common.h, shared with matmul), so the cached primitives can run on
+ * any thread, at once on several. */
 #include "kernels/cpu/dnnl.h"
 
 #include <stdatomic.h>
@@ -302,10 +304,10 @@ static mx__dnnl_cache cache = MX__DNNL_CACHE_INIT("mx_conv", conv_key, conv_entr
 /* An input reordered into a primitive's layout is kept, keyed by where it
  * came from (mx_kview.origin: the storage, its version, the view), and the
  * next convolution that wants the same operand in the same layout reads it
- * instead of reordering again: a weight serves the forward and the input's
- * gradient until the optimizer's step bumps its version (its slot is then
- * refilled in place), an activation the two kernels that read it (dy: both
- * gradients; x: the forward and the weight's gradient). Weights are kept
+ * instead of reordering again: a weight serves every call that wants it in
+ * that layout until its version changes (an optimizer's step; the slot is
+ * then refilled in place), an activation the two kernels that read it (dy:
+ * both gradients; x: the forward and the weight's gradient). Weights are kept
  * within KEPT_WEIGHT_BYTES, activations within KEPT_ACTIVATION_BYTES (the
  * least recently used give way): a training step's activations are copied
  * where they fit, which costs memory, not time. */
