@@ -386,8 +386,9 @@ static kept_operand *kept_room(bool weight, size_t bytes) {
 }
 
 /* The slot holding role r of the convolution's operands, or one to fill
- * (*fill set); NULL when the operand is not kept (the workspace takes it). */
-static kept_operand *kept_acquire(const conv_entry *e, int r, const mx_kview *v, bool *fill) {
+ * (*fill set) when `keep`; NULL when the operand is not kept (the workspace
+ * takes it). */
+static kept_operand *kept_acquire(const conv_entry *e, int r, const mx_kview *v, bool keep, bool *fill) {
   *fill = false;
   if (!v->origin || v->data != v->origin_data) return NULL;
   pthread_mutex_lock(&kept.lock);
@@ -396,6 +397,8 @@ static kept_operand *kept_acquire(const conv_entry *e, int r, const mx_kview *v,
     if (kept_matches(&kept.slot[i], &e->key, r, v, &e->prim_md[r])) found = &kept.slot[i];
   if (found && found->ready && found->version == v->origin_version) {
     found->users++;
+  } else if (!keep) {
+    found = NULL;
   } else if (found && found->users == 0) { /* a newer version: refilled in place */
     found->users = 1;
     found->ready = false;
@@ -452,8 +455,10 @@ static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx
   int out = output_role[kind];
   kept_operand *keep[3] = {NULL, NULL, NULL};
   bool fill[3] = {false, false, false}, reordered[3] = {false, false, false};
+  /* the weight's gradient reads its inputs last (after the forward, and
+   * after the input's gradient in mx__bwd_convolution): it only looks */
   for (int r = 0; r < 3; r++)
-    if (r != out && moved(&e->reorder[r])) keep[r] = kept_acquire(e, r, v[r], &fill[r]);
+    if (r != out && moved(&e->reorder[r])) keep[r] = kept_acquire(e, r, v[r], kind != KIND_BWD_WEIGHTS, &fill[r]);
   size_t offset[3] = {0, 0, 0}, total = 0, scratch_max = e->scratch_size;
   for (int r = 0; r < 3; r++)
     if (moved(&e->reorder[r])) {
