@@ -54,6 +54,13 @@ typedef struct {
   int ndim;
   int64_t shape[MX_MAX_DIMS];
   int64_t strides[MX_MAX_DIMS];
+  /* Where data came from, for kernels that keep what they derive from an
+   * operand (dnnl_conv.c's reordered weights): the storage's unique id (0:
+   * unknown, or writes there may skip the version), its version then, and
+   * data as mx__kview_of set it (a copy whose data moved elsewhere no longer
+   * matches). */
+  uint64_t origin, origin_version;
+  const void *origin_data;
 } mx_kview;
 
 int64_t mx__kview_numel(const mx_kview *v);

@@ -98,6 +98,9 @@ static mx__storage *storage_new(const char *op, size_t bytes, mx_device device) 
   }
   atomic_init(&s->refs, 1);
   atomic_init(&s->version, 0);
+  static atomic_ullong last_id;
+  s->id = atomic_fetch_add(&last_id, 1) + 1;
+  atomic_init(&s->exposed, false);
   s->inference = inference_mode;
   s->bytes = bytes;
   s->device = device;
@@ -190,6 +193,12 @@ mx_kview mx__kview_of(const mx_tensor *t) {
   v.ndim = t->ndim;
   memcpy(v.shape, t->shape, sizeof v.shape);
   memcpy(v.strides, t->strides, sizeof v.strides);
+  /* no origin where the version does not say every write: inference
+   * storage, and storage whose address the caller holds */
+  bool versioned = !t->storage->inference && !atomic_load_explicit(&t->storage->exposed, memory_order_relaxed);
+  v.origin = versioned ? t->storage->id : 0;
+  v.origin_version = atomic_load_explicit(&t->storage->version, memory_order_relaxed);
+  v.origin_data = v.data;
   return v;
 }
 
@@ -234,4 +243,8 @@ bool mx_shares_storage(const mx_tensor *a, const mx_tensor *b) {
   return a && b && a->storage == b->storage;
 }
 
-void *mx_data_ptr(const mx_tensor *t) { return t ? mx__kview_of(t).data : NULL; }
+void *mx_data_ptr(const mx_tensor *t) {
+  if (!t) return NULL;
+  atomic_store(&t->storage->exposed, true); /* the caller may write through it without a version bump */
+  return mx__kview_of(t).data;
+}

@@ -104,7 +104,9 @@ uint64_t mx_version(const mx_tensor *t);
 bool mx_is_inference_mode_enabled(void);
 bool mx_is_inference(const mx_tensor *t);
 bool mx__inference_mode_set(bool enabled); /* returns the previous mode; MX_INFERENCE_MODE's */
-/* The address of element 0 (device memory for CUDA tensors). */
+/* The address of element 0 (device memory for CUDA tensors). Writes through
+ * it do not bump the version, so from then on no kernel keeps a copy derived
+ * from this storage (the CPU convolutions' reordered operands). */
 void *mx_data_ptr(const mx_tensor *t);
 
 /* --- in-place writes (not recorded by autograd: they set data, like

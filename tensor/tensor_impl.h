@@ -17,6 +17,8 @@ typedef struct {
   const mx_backend *backend;
   atomic_ullong version; /* in-place writes, seen by every view */
   bool inference;        /* made in inference mode: no versions, no graph */
+  uint64_t id;           /* unique for the process's life (mx_kview.origin) */
+  atomic_bool exposed;   /* mx_data_ptr handed out its address: writes may bypass the version */
 } mx__storage;
 
 /* The autograd room's per-tensor state (requires_grad, grad, grad_fn, hooks);

@@ -37,4 +37,9 @@ mx_status mx__dnnl_conv_backward_data(const mx_kview *dx, const mx_kview *dy, co
 mx_status mx__dnnl_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
                                         const mx_conv_params *p);
 
+/* How many operand reorders the convolutions have run since the process
+ * started (oneDNN's, and the bfloat16 channel-block transposes; an input
+ * found already reordered does not count), for tests that bound them. */
+uint64_t mx__dnnl_conv_reorders(void);
+
 #endif

@@ -143,6 +143,9 @@ bool mx__dnnl_md_query(mx__dnnl_md *md, const_dnnl_primitive_desc_t pd, dnnl_que
   const_dnnl_memory_desc_t q = dnnl_primitive_desc_query_md(pd, what, idx);
   return q && dnnl_memory_desc_clone(md, q) == dnnl_success;
 }
+bool mx__dnnl_md_copy(mx__dnnl_md *md, const mx__dnnl_md *from) {
+  return dnnl_memory_desc_clone(md, *from) == dnnl_success;
+}
 bool mx__dnnl_md_equal(const mx__dnnl_md *a, const mx__dnnl_md *b) { return dnnl_memory_desc_equal(*a, *b) == 1; }
 size_t mx__dnnl_md_size(const mx__dnnl_md *md) { return dnnl_memory_desc_get_size(*md); }
 dnnl_status_t mx__dnnl_memory_make(dnnl_memory_t *m, const mx__dnnl_md *md, void *data) {
@@ -165,6 +168,10 @@ bool mx__dnnl_md_query(mx__dnnl_md *md, const_dnnl_primitive_desc_t pd, dnnl_que
   const dnnl_memory_desc_t *q = dnnl_primitive_desc_query_md(pd, what, idx);
   if (!q) return false;
   *md = *q;
+  return true;
+}
+bool mx__dnnl_md_copy(mx__dnnl_md *md, const mx__dnnl_md *from) {
+  *md = *from;
   return true;
 }
 bool mx__dnnl_md_equal(const mx__dnnl_md *a, const mx__dnnl_md *b) { return dnnl_memory_desc_equal(a, b) == 1; }

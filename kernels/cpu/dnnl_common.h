@@ -90,6 +90,8 @@ dnnl_status_t mx__dnnl_md_tag(mx__dnnl_md *md, int n, const dnnl_dims_t dims, dn
 void mx__dnnl_md_free(mx__dnnl_md md);
 /* A copy of the md a primitive descriptor has for `what` (index idx). */
 bool mx__dnnl_md_query(mx__dnnl_md *md, const_dnnl_primitive_desc_t pd, dnnl_query_t what, int idx);
+/* A copy of *from that mx__dnnl_md_free frees. */
+bool mx__dnnl_md_copy(mx__dnnl_md *md, const mx__dnnl_md *from);
 bool mx__dnnl_md_equal(const mx__dnnl_md *a, const mx__dnnl_md *b);
 size_t mx__dnnl_md_size(const mx__dnnl_md *md);
 /* The scratchpad a primitive descriptor asks for (size 0: none). */

@@ -5,16 +5,20 @@
  * nChw16c), and operands whose layout differs from the view's are reordered
  * on the way in and out (bf16 activations by mixgrad's own transpose,
  * channel_blocks.h); that is faster than asking oneDNN to work on the
- * views' plain strides (see LAYOUT below). Every primitive runs with a
- * user-provided scratchpad from the thread's workspace (dnnl_common.h, shared
- * with matmul), so the cached primitives can run on any thread, at once on
- * several. */
+ * views' plain strides (see LAYOUT below). Reordered inputs are kept for
+ * the next convolution that reads the same operand (see "kept" below), so a
+ * weight or an activation read by two kernels is reordered once. Every
+ * primitive runs with a user-provided scratchpad from the thread's workspace
+ * (dnnl_common.h, shared with matmul), so the cached primitives can run on
+ * any thread, at once on several. */
 #include "kernels/cpu/dnnl.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 #include "kernels/cpu/channel_blocks.h"
 #include "kernels/cpu/dnnl_common.h"
+#include "kernels/cpu/host_cache.h"
 #include "mx_config.h"
 
 #if MX_HAVE_DNNL
@@ -296,6 +300,143 @@ static mx_status create(void *p, const void *k) {
 
 static mx__dnnl_cache cache = MX__DNNL_CACHE_INIT("mx_conv", conv_key, conv_entry, create, entry_clear);
 
+/* --- reordered operands kept for reuse ------------------------------------------------ */
+/* An input reordered into a primitive's layout is kept, keyed by where it
+ * came from (mx_kview.origin: the storage, its version, the view), and the
+ * next convolution that wants the same operand in the same layout reads it
+ * instead of reordering again: a weight serves every call that wants it in
+ * that layout until its version changes (an optimizer's step; the slot is
+ * then refilled in place), an activation the two kernels that read it (dy:
+ * both gradients; x: the forward and the weight's gradient). Weights are kept
+ * within KEPT_WEIGHT_BYTES, activations within KEPT_ACTIVATION_BYTES (the
+ * least recently used give way): a training step's activations are copied
+ * where they fit, which costs memory, not time. */
+#define KEPT_SLOTS 64
+#define KEPT_WEIGHT_BYTES ((size_t)128 << 20)
+#define KEPT_ACTIVATION_BYTES ((size_t)32 << 20)
+
+typedef struct {
+  uint64_t origin, version;
+  const void *data;
+  mx_dtype dtype;
+  int nd;
+  dnnl_dims_t dims, strides;
+  md_t md; /* the primitive's layout */
+  void *buf;
+  size_t bytes;
+  bool weight;
+  bool ready; /* false while its first user fills it */
+  int users;  /* convolutions reading (or filling) it now: never refilled or evicted while > 0 */
+  uint64_t used;
+} kept_operand;
+
+static struct {
+  pthread_mutex_t lock;
+  kept_operand slot[KEPT_SLOTS];
+  size_t bytes[2]; /* activations, weights */
+  uint64_t tick;
+} kept = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static atomic_ullong reorders_run;
+
+uint64_t mx__dnnl_conv_reorders(void) { return atomic_load(&reorders_run); }
+
+/* Whether slot k holds role r of key in layout md (any version). */
+static bool kept_matches(const kept_operand *k, const conv_key *key, int r, const mx_kview *v, const md_t *md) {
+  return k->buf && k->origin == v->origin && k->data == v->data && k->dtype == key->dtype && k->nd == key->nd[r] &&
+         !memcmp(k->dims, key->dims[r], sizeof k->dims) && !memcmp(k->strides, key->strides[r], sizeof k->strides) &&
+         mx__dnnl_md_equal(&k->md, md);
+}
+
+static void kept_drop(kept_operand *k) {
+  mx__host_cache_free(k->buf, k->bytes);
+  kept.bytes[k->weight] -= k->bytes;
+  mx__dnnl_md_free(k->md);
+  memset(k, 0, sizeof *k);
+}
+
+/* A free slot for `bytes` more of its class, evicting the least recently
+ * used idle entries; NULL when the budget or the slots are all in use. */
+static kept_operand *kept_room(bool weight, size_t bytes) {
+  size_t budget = weight ? KEPT_WEIGHT_BYTES : KEPT_ACTIVATION_BYTES;
+  if (bytes > budget) return NULL;
+  for (;;) {
+    kept_operand *free_slot = NULL, *oldest = NULL, *oldest_same = NULL;
+    for (int i = 0; i < KEPT_SLOTS; i++) {
+      kept_operand *k = &kept.slot[i];
+      if (!k->buf) {
+        free_slot = free_slot ? free_slot : k;
+        continue;
+      }
+      if (k->users) continue;
+      if (!oldest || k->used < oldest->used) oldest = k;
+      if (k->weight == weight && (!oldest_same || k->used < oldest_same->used)) oldest_same = k;
+    }
+    if (kept.bytes[weight] + bytes > budget) {
+      if (!oldest_same) return NULL;
+      kept_drop(oldest_same);
+    } else if (free_slot) {
+      return free_slot;
+    } else if (oldest) {
+      kept_drop(oldest);
+    } else {
+      return NULL;
+    }
+  }
+}
+
+/* The slot holding role r of the convolution's operands, or one to fill
+ * (*fill set) when `keep`; NULL when the operand is not kept (the workspace
+ * takes it). */
+static kept_operand *kept_acquire(const conv_entry *e, int r, const mx_kview *v, bool keep, bool *fill) {
+  *fill = false;
+  if (!v->origin || v->data != v->origin_data) return NULL;
+  pthread_mutex_lock(&kept.lock);
+  kept_operand *found = NULL;
+  for (int i = 0; i < KEPT_SLOTS && !found; i++)
+    if (kept_matches(&kept.slot[i], &e->key, r, v, &e->prim_md[r])) found = &kept.slot[i];
+  if (found && found->ready && found->version == v->origin_version) {
+    found->users++;
+  } else if (!keep) {
+    found = NULL;
+  } else if (found && found->users == 0) { /* a newer version: refilled in place */
+    found->users = 1;
+    found->ready = false;
+    found->version = v->origin_version;
+    *fill = true;
+  } else if (found) { /* read by another thread in its older version */
+    found = NULL;
+  } else if ((found = kept_room(r == ROLE_W, e->prim_size[r]))) {
+    void *buf = mx__host_cache_alloc(e->prim_size[r]);
+    md_t md = MD_NONE;
+    if (buf && mx__dnnl_md_copy(&md, &e->prim_md[r])) {
+      *found = (kept_operand){.origin = v->origin, .version = v->origin_version, .data = v->data,
+                              .dtype = e->key.dtype, .nd = e->key.nd[r], .md = md, .buf = buf,
+                              .bytes = e->prim_size[r], .weight = r == ROLE_W, .users = 1};
+      memcpy(found->dims, e->key.dims[r], sizeof found->dims);
+      memcpy(found->strides, e->key.strides[r], sizeof found->strides);
+      kept.bytes[found->weight] += found->bytes;
+      *fill = true;
+    } else {
+      if (buf) mx__host_cache_free(buf, e->prim_size[r]);
+      found = NULL;
+    }
+  }
+  if (found) found->used = ++kept.tick;
+  pthread_mutex_unlock(&kept.lock);
+  return found;
+}
+
+/* After the convolution: filled says whether a slot this call filled holds
+ * the operand now (false: the reorder failed, the slot is emptied). */
+static void kept_release(kept_operand *k, bool filling, bool filled) {
+  pthread_mutex_lock(&kept.lock);
+  k->users--;
+  if (filling && filled) k->ready = true;
+  if (filling && !filled) kept_drop(k);
+  pthread_mutex_unlock(&kept.lock);
+}
+
 /* --- execution ------------------------------------------------------------------------ */
 
 /* Role r between its view (plain) and the workspace (blocks of 16 channels). */
@@ -306,45 +447,59 @@ static void channel_blocks(const conv_key *key, int r, void *blocked, void *plai
   else mx__from_channel_blocks16(plain, blocked, key->dims[r][0], key->dims[r][1], spatial);
 }
 
-/* Reorders the inputs whose layouts differ into the workspace, runs the
- * convolution (with the forward's bias, NULL for none), and reorders its
- * output back into the view when needed. */
+/* Reorders the inputs whose layouts differ into the workspace (or finds
+ * them kept), runs the convolution (with the forward's bias, NULL for
+ * none), and reorders its output back into the view when needed. */
 static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx_kview *const *v,
                      const mx_kview *bias) {
   int out = output_role[kind];
+  kept_operand *keep[3] = {NULL, NULL, NULL};
+  bool fill[3] = {false, false, false}, reordered[3] = {false, false, false};
+  /* the weight's gradient reads its inputs last (after the forward, and
+   * after the input's gradient in mx__bwd_convolution): it only looks */
+  for (int r = 0; r < 3; r++)
+    if (r != out && moved(&e->reorder[r])) keep[r] = kept_acquire(e, r, v[r], kind != KIND_BWD_WEIGHTS, &fill[r]);
   size_t offset[3] = {0, 0, 0}, total = 0, scratch_max = e->scratch_size;
   for (int r = 0; r < 3; r++)
     if (moved(&e->reorder[r])) {
+      if (e->reorder[r].scratch_size > scratch_max) scratch_max = e->reorder[r].scratch_size;
+      if (keep[r]) continue;
       offset[r] = total;
       total += MX__DNNL_ALIGN_UP(e->prim_size[r]);
-      if (e->reorder[r].scratch_size > scratch_max) scratch_max = e->reorder[r].scratch_size;
     }
   size_t scratch_at = total;
   total += MX__DNNL_ALIGN_UP(scratch_max);
+  mx_status status = MX_OK;
   char *ws = NULL;
   if (total && !(ws = mx__dnnl_workspace(t, total)))
-    return mx__error(MX_OUT_OF_MEMORY, "mx_conv: out of memory for a %zu-byte oneDNN workspace", total);
+    status = mx__error(MX_OUT_OF_MEMORY, "mx_conv: out of memory for a %zu-byte oneDNN workspace", total);
   char *scratch = ws ? ws + scratch_at : NULL; /* none at all: no offset from NULL (undefined, even of 0) */
+  char *place[3] = {NULL, NULL, NULL};
+  for (int r = 0; r < 3; r++)
+    if (moved(&e->reorder[r])) place[r] = keep[r] ? keep[r]->buf : ws ? ws + offset[r] : NULL;
 
-  mx_status status = MX_OK;
   dnnl_memory_t user[3] = {NULL, NULL, NULL}, prim[3] = {NULL, NULL, NULL}, bias_mem = NULL;
-  dnnl_status_t s = bias ? mx__dnnl_memory_make(&bias_mem, &e->bias_md, bias->data) : dnnl_success;
-  for (int r = 0; r < 3 && s == dnnl_success; r++) {
+  dnnl_status_t s = status != MX_OK ? dnnl_success
+                    : bias          ? mx__dnnl_memory_make(&bias_mem, &e->bias_md, bias->data)
+                                    : dnnl_success;
+  for (int r = 0; r < 3 && s == dnnl_success && status == MX_OK; r++) {
     s = mx__dnnl_memory_make(&user[r], &e->user_md[r], v[r]->data);
-    if (s == dnnl_success && moved(&e->reorder[r]))
-      s = mx__dnnl_memory_make(&prim[r], &e->prim_md[r], ws + offset[r]);
+    if (s == dnnl_success && moved(&e->reorder[r])) s = mx__dnnl_memory_make(&prim[r], &e->prim_md[r], place[r]);
   }
   if (s != dnnl_success) status = fail(kind, "wrapping an operand", s);
   for (int r = 0; r < 3 && status == MX_OK; r++) { /* inputs into the primitive's layouts */
-    if (r == out || !moved(&e->reorder[r])) continue;
+    if (r == out || !moved(&e->reorder[r]) || (keep[r] && !fill[r])) continue;
+    atomic_fetch_add(&reorders_run, 1);
     if (e->reorder[r].channel_blocks) {
-      channel_blocks(&e->key, r, ws + offset[r], v[r]->data, true);
+      channel_blocks(&e->key, r, place[r], v[r]->data, true);
+      reordered[r] = true;
       continue;
     }
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, user[r]}, {DNNL_ARG_TO, prim[r]}};
     s = mx__dnnl_execute(t->stream, e->reorder[r].primitive, 2, args, &e->reorder[r].scratch_md,
                          e->reorder[r].scratch_size, scratch);
     if (s != dnnl_success) status = fail(kind, "reordering an input", s);
+    reordered[r] = s == dnnl_success;
   }
   if (status == MX_OK) {
     dnnl_exec_arg_t args[5]; /* and the scratchpad, added by mx__dnnl_execute */
@@ -354,9 +509,10 @@ static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx
                          scratch);
     if (s != dnnl_success) status = fail(kind, "executing", s);
   }
+  if (status == MX_OK && moved(&e->reorder[out])) atomic_fetch_add(&reorders_run, 1);
   if (status == MX_OK && e->reorder[out].channel_blocks) { /* the output back into the view, ours */
     if ((s = dnnl_stream_wait(t->stream)) != dnnl_success) status = fail(kind, "waiting", s);
-    else channel_blocks(&e->key, out, ws + offset[out], v[out]->data, false);
+    else channel_blocks(&e->key, out, place[out], v[out]->data, false);
   }
   if (status == MX_OK && e->reorder[out].primitive) { /* the output back into the view, oneDNN's */
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, prim[out]}, {DNNL_ARG_TO, user[out]}};
@@ -364,8 +520,10 @@ static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx
                          e->reorder[out].scratch_size, scratch);
     if (s != dnnl_success) status = fail(kind, "reordering the output", s);
   }
-  if (status == MX_OK && (s = dnnl_stream_wait(t->stream)) != dnnl_success) status = fail(kind, "waiting", s);
+  /* the kept inputs are filled once the stream is done: wait before marking them ready */
+  if ((s = dnnl_stream_wait(t->stream)) != dnnl_success && status == MX_OK) status = fail(kind, "waiting", s);
   for (int r = 0; r < 3; r++) {
+    if (keep[r]) kept_release(keep[r], fill[r], reordered[r] && s == dnnl_success);
     if (user[r]) dnnl_memory_destroy(user[r]);
     if (prim[r]) dnnl_memory_destroy(prim[r]);
   }
@@ -407,6 +565,8 @@ mx_status mx__dnnl_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, 
 }
 
 #else /* built without oneDNN */
+
+uint64_t mx__dnnl_conv_reorders(void) { return 0; }
 
 mx_status mx__dnnl_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
                                 const mx_conv_params *p) {
