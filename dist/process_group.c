@@ -212,6 +212,7 @@ static void *watch(void *arg) {
       fflush(stderr);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
+    if (mx__dist_nccl_watch(g)) MPI_Abort(MPI_COMM_WORLD, 1);
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     double t = (double)until.tv_sec + 1e-9 * (double)until.tv_nsec + period;
@@ -347,6 +348,7 @@ mx_process_group *mx_dist_init(double timeout_seconds) {
   }
   if (launched == 0 || torchrun) g->comm = MPI_COMM_NULL;
 #endif
+  mx__cuda_prefer_local_rank(g->local_rank); /* CUDA tensors made from now on go to this rank's GPU */
   return g;
 }
 
@@ -355,7 +357,11 @@ void mx_dist_free(mx_process_group *g) {
   for (int k = 0; k < g->n_reducers; k++) mx__ddp_reducer_free(g->reducers[k]);
   free(g->reducers);
 #if MX_HAVE_MPI
-  if (g->comm != MPI_COMM_NULL) leave_mpi(g);
+  bool hung = g->mpi_failed; /* as MPI's, NCCL's communicator may hold a collective that never ends */
+  if (g->comm != MPI_COMM_NULL) leave_mpi(g); /* the watchdog stops first: it reads the NCCL communicator */
+  if (!hung) mx__dist_nccl_free(g);
+#else
+  mx__dist_nccl_free(g);
 #endif
   free(g);
 }
