@@ -266,7 +266,7 @@ mx_tensor *mx_dist_all_gather(mx_process_group *g, const mx_tensor *t) {
   if (mx_device_of(t) == MX_CUDA) MX_NO_GRAD {
     mx_tensor *own = st == MX_OK && mx__dist_nccl_get(g, op) ? work_buffer(op, t, mx_dtype_of(t), MX_CUDA, true) : NULL;
     mx_tensor *buf = own ? mx_empty(MX_SHAPE((int64_t)w * n), mx_dtype_of(t), MX_CUDA) : NULL;
-    if (st == MX_OK && !buf) st = mx__error_prefix(op);
+    if (st == MX_OK && !buf) st = own ? mx__error_prefix(op) : mx_last_status(); /* NCCL's error names op */
     if (st == MX_OK && n > 0) st = nccl_run(g, op, &call, MX__NCCL_ALL_GATHER, own, buf, (size_t)n);
     if (own) mx__decref(own); /* freed on the compute stream, after the collective */
     mx_shape stacked = {shape.ndim + 1, {w}};
@@ -323,7 +323,7 @@ mx_tensor *mx_dist_reduce_scatter(mx_process_group *g, const mx_tensor *t, mx_di
   if (mx_device_of(t) == MX_CUDA) MX_NO_GRAD { /* ncclAvg averages */
     mx_tensor *buf = st == MX_OK && mx__dist_nccl_get(g, op) ? work_buffer(op, t, dt, MX_CUDA, true) : NULL;
     out = buf ? mx_empty(part, dt, MX_CUDA) : NULL;
-    if (st == MX_OK && !out) st = mx__error_prefix(op);
+    if (st == MX_OK && !out) st = buf ? mx__error_prefix(op) : mx_last_status(); /* NCCL's error names op */
     if (st == MX_OK && n > 0) st = nccl_run(g, op, &call, MX__NCCL_REDUCE_SCATTER, buf, out, (size_t)n);
     if (buf) mx__decref(buf);
     if (st != MX_OK) out = NULL;
