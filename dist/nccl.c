@@ -73,7 +73,13 @@ mx__dist_nccl *mx__dist_nccl_get(mx_process_group *g, const char *op) {
   }
   n->api = api;
   pthread_mutex_init(&n->lock, NULL);
+#if MX_HAVE_MPI
+  if (g->comm != MPI_COMM_NULL) pthread_mutex_lock(&g->lock); /* the watchdog reads g->nccl */
   g->nccl = n;
+  if (g->comm != MPI_COMM_NULL) pthread_mutex_unlock(&g->lock);
+#else
+  g->nccl = n;
+#endif
   return n;
 }
 

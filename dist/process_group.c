@@ -348,7 +348,8 @@ mx_process_group *mx_dist_init(double timeout_seconds) {
   }
   if (launched == 0 || torchrun) g->comm = MPI_COMM_NULL;
 #endif
-  mx__cuda_prefer_local_rank(g->local_rank); /* CUDA tensors made from now on go to this rank's GPU */
+  /* several ranks: the CUDA tensors made from now on go to this rank's GPU */
+  if (g->world > 1) mx__cuda_prefer_local_rank(g->local_rank);
   return g;
 }
 

@@ -83,7 +83,7 @@ static mx_status nccl_comm_create(const unsigned char id[MX__NCCL_ID_BYTES], int
   if (want < 0) return mx_last_status();
   int have = 0;
   MX_CUDA_CHECK(cudaStreamGetDevice(mx__cuda_stream(), &have));
-  if (have != want)
+  if (world > 1 && have != want) /* one rank keeps the device it chose */
     return mx__error(MX_STATE_ERROR,
                      "local rank %d takes CUDA device %d, but the CUDA backend already runs on device %d (it started "
                      "before the process group: call mx_dist_init before making CUDA tensors, or give each rank "

@@ -38,9 +38,9 @@ typedef struct {
   /* rank 0's id, which the ranks share (over MPI) before comm_create */
   mx_status (*unique_id)(unsigned char id[MX__NCCL_ID_BYTES]);
   /* This rank's communicator on the CUDA backend's device, which must be
-   * device local_rank % (devices) (the process group selects it before the
-   * backend starts: select_device); its own stream. Blocks until every rank
-   * has called it. */
+   * device local_rank % (devices) when world > 1 (the process group selects
+   * it before the backend starts: select_device); its own stream. Blocks
+   * until every rank has called it. */
   mx_status (*comm_create)(const unsigned char id[MX__NCCL_ID_BYTES], int rank, int world, int local_rank,
                            mx__nccl_comm **out);
   /* Makes device local_rank % (devices) the calling thread's; MX_OK
