@@ -176,7 +176,7 @@ static mx_dist_work *start_all_reduce(const char *op, mx_process_group *g, mx_te
   mx_dist_work *w = calloc(1, sizeof *w);
   if (!w) return mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", op), NULL;
   *w = (mx_dist_work){.g = g, .op = op, .how = how, .call = {.kind = (int64_t)how, .dtype = dt, .numel = mx_numel(t),
-                                                             .root = -1}};
+                                                             .root = -1, .device = mx_device_of(t)}};
   if (mx__dist_agree(g, op, &w->call) != MX_OK) return work_free(w), NULL;
   w->t = mx__retain(t);
   if (mx_device_of(t) == MX_CUDA) { /* NCCL, even for a world of one: its path is the one tested there */
@@ -259,7 +259,8 @@ mx_tensor *mx_dist_all_gather(mx_process_group *g, const mx_tensor *t) {
            NULL;
   int w = g->world;
   int64_t n = mx_numel(t);
-  mx__call call = {.kind = CALL_ALL_GATHER, .dtype = mx_dtype_of(t), .numel = n, .root = -1};
+  mx__call call = {.kind = CALL_ALL_GATHER, .dtype = mx_dtype_of(t), .numel = n, .root = -1,
+                   .device = mx_device_of(t)};
   mx_status st = mx__dist_agree(g, op, &call);
   mx_tensor *out = NULL;
   mx_scope *scope = mx_scope_begin();
@@ -314,7 +315,8 @@ mx_tensor *mx_dist_reduce_scatter(mx_process_group *g, const mx_tensor *t, mx_di
                      shape.ndim, shape.ndim ? " and that dim is another size" : ""),
            NULL;
   int64_t n = mx_numel(t) / g->world;
-  mx__call call = {.kind = CALL_REDUCE_SCATTER, .dtype = dt, .numel = mx_numel(t), .root = (int64_t)how};
+  mx__call call = {.kind = CALL_REDUCE_SCATTER, .dtype = dt, .numel = mx_numel(t), .root = (int64_t)how,
+                   .device = mx_device_of(t)};
   mx_status st = mx__dist_agree(g, op, &call);
   mx_shape part = {shape.ndim - 1, {0}};
   for (int d = 1; d < shape.ndim; d++) part.d[d - 1] = shape.d[d];
@@ -362,7 +364,8 @@ mx_status mx_dist_broadcast(mx_process_group *g, mx_tensor *t, int root) {
   if (st != MX_OK) return st;
   if (root < 0 || root >= g->world)
     return mx__error(MX_INVALID_ARGUMENT, "%s: root %d is not in [0, %d)", op, root, g->world);
-  mx__call call = {.kind = CALL_BROADCAST, .dtype = mx_dtype_of(t), .numel = mx_numel(t), .root = root};
+  mx__call call = {.kind = CALL_BROADCAST, .dtype = mx_dtype_of(t), .numel = mx_numel(t), .root = root,
+                   .device = mx_device_of(t)};
   st = mx__dist_agree(g, op, &call);
   if (st == MX_OK && mx_device_of(t) == MX_CUDA) {
     mx_tensor *buf = mx__dist_nccl_get(g, op) ? work_buffer(op, t, mx_dtype_of(t), MX_CUDA, g->rank == root) : NULL;

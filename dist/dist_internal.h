@@ -22,6 +22,7 @@ typedef enum { CALL_SUM, CALL_AVG, CALL_MAX, CALL_MIN, CALL_BROADCAST, CALL_ALL_
 /* One collective as the ranks compare it, and as the watchdog reports it. */
 typedef struct {
   int64_t seq, kind, dtype, numel, root;
+  int64_t device; /* a CPU tensor goes to MPI, a CUDA one to NCCL: the ranks must agree */
 } mx__call;
 
 #define MX__MAX_PENDING 64 /* collectives started and not yet waited for */

@@ -90,7 +90,8 @@ void mx__dist_describe(const mx__call *c, char *out, size_t size) {
     int n = snprintf(out, size, "%s on %lld %s elements", call_names[c->kind], (long long)c->numel,
                      mx_dtype_name((mx_dtype)c->dtype));
     if (c->kind == CALL_BROADCAST && n >= 0 && (size_t)n < size)
-      snprintf(out + n, size - (size_t)n, " from root %lld", (long long)c->root);
+      n += snprintf(out + n, size - (size_t)n, " from root %lld", (long long)c->root);
+    if (c->device == MX_CUDA && n >= 0 && (size_t)n < size) snprintf(out + n, size - (size_t)n, " on cuda");
   }
 }
 
@@ -288,13 +289,14 @@ mx_status mx__dist_agree(mx_process_group *g, const char *op, mx__call *call) {
   if (!all) return mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", op);
   MPI_Request req;
   mx__dist_pending_add(g, call);
-  int code = MPI_Iallgather(call, 5, MPI_INT64_T, all, 5, MPI_INT64_T, g->comm, &req);
+  const int fields = (int)(sizeof *call / sizeof(int64_t));
+  int code = MPI_Iallgather(call, fields, MPI_INT64_T, all, fields, MPI_INT64_T, g->comm, &req);
   if (code == MPI_SUCCESS) code = MPI_Wait(&req, MPI_STATUS_IGNORE);
   mx__dist_pending_remove(g, call->seq);
   g->mpi_failed |= code != MPI_SUCCESS;
   mx_status st = mx__dist_mpi_status(code, op);
   for (int r = 0; st == MX_OK && r < g->world; r++) {
-    const mx__call *theirs = (const mx__call *)(all + 5 * r);
+    const mx__call *theirs = (const mx__call *)(all + fields * r);
     if (!memcmp(theirs, call, sizeof *call)) continue;
     char mine[160], other[160];
     mx__dist_describe(call, mine, sizeof mine);

@@ -89,3 +89,18 @@ Test(dist_nccl, nccl_world_of_one) {
   mx_scope_end(s);
   mx_dist_free(g);
 }
+
+/* The ranks compare the device too (a CPU tensor goes to MPI, a CUDA one
+ * to NCCL), and a mismatch names it. */
+Test(dist_nccl, a_cuda_call_is_described_with_its_device) {
+  char text[160];
+  mx__call cuda = {.seq = 3, .kind = CALL_SUM, .dtype = MX_F16, .numel = 5, .root = -1, .device = MX_CUDA};
+  mx__dist_describe(&cuda, text, sizeof text);
+  cr_expect_str_eq(text, "all_reduce(sum) on 5 float16 elements on cuda");
+  mx__call broadcast = {.kind = CALL_BROADCAST, .dtype = MX_F32, .numel = 2, .root = 1, .device = MX_CUDA};
+  mx__dist_describe(&broadcast, text, sizeof text);
+  cr_expect_str_eq(text, "broadcast on 2 float32 elements from root 1 on cuda");
+  broadcast.device = MX_CPU;
+  mx__dist_describe(&broadcast, text, sizeof text);
+  cr_expect_str_eq(text, "broadcast on 2 float32 elements from root 1");
+}
