@@ -10,7 +10,6 @@
 #include <time.h>
 
 #include "dist/dist_internal.h"
-#include "kernels/backend.h"
 #include "kernels/base_internal.h"
 
 #define MAX_IN_FLIGHT 256 /* collectives started whose completion the device has not shown yet */
