@@ -2,6 +2,10 @@
  * all-gather, reduce-scatter, broadcast and barrier, each on MPI's
  * nonblocking call (MPI-3), the wait timed by the group's watchdog.
  *
+ * CUDA tensors go to NCCL instead (dist/nccl.c), in their own dtype (f16
+ * and bf16 included, average as ncclAvg), on the device: nothing here
+ * waits for it, the compute stream does (fenced by events).
+ *
  * MPI reduces a dense CPU buffer: a tensor that is one (float32, float64 or
  * an integer, contiguous, on the CPU) is reduced in place; others through a
  * copy. float16 and bfloat16 go through float32 copies: MPI has no types
@@ -26,7 +30,9 @@ struct mx_dist_work {
   mx__call call;
   mx_dist_reduce_op how;
   mx_tensor *t;   /* the caller's tensor, held until the wait */
-  mx_tensor *buf; /* the dense CPU buffer MPI works on: t's own storage, or a copy */
+  mx_tensor *buf; /* the dense buffer MPI (on the CPU) or NCCL (on CUDA) works on: t's own storage, or a copy */
+  mx__nccl_done *nccl; /* NCCL's collective, for a CUDA tensor */
+  bool on_cuda;
 #if MX_HAVE_MPI
   MPI_Request req;
 #endif
@@ -43,18 +49,18 @@ static mx_tensor *owned(mx_tensor *t) {
   return t;
 }
 
-/* The dense 1-d CPU tensor of dtype `wire` a collective works on: t itself,
+/* The dense 1-d tensor on dev of dtype `wire` a collective works on: t itself,
  * flattened, when it already is one (the result lands in place); otherwise
  * a copy, filled from t when copy_in, that finish() copies back. Owned;
  * NULL with the error named after op. */
-static mx_tensor *work_buffer(const char *op, const mx_tensor *t, mx_dtype wire, bool copy_in) {
+static mx_tensor *work_buffer(const char *op, const mx_tensor *t, mx_dtype wire, mx_device dev, bool copy_in) {
   mx_tensor *buf = NULL;
   mx_scope *scope = mx_scope_begin();
   MX_NO_GRAD { /* a view of a parameter must not join its graph */
-    if (mx_device_of(t) == MX_CPU && mx_is_contiguous(t) && mx_dtype_of(t) == wire) {
+    if (mx_device_of(t) == dev && mx_is_contiguous(t) && mx_dtype_of(t) == wire) {
       buf = mx_view(t, MX_SHAPE(mx_numel(t)));
     } else {
-      buf = mx_empty(MX_SHAPE(mx_numel(t)), wire, MX_CPU);
+      buf = mx_empty(MX_SHAPE(mx_numel(t)), wire, dev);
       mx_tensor *shaped = buf ? mx_view(buf, mx_shape_get(t)) : NULL;
       if (!shaped || (copy_in && mx_copy_(shaped, t) != MX_OK)) buf = NULL;
     }
@@ -123,6 +129,26 @@ static mx_status wait_for(mx_process_group *g, const char *op, const mx__call *c
 }
 #endif
 
+/* --- CUDA tensors: NCCL ------------------------------------------------------------ */
+
+/* Starts call on NCCL: send and recv are dense CUDA tensors (the same one
+ * in place); count as mx__nccl_op says. */
+static mx_status nccl_start(mx_process_group *g, const char *op, const mx__call *call, mx__nccl_kind kind,
+                            const mx_tensor *send, mx_tensor *recv, size_t count, mx__nccl_done **done) {
+  int how = kind == MX__NCCL_ALL_REDUCE ? (int)call->kind : kind == MX__NCCL_REDUCE_SCATTER ? (int)call->root : 0;
+  mx__nccl_op nop = {.kind = kind, .how = how, .root = kind == MX__NCCL_BROADCAST ? (int)call->root : 0,
+                     .dtype = mx_dtype_of(send), .send = mx_data_ptr(send), .recv = mx_data_ptr(recv), .count = count};
+  return mx__dist_nccl_start(g, op, call, &nop, done);
+}
+
+/* A whole collective on NCCL: started, then the compute stream waits for it. */
+static mx_status nccl_run(mx_process_group *g, const char *op, const mx__call *call, mx__nccl_kind kind,
+                          const mx_tensor *send, mx_tensor *recv, size_t count) {
+  mx__nccl_done *done;
+  mx_status st = nccl_start(g, op, call, kind, send, recv, count, &done);
+  return st == MX_OK ? mx__dist_nccl_finish(g, op, done) : st;
+}
+
 /* --- all-reduce ---------------------------------------------------------------------- */
 
 static void work_free(mx_dist_work *w) {
@@ -150,11 +176,19 @@ static mx_dist_work *start_all_reduce(const char *op, mx_process_group *g, mx_te
   mx_dist_work *w = calloc(1, sizeof *w);
   if (!w) return mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", op), NULL;
   *w = (mx_dist_work){.g = g, .op = op, .how = how, .call = {.kind = (int64_t)how, .dtype = dt, .numel = mx_numel(t),
-                                                             .root = -1}};
+                                                             .root = -1, .device = mx_device_of(t)}};
   if (mx__dist_agree(g, op, &w->call) != MX_OK) return work_free(w), NULL;
   w->t = mx__retain(t);
+  if (mx_device_of(t) == MX_CUDA) { /* NCCL, even for a world of one: its path is the one tested there */
+    w->on_cuda = true;
+    w->buf = mx__dist_nccl_get(g, op) ? work_buffer(op, t, dt, MX_CUDA, true) : NULL;
+    mx_status st = w->buf ? MX_OK : mx__dist_broke(g, mx_last_status());
+    if (st == MX_OK && mx_numel(t) > 0)
+      st = nccl_start(g, op, &w->call, MX__NCCL_ALL_REDUCE, w->buf, w->buf, (size_t)mx_numel(t), &w->nccl);
+    return st == MX_OK ? w : (work_free(w), NULL);
+  }
   if (g->world == 1) return w; /* nothing to move: every op of one rank is the identity */
-  w->buf = work_buffer(op, t, wire_dtype(dt), true);
+  w->buf = work_buffer(op, t, wire_dtype(dt), MX_CPU, true);
   if (!w->buf) return mx__dist_broke(g, mx_last_status()), work_free(w), NULL;
 #if MX_HAVE_MPI
   mx_dtype wire = mx_dtype_of(w->buf);
@@ -174,7 +208,11 @@ static mx_dist_work *start_all_reduce(const char *op, mx_process_group *g, mx_te
 static mx_status finish_all_reduce(mx_dist_work *w) {
   mx_process_group *g = w->g;
   mx_status st = MX_OK;
-  if (g->world > 1) {
+  if (w->on_cuda) { /* ncclAvg has averaged */
+    if (w->nccl) st = mx__dist_nccl_finish(g, w->op, w->nccl);
+    if (st == MX_OK) st = finish(w->op, w->t, w->buf);
+    if (st != MX_OK) mx__error_prefix(w->op), mx__dist_broke(g, st);
+  } else if (g->world > 1) {
 #if MX_HAVE_MPI
     st = wait_for(g, w->op, &w->call, &w->req, MPI_SUCCESS);
 #endif
@@ -221,12 +259,23 @@ mx_tensor *mx_dist_all_gather(mx_process_group *g, const mx_tensor *t) {
            NULL;
   int w = g->world;
   int64_t n = mx_numel(t);
-  mx__call call = {.kind = CALL_ALL_GATHER, .dtype = mx_dtype_of(t), .numel = n, .root = -1};
+  mx__call call = {.kind = CALL_ALL_GATHER, .dtype = mx_dtype_of(t), .numel = n, .root = -1,
+                   .device = mx_device_of(t)};
   mx_status st = mx__dist_agree(g, op, &call);
   mx_tensor *out = NULL;
   mx_scope *scope = mx_scope_begin();
-  MX_NO_GRAD {
-    mx_tensor *own = st == MX_OK ? work_buffer(op, t, mx_dtype_of(t), true) : NULL;
+  if (mx_device_of(t) == MX_CUDA) MX_NO_GRAD {
+    mx_tensor *own = st == MX_OK && mx__dist_nccl_get(g, op) ? work_buffer(op, t, mx_dtype_of(t), MX_CUDA, true) : NULL;
+    mx_tensor *buf = own ? mx_empty(MX_SHAPE((int64_t)w * n), mx_dtype_of(t), MX_CUDA) : NULL;
+    if (st == MX_OK && !buf) st = own ? mx__error_prefix(op) : mx_last_status(); /* NCCL's error names op */
+    if (st == MX_OK && n > 0) st = nccl_run(g, op, &call, MX__NCCL_ALL_GATHER, own, buf, (size_t)n);
+    if (own) mx__decref(own); /* freed on the compute stream, after the collective */
+    mx_shape stacked = {shape.ndim + 1, {w}};
+    for (int d = 0; d < shape.ndim; d++) stacked.d[d + 1] = shape.d[d];
+    if (st == MX_OK && !(out = mx_view(buf, stacked))) st = mx__error_prefix(op);
+  }
+  else MX_NO_GRAD {
+    mx_tensor *own = st == MX_OK ? work_buffer(op, t, mx_dtype_of(t), MX_CPU, true) : NULL;
     mx_tensor *buf = own ? mx_empty(MX_SHAPE((int64_t)w * n), mx_dtype_of(t), MX_CPU) : NULL;
     if (st == MX_OK && !buf) st = mx__error_prefix(op);
     size_t bytes = (size_t)n * mx_dtype_size(mx_dtype_of(t));
@@ -266,14 +315,23 @@ mx_tensor *mx_dist_reduce_scatter(mx_process_group *g, const mx_tensor *t, mx_di
                      shape.ndim, shape.ndim ? " and that dim is another size" : ""),
            NULL;
   int64_t n = mx_numel(t) / g->world;
-  mx__call call = {.kind = CALL_REDUCE_SCATTER, .dtype = dt, .numel = mx_numel(t), .root = (int64_t)how};
+  mx__call call = {.kind = CALL_REDUCE_SCATTER, .dtype = dt, .numel = mx_numel(t), .root = (int64_t)how,
+                   .device = mx_device_of(t)};
   mx_status st = mx__dist_agree(g, op, &call);
   mx_shape part = {shape.ndim - 1, {0}};
   for (int d = 1; d < shape.ndim; d++) part.d[d - 1] = shape.d[d];
   mx_tensor *out = NULL;
   mx_scope *scope = mx_scope_begin();
-  MX_NO_GRAD {
-    mx_tensor *buf = st == MX_OK ? work_buffer(op, t, wire_dtype(dt), true) : NULL;
+  if (mx_device_of(t) == MX_CUDA) MX_NO_GRAD { /* ncclAvg averages */
+    mx_tensor *buf = st == MX_OK && mx__dist_nccl_get(g, op) ? work_buffer(op, t, dt, MX_CUDA, true) : NULL;
+    out = buf ? mx_empty(part, dt, MX_CUDA) : NULL;
+    if (st == MX_OK && !out) st = buf ? mx__error_prefix(op) : mx_last_status(); /* NCCL's error names op */
+    if (st == MX_OK && n > 0) st = nccl_run(g, op, &call, MX__NCCL_REDUCE_SCATTER, buf, out, (size_t)n);
+    if (buf) mx__decref(buf);
+    if (st != MX_OK) out = NULL;
+  }
+  else MX_NO_GRAD {
+    mx_tensor *buf = st == MX_OK ? work_buffer(op, t, wire_dtype(dt), MX_CPU, true) : NULL;
     if (st == MX_OK && !buf) st = mx_last_status();
     mx_tensor *mine = buf ? mx_narrow(buf, 0, (int64_t)g->rank * n, n) : NULL;
 #if MX_HAVE_MPI
@@ -306,11 +364,21 @@ mx_status mx_dist_broadcast(mx_process_group *g, mx_tensor *t, int root) {
   if (st != MX_OK) return st;
   if (root < 0 || root >= g->world)
     return mx__error(MX_INVALID_ARGUMENT, "%s: root %d is not in [0, %d)", op, root, g->world);
-  mx__call call = {.kind = CALL_BROADCAST, .dtype = mx_dtype_of(t), .numel = mx_numel(t), .root = root};
+  mx__call call = {.kind = CALL_BROADCAST, .dtype = mx_dtype_of(t), .numel = mx_numel(t), .root = root,
+                   .device = mx_device_of(t)};
   st = mx__dist_agree(g, op, &call);
+  if (st == MX_OK && mx_device_of(t) == MX_CUDA) {
+    mx_tensor *buf = mx__dist_nccl_get(g, op) ? work_buffer(op, t, mx_dtype_of(t), MX_CUDA, g->rank == root) : NULL;
+    st = buf ? MX_OK : mx_last_status();
+    if (st == MX_OK && mx_numel(t) > 0)
+      st = nccl_run(g, op, &call, MX__NCCL_BROADCAST, buf, buf, (size_t)mx_numel(t));
+    if (st == MX_OK && g->rank != root) st = finish(op, t, buf);
+    if (buf) mx__decref(buf);
+    return mx__dist_broke(g, st);
+  }
   if (st != MX_OK || g->world == 1) return st;
 #if MX_HAVE_MPI
-  mx_tensor *buf = work_buffer(op, t, mx_dtype_of(t), g->rank == root);
+  mx_tensor *buf = work_buffer(op, t, mx_dtype_of(t), MX_CPU, g->rank == root);
   st = buf ? MX_OK : mx_last_status();
   if (st == MX_OK) {
     MPI_Request req;

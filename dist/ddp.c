@@ -75,7 +75,8 @@ static mx_status average_bucket(mx_process_group *g, const char *op, mx_tensor *
   int64_t total = 0;
   for (int i = 0; i < k; i++) total += mx_numel(grads[i]);
   mx_scope *scope = mx_scope_begin();
-  mx_tensor *flat = mx_empty(MX_SHAPE(total), mx_dtype_of(grads[0]), MX_CPU);
+  /* on the gradients' device: CUDA gradients are averaged by NCCL there */
+  mx_tensor *flat = mx_empty(MX_SHAPE(total), mx_dtype_of(grads[0]), mx_device_of(grads[0]));
   mx_tensor **parts = calloc((size_t)k, sizeof *parts);
   mx_status st = flat && parts ? MX_OK : mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", op);
   for (int64_t i = 0, at = 0; st == MX_OK && i < k; at += mx_numel(grads[i]), i++) {
@@ -242,16 +243,18 @@ static struct mx__ddp_reducer *reducer_new(mx_process_group *g, const char *op, 
     size_t b = (size_t)mx_numel(p) * mx_dtype_size(mx_dtype_of(p));
     ddp_bucket *last = r->n_buckets ? &r->buckets[r->n_buckets - 1] : NULL;
     size_t cap = r->n_buckets == 1 ? FIRST_BUCKET_BYTES : BUCKET_BYTES;
-    bool same_dtype = last && mx_dtype_of(mx_module_parameter(m, r->order[last->first], NULL)) == mx_dtype_of(p);
-    if (!last || !same_dtype || (bytes + b > cap && last->count > 0))
+    mx_tensor *first = last ? mx_module_parameter(m, r->order[last->first], NULL) : NULL;
+    bool same_kind = first && mx_dtype_of(first) == mx_dtype_of(p) && mx_device_of(first) == mx_device_of(p);
+    if (!last || !same_kind || (bytes + b > cap && last->count > 0))
       last = &r->buckets[r->n_buckets++], *last = (ddp_bucket){.first = k}, bytes = 0;
     r->order[k] = i, r->bucket_of[i] = r->n_buckets - 1, r->offset[i] = last->numel;
     last->count++, last->numel += mx_numel(p), bytes += b;
   }
   mx_status st = MX_OK;
   for (int b = 0; st == MX_OK && b < r->n_buckets; b++) {
-    mx_dtype dt = mx_dtype_of(mx_module_parameter(m, r->order[r->buckets[b].first], NULL));
-    mx_tensor *flat = mx_empty(MX_SHAPE(r->buckets[b].numel), dt, MX_CPU);
+    mx_tensor *first = mx_module_parameter(m, r->order[r->buckets[b].first], NULL);
+    /* on the parameters' device: a CUDA bucket is averaged by NCCL there */
+    mx_tensor *flat = mx_empty(MX_SHAPE(r->buckets[b].numel), mx_dtype_of(first), mx_device_of(first));
     st = flat ? MX_OK : mx_last_status();
     if (flat) r->buckets[b].flat = mx__retain(flat), mx_release(flat);
   }

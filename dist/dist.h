@@ -69,8 +69,14 @@ int mx_dist_local_rank(const mx_process_group *g);
 bool mx_dist_mpi_built(void);
 
 /* Reduces t over the ranks in place: afterwards every rank's t holds the
- * same bits. t may have any layout and live on any device. float16 and
- * bfloat16 tensors are reduced in float32 and rounded once. */
+ * same bits. t may have any layout and live on any device. On the CPU,
+ * float16 and bfloat16 tensors are reduced in float32 and rounded once. A
+ * CUDA tensor goes to NCCL, in its own dtype, with average as ncclAvg and
+ * max and min as NCCL's (whose NaN handling mixgrad has not measured); the
+ * call returns without waiting for the device (the CUDA stream does). The
+ * group's first collective on a CUDA tensor makes its NCCL communicator on
+ * every rank; an error there says why ("built without CUDA", "no CUDA
+ * device", NCCL's own). */
 mx_status mx_dist_all_reduce(mx_process_group *g, mx_tensor *t, mx_dist_reduce_op op);
 /* Every rank's t, stacked: a new tensor of shape (world_size, t's shape)
  * on t's device, rank r's t at index r (torch.distributed's

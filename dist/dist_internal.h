@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "dist/dist.h"
+#include "kernels/cuda/nccl.h"
 #include "mx_config.h"
 
 #if MX_HAVE_MPI
@@ -21,6 +22,7 @@ typedef enum { CALL_SUM, CALL_AVG, CALL_MAX, CALL_MIN, CALL_BROADCAST, CALL_ALL_
 /* One collective as the ranks compare it, and as the watchdog reports it. */
 typedef struct {
   int64_t seq, kind, dtype, numel, root;
+  int64_t device; /* a CPU tensor goes to MPI, a CUDA one to NCCL: the ranks must agree */
 } mx__call;
 
 #define MX__MAX_PENDING 64 /* collectives started and not yet waited for */
@@ -34,6 +36,7 @@ struct mx_process_group {
   int64_t next_seq;
   struct mx__ddp_reducer **reducers; /* DDP's, one per module it averages (ddp.c) */
   int n_reducers;
+  struct mx__dist_nccl *nccl; /* for CUDA tensors, made on the first (dist/nccl.c) */
 #if MX_HAVE_MPI
   MPI_Comm comm;
   /* the watchdog: a thread that ends the job when a pending collective
@@ -62,7 +65,26 @@ void mx__dist_describe(const mx__call *c, char *out, size_t size);
  * names this rank's call and the first rank's that differs. */
 mx_status mx__dist_agree(mx_process_group *g, const char *op, mx__call *call);
 
+/* --- CUDA tensors, on NCCL (dist/nccl.c) --- */
+typedef struct mx__dist_nccl mx__dist_nccl;
+/* g's NCCL communicator, made on the first call (a collective call itself:
+ * every rank makes it at the same collective); NULL with the error naming
+ * op when it cannot start ("built without CUDA", "no CUDA device", NCCL's). */
+mx__dist_nccl *mx__dist_nccl_get(mx_process_group *g, const char *op);
+/* Starts nop on the device after the compute stream's work so far,
+ * registered as call until the device completes it; *done for finish. */
+mx_status mx__dist_nccl_start(mx_process_group *g, const char *op, const mx__call *call, const mx__nccl_op *nop,
+                              mx__nccl_done **done);
+/* The compute stream's later work waits for done (no host wait). */
+mx_status mx__dist_nccl_finish(mx_process_group *g, const char *op, const mx__nccl_done *done);
+/* Frees g's communicator (after its collectives end). */
+void mx__dist_nccl_free(mx_process_group *g);
+
 #if MX_HAVE_MPI
+/* The watchdog's NCCL half: on NCCL's asynchronous error, or a collective
+ * waiting past the timeout, prints it, aborts the communicator and returns
+ * true (the caller ends the job). */
+bool mx__dist_nccl_watch(mx_process_group *g);
 /* An MPI error code as an mx error naming op; MX_OK for MPI_SUCCESS. */
 mx_status mx__dist_mpi_status(int code, const char *op);
 /* Registers call with the watchdog (it was started), and the reverse once

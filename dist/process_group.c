@@ -90,7 +90,8 @@ void mx__dist_describe(const mx__call *c, char *out, size_t size) {
     int n = snprintf(out, size, "%s on %lld %s elements", call_names[c->kind], (long long)c->numel,
                      mx_dtype_name((mx_dtype)c->dtype));
     if (c->kind == CALL_BROADCAST && n >= 0 && (size_t)n < size)
-      snprintf(out + n, size - (size_t)n, " from root %lld", (long long)c->root);
+      n += snprintf(out + n, size - (size_t)n, " from root %lld", (long long)c->root);
+    if (c->device == MX_CUDA && n >= 0 && (size_t)n < size) snprintf(out + n, size - (size_t)n, " on cuda");
   }
 }
 
@@ -212,6 +213,7 @@ static void *watch(void *arg) {
       fflush(stderr);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
+    if (mx__dist_nccl_watch(g)) MPI_Abort(MPI_COMM_WORLD, 1);
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     double t = (double)until.tv_sec + 1e-9 * (double)until.tv_nsec + period;
@@ -287,13 +289,14 @@ mx_status mx__dist_agree(mx_process_group *g, const char *op, mx__call *call) {
   if (!all) return mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", op);
   MPI_Request req;
   mx__dist_pending_add(g, call);
-  int code = MPI_Iallgather(call, 5, MPI_INT64_T, all, 5, MPI_INT64_T, g->comm, &req);
+  const int fields = (int)(sizeof *call / sizeof(int64_t));
+  int code = MPI_Iallgather(call, fields, MPI_INT64_T, all, fields, MPI_INT64_T, g->comm, &req);
   if (code == MPI_SUCCESS) code = MPI_Wait(&req, MPI_STATUS_IGNORE);
   mx__dist_pending_remove(g, call->seq);
   g->mpi_failed |= code != MPI_SUCCESS;
   mx_status st = mx__dist_mpi_status(code, op);
   for (int r = 0; st == MX_OK && r < g->world; r++) {
-    const mx__call *theirs = (const mx__call *)(all + 5 * r);
+    const mx__call *theirs = (const mx__call *)(all + fields * r);
     if (!memcmp(theirs, call, sizeof *call)) continue;
     char mine[160], other[160];
     mx__dist_describe(call, mine, sizeof mine);
@@ -347,6 +350,8 @@ mx_process_group *mx_dist_init(double timeout_seconds) {
   }
   if (launched == 0 || torchrun) g->comm = MPI_COMM_NULL;
 #endif
+  /* several ranks: the CUDA tensors made from now on go to this rank's GPU */
+  if (g->world > 1) mx__cuda_prefer_local_rank(g->local_rank);
   return g;
 }
 
@@ -355,7 +360,11 @@ void mx_dist_free(mx_process_group *g) {
   for (int k = 0; k < g->n_reducers; k++) mx__ddp_reducer_free(g->reducers[k]);
   free(g->reducers);
 #if MX_HAVE_MPI
-  if (g->comm != MPI_COMM_NULL) leave_mpi(g);
+  bool hung = g->mpi_failed; /* as MPI's, NCCL's communicator may hold a collective that never ends */
+  if (g->comm != MPI_COMM_NULL) leave_mpi(g); /* the watchdog stops first: it reads the NCCL communicator */
+  if (!hung) mx__dist_nccl_free(g);
+#else
+  mx__dist_nccl_free(g);
 #endif
   free(g);
 }

@@ -17,6 +17,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/elementwise.h"
 #endif
+#include "kernels/cuda/nccl.h"
 
 bool mx_cuda_built(void) { return MX_HAVE_CUDA; }
 
@@ -43,7 +44,9 @@ static const mx__cuda_host host = {
 static struct {
   int (*device_count)(void);
   const mx_backend *(*get)(void);
+  const mx__nccl_api *(*nccl)(void); /* kernels/cuda/nccl.h */
 } cuda;
+static int preferred_local_rank = -1; /* the device the backend starts on, when a process group said */
 static char load_error[512]; /* why the module could not be used */
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 
@@ -69,11 +72,17 @@ static void load(void) {
     snprintf(load_error, sizeof load_error, "%s", dlerror());
   } else if (!find(handle, "mx__cuda_init", &init, sizeof init) ||
              !find(handle, "mx__cuda_device_count", &cuda.device_count, sizeof cuda.device_count) ||
-             !find(handle, "mx__cuda_backend_get", &cuda.get, sizeof cuda.get)) {
+             !find(handle, "mx__cuda_backend_get", &cuda.get, sizeof cuda.get) ||
+             !find(handle, "mx__nccl_get", &cuda.nccl, sizeof cuda.nccl)) {
     snprintf(load_error, sizeof load_error, "%s lacks the backend's entry points", path);
-    cuda.device_count = NULL, cuda.get = NULL;
+    cuda.device_count = NULL, cuda.get = NULL, cuda.nccl = NULL;
   } else {
     init(&host);
+    /* before the backend starts (on this thread's current device) */
+    if (preferred_local_rank >= 0 && cuda.nccl()->select_device(preferred_local_rank) != MX_OK) {
+      snprintf(load_error, sizeof load_error, "%s", mx_last_error());
+      cuda.device_count = NULL, cuda.get = NULL, cuda.nccl = NULL;
+    }
   }
 }
 
@@ -89,6 +98,10 @@ static const mx_backend *cuda_backend(void) {
   mx__error(MX_NOT_BUILT, "cannot use device 'cuda': the CUDA backend did not load (%s)", load_error);
   return NULL;
 }
+
+const mx__nccl_api *mx__cuda_nccl(void) { return cuda_backend() ? cuda.nccl() : NULL; }
+
+void mx__cuda_prefer_local_rank(int local_rank) { preferred_local_rank = local_rank; }
 #else
 int mx_cuda_device_count(void) { return 0; }
 
@@ -97,6 +110,13 @@ static const mx_backend *cuda_backend(void) {
                           "(rebuild with -Dcuda=enabled)");
   return NULL;
 }
+
+const mx__nccl_api *mx__cuda_nccl(void) {
+  (void)cuda_backend(); /* the error: built without CUDA */
+  return NULL;
+}
+
+void mx__cuda_prefer_local_rank(int local_rank) { (void)local_rank; }
 #endif
 
 const mx_backend *mx__backend(mx_device device) {
