@@ -1038,7 +1038,9 @@ const op_case op_cases[] = {
     /* appended later (the fuzz corpus stores case indices: append only): the rows that had no case, each with
      * its forward against float64, its autocast policy and its gradients. The losses' class targets are in the
      * functions; the cells pack weights and biases into their third input. No PyTorch line in ops_fixtures.txt
-     * (NF): the losses, composites, grid_sample and multinomial are compared with PyTorch in their own suites. */
+     * (NF): the losses, composites, grid_sample and multinomial are compared with PyTorch in their own suites.
+     * The variants of a row (linear_nobias, dist_p1, ...) stop at gradcheck (GC) to keep the suite short: each
+     * row's first case runs gradgradcheck. multinomial: int64 draws, no gradient. */
     CASE2(cross_entropy_weighted, SH(3, 4), ANY, SH(4), POS, GG | NF),
     CASE1(cross_entropy_ignore_none, SH(3, 4), ANY, GG | NF),
     CASE1(nll_loss_sum, SH(3, 4), ANY, GG | NF),
@@ -1082,7 +1084,7 @@ const op_case op_cases[] = {
     CASE1(renorm, SH(3, 4), ANY, GG | NF),
     CASE2(grid_sample_bilinear, SH(1, 2, 3, 4), ANY, SH(1, 2, 3, 2), UNIT, GG | NF),
     CASE2(grid_sample_border_aligned, SH(2, 1, 3, 3), ANY, SH(2, 2, 2, 2), UNIT, GC | NF),
-    CASE2(grid_sample_nearest, SH(1, 2, 3, 4), ANY, SH(1, 2, 3, 2), UNIT, NF),
+    CASE2(grid_sample_nearest, SH(1, 2, 3, 4), ANY, SH(1, 2, 3, 2), UNIT, GC | NF),
     CASE1(multinomial, SH(2, 4), POS, NF),
     CASE1(multinomial_no_replacement, SH(2, 4), POS, NF),
     CASE1(to_device, SH(2, 3), ANY, GG | NF),
