@@ -24,6 +24,8 @@ typedef enum {
 enum {
   OP_GRADCHECK = 1u << 0, /* differentiable: run mx_gradcheck */
   OP_GRADGRAD = 1u << 1,  /* also run mx_gradgradcheck */
+  OP_NO_FIXTURE = 1u << 2, /* no line in tests/fixtures/ops_fixtures.txt: compared with PyTorch by its own suite's
+                              fixtures (test_losses.c, test_composites.c, ...) or against float64 only */
 };
 
 typedef struct {

@@ -223,16 +223,6 @@ Test(ops_grad, every_differentiable_op_has_a_case) {
   static const char *no_gradient[] = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or",
                                       "logical_xor", "logical_not", "argmax", "argmin", "all", "any",
                                       "to_device", "slice_backward", "one_hot", "argsort", "multinomial"};
-  /* ops gradchecked in their own suites: the losses (test_losses.c) and the
-   * linear-algebra and nn composites (test_composites.c) */
-  static const char *not_yet_covered[] = {
-      "cross_entropy", "nll_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits",
-      "multilabel_margin_loss", "multi_margin_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
-      "kl_div", "poisson_nll_loss", "hinge_embedding_loss", "soft_margin_loss", "margin_ranking_loss",
-      "cosine_embedding_loss", "triplet_margin_loss", "linear", "prelu", "rnn_tanh_cell", "rnn_relu_cell",
-      "lstm_cell", "gru_cell", "scaled_dot_product_attention", "chain_matmul", "multi_dot", "einsum",
-      "bilinear", "cross", "tensordot", "normalize", "dist", "cdist", "pdist", "cosine_similarity", "renorm",
-      "grid_sample"};
   /* op name -> the prefix of the case names that cover it */
   static const struct {
     const char *op, *case_prefix;
@@ -258,8 +248,6 @@ Test(ops_grad, every_differentiable_op_has_a_case) {
     for (size_t k = 0; k < sizeof elementwise_rows / sizeof *elementwise_rows; k++)
       skip |= !strcmp(name, elementwise_rows[k]);
     for (size_t k = 0; k < sizeof no_gradient / sizeof *no_gradient; k++) skip |= !strcmp(name, no_gradient[k]);
-    for (size_t k = 0; k < sizeof not_yet_covered / sizeof *not_yet_covered; k++)
-      skip |= not_yet_covered[k] && !strcmp(name, not_yet_covered[k]);
     if (skip) continue;
     const char *prefix = name;
     for (size_t k = 0; k < sizeof alias / sizeof *alias; k++)
