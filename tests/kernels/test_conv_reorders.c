@@ -67,7 +67,10 @@ static uint64_t steady_step_reorders(mx_dtype amp) {
 Test(conv_reorders, a_float32_step_reorders_each_activation_once) {
   if (!mx__dnnl_native(MX_F32)) cr_skip_test("oneDNN is not built in");
   uint64_t reorders = steady_step_reorders(MX_F32);
-  cr_expect_leq(reorders, 11, "a steady-state float32 step ran %llu reorders", (unsigned long long)reorders);
+  /* oneDNN's AVX2 kernels (a CPU without AVX-512, or valgrind, which hides
+   * it) want one more operand in a blocked layout than its AVX-512 ones */
+  uint64_t bound = __builtin_cpu_supports("avx512f") ? 11 : 12;
+  cr_expect_leq(reorders, bound, "a steady-state float32 step ran %llu reorders", (unsigned long long)reorders);
 }
 
 Test(conv_reorders, a_bfloat16_step_reorders_each_activation_once) {
