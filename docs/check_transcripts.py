@@ -23,12 +23,18 @@ BLOCK = re.compile(r"^```\n(\$ [^\n]*)\n(.*?)^```$", re.M | re.S)
 POLICIES = ["lower", "fp32", "promote", "banned", "none"]
 
 
+# oneDNN held to AVX2 (2.x reads DNNL_, 3.x ONEDNN_): whether bfloat16 products run natively depends on the
+# CPU (bf16 dot products; valgrind hides them), and the AMP trace says when they do not, so without this a
+# transcript would read differently from one machine to the next.
+SAME_ON_EVERY_CPU = {"DNNL_MAX_CPU_ISA": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
 def run(command, build):
     """The output of a transcript's command, run by the shell in a scratch folder."""
     command = re.sub(r"(^|[\s=])build/", lambda m: m.group(1) + os.path.abspath(build) + "/", command)
     with tempfile.TemporaryDirectory() as scratch:
         p = subprocess.run(command, shell=True, cwd=scratch, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+                           text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1", **SAME_ON_EVERY_CPU))
     return p.stdout
 
 

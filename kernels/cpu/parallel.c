@@ -11,6 +11,7 @@
 
 static atomic_int configured; /* 0: not chosen yet */
 
+#ifdef _OPENMP
 /* MX_NUM_THREADS when it is a whole number in range, else 0 (unset) */
 static int from_environment(void) {
   const char *env = getenv("MX_NUM_THREADS");
@@ -20,26 +21,17 @@ static int from_environment(void) {
   return *end == '\0' && n >= 1 && n <= MAX_THREADS ? (int)n : 0;
 }
 
-static int default_threads(void) {
-  int n = from_environment();
-#ifdef _OPENMP
-  if (!n) n = omp_get_max_threads();
-#endif
-  return n > 0 ? n : 1;
-}
-
 int mx__cpu_threads(void) {
-#ifdef _OPENMP
   int n = atomic_load_explicit(&configured, memory_order_relaxed);
   if (n) return n;
   int expected = 0;
-  n = default_threads();
-  atomic_compare_exchange_strong(&configured, &expected, n);
+  if (!(n = from_environment())) n = omp_get_max_threads();
+  atomic_compare_exchange_strong(&configured, &expected, n > 0 ? n : 1);
   return atomic_load(&configured);
-#else
-  return 1;
-#endif
 }
+#else
+int mx__cpu_threads(void) { return 1; } /* no OpenMP: every loop runs on the calling thread */
+#endif
 
 mx_status mx_set_num_threads(int n) {
   if (n < 1 || n > MAX_THREADS)
