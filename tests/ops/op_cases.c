@@ -1144,3 +1144,14 @@ int op_sample(int *ids, int n) {
   for (int k = 0; k < n; k += stride) ids[m++] = ids[k];
   return m;
 }
+
+int op_case_row(const char *case_name) {
+  int best = -1;
+  size_t best_len = 0;
+  for (int op = 0; op < mx_op_count(); op++) {
+    size_t len = strlen(mx_op_name(op));
+    if (len > best_len && !strncmp(case_name, mx_op_name(op), len) && (case_name[len] == '\0' || case_name[len] == '_'))
+      best = op, best_len = len;
+  }
+  return best;
+}

@@ -52,6 +52,11 @@ int op_sample(int *ids, int n);
 /* A Criterion parameter array of the sampled ids. */
 #define OP_PARAMS(ids, n) cr_make_param_array(int, ids, (size_t)op_sample(ids, (int)(n)))
 
+/* The row of ops.def a case exercises: the longest op name the case's name
+ * starts with, followed by '_' or its end; -1 for cases of functions that
+ * are no row of their own (max_all, split_first, ...). */
+int op_case_row(const char *case_name);
+
 /* A float64 tensor of shape drawn from domain with gen (bool for DOM_BOOL). */
 mx_tensor *op_case_input(mx_shape shape, op_domain domain, mx_generator *gen);
 

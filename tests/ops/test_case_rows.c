@@ -144,19 +144,6 @@ Test(ops_case_rows, public_functions_take_the_rows_inputs) {
 
 /* --- autocast: each row's policy, through its cases ---------------------------------------------------------- */
 
-/* The row a case exercises: the longest op name the case's name starts with (then "_" or its end), or -1 (max_all,
- * split_first, ...: functions that are no row of their own). */
-static int case_op(const char *case_name) {
-  int best = -1;
-  size_t best_len = 0;
-  for (int op = 0; op < mx_op_count(); op++) {
-    size_t len = strlen(mx_op_name(op));
-    if (len > best_len && !strncmp(case_name, mx_op_name(op), len) && (case_name[len] == '\0' || case_name[len] == '_'))
-      best = op, best_len = len;
-  }
-  return best;
-}
-
 /* The case in a region of dtype `region`, on floating inputs of dtype `given`, against the case outside any region
  * on those inputs cast to `want`: the same dtype and bits. */
 static void expect_case_autocast(const op_case *c, int k, mx_dtype region, mx_dtype given, mx_dtype want) {
@@ -192,7 +179,7 @@ ParameterizedTestParameters(ops_case_rows, autocast) {
 
 ParameterizedTest(int *k, ops_case_rows, autocast) {
   const op_case *c = &op_cases[*k];
-  int op = case_op(c->name);
+  int op = op_case_row(c->name);
   /* the backward ops run inside backward, which no region reaches (their cases take a gradient in the region) */
   if (op < 0 || strstr(mx_op_name(op), "backward")) return;
   const mx_dtype regions[] = {MX_F16, MX_BF16};

@@ -40,19 +40,6 @@ static const struct {
  * that a row added without a case is a choice made in review, never a silent gap. */
 static const char *const no_case_possible[] = {NULL};
 
-/* The row a case exercises: the longest op name the case's name starts with, followed by '_' or its end (the
- * rule test_case_rows.c's autocast check uses), or -1. */
-static int case_row(const char *case_name) {
-  int best = -1;
-  size_t best_len = 0;
-  for (int op = 0; op < mx_op_count(); op++) {
-    size_t len = strlen(mx_op_name(op));
-    if (len > best_len && !strncmp(case_name, mx_op_name(op), len) && (case_name[len] == '\0' || case_name[len] == '_'))
-      best = op, best_len = len;
-  }
-  return best;
-}
-
 static bool listed(const char *name, const char *const *list, size_t n) {
   for (size_t k = 0; k < n; k++)
     if (list[k] && !strcmp(list[k], name)) return true;
@@ -62,7 +49,7 @@ static bool listed(const char *name, const char *const *list, size_t n) {
 static bool has_case(int op) {
   const char *name = mx_op_name(op);
   for (int k = 0; k < op_case_count; k++)
-    if (case_row(op_cases[k].name) == op) return true;
+    if (op_case_row(op_cases[k].name) == op) return true;
   for (size_t k = 0; k < sizeof reached_through / sizeof *reached_through; k++) {
     if (strcmp(reached_through[k].row, name)) continue;
     const char *prefix = reached_through[k].case_prefix;
