@@ -7,6 +7,7 @@
 
 #include <mixgrad.h>
 #include "tests/common/expect_error.h"
+#include "../common/float_values.h"
 
 static mx_rnn_opts opts(int num_layers, bool bias, bool batch_first, double dropout, bool bidirectional) {
   return (mx_rnn_opts){num_layers, bias, batch_first, dropout, bidirectional};
@@ -25,25 +26,6 @@ static mx_tensor *randn(mx_shape shape, uint64_t seed) {
   mx_tensor *t = mx_randn(shape, MX_F32, MX_CPU, gen);
   mx_generator_free(gen);
   return t;
-}
-
-/* The floats of a float32 tensor (malloc'd). */
-static float *values(const mx_tensor *t) {
-  cr_assert(t, "%s", mx_last_error());
-  size_t bytes = sizeof(float) * (size_t)mx_numel(t);
-  float *v = malloc(bytes ? bytes : 1);
-  cr_assert_eq(mx_to_host(t, v, bytes), MX_OK, "%s", mx_last_error());
-  return v;
-}
-
-static double max_abs_diff(const mx_tensor *a, const mx_tensor *b) {
-  cr_assert_eq(mx_numel(a), mx_numel(b));
-  float *va = values(a), *vb = values(b);
-  double d = 0;
-  for (int64_t i = 0; i < mx_numel(a); i++) d = fmax(d, fabs((double)va[i] - vb[i]));
-  free(va);
-  free(vb);
-  return d;
 }
 
 /* Copies every parameter of `from` named <stem><from_suffix> into <stem><to_suffix> of `to`. */

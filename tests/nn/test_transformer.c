@@ -8,6 +8,7 @@
 
 #include <mixgrad.h>
 #include "tests/common/expect_error.h"
+#include "../common/float_values.h"
 
 static mx_tensor *randn(mx_shape shape, uint64_t seed) {
   mx_generator *gen = mx_generator_new(seed);
@@ -15,25 +16,6 @@ static mx_tensor *randn(mx_shape shape, uint64_t seed) {
   mx_generator_free(gen);
   cr_assert(t, "%s", mx_last_error());
   return t;
-}
-
-/* The floats of a float32 tensor (malloc'd). */
-static float *values(const mx_tensor *t) {
-  cr_assert(t, "%s", mx_last_error());
-  size_t bytes = sizeof(float) * (size_t)mx_numel(t);
-  float *v = malloc(bytes ? bytes : 1);
-  cr_assert_eq(mx_to_host(t, v, bytes), MX_OK, "%s", mx_last_error());
-  return v;
-}
-
-static double max_abs_diff(const mx_tensor *a, const mx_tensor *b) {
-  cr_assert_eq(mx_numel(a), mx_numel(b));
-  float *va = values(a), *vb = values(b);
-  double d = 0;
-  for (int64_t i = 0; i < mx_numel(a); i++) d = fmax(d, fabs((double)va[i] - vb[i]));
-  free(va);
-  free(vb);
-  return d;
 }
 
 static double max_abs(const mx_tensor *t) {
