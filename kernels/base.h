@@ -95,9 +95,13 @@ mx_status mx_synchronize(mx_device device);
 /* The threads the CPU kernels (OpenMP loops and oneDNN) use, for every
  * thread of the process that calls mixgrad. The default is the
  * environment's MX_NUM_THREADS, else OpenMP's (OMP_NUM_THREADS, else one
- * per core). On a machine other programs share, fewer threads than cores
- * can be faster (README: "Threads"). n from 1 to 1024; a build without
- * OpenMP runs on one thread whatever is set. */
+ * per core). When nothing sets the count or how OpenMP's threads wait
+ * (OMP_WAIT_POLICY), the kernels use fewer while other programs keep the
+ * cores busy, and the full count again once they stop (README: "Threads");
+ * a count set here or in the environment is used as it is. n from 1 to
+ * 1024; a build without OpenMP runs on one thread whatever is set.
+ * mx_num_threads says the count set or the default, not a smaller one a
+ * busy machine makes the kernels use for a while. */
 mx_status mx_set_num_threads(int n);
 int mx_num_threads(void);
 

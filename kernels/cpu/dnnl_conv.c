@@ -19,6 +19,7 @@
 #include "kernels/cpu/channel_blocks.h"
 #include "kernels/cpu/dnnl_common.h"
 #include "kernels/cpu/host_cache.h"
+#include "kernels/cpu/parallel.h"
 #include "mx_config.h"
 
 #if MX_HAVE_DNNL
@@ -113,6 +114,7 @@ typedef struct {
   int kind;
   mx_dtype dtype;
   int bias;                              /* forward: whether it adds one */
+  int threads;                           /* oneDNN sizes a primitive's work split for the threads it was made on */
   int nd[3];                             /* per role; weights get a groups dim when groups > 1 */
   dnnl_dims_t dims[3], strides[3];       /* per role, as oneDNN sees them: up to (G, O, I, D, H, W) */
   dnnl_dims_t stride, dil, pad_l, pad_r; /* spatial, oneDNN's conventions */
@@ -160,6 +162,7 @@ static bool make_key(conv_key *key, int kind, const mx_kview *const *v, bool bia
   key->kind = kind;
   key->dtype = v[ROLE_X]->dtype;
   key->bias = bias;
+  key->threads = mx__cpu_threads_here();
   int64_t G = p->groups;
   for (int r = 0; r < 3; r++) {
     const mx_kview *view = v[r];

@@ -6,8 +6,9 @@
 /* Elements below which a loop runs on one thread. */
 #define MX_PARALLEL_MIN_ELEMENTS 32768
 
-/* The threads a loop may use: mx_set_num_threads's count (kernels/cpu/
- * parallel.c), 1 without OpenMP. */
+/* The threads a loop may use now: mx_set_num_threads's count (kernels/cpu/
+ * parallel.c), fewer while a busy machine shrinks the default one
+ * (kernels/cpu/contention.c), 1 without OpenMP. */
 int mx__cpu_threads(void);
 
 #ifdef _OPENMP
