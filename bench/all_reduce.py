@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """PyTorch's twin of bench/all_reduce.c: torch.distributed on gloo, 2 ranks forked here on a free loopback port,
-the same float32 all_reduce sizes and barrier, one call per timing after warm-up, and the MNIST MLP's
-data-parallel step (bench/train_step.py's model and SGD, in DistributedDataParallel, which all-reduces the
-gradients in buckets during backward); rank 0 prints one JSON line per measurement
+the same float32 all_reduce sizes and barrier, one call per timing after warm-up, and the MNIST MLP's and
+CNN's data-parallel steps (bench/train_step.py's models, both with the MLP's SGD with momentum as in
+all_reduce.c, in DistributedDataParallel, which all-reduces the gradients in buckets during backward), a
+batch of 128 split among the ranks; rank 0 prints one JSON line per measurement
 ({"impl":"pytorch","op":...,"bytes":...,"times_ms":[...]}).
 
     /usr/bin/python3 bench/all_reduce.py [--quick]
@@ -47,20 +48,22 @@ def rank_main(rank, port, quick):
     times = timed(dist.barrier)
     if rank == 0:
         print(json.dumps({"impl": "pytorch", "op": "barrier", "bytes": 0, "times_ms": times}), flush=True)
-    times = timed(ddp_step(rank))
-    if rank == 0:
-        print(json.dumps({"impl": "pytorch", "op": "ddp_step_mlp", "bytes": 0, "times_ms": times}), flush=True)
+    for model in ("mlp", "cnn"):
+        times = timed(ddp_step(rank, model))
+        if rank == 0:
+            print(json.dumps({"impl": "pytorch", "op": "ddp_step_" + model, "bytes": 0, "times_ms": times}), flush=True)
     dist.destroy_process_group()
 
 
-def ddp_step(rank):
-    """One data-parallel step of the MLP on this rank's half of a batch of 128, as a function to time."""
+def ddp_step(rank, model):
+    """One data-parallel step of model ("mlp" or "cnn") on this rank's half of a batch of 128, as a function
+    to time; SGD with momentum (the MLP's recipe) for both, as in all_reduce.c."""
     import torch
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel
-    from train_step import make_mlp, make_optimizer
+    from train_step import MODELS, make_optimizer
     torch.manual_seed(7 + rank)
-    net = DistributedDataParallel(make_mlp())  # starts from rank 0's weights, as mx_ddp_broadcast_module
+    net = DistributedDataParallel(MODELS[model]())  # starts from rank 0's weights, as mx_ddp_broadcast_module
     opt = make_optimizer("mlp", net.parameters())
     x, y = torch.randn(128 // WORLD, 1, 28, 28), torch.randint(0, 10, (128 // WORLD,))
 
