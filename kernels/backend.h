@@ -57,7 +57,8 @@ typedef struct {
   X(CHANNEL_SUMS, channel_sums) X(MAX_POOL, max_pool) X(MAX_POOL_BACKWARD, max_pool_backward)             \
   X(AVG_POOL, avg_pool) X(AVG_POOL_BACKWARD, avg_pool_backward) X(AMP_UNSCALE, amp_unscale)                \
   X(AMP_UPDATE_SCALE, amp_update_scale) X(AMP_HISTOGRAM, amp_histogram)                                    \
-  X(AMP_UNSCALE_HISTOGRAM, amp_unscale_histogram) X(SGD_STEP, sgd_step) X(ADAM_STEP, adam_step)
+  X(AMP_UNSCALE_HISTOGRAM, amp_unscale_histogram) X(SGD_STEP, sgd_step) X(ADAM_STEP, adam_step)           \
+  X(CONV_FORWARD_RELU, conv_forward_relu)
 
 typedef enum {
 #define MX__KERNEL_ENUM(E, slot) MX_KERNEL_##E,
@@ -141,6 +142,10 @@ typedef struct mx_backend {
   mx_status (*conv_backward_data)(const mx_kview *dx, const mx_kview *dy, const mx_kview *w, const mx_conv_params *p);
   mx_status (*conv_backward_weight)(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
                                     const mx_conv_params *p);
+  /* y = relu(conv(x, w) + bias) in one kernel (oneDNN's post-op); NULL:
+   * the op runs conv_forward, then unary's ReLU on y */
+  mx_status (*conv_forward_relu)(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
+                                 const mx_conv_params *p);
 
   /* batch norm's per-channel kernels over contiguous (N, C, *) tensors of
    * one floating dtype, c along dim 1. The (C) vectors (center, scale,
