@@ -142,10 +142,6 @@ typedef struct mx_backend {
   mx_status (*conv_backward_data)(const mx_kview *dx, const mx_kview *dy, const mx_kview *w, const mx_conv_params *p);
   mx_status (*conv_backward_weight)(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
                                     const mx_conv_params *p);
-  /* y = relu(conv(x, w) + bias) in one kernel (oneDNN's post-op); NULL:
-   * the op runs conv_forward, then unary's ReLU on y */
-  mx_status (*conv_forward_relu)(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
-                                 const mx_conv_params *p);
 
   /* batch norm's per-channel kernels over contiguous (N, C, *) tensors of
    * one floating dtype, c along dim 1. The (C) vectors (center, scale,
@@ -200,6 +196,12 @@ typedef struct mx_backend {
                         const float *grad_scale);
   mx_status (*adam_step)(int n, const mx_optim_item *items, const mx_adam_hparams *h, const float *found_inf,
                          const float *grad_scale);
+
+  /* y = relu(conv(x, w) + bias) in one kernel (oneDNN's post-op); NULL:
+   * the op runs conv_forward, then unary's ReLU on y. Last, so the slots
+   * before it keep their offsets. */
+  mx_status (*conv_forward_relu)(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
+                                 const mx_conv_params *p);
 } mx_backend;
 
 /* The backend for a device, or NULL with the error set. */

@@ -8,6 +8,7 @@
 #include <mixgrad.h>
 
 #include "../common/expect_error.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/dnnl.h"
 #include "mx_config.h"
 #include "tensor/tensor_impl.h"
@@ -141,4 +142,13 @@ Test(conv2d_relu, its_errors_name_it) {
   EXPECT_ERROR(mx_conv2d_relu(x, w, NULL, MX_DEFAULT, MX_DEFAULT, MX_SHAPE(3), 1),
                "mx_conv2d_relu: kernel 3 (dilation 3) does not fit input size 5 + padding 0 in spatial dim 0");
   mx_scope_end(scope);
+}
+
+/* The fused slot answers supports() as the convolution's does, dtype by dtype (bfloat16 natively or via float32
+ * as the CPU allows, float16 via float32). */
+Test(conv2d_relu, the_cpu_supports_it_as_it_supports_conv) {
+  for (int dt = 0; dt < MX_DTYPE_COUNT; dt++)
+    cr_expect_eq(mx__backend_supports(&mx__cpu_backend, MX_KERNEL_CONV_FORWARD_RELU, (mx_dtype)dt),
+                 mx__backend_supports(&mx__cpu_backend, MX_KERNEL_CONV_FORWARD, (mx_dtype)dt), "%s",
+                 mx_dtype_name((mx_dtype)dt));
 }
