@@ -57,7 +57,8 @@ typedef struct {
   X(CHANNEL_SUMS, channel_sums) X(MAX_POOL, max_pool) X(MAX_POOL_BACKWARD, max_pool_backward)             \
   X(AVG_POOL, avg_pool) X(AVG_POOL_BACKWARD, avg_pool_backward) X(AMP_UNSCALE, amp_unscale)                \
   X(AMP_UPDATE_SCALE, amp_update_scale) X(AMP_HISTOGRAM, amp_histogram)                                    \
-  X(AMP_UNSCALE_HISTOGRAM, amp_unscale_histogram) X(SGD_STEP, sgd_step) X(ADAM_STEP, adam_step)
+  X(AMP_UNSCALE_HISTOGRAM, amp_unscale_histogram) X(SGD_STEP, sgd_step) X(ADAM_STEP, adam_step)           \
+  X(CONV_FORWARD_RELU, conv_forward_relu)
 
 typedef enum {
 #define MX__KERNEL_ENUM(E, slot) MX_KERNEL_##E,
@@ -195,6 +196,12 @@ typedef struct mx_backend {
                         const float *grad_scale);
   mx_status (*adam_step)(int n, const mx_optim_item *items, const mx_adam_hparams *h, const float *found_inf,
                          const float *grad_scale);
+
+  /* y = relu(conv(x, w) + bias) in one kernel (oneDNN's post-op); NULL:
+   * the op runs conv_forward, then unary's ReLU on y. Last, so the slots
+   * before it keep their offsets. */
+  mx_status (*conv_forward_relu)(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
+                                 const mx_conv_params *p);
 } mx_backend;
 
 /* The backend for a device, or NULL with the error set. */

@@ -29,6 +29,7 @@ static const mx_module_type tanh_type = {.name = "Tanh", .forward = tanh_forward
 static const mx_module_type sigmoid_type = {.name = "Sigmoid", .forward = sigmoid_forward, .free_self = free};
 
 mx_module *mx_relu_new(void) { return act_new(&relu_type, (act_self){0}); }
+bool mx__module_is_relu(const mx_module *m) { return mx_module_type_of(m) == &relu_type; }
 mx_module *mx_silu_new(void) { return act_new(&silu_type, (act_self){0}); }
 mx_module *mx_tanh_new(void) { return act_new(&tanh_type, (act_self){0}); }
 mx_module *mx_sigmoid_new(void) { return act_new(&sigmoid_type, (act_self){0}); }

@@ -3,12 +3,37 @@
 
 #include "nn/nn_internal.h"
 
+/* The kinds whose forward can absorb a following ReLU (nn_internal.h): each answers for its own modules. A kind
+ * opts in with one line here. */
+static mx__forward_relu_fn (*const fusing_kinds[])(const mx_module *m) = {mx__conv_forward_relu};
+
+/* first's forward with second (the next child) folded in, when second is the plain ReLU module and nothing watches
+ * either forward (mx__module_observed: hooks and summaries see each child's output); NULL: run them in turn. Saved
+ * tensors are the same either way (the input, the weights, the ReLU's output), so saved-tensor hooks and activation
+ * checkpointing see no difference. */
+static mx__forward_relu_fn fused_with_relu(const mx_module *first, const mx_module *second) {
+  if (!mx__module_is_relu(second) || mx__module_observed(first) || mx__module_observed(second)) return NULL;
+  for (size_t k = 0; k < sizeof fusing_kinds / sizeof fusing_kinds[0]; k++) {
+    mx__forward_relu_fn fused = fusing_kinds[k](first);
+    if (fused) return fused;
+  }
+  return NULL;
+}
+
 static mx_tensor *sequential_forward(mx_module *m, const mx_tensor *x) {
   int n = mx_module_num_children(m);
   if (n == 0) return mx_reshape(x, mx_shape_get(x)); /* an empty Sequential is the identity */
   mx_tensor *y = NULL;
   for (int i = 0; i < n; i++) {
-    y = mx_module_forward(mx_module_child(m, i, NULL), i ? y : x);
+    mx_module *child = mx_module_child(m, i, NULL);
+    const mx_tensor *in = i ? y : x;
+    mx__forward_relu_fn fused = i + 1 < n ? fused_with_relu(child, mx_module_child(m, i + 1, NULL)) : NULL;
+    if (fused && (y = fused(child, in))) {
+      i++; /* the ReLU ran too */
+      continue;
+    }
+    if (fused) mx_clear_error(); /* the children in turn fail as they would have, naming the layer */
+    y = mx_module_forward(child, in);
     if (!y) return NULL;
   }
   return y;

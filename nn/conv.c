@@ -19,6 +19,12 @@ static mx_tensor *conv_forward(mx_module *m, const mx_tensor *x) {
   return mx_conv(x, s->weight, s->bias, s->spatial, s->stride, s->padding, s->dilation, s->groups);
 }
 
+/* A Conv2d followed by a ReLU in a Sequential (nn_internal.h): its parameters passed to mx_conv2d_relu. */
+static mx_tensor *conv2d_relu_forward(mx_module *m, const mx_tensor *x) {
+  const conv_self *s = mx_module_self(m);
+  return mx_conv2d_relu(x, s->weight, s->bias, s->stride, s->padding, s->dilation, s->groups);
+}
+
 static bool all_equal(mx_shape s, int64_t v) {
   for (int i = 0; i < s.ndim; i++)
     if (s.d[i] != v) return false;
@@ -50,6 +56,10 @@ static const mx_module_type conv_types[2][3] = {
     {CONV_TYPE("Conv1d"), CONV_TYPE("Conv2d"), CONV_TYPE("Conv3d")},
     {CONV_TYPE("ConvTranspose1d"), CONV_TYPE("ConvTranspose2d"), CONV_TYPE("ConvTranspose3d")},
 };
+
+mx__forward_relu_fn mx__conv_forward_relu(const mx_module *m) {
+  return mx_module_type_of(m) == &conv_types[0][1] ? conv2d_relu_forward : NULL; /* Conv2d */
+}
 
 static mx_status check_args(const char *fn, int spatial, bool transposed, int64_t in, int64_t out, mx_shape kernel,
                             mx_shape stride, mx_shape padding, mx_shape output_padding, mx_shape dilation,

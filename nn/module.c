@@ -468,6 +468,13 @@ static void call_output_hooks(mx_module *m, const mx_tensor *out) {
   }
 }
 
+bool mx__module_observed(const mx_module *m) {
+  if (observer) return true;
+  for (const mx_module *a = m; a; a = a->parent)
+    if (a->output_hook) return true;
+  return false;
+}
+
 /* One call of m's forward (or forward_n) in a scope of its own: the outputs
  * are kept into the caller's scope, and a failure is named after the layer
  * once, by the innermost module that failed. */

@@ -14,6 +14,19 @@ typedef void (*mx__module_observer)(mx_module *m, const mx_tensor *out, void *ct
 /* Installs an observer for this thread (NULL: none) and returns the previous one through *prev / *prev_ctx. */
 void mx__module_observe(mx__module_observer fn, void *ctx, mx__module_observer *prev, void **prev_ctx);
 
+/* Whether running m's forward is watched from outside: an observer on this thread, or an output hook on m or an
+ * ancestor. A Sequential fuses no child that is watched, so hooks see every child's output as before. */
+bool mx__module_observed(const mx_module *m);
+
+/* Fusion in Sequential (nn/container.c): the forward of a module followed by the plain ReLU module, as one call
+ * that gives relu(forward) bit for bit (conv2d_relu for a Conv2d). A kind that can fuse answers with its fused
+ * forward for a module of its kind, NULL for any other (the fusing kinds are listed in container.c; a field in
+ * mx_module_type would change the public struct's size). */
+typedef mx_tensor *(*mx__forward_relu_fn)(mx_module *m, const mx_tensor *x);
+mx__forward_relu_fn mx__conv_forward_relu(const mx_module *m);
+/* Whether m is the ReLU module (mx_relu_new). */
+bool mx__module_is_relu(const mx_module *m);
+
 /* Elements of the module's own parameters (not its children's), and of those that require grad. */
 int64_t mx__module_own_parameter_count(const mx_module *m, int64_t *trainable);
 

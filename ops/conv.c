@@ -2,7 +2,8 @@
  * added inside the kernel as oneDNN and cuDNN fuse it) and its two
  * gradients are primitives, each the others' backward, so gradients of
  * gradients work; conv1d/2d/3d and the transposed convolutions are
- * composites. */
+ * composites; conv2d_relu, a primitive, runs the ReLU that follows a
+ * convolution inside its kernel. */
 #include "ops/op_table.h"
 
 static mx_status same_dtype(const char *op, const mx_tensor *a, const mx_tensor *b) {
@@ -62,28 +63,34 @@ static mx_status conv_out_shape(const char *op, const mx_tensor *x, const mx_ten
 
 /* The bias as PyTorch takes it: a vector of one element per output channel,
  * in x's dtype; contiguous for the kernels. */
-static mx_tensor *bias_vector(const mx_tensor *bias, const mx_tensor *x, int64_t channels) {
+static mx_tensor *bias_vector(const char *op, const mx_tensor *bias, const mx_tensor *x, int64_t channels) {
   if (bias->ndim != 1 || bias->shape[0] != channels) {
     char b[MX__DIMS_STR];
-    mx__error(MX_SHAPE_ERROR, "mx_conv: bias of shape %s for %lld output channels (expected (%lld))",
+    mx__error(MX_SHAPE_ERROR, "%s: bias of shape %s for %lld output channels (expected (%lld))", op,
               mx__dims_str(b, bias->ndim, bias->shape), (long long)channels, (long long)channels);
     return NULL;
   }
   if (bias->dtype != x->dtype) {
-    mx__error(MX_DTYPE_ERROR, "mx_conv: bias of %s for an input of %s (expected one dtype)", mx_dtype_name(bias->dtype),
+    mx__error(MX_DTYPE_ERROR, "%s: bias of %s for an input of %s (expected one dtype)", op, mx_dtype_name(bias->dtype),
               mx_dtype_name(x->dtype));
     return NULL;
   }
   return mx__tensor_contiguous(bias);
 }
 
+/* The forward's checks: its output's shape, and *bias made the contiguous vector the kernels take. */
+static mx_status forward_checks(const char *op, const mx_tensor *x, const mx_tensor *w, mx_tensor **bias,
+                                const mx_conv_params *p, mx_shape *shape) {
+  if (same_dtype(op, x, w) || shapes_fit(op, x, w, p) || conv_out_shape(op, x, w, p, shape)) return mx_last_status();
+  if (*bias && !(*bias = bias_vector(op, *bias, x, w->shape[0]))) return mx_last_status();
+  return MX_OK;
+}
+
 mx_status mx__fwd_convolution(mx__call *c) {
   mx_tensor *x = c->in[0], *w = c->in[1], *bias = c->n_in > 2 ? c->in[2] : NULL;
   const mx_conv_params *p = &c->args->conv;
   mx_shape shape;
-  if (same_dtype("mx_conv", x, w) || shapes_fit("mx_conv", x, w, p) || conv_out_shape("mx_conv", x, w, p, &shape))
-    return mx_last_status();
-  if (bias && !(bias = bias_vector(bias, x, w->shape[0]))) return mx_last_status();
+  if (forward_checks("mx_conv", x, w, &bias, p, &shape)) return mx_last_status();
   const mx_backend *be = mx__kernel_backend(c->op, x->device, MX_KERNEL_CONV_FORWARD, x->dtype);
   mx_tensor *y = be ? mx__tensor_alloc("mx_conv", shape, x->dtype, x->device) : NULL;
   if (!y) return mx_last_status();
@@ -133,6 +140,41 @@ mx_status mx__bwd_convolution(mx__bw *bw) {
   GRAD(0, backward_data(G, w, mx__in_shape(bw, 0), p));
   GRAD(1, backward_weight(G, x, mx__in_shape(bw, 1), p));
   GRAD(2, mx_sum(G, mx__all_but_channels(G->ndim), false)); /* the bias: g summed per channel */
+  return MX_OK;
+}
+
+/* relu(convolution): the backend's fused kernel where it has one (the CPU:
+ * oneDNN's ReLU post-op), else its convolution and its ReLU in turn. */
+mx_status mx__fwd_conv2d_relu(mx__call *c) {
+  static const char *const op = "mx_conv2d_relu";
+  mx_tensor *x = c->in[0], *w = c->in[1], *bias = c->n_in > 2 ? c->in[2] : NULL;
+  const mx_conv_params *p = &c->args->conv;
+  mx_shape shape;
+  if (forward_checks(op, x, w, &bias, p, &shape)) return mx_last_status();
+  const mx_backend *be = mx__backend_of(c->op, x->device);
+  bool fused = be && mx__backend_supports(be, MX_KERNEL_CONV_FORWARD_RELU, x->dtype) != MX_KERNEL_NOT_BUILT;
+  bool usable = be && (fused ? mx__kernel_usable(c->op, be, MX_KERNEL_CONV_FORWARD_RELU, x->dtype)
+                             : mx__kernel_usable(c->op, be, MX_KERNEL_CONV_FORWARD, x->dtype) &&
+                                   mx__kernel_usable(c->op, be, MX_KERNEL_UNARY, x->dtype));
+  mx_tensor *y = usable ? mx__tensor_alloc(op, shape, x->dtype, x->device) : NULL;
+  if (!y) return mx_last_status();
+  c->out[0] = y;
+  mx_kview yv = mx__kview_of(y), xv = mx__kview_of(x), wv = mx__kview_of(w), bv = bias ? mx__kview_of(bias) : xv;
+  if (fused) return be->conv_forward_relu(&yv, &xv, &wv, bias ? &bv : NULL, p);
+  mx_status status = be->conv_forward(&yv, &xv, &wv, bias ? &bv : NULL, p);
+  return status != MX_OK ? status : be->unary(mx__ops[MX_OP_RELU].code, &yv, &yv, 0, 0);
+}
+
+/* ReLU's backward on the saved output (y > 0 exactly where the convolution
+ * was), then the convolution's: the ops the unfused pair runs, so the same
+ * gradients bit for bit. */
+mx_status mx__bwd_conv2d_relu(mx__bw *bw) {
+  const mx_conv_params *p = &bw->args->conv;
+  mx_tensor *x = mx__saved_in(bw, 0), *w = mx__saved_in(bw, 1), *g = mx_relu_backward(G, mx__saved_out(bw, 0));
+  if (!g) return mx_last_status();
+  GRAD(0, backward_data(g, w, mx__in_shape(bw, 0), p));
+  GRAD(1, backward_weight(g, x, mx__in_shape(bw, 1), p));
+  GRAD(2, mx_sum(g, mx__all_but_channels(g->ndim), false));
   return MX_OK;
 }
 
@@ -267,3 +309,9 @@ CONV_API(1)
 CONV_API(2)
 CONV_API(3)
 #undef CONV_API
+
+mx_tensor *mx_conv2d_relu(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias, mx_shape stride,
+                          mx_shape padding, mx_shape dilation, int64_t groups) {
+  mx__args args = {.conv = conv_params(2, stride, padding, dilation, groups)};
+  return dispatch_conv(MX_OP_CONV2D_RELU, x, weight, bias, &args);
+}

@@ -204,6 +204,13 @@ mx_tensor *mx_conv2d(const mx_tensor *x, const mx_tensor *weight, const mx_tenso
                      mx_shape padding, mx_shape dilation, int64_t groups);
 mx_tensor *mx_conv3d(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias, mx_shape stride,
                      mx_shape padding, mx_shape dilation, int64_t groups);
+/* relu(mx_conv2d(...)) as one op, bit for bit: the CPU runs the ReLU inside
+ * oneDNN's convolution (float32 and bfloat16, where a NaN sum gives 0, not
+ * NaN, and one that is or rounds to -0 gives +0), and backward keeps the
+ * output, not the sum before the ReLU. nn's Sequential runs a Conv2d
+ * followed by a ReLU through it. */
+mx_tensor *mx_conv2d_relu(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias, mx_shape stride,
+                          mx_shape padding, mx_shape dilation, int64_t groups);
 mx_tensor *mx_conv_transpose(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias, int spatial,
                              mx_shape stride, mx_shape padding, mx_shape output_padding, mx_shape dilation,
                              int64_t groups);

@@ -202,7 +202,7 @@ static mx_status cpu_bernoulli(const mx_kview *out, const mx_kview *p, const mx_
  * matmul.c, conv.c). Everything else runs in its dtype: 16-bit elementwise
  * work computes each element in float32 and rounds it, as a GPU does. */
 static mx_kernel_support cpu_supports(mx_kernel kernel, mx_dtype dtype) {
-  bool gemm = kernel == MX_KERNEL_MATMUL || kernel == MX_KERNEL_CONV_FORWARD ||
+  bool gemm = kernel == MX_KERNEL_MATMUL || kernel == MX_KERNEL_CONV_FORWARD || kernel == MX_KERNEL_CONV_FORWARD_RELU ||
               kernel == MX_KERNEL_CONV_BACKWARD_DATA || kernel == MX_KERNEL_CONV_BACKWARD_WEIGHT;
   if (!gemm || (dtype != MX_F16 && dtype != MX_BF16)) return MX_KERNEL_NATIVE;
   return dtype == MX_BF16 && mx__dnnl_native(MX_BF16) ? MX_KERNEL_NATIVE : MX_KERNEL_VIA_F32;
@@ -237,6 +237,7 @@ const mx_backend mx__cpu_backend = {
     .conv_forward = mx__cpu_conv_forward,
     .conv_backward_data = mx__cpu_conv_backward_data,
     .conv_backward_weight = mx__cpu_conv_backward_weight,
+    .conv_forward_relu = mx__cpu_conv_forward_relu,
     .channel_affine = mx__cpu_channel_affine,
     .channel_sums = mx__cpu_channel_sums,
     .max_pool = mx__cpu_max_pool,

@@ -8,8 +8,10 @@
 #include "kernels/conv_check.h"
 #include "kernels/conv_geom.h"
 #include "kernels/cpu/dnnl.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/via_f32.h"
+#include "kernels/elementwise.h"
 
 /* The three operands in their forward roles: x (or dx), w (or dw), y (or dy). */
 enum { ROLE_X, ROLE_W, ROLE_Y };
@@ -46,10 +48,13 @@ static void reference_typed(mx_conv_kind kind, const mx_kview *const *v, const m
   }
 }
 
-/* oneDNN on float32 or bfloat16 views, by kind. */
-static mx_status dnnl_run(mx_conv_kind kind, const mx_kview *const *v, const mx_kview *bias, const mx_conv_params *p) {
+/* oneDNN on float32 or bfloat16 views, by kind; relu: the forward's output through a ReLU post-op. */
+static mx_status dnnl_run(mx_conv_kind kind, const mx_kview *const *v, const mx_kview *bias, const mx_conv_params *p,
+                          bool relu) {
   switch (kind) {
-  case MX_CONV_FORWARD: return mx__dnnl_conv_forward(v[ROLE_Y], v[ROLE_X], v[ROLE_W], bias, p);
+  case MX_CONV_FORWARD:
+    return relu ? mx__dnnl_conv_forward_relu(v[ROLE_Y], v[ROLE_X], v[ROLE_W], bias, p)
+                : mx__dnnl_conv_forward(v[ROLE_Y], v[ROLE_X], v[ROLE_W], bias, p);
   case MX_CONV_BACKWARD_DATA: return mx__dnnl_conv_backward_data(v[ROLE_X], v[ROLE_Y], v[ROLE_W], p);
   default: return mx__dnnl_conv_backward_weight(v[ROLE_W], v[ROLE_Y], v[ROLE_X], p);
   }
@@ -81,7 +86,7 @@ static mx_status via_f32(mx_conv_kind kind, const mx_kview *const *v, const mx_k
   }
   const mx_kview *db = bias ? &dense_bias : NULL;
   if (status == MX_OK) {
-    status = reference ? MX_NOT_BUILT : dnnl_run(kind, dv, db, p);
+    status = reference ? MX_NOT_BUILT : dnnl_run(kind, dv, db, p, false);
     if (mx__dnnl_declined(status)) {
       reference_typed(kind, dv, db, p);
       status = MX_OK;
@@ -93,8 +98,13 @@ static mx_status via_f32(mx_conv_kind kind, const mx_kview *const *v, const mx_k
   return status;
 }
 
+/* relu: the forward's output through a ReLU, fused into oneDNN's kernel
+ * where it runs natively (or oneDNN's plain convolution when it has no
+ * fused one), applied to y after every other path: float16's and
+ * bfloat16's float32 sums round first, so the ReLU sees what the unfused
+ * one would. */
 static mx_status run(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, const mx_kview *y, const mx_kview *bias,
-                     const mx_conv_params *p, bool reference) {
+                     const mx_conv_params *p, bool reference, bool relu) {
   mx_status status = mx__conv_check(kind, x, w, y, bias, p);
   if (status != MX_OK) return status;
   const mx_kview *v[3] = {x, w, y};
@@ -104,48 +114,50 @@ static mx_status run(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, co
   bool empty = false;
   for (int r = 0; r < 3; r++) empty |= mx__kview_numel(v[r]) == 0;
   mx_dtype dt = x->dtype;
-  if (dt == MX_F64 || (dt == MX_F32 && (reference || empty))) {
+  bool loops = dt == MX_F64 || (dt == MX_F32 && (reference || empty));
+  bool dnnl = !loops && (dt == MX_F32 || (dt == MX_BF16 && !reference && !empty));
+  if (dnnl && relu && !mx__dnnl_declined(status = dnnl_run(kind, v, bias, p, true))) return status;
+  if (dnnl && !mx__dnnl_declined(status = dnnl_run(kind, v, bias, p, false))) {
+    if (status != MX_OK) return status;
+  } else if (loops || dt == MX_F32) {
     reference_typed(kind, v, bias, p);
-    return MX_OK;
+  } else if ((status = via_f32(kind, v, bias, p, reference || empty)) != MX_OK) {
+    return status; /* float16 always, bfloat16 where oneDNN has no native kernel (mx__dnnl_runs) */
   }
-  if (dt == MX_F32 || (dt == MX_BF16 && !reference && !empty)) {
-    status = dnnl_run(kind, v, bias, p);
-    if (!mx__dnnl_declined(status)) return status;
-    if (dt == MX_F32) {
-      reference_typed(kind, v, bias, p);
-      return MX_OK;
-    }
-  }
-  /* float16 always, bfloat16 where oneDNN has no native kernel (mx__dnnl_runs) */
-  return via_f32(kind, v, bias, p, reference || empty);
+  return relu ? mx__cpu_unary(MX_UN_RELU, y, y, 0, 0) : MX_OK;
 }
 
 mx_status mx__cpu_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
                                const mx_conv_params *p) {
-  return run(MX_CONV_FORWARD, x, w, y, bias, p, false);
+  return run(MX_CONV_FORWARD, x, w, y, bias, p, false, false);
+}
+
+mx_status mx__cpu_conv_forward_relu(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
+                                    const mx_conv_params *p) {
+  return run(MX_CONV_FORWARD, x, w, y, bias, p, false, true);
 }
 
 mx_status mx__cpu_conv_backward_data(const mx_kview *dx, const mx_kview *dy, const mx_kview *w,
                                      const mx_conv_params *p) {
-  return run(MX_CONV_BACKWARD_DATA, dx, w, dy, NULL, p, false);
+  return run(MX_CONV_BACKWARD_DATA, dx, w, dy, NULL, p, false, false);
 }
 
 mx_status mx__cpu_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
                                        const mx_conv_params *p) {
-  return run(MX_CONV_BACKWARD_WEIGHT, x, dw, dy, NULL, p, false);
+  return run(MX_CONV_BACKWARD_WEIGHT, x, dw, dy, NULL, p, false, false);
 }
 
 mx_status mx__cpu_conv_forward_reference(const mx_kview *y, const mx_kview *x, const mx_kview *w,
                                          const mx_kview *bias, const mx_conv_params *p) {
-  return run(MX_CONV_FORWARD, x, w, y, bias, p, true);
+  return run(MX_CONV_FORWARD, x, w, y, bias, p, true, false);
 }
 
 mx_status mx__cpu_conv_backward_data_reference(const mx_kview *dx, const mx_kview *dy, const mx_kview *w,
                                                const mx_conv_params *p) {
-  return run(MX_CONV_BACKWARD_DATA, dx, w, dy, NULL, p, true);
+  return run(MX_CONV_BACKWARD_DATA, dx, w, dy, NULL, p, true, false);
 }
 
 mx_status mx__cpu_conv_backward_weight_reference(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
                                                  const mx_conv_params *p) {
-  return run(MX_CONV_BACKWARD_WEIGHT, x, dw, dy, NULL, p, true);
+  return run(MX_CONV_BACKWARD_WEIGHT, x, dw, dy, NULL, p, true, false);
 }

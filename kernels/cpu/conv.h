@@ -34,6 +34,14 @@ typedef struct {
  * (oneDNN's fused bias, cuDNN's too). */
 mx_status mx__cpu_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
                                const mx_conv_params *p);
+/* y = relu(conv(x, w) + bias): in float32, and bfloat16 where the CPU has
+ * bf16 dot products, the ReLU runs inside oneDNN's convolution as a post-op
+ * on the float32 sums before their one rounding (max(s, 0): the bits of the
+ * ReLU kernel on y for every sum but a NaN and one that is or rounds to -0,
+ * which come out +0); elsewhere (float64, float16, the loops) the
+ * convolution, then the ReLU kernel on y. */
+mx_status mx__cpu_conv_forward_relu(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
+                                    const mx_conv_params *p);
 /* dx = the gradient of x given dy (also the transposed convolution). dx's
  * spatial shape is its view's: it may exceed the smallest input that gives
  * dy's shape (output_padding); every element of dx is written. */

@@ -32,6 +32,10 @@ bool mx__dnnl_native(mx_dtype dtype);
  * run on several threads at once. */
 mx_status mx__dnnl_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
                                 const mx_conv_params *p);
+/* y = relu(conv(x, w) + bias): the forward with a ReLU post-op (oneDNN's
+ * clip to [0, inf]: max(s, 0) on the float32 sums, before y's rounding). */
+mx_status mx__dnnl_conv_forward_relu(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
+                                     const mx_conv_params *p);
 mx_status mx__dnnl_conv_backward_data(const mx_kview *dx, const mx_kview *dy, const mx_kview *w,
                                       const mx_conv_params *p);
 mx_status mx__dnnl_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,

@@ -1,5 +1,5 @@
-/* oneDNN convolution primitives (forward, backward data, backward weights),
- * created once per shape and reused.
+/* oneDNN convolution primitives (forward, with or without a ReLU post-op;
+ * backward data, backward weights), created once per shape and reused.
  *
  * The primitives choose their own layouts (format_any: blocked, e.g.
  * nChw16c), and operands whose layout differs from the view's are reordered
@@ -13,6 +13,7 @@
  * any thread, at once on several. */
 #include "kernels/cpu/dnnl.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -60,9 +61,9 @@ typedef mx__dnnl_md md_t;
 #if DNNL_VERSION_MAJOR >= 3
 static dnnl_status_t conv_pd(dnnl_primitive_desc_t *pd, int kind, const md_t *md, const md_t *bias,
                              const dnnl_dims_t strides, const dnnl_dims_t dil, const dnnl_dims_t pad_l,
-                             const dnnl_dims_t pad_r, const_dnnl_primitive_desc_t hint) {
+                             const dnnl_dims_t pad_r, const_dnnl_primitive_desc_t hint,
+                             const_dnnl_primitive_attr_t attr) {
   dnnl_engine_t engine = mx__dnnl_engine();
-  const_dnnl_primitive_attr_t attr = mx__dnnl_attr();
   switch (kind) {
   case KIND_FWD:
     return dnnl_convolution_forward_primitive_desc_create(pd, engine, dnnl_forward_training, dnnl_convolution_direct,
@@ -84,7 +85,8 @@ static dnnl_status_t reorder_pd(dnnl_primitive_desc_t *pd, const md_t *from, con
 #else
 static dnnl_status_t conv_pd(dnnl_primitive_desc_t *pd, int kind, const md_t *md, const md_t *bias,
                              const dnnl_dims_t strides, const dnnl_dims_t dil, const dnnl_dims_t pad_l,
-                             const dnnl_dims_t pad_r, const_dnnl_primitive_desc_t hint) {
+                             const dnnl_dims_t pad_r, const_dnnl_primitive_desc_t hint,
+                             const_dnnl_primitive_attr_t attr) {
   dnnl_convolution_desc_t desc;
   dnnl_status_t s;
   switch (kind) {
@@ -101,12 +103,40 @@ static dnnl_status_t conv_pd(dnnl_primitive_desc_t *pd, int kind, const md_t *md
                                                             NULL, &md[ROLE_Y], strides, dil, pad_l, pad_r);
     break;
   }
-  return s != dnnl_success ? s : dnnl_primitive_desc_create(pd, &desc, mx__dnnl_attr(), mx__dnnl_engine(), hint);
+  return s != dnnl_success ? s : dnnl_primitive_desc_create(pd, &desc, attr, mx__dnnl_engine(), hint);
 }
 static dnnl_status_t reorder_pd(dnnl_primitive_desc_t *pd, const md_t *from, const md_t *to) {
   return dnnl_reorder_primitive_desc_create(pd, from, mx__dnnl_engine(), to, mx__dnnl_engine(), mx__dnnl_attr());
 }
 #endif
+
+/* ReLU as an eltwise post-op: clip to [0, inf], which every implementation
+ * computes as max(s, 0), a +0 for every negative s like the ReLU kernel
+ * (eltwise_relu's alpha * s, in the GEMM-based convolution's post-ops,
+ * makes it -0). 2.x also takes a scale. */
+static dnnl_status_t append_relu(dnnl_post_ops_t ops) {
+#if DNNL_VERSION_MAJOR >= 3
+  return dnnl_post_ops_append_eltwise(ops, dnnl_eltwise_clip, 0.f, INFINITY);
+#else
+  return dnnl_post_ops_append_eltwise(ops, 1.f, dnnl_eltwise_clip, 0.f, INFINITY);
+#endif
+}
+
+/* The forward's attribute with a ReLU post-op (made once; NULL when oneDNN
+ * could not: the fused forward then declines). */
+static dnnl_primitive_attr_t relu_attr;
+static pthread_once_t relu_attr_once = PTHREAD_ONCE_INIT;
+
+static void make_relu_attr(void) {
+  dnnl_post_ops_t ops = NULL;
+  dnnl_primitive_attr_t attr = NULL;
+  bool ok = dnnl_post_ops_create(&ops) == dnnl_success && append_relu(ops) == dnnl_success &&
+            dnnl_primitive_attr_clone(&attr, mx__dnnl_attr()) == dnnl_success &&
+            dnnl_primitive_attr_set_post_ops(attr, ops) == dnnl_success;
+  if (ops) dnnl_post_ops_destroy(ops);
+  if (!ok && attr) dnnl_primitive_attr_destroy(attr);
+  relu_attr = ok ? attr : NULL;
+}
 
 /* --- the cache ----------------------------------------------------------------------- */
 
@@ -115,6 +145,7 @@ typedef struct {
   mx_dtype dtype;
   int bias;                              /* forward: whether it adds one */
   int threads;                           /* oneDNN sizes a primitive's work split for the threads it was made on */
+  int relu;                              /* forward: whether a ReLU post-op follows */
   int nd[3];                             /* per role; weights get a groups dim when groups > 1 */
   dnnl_dims_t dims[3], strides[3];       /* per role, as oneDNN sees them: up to (G, O, I, D, H, W) */
   dnnl_dims_t stride, dil, pad_l, pad_r; /* spatial, oneDNN's conventions */
@@ -157,12 +188,14 @@ static void entry_clear(void *p) {
 
 /* Fills the key from the views in their roles; false when oneDNN cannot
  * describe them (a stride that is zero or negative). */
-static bool make_key(conv_key *key, int kind, const mx_kview *const *v, bool bias, const mx_conv_params *p) {
+static bool make_key(conv_key *key, int kind, const mx_kview *const *v, bool bias, bool relu,
+                     const mx_conv_params *p) {
   memset(key, 0, sizeof *key);
   key->kind = kind;
   key->dtype = v[ROLE_X]->dtype;
   key->bias = bias;
   key->threads = mx__cpu_threads_here();
+  key->relu = relu;
   int64_t G = p->groups;
   for (int r = 0; r < 3; r++) {
     const mx_kview *view = v[r];
@@ -243,6 +276,8 @@ static mx_status create(void *p, const void *k) {
   const dnnl_dims_t channels = {key->dims[ROLE_Y][1]};
   if (key->bias && mx__dnnl_md_tag(&e->bias_md, 1, channels, dt, dnnl_a) != dnnl_success) return MX_NOT_SUPPORTED;
   const md_t *bias = key->bias ? &e->bias_md : NULL;
+  const_dnnl_primitive_attr_t attr = key->relu ? relu_attr : mx__dnnl_attr();
+  if (!attr) return MX_NOT_SUPPORTED;
   mx_status status = MX_OK;
   dnnl_primitive_desc_t pd = NULL;
   dnnl_status_t s = dnnl_unimplemented;
@@ -262,9 +297,10 @@ static mx_status create(void *p, const void *k) {
     e->hint = NULL;
     s = ok ? dnnl_success : dnnl_unimplemented;
     if (s == dnnl_success && kind != KIND_FWD)
-      s = conv_pd(&e->hint, KIND_FWD, conv_md, NULL, key->stride, key->dil, key->pad_l, key->pad_r, NULL);
+      s = conv_pd(&e->hint, KIND_FWD, conv_md, NULL, key->stride, key->dil, key->pad_l, key->pad_r, NULL,
+                  mx__dnnl_attr());
     if (s == dnnl_success)
-      s = conv_pd(&pd, kind, conv_md, bias, key->stride, key->dil, key->pad_l, key->pad_r, e->hint);
+      s = conv_pd(&pd, kind, conv_md, bias, key->stride, key->dil, key->pad_l, key->pad_r, e->hint, attr);
     if (layout != LAYOUT_USER)
       for (int r = 0; r < 3; r++) mx__dnnl_md_free(conv_md[r]);
   }
@@ -534,13 +570,14 @@ static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx
   return status;
 }
 
-static mx_status conv(int kind, const mx_kview *const *v, const mx_kview *bias, const mx_conv_params *p) {
+static mx_status conv(int kind, const mx_kview *const *v, const mx_kview *bias, bool relu, const mx_conv_params *p) {
   if (!mx__dnnl_init()) return MX_NOT_BUILT;
   if (!mx__dnnl_runs(v[ROLE_X]->dtype)) return MX_NOT_SUPPORTED;
   mx__dnnl_thread *t = mx__dnnl_thread_get();
   if (!t) return MX_NOT_BUILT;
+  if (relu) pthread_once(&relu_attr_once, make_relu_attr);
   conv_key key;
-  if (!make_key(&key, kind, v, bias != NULL, p)) return MX_NOT_SUPPORTED;
+  if (!make_key(&key, kind, v, bias != NULL, relu, p)) return MX_NOT_SUPPORTED;
   mx_status status = MX_OK;
   conv_entry *e = mx__dnnl_cache_acquire(&cache, &key, &status);
   if (!e) return status;
@@ -552,19 +589,25 @@ static mx_status conv(int kind, const mx_kview *const *v, const mx_kview *bias, 
 mx_status mx__dnnl_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
                                 const mx_conv_params *p) {
   const mx_kview *v[3] = {x, w, y};
-  return conv(KIND_FWD, v, bias, p);
+  return conv(KIND_FWD, v, bias, false, p);
+}
+
+mx_status mx__dnnl_conv_forward_relu(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
+                                     const mx_conv_params *p) {
+  const mx_kview *v[3] = {x, w, y};
+  return conv(KIND_FWD, v, bias, true, p);
 }
 
 mx_status mx__dnnl_conv_backward_data(const mx_kview *dx, const mx_kview *dy, const mx_kview *w,
                                       const mx_conv_params *p) {
   const mx_kview *v[3] = {dx, w, dy};
-  return conv(KIND_BWD_DATA, v, NULL, p);
+  return conv(KIND_BWD_DATA, v, NULL, false, p);
 }
 
 mx_status mx__dnnl_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
                                         const mx_conv_params *p) {
   const mx_kview *v[3] = {x, dw, dy};
-  return conv(KIND_BWD_WEIGHTS, v, NULL, p);
+  return conv(KIND_BWD_WEIGHTS, v, NULL, false, p);
 }
 
 #else /* built without oneDNN */
@@ -573,6 +616,10 @@ uint64_t mx__dnnl_conv_reorders(void) { return 0; }
 
 mx_status mx__dnnl_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
                                 const mx_conv_params *p) {
+  return MX_NOT_BUILT;
+}
+mx_status mx__dnnl_conv_forward_relu(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
+                                     const mx_conv_params *p) {
   return MX_NOT_BUILT;
 }
 mx_status mx__dnnl_conv_backward_data(const mx_kview *dx, const mx_kview *dy, const mx_kview *w,

@@ -616,6 +616,9 @@ FN(multinomial_no_replacement, multinomial_seeded(a, false))
 FN(to_device, mx_to_device(a, MX_CPU))
 VJP(slice_backward, mx_slice(x, 1, 1, 4, 2), zero_leaf(MX_SHAPE(2, 5), in[0]), in[0])
 
+/* convolution + ReLU as one op (stride 2 and padding: a window reaching into the zeros) */
+FN(conv2d_relu, mx_conv2d_relu(a, b, c, MX_SHAPE(2), MX_SHAPE(1), MX_DEFAULT, 1))
+
 #define GC OP_GRADCHECK
 #define GG (OP_GRADCHECK | OP_GRADGRAD)
 #define ANY DOM_ANY
@@ -1089,6 +1092,7 @@ const op_case op_cases[] = {
     CASE1(multinomial_no_replacement, SH(2, 4), POS, NF),
     CASE1(to_device, SH(2, 3), ANY, GG | NF),
     CASE1(slice_backward, SH(2, 2), ANY, GG | NF),
+    CASE3(conv2d_relu, SH(2, 2, 5, 5), ANY, SH(3, 2, 3, 3), ANY, SH(3), ANY, GG | NF),
 };
 
 const int op_case_count = (int)(sizeof op_cases / sizeof op_cases[0]);

@@ -1,0 +1,200 @@
+/* Sequential runs a Conv2d followed by a ReLU as one mx_conv2d_relu: the same output and gradients bit for bit as
+ * its children run one by one (float32 and bfloat16 autocast), the same saved tensors (saved-tensor hooks,
+ * activation checkpointing), and no fusion where a hook or a summary watches a child or the pair fails. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mixgrad.h>
+
+/* conv, relu, conv (stride 2, 16 channels), relu, conv (no ReLU after it), tanh, relu (after a kind that does not
+ * fuse), conv, relu (the last pair: the output's node says which ran) */
+static mx_module *make_net(mx_generator *gen) {
+  return mx_sequential_new(
+      9, (mx_module *[]){mx_conv2d_new(3, 8, MX_SHAPE(3), MX_DEFAULT, MX_SHAPE(1), MX_DEFAULT, 1, true, gen),
+                         mx_relu_new(),
+                         mx_conv2d_new(8, 16, MX_SHAPE(3), MX_SHAPE(2), MX_SHAPE(1), MX_DEFAULT, 1, true, gen),
+                         mx_relu_new(),
+                         mx_conv2d_new(16, 16, MX_SHAPE(3), MX_DEFAULT, MX_SHAPE(1), MX_DEFAULT, 2, false, gen),
+                         mx_tanh_new(),
+                         mx_relu_new(),
+                         mx_conv2d_new(16, 8, MX_SHAPE(1), MX_DEFAULT, MX_DEFAULT, MX_DEFAULT, 1, true, gen),
+                         mx_relu_new()});
+}
+
+/* The children run one by one, as Sequential did before it fused. */
+static mx_tensor *children_in_turn(mx_module *net, const mx_tensor *x) {
+  mx_tensor *y = (mx_tensor *)x;
+  for (int i = 0; i < mx_module_num_children(net) && y; i++) y = mx_module_forward(mx_module_child(net, i, NULL), y);
+  return y;
+}
+
+static void expect_same_bits(const mx_tensor *a, const mx_tensor *b, const char *what) {
+  cr_assert(a && b, "%s: %s", what, mx_last_error());
+  size_t n = (size_t)mx_numel(a) * mx_dtype_size(mx_dtype_of(a));
+  cr_assert_eq(mx_numel(a), mx_numel(b), "%s", what);
+  cr_assert_eq(mx_dtype_of(a), mx_dtype_of(b), "%s", what);
+  char *ba = malloc(n + 1), *bb = malloc(n + 1);
+  cr_assert(ba && bb);
+  cr_assert_eq(mx_to_host(a, ba, n), MX_OK);
+  cr_assert_eq(mx_to_host(b, bb, n), MX_OK);
+  cr_expect(!memcmp(ba, bb, n), "%s: fused and unfused differ", what);
+  free(ba);
+  free(bb);
+}
+
+/* The output of the net (fused or its children in turn) and the gradients of sum(out * r) for x and every
+ * parameter, into grads[0..1 + parameters). */
+static mx_tensor *run(mx_module *net, mx_tensor *x, bool fused, mx_dtype autocast, mx_tensor **grads) {
+  mx_tensor *out = NULL;
+  MX_AUTOCAST(MX_CPU, autocast, autocast != MX_DTYPE_COUNT, true) {
+    out = fused ? mx_module_forward(net, x) : children_in_turn(net, x);
+  }
+  cr_assert(out, "%s", mx_last_error());
+  mx_generator *gen = mx_generator_new(5);
+  mx_tensor *r = mx_to_dtype(mx_randn(mx_shape_get(out), MX_F32, MX_CPU, gen), mx_dtype_of(out));
+  mx_generator_free(gen);
+  mx_tensor *loss = mx_sum(mx_mul(out, r), MX_ALL_DIMS, false);
+  int n = mx_module_num_parameters(net);
+  mx_tensor *inputs[16] = {x};
+  for (int i = 0; i < n; i++) inputs[1 + i] = mx_module_parameter(net, i, NULL);
+  cr_assert_eq(mx_grad(1, &loss, 1 + n, inputs, NULL, false, false, false, grads), MX_OK, "%s", mx_last_error());
+  return out;
+}
+
+static void check_fused_against_children(mx_dtype autocast) {
+  mx_scope *scope = mx_scope_begin();
+  mx_generator *gen = mx_generator_new(38);
+  mx_module *net = make_net(gen);
+  mx_tensor *x = mx_randn(MX_SHAPE(2, 3, 12, 12), MX_F32, MX_CPU, gen);
+  cr_assert(net && x && mx_set_requires_grad(x, true) == MX_OK, "%s", mx_last_error());
+  mx_tensor *grads[2][16] = {{NULL}};
+  mx_tensor *fused = run(net, x, true, autocast, grads[0]), *plain = run(net, x, false, autocast, grads[1]);
+  cr_expect_str_eq(mx_grad_fn_name(fused), "CONV2D_RELUBackward");
+  cr_expect_str_eq(mx_grad_fn_name(plain), "RELUBackward");
+  expect_same_bits(fused, plain, "output");
+  for (int i = 0; i <= mx_module_num_parameters(net); i++) {
+    const char *name = "x";
+    if (i) mx_module_parameter(net, i - 1, &name);
+    expect_same_bits(grads[0][i], grads[1][i], name);
+  }
+  mx_module_free(net);
+  mx_generator_free(gen);
+  mx_scope_end(scope);
+}
+
+Test(sequential_fusion, conv_relu_pairs_give_the_same_bits_fused) { check_fused_against_children(MX_DTYPE_COUNT); }
+
+Test(sequential_fusion, conv_relu_pairs_give_the_same_bits_fused_under_bf16_autocast) {
+  check_fused_against_children(MX_BF16);
+}
+
+static void count_output(const char *name, const char *type, const mx_tensor *out, void *ctx) { (*(int *)ctx)++; }
+
+/* A hook on either child, or on the Sequential (it sees every child's output), keeps the pair apart. */
+Test(sequential_fusion, a_hook_keeps_the_pair_apart) {
+  mx_scope *scope = mx_scope_begin();
+  mx_generator *gen = mx_generator_new(1);
+  mx_module *net = make_net(gen);
+  mx_tensor *x = mx_randn(MX_SHAPE(1, 3, 8, 8), MX_F32, MX_CPU, gen);
+  int last = mx_module_num_children(net) - 1;
+  mx_module *watched[3] = {mx_module_child(net, last, NULL), mx_module_child(net, last - 1, NULL), net};
+  int expected_calls[3] = {1, 1, 9 + 1}; /* the ReLU's output, the conv's, every child's and the net's */
+  for (int k = 0; k < 3; k++) {
+    int calls = 0;
+    mx_module_set_output_hook(watched[k], count_output, &calls);
+    mx_tensor *out = mx_module_forward(net, x);
+    cr_assert(out, "%s", mx_last_error());
+    cr_expect_eq(calls, expected_calls[k], "hook %d: %d calls", k, calls);
+    cr_expect_str_eq(mx_grad_fn_name(out), "RELUBackward", "hook %d", k);
+    mx_module_set_output_hook(watched[k], NULL, NULL);
+  }
+  cr_expect_str_eq(mx_grad_fn_name(mx_module_forward(net, x)), "CONV2D_RELUBackward"); /* no hook: fused again */
+  mx_module_free(net);
+  mx_generator_free(gen);
+  mx_scope_end(scope);
+}
+
+/* A failing pair reports what its conv would have, naming the layer. */
+Test(sequential_fusion, a_failing_pair_fails_as_its_conv_would) {
+  mx_scope *scope = mx_scope_begin();
+  mx_generator *gen = mx_generator_new(2);
+  mx_module *net = make_net(gen);
+  mx_tensor *x = mx_randn(MX_SHAPE(1, 4, 8, 8), MX_F32, MX_CPU, gen);
+  mx_clear_error();
+  cr_expect_null(mx_module_forward(net, x));
+  cr_expect_str_eq(mx_last_error(), "mx_module_forward: layer 0 (Conv2d): mx_conv: input [1,4,8,8] has 4 channels, "
+                                    "weight [8,3,3,3] expects 3 (groups 1)");
+  mx_module_free(net);
+  mx_generator_free(gen);
+  mx_scope_end(scope);
+}
+
+/* --- what autograd saves: the same tensors, fused or not --------------------------------------------------- */
+
+typedef struct {
+  int packs;
+  double sum; /* of every packed tensor's values */
+} pack_log;
+
+static void *pack(mx_tensor *t, void *ctx) {
+  pack_log *log = ctx;
+  log->packs++;
+  log->sum += mx_item(mx_sum(mx_to_dtype(t, MX_F64), MX_ALL_DIMS, false));
+  return mx_detach_unscoped(t);
+}
+static mx_tensor *unpack(void *packed) { return mx_detach(packed); }
+static void free_packed(void *packed) { mx_release(packed); }
+static const mx_saved_tensor_hooks logging_hooks = {"logging", pack, unpack, free_packed};
+
+Test(sequential_fusion, saved_tensor_hooks_see_the_same_tensors) {
+  mx_scope *scope = mx_scope_begin();
+  mx_generator *gen = mx_generator_new(3);
+  mx_module *net = make_net(gen);
+  mx_tensor *x = mx_randn(MX_SHAPE(2, 3, 8, 8), MX_F32, MX_CPU, gen);
+  cr_assert(mx_set_requires_grad(x, true) == MX_OK);
+  pack_log log[2] = {{0}};
+  mx_tensor *grads[2][16] = {{NULL}};
+  for (int f = 0; f < 2; f++) {
+    cr_assert_eq(mx_saved_tensor_hooks_push(&logging_hooks, &log[f]), MX_OK);
+    run(net, x, f == 0, MX_DTYPE_COUNT, grads[f]);
+    cr_assert_eq(mx_saved_tensor_hooks_pop(), MX_OK);
+  }
+  cr_expect_gt(log[0].packs, 0);
+  cr_expect_eq(log[0].packs, log[1].packs, "fused %d packs, unfused %d", log[0].packs, log[1].packs);
+  cr_expect_eq(log[0].sum, log[1].sum);
+  for (int i = 0; i <= mx_module_num_parameters(net); i++) expect_same_bits(grads[0][i], grads[1][i], "gradient");
+  mx_module_free(net);
+  mx_generator_free(gen);
+  mx_scope_end(scope);
+}
+
+static mx_status net_block(void *user, int n_in, mx_tensor *const *in, int n_out, mx_tensor **out) {
+  out[0] = mx_module_forward(user, in[0]);
+  return out[0] ? MX_OK : mx_last_status();
+}
+
+/* The recomputation fuses as the forward did, so checkpointing gives the plain gradients. */
+Test(sequential_fusion, activation_checkpointing_gives_the_plain_gradients) {
+  mx_scope *scope = mx_scope_begin();
+  mx_generator *gen = mx_generator_new(4);
+  mx_module *net = make_net(gen);
+  mx_tensor *x = mx_randn(MX_SHAPE(2, 3, 8, 8), MX_F32, MX_CPU, gen);
+  cr_assert(mx_set_requires_grad(x, true) == MX_OK);
+  mx_tensor *out[2] = {NULL};
+  cr_assert_eq(mx_activation_checkpoint(net_block, net, 1, &x, 1, &out[0], NULL), MX_OK, "%s", mx_last_error());
+  out[1] = mx_module_forward(net, x);
+  int n = mx_module_num_parameters(net);
+  mx_tensor *inputs[16] = {x}, *grads[2][16] = {{NULL}};
+  for (int i = 0; i < n; i++) inputs[1 + i] = mx_module_parameter(net, i, NULL);
+  for (int f = 0; f < 2; f++) {
+    mx_tensor *loss = mx_sum(mx_mul(out[f], out[f]), MX_ALL_DIMS, false);
+    cr_assert_eq(mx_grad(1, &loss, 1 + n, inputs, NULL, false, false, false, grads[f]), MX_OK, "%s",
+                 mx_last_error());
+  }
+  expect_same_bits(out[0], out[1], "output");
+  for (int i = 0; i <= n; i++) expect_same_bits(grads[0][i], grads[1][i], "gradient");
+  mx_module_free(net);
+  mx_generator_free(gen);
+  mx_scope_end(scope);
+}
