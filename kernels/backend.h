@@ -146,15 +146,19 @@ typedef struct mx_backend {
    * one floating dtype, c along dim 1. The (C) vectors (center, scale,
    * shift, sum, dot) are contiguous, float64 for float64 data and float32
    * otherwise, and the arithmetic is in their dtype, rounded step by step
-   * as the elementwise ops round it. A NULL center is zeros.
+   * as the elementwise ops round it. A NULL center is zeros. ReLU fuses
+   * in (kernels/math.h's mx_relu_*): a mask (NULL: none) has x's (a's)
+   * shape and dtype and zeroes x (a) where mask <= 0, as relu's backward
+   * of gradient x given relu's output mask; relu applies relu to y as
+   * stored in its dtype.
    *   channel_affine: y = (x - center[c]) * scale[c] + shift[c]
    *   channel_sums:   sum[c] = sum of a, dot[c] = sum of (a - a_center[c])
    *                   (b - b_center[c]), over every dim but c; sum or dot
    *                   may be NULL (not wanted; b is NULL without dot) */
   mx_status (*channel_affine)(const mx_kview *y, const mx_kview *x, const mx_kview *center, const mx_kview *scale,
-                              const mx_kview *shift);
+                              const mx_kview *shift, const mx_kview *mask, bool relu);
   mx_status (*channel_sums)(const mx_kview *sum, const mx_kview *dot, const mx_kview *a, const mx_kview *b,
-                            const mx_kview *a_center, const mx_kview *b_center);
+                            const mx_kview *a_center, const mx_kview *b_center, const mx_kview *a_mask);
 
   /* pooling (contiguous tensors). Max pooling's indices say where each
    * max came from, in the encoding their dtype names: uint8, its offset in

@@ -211,6 +211,38 @@ MX_HD static inline void mx_element_convert(void *dst, mx_dtype dst_type, const 
   }
 }
 
+/* --- relu fused into batch norm's kernels: kernels/elementwise.def's RELU
+ * and RELU_BACKWARD, one element at a time, so a fused kernel gives what
+ * the two elementwise ops give. ------------------------------------------ */
+
+/* relu: x < 0 ? 0 : x, so -0 and NaN stay as they are. */
+MX_HD static inline float mx_relu_f32(float x) { return x < 0 ? 0.0f : x; }
+MX_HD static inline double mx_relu_f64(double x) { return x < 0 ? 0.0 : x; }
+
+/* relu of a float16 (bf16 false) or bfloat16 value's bits: the negative
+ * numbers, 0x8001 up to -inf (NaNs lie above it), become +0. */
+MX_HD static inline uint16_t mx_relu_half_bits(uint16_t h, bool bf16) {
+  return h > 0x8000u && h <= (bf16 ? 0xff80u : 0xfc00u) ? 0 : h;
+}
+
+/* relu's backward: gradient g where relu's output y > 0, else 0; a NaN y
+ * passes g (PyTorch's threshold_backward). */
+MX_HD static inline float mx_relu_grad_f32(float g, float y) { return y <= 0 ? 0.0f : g; }
+MX_HD static inline double mx_relu_grad_f64(double g, double y) { return y <= 0 ? 0.0 : g; }
+
+/* v stored into p as dtype (a float dtype), then relu of what was stored:
+ * relu after the rounding, as relu on the stored tensor sees it (a small
+ * negative v rounds to -0 in 16 bits, which relu keeps). */
+MX_HD static inline void mx_element_store_relu(void *p, mx_dtype dtype, double v) {
+  switch (dtype) {
+  case MX_F32: *(float *)p = mx_relu_f32((float)v); break;
+  case MX_F64: *(double *)p = mx_relu_f64(v); break;
+  case MX_F16: *(uint16_t *)p = mx_relu_half_bits(mx_f32_to_f16((float)v), false); break;
+  case MX_BF16: *(uint16_t *)p = mx_relu_half_bits(mx_f32_to_bf16((float)v), true); break;
+  default: break;
+  }
+}
+
 /* --- random fills: what element `index` of a fill takes ------------------ */
 
 typedef enum { MX_RAND_UNIFORM, MX_RAND_NORMAL, MX_RAND_INT, MX_RAND_BERNOULLI } mx_rand_kind;
