@@ -1,7 +1,8 @@
 /* Batch norm's fused kernels: batch_norm_relu gives the bits of batch_norm
  * then relu (output, gradients, running statistics) in every float dtype,
  * training and eval, through the kernels and through the ops, and keeps
- * no tensor of relu's own. */
+ * no tensor of relu's own; under autocast both read 16-bit activations as
+ * they are, with no float32 copy of them, forward or backward. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -196,3 +197,54 @@ Test(batch_norm_fused, batch_norm_relu_keeps_and_makes_one_tensor_less) {
                (long long)made[1]);
 }
 
+/* Under autocast batch norm runs as PyTorch's CUDA autocast leaves it (in
+ * no list: no cast) on the 16-bit activations a lowered convolution gives:
+ * the kernels read them as they are, keep the statistics in float32 and
+ * write y in x's dtype, so no float32 tensor of x's size is ever made. The
+ * peak of the CPU's storage in use over each step says so: the forward
+ * holds y (2 bytes a value) and per-channel vectors; the backward's sums
+ * (weight and bias only) per-channel vectors; eval's gradient of x one
+ * 16-bit tensor; training's three (each node's gradient of x and their
+ * sum). A float32 copy of x (4 bytes a value) would show beside them. */
+Test(batch_norm_fused, no_float32_copy_of_16_bit_activations_under_autocast) {
+  const mx_dtype dtypes[2] = {MX_BF16, MX_F16};
+  const int64_t n = 4 * 8 * 16 * 16, slack = 4096; /* per-channel vectors */
+  for (int d = 0; d < 2; d++)
+    for (int fused = 0; fused < 2; fused++)
+      for (int mode = 0; mode < 3; mode++) { /* training for weight and bias; eval for x; training for x */
+        bool training = mode != 1, want_x = mode != 0;
+        mx_scope *scope = mx_scope_begin();
+        mx_generator *gen = mx_generator_new(70 + (uint64_t)mode);
+        mx_tensor *x = mx_to_dtype(mx_randn(MX_SHAPE(4, 8, 16, 16), MX_F32, MX_CPU, gen), dtypes[d]);
+        mx_tensor *grad_y = mx_to_dtype(mx_randn(MX_SHAPE(4, 8, 16, 16), MX_F32, MX_CPU, gen), dtypes[d]);
+        mx_tensor *inputs[3] = {x, mx_randn(MX_SHAPE(8), MX_F32, MX_CPU, gen), mx_randn(MX_SHAPE(8), MX_F32, MX_CPU, gen)};
+        mx_generator_free(gen);
+        mx_tensor *mean = mx_zeros(MX_SHAPE(8), MX_F32, MX_CPU), *var = mx_ones(MX_SHAPE(8), MX_F32, MX_CPU);
+        for (int i = want_x ? 0 : 1; i < 3; i++) cr_assert_eq(mx_set_requires_grad(inputs[i], true), MX_OK);
+        mx_tensor *y = NULL, *grads[3] = {0};
+        mx_memory_reset_peak(MX_CPU);
+        int64_t base = mx_memory_stats_get(MX_CPU).bytes_in_use;
+        MX_AUTOCAST(MX_CPU, dtypes[d], true, true) {
+          y = fused ? mx_batch_norm_relu(x, mean, var, inputs[1], inputs[2], training, 0.1, 1e-5)
+                    : mx_batch_norm(x, mean, var, inputs[1], inputs[2], training, 0.1, 1e-5);
+        }
+        int64_t forward = mx_memory_stats_get(MX_CPU).peak_bytes - base;
+        cr_assert_not_null(y, "%s", mx_last_error());
+        char what[96];
+        snprintf(what, sizeof what, "%s, %s, %s", mx_dtype_name(dtypes[d]), fused ? "batch_norm_relu" : "batch_norm",
+                 mode == 0 ? "training (weight and bias)" : mode == 1 ? "eval (x)" : "training (x)");
+        cr_expect_eq(mx_dtype_of(y), dtypes[d], "%s: y is %s", what, mx_dtype_name(mx_dtype_of(y)));
+        cr_expect_leq(forward, 2 * n + slack, "%s: the forward's peak grew by %lld bytes (y is %lld)", what,
+                      (long long)forward, (long long)(2 * n));
+        mx_memory_reset_peak(MX_CPU);
+        base = mx_memory_stats_get(MX_CPU).bytes_in_use;
+        cr_assert_eq(mx_grad(1, &y, want_x ? 1 : 2, want_x ? inputs : inputs + 1, &grad_y, false, false, false, grads),
+                     MX_OK, "%s: %s", what, mx_last_error());
+        int64_t backward = mx_memory_stats_get(MX_CPU).peak_bytes - base, tensors = mode == 0 ? 0 : mode == 1 ? 1 : 3;
+        cr_expect_leq(backward, tensors * 2 * n + slack, "%s: the backward's peak grew by %lld bytes (x is %lld)",
+                      what, (long long)backward, (long long)(2 * n));
+        if (want_x) cr_expect_eq(mx_dtype_of(grads[0]), dtypes[d], "%s: x's gradient is %s", what,
+                                 mx_dtype_name(mx_dtype_of(grads[0])));
+        mx_scope_end(scope);
+      }
+}
