@@ -243,6 +243,19 @@ MX_HD static inline void mx_element_store_relu(void *p, mx_dtype dtype, double v
   }
 }
 
+/* --- batch norm's statistics in one pass ------------------------------------ */
+
+/* The mean and biased variance of n values from s1 and s2, their sums of
+ * v - k and of (v - k)^2 in double, k one of the values (the channel's
+ * first): shifted by a value of the data, the squares hold no large mean
+ * whose square the subtraction would cancel, so one pass is as good as
+ * two. A variance rounded below 0 is 0; no values give NaN. */
+MX_HD static inline void mx_moments_of(double k, double s1, double s2, double n, double *mean, double *var) {
+  double shift = s1 / n, v = s2 / n - shift * shift;
+  *mean = k + shift;
+  *var = v < 0 ? 0 : v;
+}
+
 /* --- random fills: what element `index` of a fill takes ------------------ */
 
 typedef enum { MX_RAND_UNIFORM, MX_RAND_NORMAL, MX_RAND_INT, MX_RAND_BERNOULLI } mx_rand_kind;

@@ -131,17 +131,22 @@ static bool channel_sums(mx_op op, const mx_tensor *a, const mx_tensor *b, const
   return true;
 }
 
-/* mean and biased variance per channel, in the statistics' dtype, as (C) vectors; two passes
- * (centred before squaring) for precision. */
+/* mean and biased variance per channel, in the statistics' dtype, as (C) vectors: the
+ * backend's channel_moments in one read of x (16-bit x widened exactly, sums in double shifted
+ * by a value of the data), or two passes of ops (centred before squaring) for precision. */
 mx_status mx__fwd_batch_norm_stats(mx__call *c) {
-  mx_tensor *x = c->in[0]; /* 16-bit x is summed and centred as it is: both widen it exactly */
+  mx_tensor *x = c->in[0];
   double n = per_channel_count(mx_shape_get(x));
-  mx_tensor *sum = NULL, *squares = NULL;
-  if (channel_sums(c->op, x, NULL, NULL, NULL, NULL, &sum, NULL)) {
-    c->out[0] = sum ? mx_div_scalar(sum, n) : NULL;
-    if (c->out[0] && channel_sums(c->op, x, x, c->out[0], c->out[0], NULL, NULL, &squares))
-      c->out[1] = squares ? mx_div_scalar(squares, n) : NULL;
-    return c->out[0] && c->out[1] ? MX_OK : mx_last_status();
+  const mx_backend *be = mx__backend_of(c->op, x->device);
+  if (!be) return mx_last_status();
+  if (be->channel_moments) { /* a forward records nothing: no graph to build */
+    const char *name = mx__ops[c->op].api_name;
+    mx_tensor *xc = mx__tensor_contiguous(x);
+    c->out[0] = mx__tensor_alloc(name, MX_SHAPE(x->shape[1]), stats_dtype(x->dtype), x->device);
+    c->out[1] = mx__tensor_alloc(name, MX_SHAPE(x->shape[1]), stats_dtype(x->dtype), x->device);
+    if (!xc || !c->out[0] || !c->out[1]) return mx_last_status();
+    mx_kview mean = mx__kview_of(c->out[0]), var = mx__kview_of(c->out[1]), xv = mx__kview_of(xc);
+    return be->channel_moments(&mean, &var, &xv);
   }
   mx_shape dims = mx__all_but_channels(x->ndim);
   mx_tensor *mean = mx_div_scalar(mx_sum_dtype(x, dims, true, stats_dtype(x->dtype)), n);

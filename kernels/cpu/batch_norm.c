@@ -216,3 +216,59 @@ mx_status mx__cpu_channel_sums(const mx_kview *sum, const mx_kview *dot, const m
   }
   return MX_OK;
 }
+
+/* --- moments --------------------------------------------------------------------------------------- */
+
+/* channel_moments: the sums of x - k and of its square in double, over
+ * DOUBLE_LANES partial sums the vectoriser keeps in registers, x widened
+ * exactly (16-bit values a block at a time through float32). */
+enum { DOUBLE_LANES = 8 };
+
+#define MX__MOMENTS_PLANE(name, type)                                                                        \
+  static void name(double *s1, double *s2, const type *x, int64_t n, double k) {                           \
+    double a[DOUBLE_LANES] = {0}, b[DOUBLE_LANES] = {0};                                                     \
+    int64_t full = n - n % DOUBLE_LANES;                                                                     \
+    for (int64_t i = 0; i < full; i += DOUBLE_LANES)                                                         \
+      for (int l = 0; l < DOUBLE_LANES; l++) {                                                               \
+        double d = (double)x[i + l] - k;                                                                     \
+        a[l] += d, b[l] += d * d;                                                                            \
+      }                                                                                                      \
+    for (int64_t i = full; i < n; i++) {                                                                     \
+      double d = (double)x[i] - k;                                                                           \
+      a[i - full] += d, b[i - full] += d * d;                                                                \
+    }                                                                                                        \
+    for (int l = 0; l < DOUBLE_LANES; l++) *s1 += a[l], *s2 += b[l];                                        \
+  }
+MX__MOMENTS_PLANE(moments_plane_f32, float)
+MX__MOMENTS_PLANE(moments_plane_f64, double)
+
+static void moments_plane_16(double *s1, double *s2, const uint16_t *x, int64_t n, double k, bool bf16) {
+  float block[BLOCK];
+  for (int64_t i = 0; i < n; i += BLOCK) {
+    int64_t m = n - i < BLOCK ? n - i : BLOCK;
+    widen(block, x + i, m, bf16);
+    moments_plane_f32(s1, s2, block, m, k);
+  }
+}
+
+mx_status mx__cpu_channel_moments(const mx_kview *mean, const mx_kview *var, const mx_kview *x) {
+  int64_t channels = x->shape[1], batch = x->shape[0];
+  int64_t planes = batch * channels, n = planes ? mx__kview_numel(x) / planes : 0;
+  size_t size = mx_dtype_size(x->dtype);
+  MX_PARALLEL_FOR(planes * n)
+  for (int64_t c = 0; c < channels; c++) {
+    double s1 = 0, s2 = 0, m, v;
+    const char *first = (const char *)x->data + c * n * (int64_t)size;
+    double k = batch > 0 && n > 0 ? mx_element_load(first, x->dtype) : 0; /* the channel's first value */
+    for (int64_t b = 0; b < batch; b++) {
+      const char *xp = (const char *)x->data + (b * channels + c) * n * (int64_t)size;
+      if (x->dtype == MX_F64) moments_plane_f64(&s1, &s2, (const double *)xp, n, k);
+      else if (x->dtype == MX_F32) moments_plane_f32(&s1, &s2, (const float *)xp, n, k);
+      else moments_plane_16(&s1, &s2, (const uint16_t *)xp, n, k, x->dtype == MX_BF16);
+    }
+    mx_moments_of(k, s1, s2, (double)(batch * n), &m, &v);
+    store(mean, c, m);
+    store(var, c, v);
+  }
+  return MX_OK;
+}

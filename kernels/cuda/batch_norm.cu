@@ -184,3 +184,88 @@ mx_status mx__cuda_channel_sums(const mx_kview *sum, const mx_kview *dot, const 
   mx_status freed = scratch_free(partials);
   return status != MX_OK ? status : freed;
 }
+
+/* --- channel_moments -------------------------------------------------------------- */
+
+/* The value of channel c at position j, widened exactly to double. */
+MX_HD static inline double channel_value(const mx_channel_plan &p, const mx_kview &x, int64_t c, int64_t j) {
+  return mx_element_load((const char *)x.data + mx_channel_offset(&p, c, j) * dtype_bytes(x.dtype), x.dtype);
+}
+
+/* partials[2 r] and partials[2 r + 1]: the sums of x - k and of (x - k)^2
+ * over run r, k the channel's first value, in double (the CPU's arithmetic:
+ * the same differences and squares, added in another order). */
+struct moment_partials_body {
+  typedef run_sums partial;
+  mx_channel_plan p;
+  mx_kview x;
+  double *partials;
+  int64_t items; /* the runs */
+  MX_HD partial thread_partial(int64_t r, int64_t thread, int64_t threads) const {
+    int64_t c = r / p.segments, first = r % p.segments * p.segment;
+    int64_t end = first + p.segment < p.count ? first + p.segment : p.count;
+    double k = first < end ? channel_value(p, x, c, 0) : 0; /* an empty channel has none */
+    partial mine = {0, 0};
+    for (int64_t j = first + thread; j < end; j += threads) {
+      double d = channel_value(p, x, c, j) - k;
+      mine.sum += d;
+      mine.dot += d * d;
+    }
+    return mine;
+  }
+  MX_HD partial combine(partial a, partial b) const {
+    a.sum += b.sum;
+    a.dot += b.dot;
+    return a;
+  }
+  MX_HD void finish(int64_t r, partial all) const {
+    partials[2 * r] = all.sum;
+    partials[2 * r + 1] = all.dot;
+  }
+};
+
+/* Channel c's partials added in run order, its moments stored. */
+struct moments_finish_op {
+  const double *partials;
+  mx_channel_plan p;
+  mx_kview x, mean, var;
+  MX_HD void operator()(int64_t c) const {
+    double s1 = 0, s2 = 0, m, v;
+    for (int64_t k = 0; k < p.segments; k++) {
+      s1 += partials[2 * (c * p.segments + k)];
+      s2 += partials[2 * (c * p.segments + k) + 1];
+    }
+    mx_moments_of(p.count ? channel_value(p, x, c, 0) : 0, s1, s2, (double)p.count, &m, &v);
+    mx_element_store((char *)mean.data + c * dtype_bytes(mean.dtype), mean.dtype, m);
+    mx_element_store((char *)var.data + c * dtype_bytes(var.dtype), var.dtype, v);
+  }
+};
+
+mx_status mx__cuda_channel_moments(const mx_kview *mean, const mx_kview *var, const mx_kview *x) {
+  mx_channel_plan p = mx_channel_plan_split(mx_channel_plan_of(x), mx__cuda_max_blocks() / 4, SUMS_MIN_RUN);
+  if (p.channels == 0) return MX_OK;
+  int64_t runs = p.channels * p.segments;
+  double *partials = NULL;
+  MX__RETURN_IF_FAILED(scratch_alloc((void **)&partials, (size_t)runs * 2 * sizeof(double)));
+  moment_partials_body body;
+  memset(&body, 0, sizeof body);
+  body.p = p;
+  body.x = *x;
+  body.partials = partials;
+  body.items = runs;
+  int64_t blocks = runs < mx__cuda_max_blocks() ? runs : mx__cuda_max_blocks();
+  mx_status status = launch_block_reduce<SUMS_THREADS>("launch of kernel channel_moment_partials", blocks,
+                                                       SUMS_THREADS, body);
+  if (status == MX_OK) {
+    moments_finish_op finish;
+    memset(&finish, 0, sizeof finish);
+    finish.partials = partials;
+    finish.p = p;
+    finish.x = *x;
+    finish.mean = *mean;
+    finish.var = *var;
+    status = launch_elementwise("launch of kernel channel_moments", p.channels, finish);
+  }
+  mx_status freed = scratch_free(partials);
+  return status != MX_OK ? status : freed;
+}

@@ -172,8 +172,9 @@ static mx_tensor *bn_config(const mx_tensor *x, const mx_tensor *w, const mx_ten
  * input, on a 2-d one (planes of one value), and on channels of 8184
  * values (CUDA's sums cut them into several runs); and eval on a 3-d
  * input. Training's running statistics are compared too. The devices add
- * the per-channel sums in different orders (the CPU in float lanes, CUDA
- * in double), so float32 agrees within 1e-5 and float64 within 1e-12.
+ * the per-channel sums in different orders (the backward's: the CPU in
+ * float lanes, CUDA in double; the statistics' in double on both), so
+ * float32 agrees within 1e-5 and float64 within 1e-12.
  * float16 and bfloat16 results may round the other way where the
  * statistics differ in their last bits, and the input's gradient adds two
  * such rounded terms: within 2^-7 and 2^-4 of the larger magnitude (8

@@ -141,7 +141,7 @@ void test_batch_norm(rng &r) {
       }
       host_tensor mask = make_tensor(dtype, ndim, shape, CONTIGUOUS, r);
       fill_values(mask, AWKWARD, r);
-      describe("channel_affine and channel_sums of %s, %d dims, %s values%s%s%s", mx_dtype_name(dtype), ndim,
+      describe("channel_affine, _sums and _moments of %s, %d dims, %s values%s%s%s", mx_dtype_name(dtype), ndim,
                exact ? "small integer" : "awkward", relu ? ", relu" : "", masked ? ", masked" : "",
                tiny ? ", tiny scale" : "");
       host_tensor a = make_tensor(dtype, ndim, shape, CONTIGUOUS, r), b = a;
@@ -167,6 +167,14 @@ void test_batch_norm(rng &r) {
       double rel = exact ? 0 : ulps(MX_F64, 1024) + ulps(sum_a.v.dtype, 1);
       same_values(sum_a, sum_b, rel, 1e6, "channel_sums sum");
       same_values(dot_a, dot_b, rel, 1e6, "channel_sums dot");
+
+      /* the statistics in one pass: sums in double of the same shifted values and squares, in another order */
+      host_tensor mean_a = channel_vector(dtype, channels, AWKWARD, r), mean_b = mean_a;
+      host_tensor var_a = channel_vector(dtype, channels, AWKWARD, r), var_b = var_a;
+      check_status(cpu.channel_moments(&mean_a.v, &var_a.v, &x.v), mx__cuda_channel_moments(&mean_b.v, &var_b.v, &x.v),
+                   "channel_moments");
+      same_values(mean_a, mean_b, rel, 1e6, "channel_moments mean");
+      same_values(var_a, var_b, rel, 1e6, "channel_moments var");
     }
 }
 

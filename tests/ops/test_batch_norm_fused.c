@@ -2,7 +2,9 @@
  * then relu (output, gradients, running statistics) in every float dtype,
  * training and eval, through the kernels and through the ops, and keeps
  * no tensor of relu's own; under autocast both read 16-bit activations as
- * they are, with no float32 copy of them, forward or backward. */
+ * they are, with no float32 copy of them, forward or backward; training's
+ * statistics, from one read of x, keep float32's precision under large
+ * means. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -138,8 +140,8 @@ Test(batch_norm_fused, batch_norm_relu_is_batch_norm_then_relu_bit_for_bit) {
         mx_generator *gen = mx_generator_new(50 + (uint64_t)s);
         /* the gradient: normal values, a quarter of them zero */
         mx_tensor *grad_y = mx_randn(shapes[s], MX_F64, MX_CPU, gen);
-        grad_y = mx_to_dtype(mx_mul(grad_y, mx_gt(mx_rand(shapes[s], MX_F64, MX_CPU, gen), mx_scalar(0.25, MX_F64, MX_CPU))),
-                             dtype);
+        mx_tensor *kept = mx_gt(mx_rand(shapes[s], MX_F64, MX_CPU, gen), mx_scalar(0.25, MX_F64, MX_CPU));
+        grad_y = mx_to_dtype(mx_mul(grad_y, kept), dtype);
         mx_generator_free(gen);
         cr_assert_not_null(grad_y, "%s", mx_last_error());
         bn_run want = run(false, x, weight, bias, grad_y, training, create_graph);
@@ -217,7 +219,8 @@ Test(batch_norm_fused, no_float32_copy_of_16_bit_activations_under_autocast) {
         mx_generator *gen = mx_generator_new(70 + (uint64_t)mode);
         mx_tensor *x = mx_to_dtype(mx_randn(MX_SHAPE(4, 8, 16, 16), MX_F32, MX_CPU, gen), dtypes[d]);
         mx_tensor *grad_y = mx_to_dtype(mx_randn(MX_SHAPE(4, 8, 16, 16), MX_F32, MX_CPU, gen), dtypes[d]);
-        mx_tensor *inputs[3] = {x, mx_randn(MX_SHAPE(8), MX_F32, MX_CPU, gen), mx_randn(MX_SHAPE(8), MX_F32, MX_CPU, gen)};
+        mx_tensor *inputs[3] = {x, mx_randn(MX_SHAPE(8), MX_F32, MX_CPU, gen),
+                                mx_randn(MX_SHAPE(8), MX_F32, MX_CPU, gen)};
         mx_generator_free(gen);
         mx_tensor *mean = mx_zeros(MX_SHAPE(8), MX_F32, MX_CPU), *var = mx_ones(MX_SHAPE(8), MX_F32, MX_CPU);
         for (int i = want_x ? 0 : 1; i < 3; i++) cr_assert_eq(mx_set_requires_grad(inputs[i], true), MX_OK);
@@ -247,4 +250,38 @@ Test(batch_norm_fused, no_float32_copy_of_16_bit_activations_under_autocast) {
                                  mx_dtype_name(mx_dtype_of(grads[0])));
         mx_scope_end(scope);
       }
+}
+
+/* Training's statistics come from one read of x (the backend's
+ * channel_moments: sums in double of x - k and its square, k one of the
+ * channel's values), and lose nothing to a large mean: for means of 0,
+ * 1e4 and 1e6 times the spread, float32 batch norm's batch mean and
+ * variance (the running ones, momentum 1) stay within a few float32 ulps
+ * of float64's on the same values. Unshifted sums of x and x^2 would
+ * cancel the variance's digits at 1e6, and two float32 passes lose them
+ * to the mean's rounding there. */
+Test(batch_norm_fused, one_pass_statistics_keep_float32_precision_under_large_means) {
+  const double means[3] = {0, 1e4, 1e6};
+  for (int k = 0; k < 3; k++) {
+    mx_scope *scope = mx_scope_begin();
+    mx_generator *gen = mx_generator_new(80 + (uint64_t)k);
+    mx_tensor *x = mx_add_scalar(mx_randn(MX_SHAPE(8, 3, 16, 16), MX_F64, MX_CPU, gen), means[k]);
+    mx_tensor *x32 = mx_to_dtype(x, MX_F32);
+    mx_generator_free(gen);
+    mx_tensor *running[2][2];
+    for (int wide = 0; wide < 2; wide++) {
+      mx_dtype dtype = wide ? MX_F64 : MX_F32;
+      running[wide][0] = mx_zeros(MX_SHAPE(3), dtype, MX_CPU), running[wide][1] = mx_ones(MX_SHAPE(3), dtype, MX_CPU);
+      cr_assert_not_null(mx_batch_norm(mx_to_dtype(x32, dtype), running[wide][0], running[wide][1], NULL, NULL, true,
+                                       1.0, 1e-5),
+                         "%s", mx_last_error());
+    }
+    for (int s = 0; s < 2; s++)
+      for (int c = 0; c < 3; c++) {
+        double got = mx_at(running[0][s], MX_SHAPE(c)), want = mx_at(running[1][s], MX_SHAPE(c));
+        cr_expect_leq(fabs(got - want), 4 * 0x1p-23 * fabs(want), "mean %g, channel %d: float32 %s %.9g, float64 %.17g",
+                      means[k], c, s ? "variance" : "mean", got, want);
+      }
+    mx_scope_end(scope);
+  }
 }
