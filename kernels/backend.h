@@ -54,7 +54,8 @@ typedef struct {
   X(SOFTMAX, softmax) X(GATHER, gather) X(SCATTER, scatter) X(INDEX_SELECT, index_select)                  \
   X(INDEX_ADD, index_add) X(CONV_FORWARD, conv_forward) X(CONV_BACKWARD_DATA, conv_backward_data)          \
   X(CONV_BACKWARD_WEIGHT, conv_backward_weight) X(CHANNEL_AFFINE, channel_affine)                         \
-  X(CHANNEL_SUMS, channel_sums) X(MAX_POOL, max_pool) X(MAX_POOL_BACKWARD, max_pool_backward)             \
+  X(CHANNEL_SUMS, channel_sums) X(CHANNEL_MOMENTS, channel_moments) X(MAX_POOL, max_pool)                 \
+  X(MAX_POOL_BACKWARD, max_pool_backward)                                                                 \
   X(AVG_POOL, avg_pool) X(AVG_POOL_BACKWARD, avg_pool_backward) X(AMP_UNSCALE, amp_unscale)                \
   X(AMP_UPDATE_SCALE, amp_update_scale) X(AMP_HISTOGRAM, amp_histogram)                                    \
   X(AMP_UNSCALE_HISTOGRAM, amp_unscale_histogram) X(SGD_STEP, sgd_step) X(ADAM_STEP, adam_step)           \
@@ -147,15 +148,24 @@ typedef struct mx_backend {
    * one floating dtype, c along dim 1. The (C) vectors (center, scale,
    * shift, sum, dot) are contiguous, float64 for float64 data and float32
    * otherwise, and the arithmetic is in their dtype, rounded step by step
-   * as the elementwise ops round it. A NULL center is zeros.
+   * as the elementwise ops round it. A NULL center is zeros. ReLU fuses
+   * in (kernels/math.h's mx_relu_*): a mask (NULL: none) has x's (a's)
+   * shape and dtype and zeroes x (a) where mask <= 0, as relu's backward
+   * of gradient x given relu's output mask; relu applies relu to y as
+   * stored in its dtype.
    *   channel_affine: y = (x - center[c]) * scale[c] + shift[c]
    *   channel_sums:   sum[c] = sum of a, dot[c] = sum of (a - a_center[c])
    *                   (b - b_center[c]), over every dim but c; sum or dot
-   *                   may be NULL (not wanted; b is NULL without dot) */
+   *                   may be NULL (not wanted; b is NULL without dot)
+   *   channel_moments: mean[c] and biased variance var[c] of x over every
+   *                   dim but c, in one read: kernels/math.h's
+   *                   mx_moments_of on sums in double of x - k and of its
+   *                   square, k the channel's first value */
   mx_status (*channel_affine)(const mx_kview *y, const mx_kview *x, const mx_kview *center, const mx_kview *scale,
-                              const mx_kview *shift);
+                              const mx_kview *shift, const mx_kview *mask, bool relu);
   mx_status (*channel_sums)(const mx_kview *sum, const mx_kview *dot, const mx_kview *a, const mx_kview *b,
-                            const mx_kview *a_center, const mx_kview *b_center);
+                            const mx_kview *a_center, const mx_kview *b_center, const mx_kview *a_mask);
+  mx_status (*channel_moments)(const mx_kview *mean, const mx_kview *var, const mx_kview *x);
 
   /* pooling (contiguous tensors). Max pooling's indices say where each
    * max came from, in the encoding their dtype names: uint8, its offset in

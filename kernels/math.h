@@ -211,6 +211,51 @@ MX_HD static inline void mx_element_convert(void *dst, mx_dtype dst_type, const 
   }
 }
 
+/* --- relu fused into batch norm's kernels: kernels/elementwise.def's RELU
+ * and RELU_BACKWARD, one element at a time, so a fused kernel gives what
+ * the two elementwise ops give. ------------------------------------------ */
+
+/* relu: x < 0 ? 0 : x, so -0 and NaN stay as they are. */
+MX_HD static inline float mx_relu_f32(float x) { return x < 0 ? 0.0f : x; }
+MX_HD static inline double mx_relu_f64(double x) { return x < 0 ? 0.0 : x; }
+
+/* relu of a float16 (bf16 false) or bfloat16 value's bits: the negative
+ * numbers, 0x8001 up to -inf (NaNs lie above it), become +0. */
+MX_HD static inline uint16_t mx_relu_half_bits(uint16_t h, bool bf16) {
+  return h > 0x8000u && h <= (bf16 ? 0xff80u : 0xfc00u) ? 0 : h;
+}
+
+/* relu's backward: gradient g where relu's output y > 0, else 0; a NaN y
+ * passes g (PyTorch's threshold_backward). */
+MX_HD static inline float mx_relu_grad_f32(float g, float y) { return y <= 0 ? 0.0f : g; }
+MX_HD static inline double mx_relu_grad_f64(double g, double y) { return y <= 0 ? 0.0 : g; }
+
+/* v stored into p as dtype (a float dtype), then relu of what was stored:
+ * relu after the rounding, as relu on the stored tensor sees it (a small
+ * negative v rounds to -0 in 16 bits, which relu keeps). */
+MX_HD static inline void mx_element_store_relu(void *p, mx_dtype dtype, double v) {
+  switch (dtype) {
+  case MX_F32: *(float *)p = mx_relu_f32((float)v); break;
+  case MX_F64: *(double *)p = mx_relu_f64(v); break;
+  case MX_F16: *(uint16_t *)p = mx_relu_half_bits(mx_f32_to_f16((float)v), false); break;
+  case MX_BF16: *(uint16_t *)p = mx_relu_half_bits(mx_f32_to_bf16((float)v), true); break;
+  default: break;
+  }
+}
+
+/* --- batch norm's statistics in one pass ------------------------------------ */
+
+/* The mean and biased variance of n values from s1 and s2, their sums of
+ * v - k and of (v - k)^2 in double, k one of the values (the channel's
+ * first): shifted by a value of the data, the squares hold no large mean
+ * whose square the subtraction would cancel, so one pass is as good as
+ * two. A variance rounded below 0 is 0; no values give NaN. */
+MX_HD static inline void mx_moments_of(double k, double s1, double s2, double n, double *mean, double *var) {
+  double shift = s1 / n, v = s2 / n - shift * shift;
+  *mean = k + shift;
+  *var = v < 0 ? 0 : v;
+}
+
 /* --- random fills: what element `index` of a fill takes ------------------ */
 
 typedef enum { MX_RAND_UNIFORM, MX_RAND_NORMAL, MX_RAND_INT, MX_RAND_BERNOULLI } mx_rand_kind;

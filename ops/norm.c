@@ -1,6 +1,7 @@
 /* Normalisation: batch_norm (with running statistics) over two primitives,
- * layer_norm and group_norm as composites. Optional tensors (weight, bias,
- * running statistics) are passed only when given; args.i[0] says which. */
+ * batch_norm_relu (relu fused into them), layer_norm and group_norm as
+ * composites. Optional tensors (weight, bias, running statistics) are
+ * passed only when given; args.i[0] says which. */
 #include "ops/op_table.h"
 
 enum { HAS_WEIGHT = 1, HAS_BIAS = 2, HAS_RUNNING_MEAN = 4, HAS_RUNNING_VAR = 8 };
@@ -57,30 +58,37 @@ static double per_channel_count(mx_shape s) {
   return n;
 }
 
-/* (x - center[c]) * scale[c] + shift[c] in dtype (a NULL center is zeros):
- * one kernel pass where the backend has it, the dtypes are its own and
- * nothing records (a backward that builds a graph for double backward
- * takes the ops, whose arithmetic it repeats). */
+/* Whether mask (relu's output, for relu's backward of t, its gradient:
+ * the same shape) can ride along in a kernel reading t: t's dtype. */
+static bool mask_fits(const mx_tensor *mask, const mx_tensor *t) { return !mask || mask->dtype == t->dtype; }
+
+/* (x - center[c]) * scale[c] + shift[c] in dtype (a NULL center is zeros),
+ * x taken as relu_backward(x, mask) with a mask and the result through
+ * relu with relu: one kernel pass where the backend has it, the dtypes are
+ * its own and nothing records (a backward that builds a graph for double
+ * backward takes the ops, whose arithmetic it repeats). */
 static mx_tensor *channel_affine(mx_op op, mx_tensor *x, mx_tensor *center, mx_tensor *scale, mx_tensor *shift,
-                                 mx_dtype dtype) {
+                                 mx_dtype dtype, mx_tensor *mask, bool relu) {
   const mx_backend *be = mx__backend_of(op, x->device);
   if (!be || !scale || !shift) return NULL;
   mx_dtype stats = stats_dtype(x->dtype);
-  if (be->channel_affine && !mx_is_grad_enabled() && mx_dtype_is_floating(x->dtype) && x->dtype == dtype && scale->dtype == stats &&
-      shift->dtype == stats && (!center || center->dtype == stats)) {
+  if (be->channel_affine && !mx_is_grad_enabled() && mx_dtype_is_floating(x->dtype) && x->dtype == dtype &&
+      scale->dtype == stats && shift->dtype == stats && (!center || center->dtype == stats) && mask_fits(mask, x)) {
     mx_tensor *xc = mx__tensor_contiguous(x), *sc = mx__tensor_contiguous(scale), *sh = mx__tensor_contiguous(shift);
-    mx_tensor *cc = center ? mx__tensor_contiguous(center) : NULL;
-    mx_tensor *y = xc && sc && sh && (!center || cc)
+    mx_tensor *cc = center ? mx__tensor_contiguous(center) : NULL, *mc = mask ? mx__tensor_contiguous(mask) : NULL;
+    mx_tensor *y = xc && sc && sh && (!center || cc) && (!mask || mc)
                        ? mx__tensor_alloc(mx__ops[op].api_name, mx_shape_get(x), dtype, x->device)
                        : NULL;
     if (!y) return NULL;
     mx_kview yv = mx__kview_of(y), xv = mx__kview_of(xc), scv = mx__kview_of(sc), shv = mx__kview_of(sh);
-    mx_kview cv = cc ? mx__kview_of(cc) : xv;
-    return be->channel_affine(&yv, &xv, cc ? &cv : NULL, &scv, &shv) == MX_OK ? y : NULL;
+    mx_kview cv = cc ? mx__kview_of(cc) : xv, mv = mc ? mx__kview_of(mc) : xv;
+    return be->channel_affine(&yv, &xv, cc ? &cv : NULL, &scv, &shv, mc ? &mv : NULL, relu) == MX_OK ? y : NULL;
   }
-  mx_tensor *centered = center ? mx_sub(x, per_channel(center, x->ndim)) : x;
-  mx_tensor *y = mx_add(mx_mul(centered, per_channel(scale, x->ndim)), per_channel(shift, x->ndim));
-  return y && y->dtype != dtype ? mx_to_dtype(y, dtype) : y;
+  if (mask) x = mx_relu_backward(x, mask);
+  mx_tensor *centered = center && x ? mx_sub(x, per_channel(center, x->ndim)) : x;
+  mx_tensor *y = x ? mx_add(mx_mul(centered, per_channel(scale, x->ndim)), per_channel(shift, x->ndim)) : NULL;
+  y = y && y->dtype != dtype ? mx_to_dtype(y, dtype) : y;
+  return relu ? mx_relu(y) : y;
 }
 
 /* A contiguous (C) tensor's view, or NULL for none. */
@@ -92,42 +100,53 @@ static const mx_kview *vector_view(mx_kview *v, const mx_tensor *t) {
 
 /* The backend's per-channel sums (its channel_sums) of a, and of
  * (a - a_center)(b - b_center) when dot is wanted, as (C) vectors in the
- * statistics' dtype (NULL on failure). False when the backend has no such
- * kernel, an input is not one it takes, or the caller records a graph (a
- * backward building one for double backward): the caller takes the ops. */
+ * statistics' dtype (NULL on failure), a taken as relu_backward(a, a_mask)
+ * with a mask. False when the backend has no such kernel, an input is not
+ * one it takes, or the caller records a graph (a backward building one for
+ * double backward): the caller takes the ops. */
 static bool channel_sums(mx_op op, const mx_tensor *a, const mx_tensor *b, const mx_tensor *a_center,
-                         const mx_tensor *b_center, mx_tensor **sum, mx_tensor **dot) {
+                         const mx_tensor *b_center, const mx_tensor *a_mask, mx_tensor **sum, mx_tensor **dot) {
   const mx_backend *be = mx__backend_of(op, a->device);
   mx_dtype dtype = stats_dtype(a->dtype);
   if (!be || !be->channel_sums || mx_is_grad_enabled() || !mx_dtype_is_floating(a->dtype) ||
-      (dot && b->dtype != a->dtype) || (a_center && a_center->dtype != dtype) || (b_center && b_center->dtype != dtype))
+      (dot && b->dtype != a->dtype) || (a_center && a_center->dtype != dtype) ||
+      (b_center && b_center->dtype != dtype) || !mask_fits(a_mask, a))
     return false;
   const char *name = mx__ops[op].api_name;
   mx_tensor *ac = mx__tensor_contiguous(a), *bc = dot ? mx__tensor_contiguous(b) : NULL;
+  mx_tensor *mc = a_mask ? mx__tensor_contiguous(a_mask) : NULL;
   mx_tensor *s = sum ? mx__tensor_alloc(name, MX_SHAPE(a->shape[1]), dtype, a->device) : NULL;
   mx_tensor *d = dot ? mx__tensor_alloc(name, MX_SHAPE(a->shape[1]), dtype, a->device) : NULL;
-  if (ac && (!dot || (bc && d)) && (!sum || s)) {
-    mx_kview v[6];
+  if (ac && (!dot || (bc && d)) && (!sum || s) && (!a_mask || mc)) {
+    mx_kview v[7];
     if (be->channel_sums(vector_view(&v[0], s), vector_view(&v[1], d), vector_view(&v[2], ac),
-                         vector_view(&v[3], bc), vector_view(&v[4], a_center), vector_view(&v[5], b_center)) != MX_OK)
+                         vector_view(&v[3], bc), vector_view(&v[4], a_center), vector_view(&v[5], b_center),
+                         vector_view(&v[6], mc)) != MX_OK)
       s = d = NULL;
+  } else {
+    s = d = NULL;
   }
   if (sum) *sum = s;
   if (dot) *dot = d;
   return true;
 }
 
-/* mean and biased variance per channel, in the statistics' dtype, as (C) vectors; two passes
- * (centred before squaring) for precision. */
+/* mean and biased variance per channel, in the statistics' dtype, as (C) vectors: the
+ * backend's channel_moments in one read of x (16-bit x widened exactly, sums in double shifted
+ * by a value of the data), or two passes of ops (centred before squaring) for precision. */
 mx_status mx__fwd_batch_norm_stats(mx__call *c) {
-  mx_tensor *x = c->in[0]; /* 16-bit x is summed and centred as it is: both widen it exactly */
+  mx_tensor *x = c->in[0];
   double n = per_channel_count(mx_shape_get(x));
-  mx_tensor *sum = NULL, *squares = NULL;
-  if (channel_sums(c->op, x, NULL, NULL, NULL, &sum, NULL)) {
-    c->out[0] = sum ? mx_div_scalar(sum, n) : NULL;
-    if (c->out[0] && channel_sums(c->op, x, x, c->out[0], c->out[0], NULL, &squares))
-      c->out[1] = squares ? mx_div_scalar(squares, n) : NULL;
-    return c->out[0] && c->out[1] ? MX_OK : mx_last_status();
+  const mx_backend *be = mx__backend_of(c->op, x->device);
+  if (!be) return mx_last_status();
+  if (be->channel_moments) { /* a forward records nothing: no graph to build */
+    const char *name = mx__ops[c->op].api_name;
+    mx_tensor *xc = mx__tensor_contiguous(x);
+    c->out[0] = mx__tensor_alloc(name, MX_SHAPE(x->shape[1]), stats_dtype(x->dtype), x->device);
+    c->out[1] = mx__tensor_alloc(name, MX_SHAPE(x->shape[1]), stats_dtype(x->dtype), x->device);
+    if (!xc || !c->out[0] || !c->out[1]) return mx_last_status();
+    mx_kview mean = mx__kview_of(c->out[0]), var = mx__kview_of(c->out[1]), xv = mx__kview_of(xc);
+    return be->channel_moments(&mean, &var, &xv);
   }
   mx_shape dims = mx__all_but_channels(x->ndim);
   mx_tensor *mean = mx_div_scalar(mx_sum_dtype(x, dims, true, stats_dtype(x->dtype)), n);
@@ -142,23 +161,28 @@ mx_status mx__bwd_batch_norm_stats(mx__bw *bw) {
   double n = per_channel_count(mx__in_shape(bw, 0));
   mx_tensor *x = mx__saved_in(bw, 0);
   mx_tensor *k = mx_mul_scalar(bw->grad_out[1], 2 / n), *shift = mx_div_scalar(bw->grad_out[0], n);
-  GRAD(0, x && k && shift ? channel_affine(bw->op, x, mx__saved_out(bw, 0), k, shift, x->dtype) : NULL);
+  GRAD(0, x && k && shift ? channel_affine(bw->op, x, mx__saved_out(bw, 0), k, shift, x->dtype, NULL, false) : NULL);
   return MX_OK;
 }
 
 /* y = x scale + shift with scale = weight invstd, shift = bias - mean scale, in args.dtype:
- * what the elementwise ops would give. */
-mx_status mx__fwd_batch_norm_elemt(mx__call *c) {
+ * what the elementwise ops would give; then relu(y) for batch_norm_elemt_relu. */
+static mx_status elemt_forward(mx__call *c, bool relu) {
   mx_tensor *x = c->in[0], *mean = c->in[1], *invstd = c->in[2], *weight = c->in[3], *bias = c->in[4];
   mx_tensor *scale = mx_mul(weight, invstd);
   mx_tensor *shift = scale ? mx_sub(bias, mx_mul(mean, scale)) : NULL;
-  return OUT0(c, channel_affine(c->op, x, NULL, scale, shift, c->args->dtype));
+  return OUT0(c, channel_affine(c->op, x, NULL, scale, shift, c->args->dtype, NULL, relu));
 }
 
-/* With xc = x - mean: dx = g weight invstd, dmean = -sum(g) weight invstd,
- * dinvstd = sum(g xc) weight, dweight = sum(g xc) invstd, dbias = sum(g), the sums over
- * every dim but the channels in the statistics' dtype; each only when needed. */
-mx_status mx__bwd_batch_norm_elemt(mx__bw *bw) {
+mx_status mx__fwd_batch_norm_elemt(mx__call *c) { return elemt_forward(c, false); }
+mx_status mx__fwd_batch_norm_elemt_relu(mx__call *c) { return elemt_forward(c, true); }
+
+/* With g the gradient, or relu_backward(gradient, y) given relu's output y (mask), and
+ * xc = x - mean: dx = g weight invstd, dmean = -sum(g) weight invstd, dinvstd = sum(g xc) weight,
+ * dweight = sum(g xc) invstd, dbias = sum(g), the sums over every dim but the channels in the
+ * statistics' dtype; each only when needed. The kernels read the mask where they read the
+ * gradient; the ops make g first. */
+static mx_status elemt_backward(mx__bw *bw, mx_tensor *mask) {
   int ndim = mx__in_shape(bw, 0).ndim;
   mx_shape dims = mx__all_but_channels(ndim);
   mx_tensor *x = mx__saved_in(bw, 0), *mean = mx__saved_in(bw, 1), *invstd = mx__saved_in(bw, 2);
@@ -168,13 +192,14 @@ mx_status mx__bwd_batch_norm_elemt(mx__bw *bw) {
   bool want_gxc = mx__needs_grad(bw, 2) || mx__needs_grad(bw, 3);
   mx_tensor *sum_g = NULL, *sum_gxc = NULL;
   if ((want_g || want_gxc) && x && mean &&
-      !channel_sums(bw->op, G, x, NULL, mean, &sum_g, want_gxc ? &sum_gxc : NULL)) {
-    if (want_g) sum_g = mx_sum_dtype(G, dims, false, stats_dtype(G->dtype));
-    if (want_gxc) sum_gxc = mx_sum(mx_mul(G, mx_sub(x, per_channel(mean, ndim))), dims, false);
+      !channel_sums(bw->op, G, x, NULL, mean, mask, &sum_g, want_gxc ? &sum_gxc : NULL)) {
+    mx_tensor *g = mask ? mx_relu_backward(G, mask) : G;
+    if (want_g) sum_g = g ? mx_sum_dtype(g, dims, false, stats_dtype(g->dtype)) : NULL;
+    if (want_gxc) sum_gxc = mx_sum(mx_mul(g, mx_sub(x, per_channel(mean, ndim))), dims, false);
   }
   if (mx__needs_grad(bw, 0)) { /* g scale + (-0): the product's bits, -0 kept */
     mx_tensor *minus_zero = scale ? mx_full_like(scale, -0.0) : NULL;
-    GRAD(0, channel_affine(bw->op, G, NULL, scale, minus_zero, G->dtype));
+    GRAD(0, channel_affine(bw->op, G, NULL, scale, minus_zero, G->dtype, mask, false));
   }
   GRAD(1, mx_neg(mx_mul(sum_g, scale)));
   GRAD(2, mx_mul(sum_gxc, weight));
@@ -183,18 +208,27 @@ mx_status mx__bwd_batch_norm_elemt(mx__bw *bw) {
   return MX_OK;
 }
 
-/* A per-channel input as a (C) vector, or an error naming it. */
-static mx_tensor *channels(const mx_tensor *t, int64_t n_channels, const char *what) {
+mx_status mx__bwd_batch_norm_elemt(mx__bw *bw) { return elemt_backward(bw, NULL); }
+
+mx_status mx__bwd_batch_norm_elemt_relu(mx__bw *bw) {
+  mx_tensor *y = mx__saved_out(bw, 0);
+  return y ? elemt_backward(bw, y) : mx_last_status();
+}
+
+/* A per-channel input of op as a (C) vector, or an error naming it. */
+static mx_tensor *channels(const char *op, const mx_tensor *t, int64_t n_channels, const char *what) {
   if (mx_numel(t) == n_channels) return mx_reshape(t, MX_SHAPE(-1));
-  mx__error(MX_SHAPE_ERROR, "mx_batch_norm: %s has %lld elements, expected one per channel (%lld)", what,
+  mx__error(MX_SHAPE_ERROR, "%s: %s has %lld elements, expected one per channel (%lld)", op, what,
             (long long)mx_numel(t), (long long)n_channels);
   return NULL;
 }
 
-mx_status mx__fwd_batch_norm(mx__call *c) {
+/* batch_norm, or batch_norm_relu: the statistics, then elemt (batch_norm_elemt or batch_norm_elemt_relu). */
+static mx_status batch_norm(mx__call *c, mx_op elemt_op) {
+  const char *op = mx__ops[c->op].api_name;
   mx_tensor *x = c->in[0];
-  if (x->ndim < 2) return mx__error(MX_SHAPE_ERROR, "mx_batch_norm: expected (N, C, ...) input, got %d dims", x->ndim);
-  if (require_float("mx_batch_norm", x) != MX_OK) return mx_last_status();
+  if (x->ndim < 2) return mx__error(MX_SHAPE_ERROR, "%s: expected (N, C, ...) input, got %d dims", op, x->ndim);
+  if (require_float(op, x) != MX_OK) return mx_last_status();
   mx_tensor *weight = optional(c, HAS_WEIGHT), *bias = optional(c, HAS_BIAS);
   mx_tensor *running_mean = optional(c, HAS_RUNNING_MEAN), *running_var = optional(c, HAS_RUNNING_VAR);
   bool training = c->args->keepdim;
@@ -202,7 +236,7 @@ mx_status mx__fwd_batch_norm(mx__call *c) {
   int64_t n_channels = x->shape[1];
   double count = per_channel_count(mx_shape_get(x));
   if (training && count <= 1)
-    return mx__error(MX_SHAPE_ERROR, "mx_batch_norm: training needs more than one value per channel");
+    return mx__error(MX_SHAPE_ERROR, "%s: training needs more than one value per channel", op);
   mx_dtype dtype = stats_dtype(x->dtype);
   /* The output's dtype: a 16-bit float x keeps its own under float32
    * weight and bias (PyTorch's mixed-type batch norm: under autocast the
@@ -214,8 +248,8 @@ mx_status mx__fwd_batch_norm(mx__call *c) {
   if (bias) typed[n_typed++] = bias;
   bool half = x->dtype == MX_F16 || x->dtype == MX_BF16;
   mx__args elemt = {.dtype = half ? x->dtype : mx__result_type(n_typed, typed)};
-  weight = weight ? channels(weight, n_channels, "weight") : mx_ones(MX_SHAPE(n_channels), dtype, x->device);
-  bias = bias ? channels(bias, n_channels, "bias") : mx_zeros(MX_SHAPE(n_channels), dtype, x->device);
+  weight = weight ? channels(op, weight, n_channels, "weight") : mx_ones(MX_SHAPE(n_channels), dtype, x->device);
+  bias = bias ? channels(op, bias, n_channels, "bias") : mx_zeros(MX_SHAPE(n_channels), dtype, x->device);
   if (!weight || !bias) return mx_last_status();
   mx_tensor *stats[MX__MAX_OUTPUTS] = {0};
   if (training || !running_mean || !running_var) {
@@ -229,8 +263,8 @@ mx_status mx__fwd_batch_norm(mx__call *c) {
       }
     }
   } else {
-    stats[0] = channels(running_mean, n_channels, "running_mean");
-    stats[1] = channels(running_var, n_channels, "running_var");
+    stats[0] = channels(op, running_mean, n_channels, "running_mean");
+    stats[1] = channels(op, running_var, n_channels, "running_var");
     stats[0] = stats[0] ? mx_to_dtype(stats[0], dtype) : NULL;
     stats[1] = stats[1] ? mx_to_dtype(stats[1], dtype) : NULL;
   }
@@ -238,10 +272,13 @@ mx_status mx__fwd_batch_norm(mx__call *c) {
   if (!stats[0] || !invstd) return mx_last_status();
   const mx_tensor *in[5] = {x, stats[0], invstd, weight, bias};
   mx_tensor *out[MX__MAX_OUTPUTS] = {0};
-  mx_status status = mx__dispatch(MX_OP_BATCH_NORM_ELEMT, 5, in, &elemt, out);
+  mx_status status = mx__dispatch(elemt_op, 5, in, &elemt, out);
   c->out[0] = out[0];
   return status;
 }
+
+mx_status mx__fwd_batch_norm(mx__call *c) { return batch_norm(c, MX_OP_BATCH_NORM_ELEMT); }
+mx_status mx__fwd_batch_norm_relu(mx__call *c) { return batch_norm(c, MX_OP_BATCH_NORM_ELEMT_RELU); }
 
 mx_status mx__fwd_layer_norm(mx__call *c) {
   mx_tensor *x = c->in[0];
@@ -292,6 +329,14 @@ mx_tensor *mx_batch_norm(const mx_tensor *x, mx_tensor *running_mean, mx_tensor 
   const mx_tensor *opt[4] = {weight, bias, running_mean, running_var};
   mx__args args = {.keepdim = training, .f = {momentum, eps}};
   return call_optional(MX_OP_BATCH_NORM, x, opt, 4, &args);
+}
+
+mx_tensor *mx_batch_norm_relu(const mx_tensor *x, mx_tensor *running_mean, mx_tensor *running_var,
+                              const mx_tensor *weight, const mx_tensor *bias, bool training, double momentum,
+                              double eps) {
+  const mx_tensor *opt[4] = {weight, bias, running_mean, running_var};
+  mx__args args = {.keepdim = training, .f = {momentum, eps}};
+  return call_optional(MX_OP_BATCH_NORM_RELU, x, opt, 4, &args);
 }
 
 mx_tensor *mx_layer_norm(const mx_tensor *x, mx_shape normalized_shape, const mx_tensor *weight, const mx_tensor *bias,

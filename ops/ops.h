@@ -228,6 +228,11 @@ mx_tensor *mx_conv_transpose3d(const mx_tensor *x, const mx_tensor *weight, cons
  * ones in place (unbiased variance, like PyTorch); eval uses them. */
 mx_tensor *mx_batch_norm(const mx_tensor *x, mx_tensor *running_mean, mx_tensor *running_var, const mx_tensor *weight,
                          const mx_tensor *bias, bool training, double momentum, double eps);
+/* relu(mx_batch_norm(...)), the same bits, with the relu and its backward
+ * fused into batch norm's passes: no pass and no tensor of their own. */
+mx_tensor *mx_batch_norm_relu(const mx_tensor *x, mx_tensor *running_mean, mx_tensor *running_var,
+                              const mx_tensor *weight, const mx_tensor *bias, bool training, double momentum,
+                              double eps);
 mx_tensor *mx_layer_norm(const mx_tensor *x, mx_shape normalized_shape, const mx_tensor *weight, const mx_tensor *bias,
                          double eps);
 mx_tensor *mx_group_norm(const mx_tensor *x, int64_t groups, const mx_tensor *weight, const mx_tensor *bias, double eps);

@@ -6,7 +6,8 @@
  * float32 (float64 for float64), the difference rounded, then the product,
  * then the sum, then the store into y's dtype; no FMA (C11 mode does not
  * contract). Without a center it subtracts 0, which changes no value
- * (-0 - 0 is -0). */
+ * (-0 - 0 is -0). A fused ReLU is kernels/math.h's: on x before (the mask,
+ * relu's backward) and on y as stored after (relu). */
 #include "kernels/cpu/batch_norm.h"
 
 #include "kernels/cpu/convert.h"
@@ -14,28 +15,45 @@
 
 enum { BLOCK = 512 };
 
-static void plane_f32(float *y, const float *x, int64_t n, float m, float s, float b) {
-  for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) * s + b;
-}
-
-static void plane_f64(double *y, const double *x, int64_t n, double m, double s, double b) {
-  for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) * s + b;
-}
+/* A plane of y = (x - m) s + b in T, x zeroed where mask <= 0 when masked,
+ * y through relu when relu: the flags are constants where it is inlined, so
+ * each combination is a loop of its own. */
+#define MX__AFFINE_PLANE(name, T, relu_fn, relu_grad_fn)                                                      \
+  static inline __attribute__((always_inline)) void name##_body(T *y, const T *x, const T *mask, int64_t n, T m, \
+                                                                T s, T b, bool masked, bool relu) {            \
+    for (int64_t i = 0; i < n; i++) {                                                                          \
+      T v = masked ? relu_grad_fn(x[i], mask[i]) : x[i];                                                       \
+      T r = (v - m) * s + b;                                                                                   \
+      y[i] = relu ? relu_fn(r) : r;                                                                            \
+    }                                                                                                          \
+  }                                                                                                            \
+  static void name(T *y, const T *x, const T *mask, int64_t n, T m, T s, T b, bool relu) {                     \
+    if (mask && relu) name##_body(y, x, mask, n, m, s, b, true, true);                                         \
+    else if (mask) name##_body(y, x, mask, n, m, s, b, true, false);                                           \
+    else if (relu) name##_body(y, x, mask, n, m, s, b, false, true);                                           \
+    else name##_body(y, x, mask, n, m, s, b, false, false);                                                    \
+  }
+MX__AFFINE_PLANE(plane_f32, float, mx_relu_f32, mx_relu_grad_f32)
+MX__AFFINE_PLANE(plane_f64, double, mx_relu_f64, mx_relu_grad_f64)
 
 static void widen(float *out, const uint16_t *in, int64_t n, bool bf16) {
   if (bf16) mx__bf16_to_f32_n(in, out, n);
   else mx__f16_to_f32_n(in, out, n);
 }
 
-/* 16-bit planes go through float32 blocks: widened, computed, rounded back. */
-static void plane_16(uint16_t *y, const uint16_t *x, int64_t n, float m, float s, float b, bool bf16) {
-  float block[BLOCK];
+/* 16-bit planes go through float32 blocks: widened, computed, rounded back,
+ * and relu applied to the rounded bits. */
+static void plane_16(uint16_t *y, const uint16_t *x, const uint16_t *mask, int64_t n, float m, float s, float b,
+                     bool relu, bool bf16) {
+  float block[BLOCK], mask_block[BLOCK];
   for (int64_t i = 0; i < n; i += BLOCK) {
     int64_t k = n - i < BLOCK ? n - i : BLOCK;
     widen(block, x + i, k, bf16);
-    plane_f32(block, block, k, m, s, b);
+    if (mask) widen(mask_block, mask + i, k, bf16);
+    plane_f32(block, block, mask ? mask_block : NULL, k, m, s, b, false);
     if (bf16) mx__f32_to_bf16_n(block, y + i, k);
     else mx__f32_to_f16_n(block, y + i, k);
+    for (int64_t j = 0; relu && j < k; j++) y[i + j] = mx_relu_half_bits(y[i + j], bf16);
   }
 }
 
@@ -46,19 +64,23 @@ static double at(const mx_kview *v, int64_t c) {
 }
 
 mx_status mx__cpu_channel_affine(const mx_kview *y, const mx_kview *x, const mx_kview *center, const mx_kview *scale,
-                                 const mx_kview *shift) {
+                                 const mx_kview *shift, const mx_kview *mask, bool relu) {
   int64_t channels = x->shape[1], planes = x->shape[0] * channels;
   int64_t n = planes ? mx__kview_numel(x) / planes : 0;
   size_t size = mx_dtype_size(x->dtype);
   MX_PARALLEL_FOR(planes * n)
   for (int64_t p = 0; p < planes; p++) {
-    int64_t c = p % channels;
-    const char *xp = (const char *)x->data + p * n * (int64_t)size;
-    char *yp = (char *)y->data + p * n * (int64_t)size;
+    int64_t c = p % channels, offset = p * n * (int64_t)size;
+    const char *xp = (const char *)x->data + offset, *mp = mask ? (const char *)mask->data + offset : NULL;
+    char *yp = (char *)y->data + offset;
     double m = at(center, c), s = at(scale, c), b = at(shift, c);
-    if (x->dtype == MX_F64) plane_f64((double *)yp, (const double *)xp, n, m, s, b);
-    else if (x->dtype == MX_F32) plane_f32((float *)yp, (const float *)xp, n, (float)m, (float)s, (float)b);
-    else plane_16((uint16_t *)yp, (const uint16_t *)xp, n, (float)m, (float)s, (float)b, x->dtype == MX_BF16);
+    if (x->dtype == MX_F64)
+      plane_f64((double *)yp, (const double *)xp, (const double *)mp, n, m, s, b, relu);
+    else if (x->dtype == MX_F32)
+      plane_f32((float *)yp, (const float *)xp, (const float *)mp, n, (float)m, (float)s, (float)b, relu);
+    else
+      plane_16((uint16_t *)yp, (const uint16_t *)xp, (const uint16_t *)mp, n, (float)m, (float)s, (float)b, relu,
+               x->dtype == MX_BF16);
   }
   return MX_OK;
 }
@@ -121,10 +143,12 @@ static void sums_plane(sums *s, const void *a, const void *b, int64_t n, float c
   sums_plane_body(s, a, b, n, ca, cb, bf16);
 }
 
-static void sums_plane_f64(sums *s, const double *a, const double *b, int64_t n, double ca, double cb) {
+static void sums_plane_f64(sums *s, const double *a, const double *b, const double *mask, int64_t n, double ca,
+                           double cb) {
   for (int64_t i = 0; i < n; i++) {
-    s->sum += a[i];
-    if (b) s->dot += (a[i] - ca) * (b[i] - cb);
+    double v = mask ? mx_relu_grad_f64(a[i], mask[i]) : a[i];
+    s->sum += v;
+    if (b) s->dot += (v - ca) * (b[i] - cb);
   }
 }
 
@@ -139,6 +163,29 @@ static void sums_plane_f16(sums *s, const uint16_t *a, const uint16_t *b, int64_
   }
 }
 
+/* A float32 or 16-bit plane with a zeroed where mask <= 0 (relu's
+ * backward), a block at a time through float32: the blocks and the lanes
+ * are the unmasked planes', so the sums are the bits those give on the
+ * masked tensor. */
+static void sums_plane_masked(sums *s, const void *a, const void *b, const void *mask, int64_t n, float ca, float cb,
+                              mx_dtype dtype) {
+  float wa[BLOCK], wb[BLOCK], wm[BLOCK];
+  bool half = dtype != MX_F32, bf16 = dtype == MX_BF16;
+  for (int64_t i = 0; i < n; i += BLOCK) {
+    int64_t m = n - i < BLOCK ? n - i : BLOCK;
+    const float *fa = wa, *fb = wb, *fm = wm;
+    if (half) {
+      widen(wa, (const uint16_t *)a + i, m, bf16);
+      widen(wm, (const uint16_t *)mask + i, m, bf16);
+      if (b) widen(wb, (const uint16_t *)b + i, m, bf16);
+    } else {
+      fa = (const float *)a + i, fm = (const float *)mask + i, fb = b ? (const float *)b + i : NULL;
+    }
+    for (int64_t j = 0; j < m; j++) wa[j] = mx_relu_grad_f32(fa[j], fm[j]);
+    sums_plane(s, wa, b ? fb : NULL, m, ca, cb, false);
+  }
+}
+
 static void store(const mx_kview *v, int64_t c, double value) {
   if (!v) return;
   if (v->dtype == MX_F64) ((double *)v->data)[c] = value;
@@ -146,7 +193,7 @@ static void store(const mx_kview *v, int64_t c, double value) {
 }
 
 mx_status mx__cpu_channel_sums(const mx_kview *sum, const mx_kview *dot, const mx_kview *a, const mx_kview *b,
-                               const mx_kview *a_center, const mx_kview *b_center) {
+                               const mx_kview *a_center, const mx_kview *b_center, const mx_kview *a_mask) {
   int64_t channels = a->shape[1], batch = a->shape[0];
   int64_t planes = batch * channels, n = planes ? mx__kview_numel(a) / planes : 0;
   size_t size = mx_dtype_size(a->dtype);
@@ -158,12 +205,70 @@ mx_status mx__cpu_channel_sums(const mx_kview *sum, const mx_kview *dot, const m
     for (int64_t k = 0; k < batch; k++) {
       int64_t offset = (k * channels + c) * n * (int64_t)size;
       const char *ap = (const char *)a->data + offset, *bp = bp0 ? bp0 + offset : NULL;
-      if (a->dtype == MX_F64) sums_plane_f64(&s, (const double *)ap, (const double *)bp, n, ca, cb);
+      const char *mp = a_mask ? (const char *)a_mask->data + offset : NULL;
+      if (a->dtype == MX_F64) sums_plane_f64(&s, (const double *)ap, (const double *)bp, (const double *)mp, n, ca, cb);
+      else if (mp) sums_plane_masked(&s, ap, bp, mp, n, (float)ca, (float)cb, a->dtype);
       else if (a->dtype == MX_F16) sums_plane_f16(&s, (const uint16_t *)ap, (const uint16_t *)bp, n, (float)ca, (float)cb);
       else sums_plane(&s, ap, bp, n, (float)ca, (float)cb, a->dtype == MX_BF16);
     }
     store(sum, c, s.sum);
     store(dot, c, s.dot);
+  }
+  return MX_OK;
+}
+
+/* --- moments --------------------------------------------------------------------------------------- */
+
+/* channel_moments: the sums of x - k and of its square in double, over
+ * DOUBLE_LANES partial sums the vectoriser keeps in registers, x widened
+ * exactly (16-bit values a block at a time through float32). */
+enum { DOUBLE_LANES = 8 };
+
+#define MX__MOMENTS_PLANE(name, type)                                                                        \
+  static void name(double *s1, double *s2, const type *x, int64_t n, double k) {                           \
+    double a[DOUBLE_LANES] = {0}, b[DOUBLE_LANES] = {0};                                                     \
+    int64_t full = n - n % DOUBLE_LANES;                                                                     \
+    for (int64_t i = 0; i < full; i += DOUBLE_LANES)                                                         \
+      for (int l = 0; l < DOUBLE_LANES; l++) {                                                               \
+        double d = (double)x[i + l] - k;                                                                     \
+        a[l] += d, b[l] += d * d;                                                                            \
+      }                                                                                                      \
+    for (int64_t i = full; i < n; i++) {                                                                     \
+      double d = (double)x[i] - k;                                                                           \
+      a[i - full] += d, b[i - full] += d * d;                                                                \
+    }                                                                                                        \
+    for (int l = 0; l < DOUBLE_LANES; l++) *s1 += a[l], *s2 += b[l];                                        \
+  }
+MX__MOMENTS_PLANE(moments_plane_f32, float)
+MX__MOMENTS_PLANE(moments_plane_f64, double)
+
+static void moments_plane_16(double *s1, double *s2, const uint16_t *x, int64_t n, double k, bool bf16) {
+  float block[BLOCK];
+  for (int64_t i = 0; i < n; i += BLOCK) {
+    int64_t m = n - i < BLOCK ? n - i : BLOCK;
+    widen(block, x + i, m, bf16);
+    moments_plane_f32(s1, s2, block, m, k);
+  }
+}
+
+mx_status mx__cpu_channel_moments(const mx_kview *mean, const mx_kview *var, const mx_kview *x) {
+  int64_t channels = x->shape[1], batch = x->shape[0];
+  int64_t planes = batch * channels, n = planes ? mx__kview_numel(x) / planes : 0;
+  size_t size = mx_dtype_size(x->dtype);
+  MX_PARALLEL_FOR(planes * n)
+  for (int64_t c = 0; c < channels; c++) {
+    double s1 = 0, s2 = 0, m, v;
+    const char *first = (const char *)x->data + c * n * (int64_t)size;
+    double k = batch > 0 && n > 0 ? mx_element_load(first, x->dtype) : 0; /* the channel's first value */
+    for (int64_t b = 0; b < batch; b++) {
+      const char *xp = (const char *)x->data + (b * channels + c) * n * (int64_t)size;
+      if (x->dtype == MX_F64) moments_plane_f64(&s1, &s2, (const double *)xp, n, k);
+      else if (x->dtype == MX_F32) moments_plane_f32(&s1, &s2, (const float *)xp, n, k);
+      else moments_plane_16(&s1, &s2, (const uint16_t *)xp, n, k, x->dtype == MX_BF16);
+    }
+    mx_moments_of(k, s1, s2, (double)(batch * n), &m, &v);
+    store(mean, c, m);
+    store(var, c, v);
   }
   return MX_OK;
 }

@@ -176,6 +176,7 @@ static mx_status cuda_init(void) {
   b->conv_backward_weight = mx__cuda_conv_backward_weight;
   b->channel_affine = mx__cuda_channel_affine;
   b->channel_sums = mx__cuda_channel_sums;
+  b->channel_moments = mx__cuda_channel_moments;
   b->max_pool = mx__cuda_max_pool;
   b->max_pool_backward = mx__cuda_max_pool_backward;
   b->avg_pool = mx__cuda_avg_pool;

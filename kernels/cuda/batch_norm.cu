@@ -2,7 +2,9 @@
  * each computes), with the CPU's arithmetic (kernels/cpu/batch_norm.c):
  * float, or double for float64 data, each difference, product and sum
  * rounded in turn (the build passes --fmad=false, so nothing contracts into
- * an FMA), 16-bit values widened exactly and the result rounded once.
+ * an FMA), 16-bit values widened exactly and the result rounded once; a
+ * fused ReLU through kernels/math.h's mx_relu_* (relu on the value as
+ * stored, its backward on the gradient read through the mask).
  *
  * channel_affine is elementwise. channel_sums cuts each channel's values
  * into runs (kernels/channel_plan.h): a block per run adds its values in
@@ -17,29 +19,48 @@
  * is a small part of its work. */
 #define SUMS_MIN_RUN (8 * SUMS_THREADS)
 
+/* relu's backward in T: gradient g where relu's output y > 0, else 0. */
+MX_HD static inline float relu_grad(float g, float y) { return mx_relu_grad_f32(g, y); }
+MX_HD static inline double relu_grad(double g, double y) { return mx_relu_grad_f64(g, y); }
+
+/* Element i of contiguous v, widened to T; with a mask (data NULL: none)
+ * through relu's backward given the mask's element i. */
+template <class T>
+MX_HD static inline T load_masked(const mx_kview &v, const mx_kview &mask, int64_t i) {
+  T value = (T)mx_element_load((const char *)v.data + i * dtype_bytes(v.dtype), v.dtype);
+  if (!mask.data) return value;
+  return relu_grad(value, (T)mx_element_load((const char *)mask.data + i * dtype_bytes(mask.dtype), mask.dtype));
+}
+
 /* --- channel_affine -------------------------------------------------------------- */
 
 /* T: float, or double for float64; the (C) vectors are T. */
 template <class T>
 struct affine_op {
-  mx_kview y, x;
+  mx_kview y, x, mask; /* mask.data NULL: none */
+  bool relu;
   const T *center, *scale, *shift; /* center NULL: zeros */
   mx_channel_plan plan;
   MX_HD void operator()(int64_t i) const {
     int64_t c = mx_channel_of(&plan, i);
-    T v = (T)mx_element_load((const char *)x.data + i * dtype_bytes(x.dtype), x.dtype);
+    T v = load_masked<T>(x, mask, i);
     T m = center ? center[c] : (T)0;
     T r = (v - m) * scale[c] + shift[c];
-    mx_element_store((char *)y.data + i * dtype_bytes(y.dtype), y.dtype, (double)r);
+    char *out = (char *)y.data + i * dtype_bytes(y.dtype);
+    if (relu) mx_element_store_relu(out, y.dtype, (double)r);
+    else mx_element_store(out, y.dtype, (double)r);
   }
 };
 
 template <class T>
 static mx_status channel_affine(const mx_kview *y, const mx_kview *x, const mx_kview *center, const mx_kview *scale,
-                                const mx_kview *shift) {
+                                const mx_kview *shift, const mx_kview *mask, bool relu) {
   affine_op<T> op;
+  memset(&op, 0, sizeof op);
   op.y = *y;
   op.x = *x;
+  if (mask) op.mask = *mask;
+  op.relu = relu;
   op.center = center ? (const T *)center->data : NULL;
   op.scale = (const T *)scale->data;
   op.shift = (const T *)shift->data;
@@ -48,9 +69,9 @@ static mx_status channel_affine(const mx_kview *y, const mx_kview *x, const mx_k
 }
 
 mx_status mx__cuda_channel_affine(const mx_kview *y, const mx_kview *x, const mx_kview *center, const mx_kview *scale,
-                                  const mx_kview *shift) {
-  if (x->dtype == MX_F64) return channel_affine<double>(y, x, center, scale, shift);
-  return channel_affine<float>(y, x, center, scale, shift);
+                                  const mx_kview *shift, const mx_kview *mask, bool relu) {
+  if (x->dtype == MX_F64) return channel_affine<double>(y, x, center, scale, shift, mask, relu);
+  return channel_affine<float>(y, x, center, scale, shift, mask, relu);
 }
 
 /* --- channel_sums ----------------------------------------------------------------- */
@@ -62,12 +83,13 @@ struct run_sums {
 
 /* partials[2 r] and partials[2 r + 1]: the sum of a, and of (a - ca)(b - cb),
  * over run r (channel r / segments, run r % segments), one run per item of
- * common.cuh's launch_block_reduce; without b, the second is 0. */
+ * common.cuh's launch_block_reduce; without b, the second is 0. With a
+ * mask, a is read through relu's backward. */
 template <class T>
 struct channel_partials_body {
   typedef run_sums partial;
   mx_channel_plan p;
-  mx_kview a, b;
+  mx_kview a, b, a_mask; /* a_mask.data NULL: none */
   bool with_b;
   const T *a_center, *b_center;
   double *partials;
@@ -79,11 +101,11 @@ struct channel_partials_body {
     T ca = a_center ? a_center[c] : (T)0, cb = b_center ? b_center[c] : (T)0;
     partial mine = {0, 0};
     for (int64_t j = first + thread; j < end; j += threads) {
-      int64_t offset = mx_channel_offset(&p, c, j) * bytes;
-      T va = (T)mx_element_load((const char *)a.data + offset, a.dtype);
+      int64_t k = mx_channel_offset(&p, c, j);
+      T va = load_masked<T>(a, a_mask, k);
       mine.sum += (double)va;
       if (with_b) {
-        T vb = (T)mx_element_load((const char *)b.data + offset, b.dtype);
+        T vb = (T)mx_element_load((const char *)b.data + k * bytes, b.dtype);
         T product = (va - ca) * (vb - cb); /* rounded in T, as the elementwise ops round it */
         mine.dot += (double)product;
       }
@@ -120,7 +142,8 @@ struct finish_op {
 
 template <class T>
 static mx_status launch_partials(const mx_channel_plan *p, const mx_kview *a, const mx_kview *b,
-                                 const mx_kview *a_center, const mx_kview *b_center, double *partials) {
+                                 const mx_kview *a_center, const mx_kview *b_center, const mx_kview *a_mask,
+                                 double *partials) {
   int64_t runs = p->channels * p->segments;
   int64_t blocks = runs < mx__cuda_max_blocks() ? runs : mx__cuda_max_blocks();
   channel_partials_body<T> body;
@@ -128,6 +151,7 @@ static mx_status launch_partials(const mx_channel_plan *p, const mx_kview *a, co
   body.p = *p;
   body.a = *a;
   if (b) body.b = *b;
+  if (a_mask) body.a_mask = *a_mask;
   body.with_b = b != NULL;
   body.a_center = a_center ? (const T *)a_center->data : NULL;
   body.b_center = b_center ? (const T *)b_center->data : NULL;
@@ -137,7 +161,7 @@ static mx_status launch_partials(const mx_channel_plan *p, const mx_kview *a, co
 }
 
 mx_status mx__cuda_channel_sums(const mx_kview *sum, const mx_kview *dot, const mx_kview *a, const mx_kview *b,
-                                const mx_kview *a_center, const mx_kview *b_center) {
+                                const mx_kview *a_center, const mx_kview *b_center, const mx_kview *a_mask) {
   /* a quarter of the grid cap: about 8 blocks of 256 threads per multiprocessor */
   mx_channel_plan p = mx_channel_plan_split(mx_channel_plan_of(a), mx__cuda_max_blocks() / 4, SUMS_MIN_RUN);
   if (p.channels == 0) return MX_OK;
@@ -145,8 +169,9 @@ mx_status mx__cuda_channel_sums(const mx_kview *sum, const mx_kview *dot, const 
   double *partials = NULL;
   size_t bytes = (size_t)(p.channels * p.segments) * 2 * sizeof(double);
   MX__RETURN_IF_FAILED(scratch_alloc((void **)&partials, bytes));
-  mx_status status = a->dtype == MX_F64 ? launch_partials<double>(&p, a, with_b, a_center, b_center, partials)
-                                        : launch_partials<float>(&p, a, with_b, a_center, b_center, partials);
+  mx_status status = a->dtype == MX_F64
+                        ? launch_partials<double>(&p, a, with_b, a_center, b_center, a_mask, partials)
+                        : launch_partials<float>(&p, a, with_b, a_center, b_center, a_mask, partials);
   if (status == MX_OK) {
     finish_op finish;
     memset(&finish, 0, sizeof finish);
@@ -155,6 +180,91 @@ mx_status mx__cuda_channel_sums(const mx_kview *sum, const mx_kview *dot, const 
     if (sum) finish.sum = *sum;
     if (dot) finish.dot = *dot;
     status = launch_elementwise("launch of kernel channel_sums", p.channels, finish);
+  }
+  mx_status freed = scratch_free(partials);
+  return status != MX_OK ? status : freed;
+}
+
+/* --- channel_moments -------------------------------------------------------------- */
+
+/* The value of channel c at position j, widened exactly to double. */
+MX_HD static inline double channel_value(const mx_channel_plan &p, const mx_kview &x, int64_t c, int64_t j) {
+  return mx_element_load((const char *)x.data + mx_channel_offset(&p, c, j) * dtype_bytes(x.dtype), x.dtype);
+}
+
+/* partials[2 r] and partials[2 r + 1]: the sums of x - k and of (x - k)^2
+ * over run r, k the channel's first value, in double (the CPU's arithmetic:
+ * the same differences and squares, added in another order). */
+struct moment_partials_body {
+  typedef run_sums partial;
+  mx_channel_plan p;
+  mx_kview x;
+  double *partials;
+  int64_t items; /* the runs */
+  MX_HD partial thread_partial(int64_t r, int64_t thread, int64_t threads) const {
+    int64_t c = r / p.segments, first = r % p.segments * p.segment;
+    int64_t end = first + p.segment < p.count ? first + p.segment : p.count;
+    double k = first < end ? channel_value(p, x, c, 0) : 0; /* an empty channel has none */
+    partial mine = {0, 0};
+    for (int64_t j = first + thread; j < end; j += threads) {
+      double d = channel_value(p, x, c, j) - k;
+      mine.sum += d;
+      mine.dot += d * d;
+    }
+    return mine;
+  }
+  MX_HD partial combine(partial a, partial b) const {
+    a.sum += b.sum;
+    a.dot += b.dot;
+    return a;
+  }
+  MX_HD void finish(int64_t r, partial all) const {
+    partials[2 * r] = all.sum;
+    partials[2 * r + 1] = all.dot;
+  }
+};
+
+/* Channel c's partials added in run order, its moments stored. */
+struct moments_finish_op {
+  const double *partials;
+  mx_channel_plan p;
+  mx_kview x, mean, var;
+  MX_HD void operator()(int64_t c) const {
+    double s1 = 0, s2 = 0, m, v;
+    for (int64_t k = 0; k < p.segments; k++) {
+      s1 += partials[2 * (c * p.segments + k)];
+      s2 += partials[2 * (c * p.segments + k) + 1];
+    }
+    mx_moments_of(p.count ? channel_value(p, x, c, 0) : 0, s1, s2, (double)p.count, &m, &v);
+    mx_element_store((char *)mean.data + c * dtype_bytes(mean.dtype), mean.dtype, m);
+    mx_element_store((char *)var.data + c * dtype_bytes(var.dtype), var.dtype, v);
+  }
+};
+
+mx_status mx__cuda_channel_moments(const mx_kview *mean, const mx_kview *var, const mx_kview *x) {
+  mx_channel_plan p = mx_channel_plan_split(mx_channel_plan_of(x), mx__cuda_max_blocks() / 4, SUMS_MIN_RUN);
+  if (p.channels == 0) return MX_OK;
+  int64_t runs = p.channels * p.segments;
+  double *partials = NULL;
+  MX__RETURN_IF_FAILED(scratch_alloc((void **)&partials, (size_t)runs * 2 * sizeof(double)));
+  moment_partials_body body;
+  memset(&body, 0, sizeof body);
+  body.p = p;
+  body.x = *x;
+  body.partials = partials;
+  body.items = runs;
+  int64_t blocks = runs < mx__cuda_max_blocks() ? runs : mx__cuda_max_blocks();
+  mx_status status = launch_block_reduce<SUMS_THREADS>("launch of kernel channel_moment_partials", blocks,
+                                                       SUMS_THREADS, body);
+  if (status == MX_OK) {
+    moments_finish_op finish;
+    memset(&finish, 0, sizeof finish);
+    finish.partials = partials;
+    finish.p = p;
+    finish.x = *x;
+    finish.mean = *mean;
+    finish.var = *var;
+    status = launch_elementwise("launch of kernel channel_moments", p.channels, finish);
   }
   mx_status freed = scratch_free(partials);
   return status != MX_OK ? status : freed;

@@ -1,5 +1,6 @@
 /* The CUDA layers against the CPU's, forward and backward: convolutions
- * (cuDNN and direct), pooling, batch norm, an MLP's training steps through
+ * (cuDNN and direct), pooling, batch norm (and with relu fused, against
+ * batch norm then relu on CUDA too), an MLP's training steps through
  * the ops, and a module moved to the GPU and back. Skips without a GPU. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -149,15 +150,21 @@ Test(gpu, pooling_forward_and_backward_match_cpu) {
  * (0: the CPU, 1: CUDA). */
 static mx_tensor *bn_running[2][2];
 
-/* Batch norm with weight w and bias b, training but in config 2; the
- * running statistics start at 0.5 and 2 (what config 2 normalises with). */
-static mx_tensor *bn_config(const mx_tensor *x, const mx_tensor *w, const mx_tensor *b, int config) {
+/* Fresh running statistics for x's device, 0.5 and 2 (what eval
+ * normalises with), in bn_running. */
+static mx_tensor **fresh_running(const mx_tensor *x) {
   mx_device device = mx_device_of(x);
   int64_t channels = mx_shape_get(x).d[1];
   mx_dtype stats = mx_dtype_of(x) == MX_F64 ? MX_F64 : MX_F32;
   mx_tensor **running = bn_running[device == MX_CUDA];
   running[0] = mx_full(MX_SHAPE(channels), 0.5, stats, device);
   running[1] = mx_full(MX_SHAPE(channels), 2.0, stats, device);
+  return running;
+}
+
+/* Batch norm with weight w and bias b, training but in config 2. */
+static mx_tensor *bn_config(const mx_tensor *x, const mx_tensor *w, const mx_tensor *b, int config) {
+  mx_tensor **running = fresh_running(x);
   return mx_batch_norm(x, running[0], running[1], w, b, config != 2, 0.1, 1e-5);
 }
 
@@ -165,8 +172,9 @@ static mx_tensor *bn_config(const mx_tensor *x, const mx_tensor *w, const mx_ten
  * input, on a 2-d one (planes of one value), and on channels of 8184
  * values (CUDA's sums cut them into several runs); and eval on a 3-d
  * input. Training's running statistics are compared too. The devices add
- * the per-channel sums in different orders (the CPU in float lanes, CUDA
- * in double), so float32 agrees within 1e-5 and float64 within 1e-12.
+ * the per-channel sums in different orders (the backward's: the CPU in
+ * float lanes, CUDA in double; the statistics' in double on both), so
+ * float32 agrees within 1e-5 and float64 within 1e-12.
  * float16 and bfloat16 results may round the other way where the
  * statistics differ in their last bits, and the input's gradient adds two
  * such rounded terms: within 2^-7 and 2^-4 of the larger magnitude (8
@@ -190,6 +198,47 @@ Test(gpu, batch_norm_forward_and_backward_match_cpu) {
         size_t n = differences(bn_running[0][k], bn_running[1][k], stats_rel, 1.0, why, sizeof why);
         cr_expect_eq(n, 0, "%s, running %s: %s", what, k ? "var" : "mean", why);
       }
+      mx_scope_end(scope);
+    }
+  }
+}
+
+/* bn_config's batch norm with relu: fused (config + 0..3) or batch_norm then relu (config + 4). */
+static mx_tensor *bn_relu_config(const mx_tensor *x, const mx_tensor *w, const mx_tensor *b, int config) {
+  mx_tensor **running = fresh_running(x);
+  bool training = config % 4 != 2;
+  if (config >= 4) return mx_relu(mx_batch_norm(x, running[0], running[1], w, b, training, 0.1, 1e-5));
+  return mx_batch_norm_relu(x, running[0], running[1], w, b, training, 0.1, 1e-5);
+}
+
+/* batch_norm_relu on CUDA, in the shapes and modes of the batch norm test
+ * above: bit for bit what batch_norm then relu give on CUDA (the same
+ * kernels with relu and its backward's mask fused in), output and
+ * gradients; and within that test's bounds of the CPU's batch_norm_relu
+ * (an output within rounding of 0 could differ in sign between the
+ * devices, and with it the mask: not in these seeded inputs). */
+Test(gpu, batch_norm_relu_is_batch_norm_then_relu) {
+  require_gpu();
+  mx_shape xs[4] = {MX_SHAPE(4, 3, 5, 6), MX_SHAPE(16, 5), MX_SHAPE(3, 4, 7), MX_SHAPE(8, 2, 33, 31)};
+  const char *names[4] = {"output", "dx", "dw", "db"};
+  for (int d = 0; d < COUNT(float_dtypes); d++) {
+    mx_dtype dtype = float_dtypes[d];
+    double rel = dtype == MX_F64 ? 1e-12 : dtype == MX_F32 ? 1e-5 : dtype == MX_F16 ? 0x1p-7 : 0x1p-4;
+    for (int config = 0; config < COUNT(xs); config++) {
+      mx_scope *scope = mx_scope_begin();
+      uint64_t seed = 1100 + (uint64_t)(10 * d + config);
+      mx_shape ws = MX_SHAPE(xs[config].d[1]);
+      layer_results fused = run_layer(bn_relu_config, config, xs[config], ws, true, dtype, seed);
+      layer_results unfused = run_layer(bn_relu_config, config + 4, xs[config], ws, true, dtype, seed);
+      char what[64], why[256];
+      snprintf(what, sizeof what, "batch norm relu config %d, %s", config, mx_dtype_name(dtype));
+      mx_tensor *const *got[4] = {fused.y, fused.dx, fused.dw, fused.db};
+      mx_tensor *const *want[4] = {unfused.y, unfused.dx, unfused.dw, unfused.db};
+      for (int i = 0; i < 4; i++) {
+        size_t n = differences(mx_to_device(got[i][1], MX_CPU), want[i][1], 0, 0, why, sizeof why);
+        cr_expect_eq(n, 0, "%s, %s on CUDA, fused (\"CPU\") against unfused: %s", what, names[i], why);
+      }
+      expect_layer_results(&fused, rel, 1.0, rel, what);
       mx_scope_end(scope);
     }
   }

@@ -119,8 +119,6 @@ void test_batch_norm(rng &r) {
       random_shape(r, ndim, 7, 0, shape);
       shape[0] = r.range(1, 40); /* channels of up to 40 * 49 values: several runs each */
       bool exact = r.range(0, 1);
-      describe("channel_affine and channel_sums of %s, %d dims, %s values", mx_dtype_name(dtype), ndim,
-               exact ? "small integer" : "awkward");
       host_tensor x = make_tensor(dtype, ndim, shape, CONTIGUOUS, r),
                   g = make_tensor(dtype, ndim, shape, CONTIGUOUS, r);
       fill_values(x, exact ? SMALL_INT : AWKWARD, r);
@@ -131,24 +129,52 @@ void test_batch_norm(rng &r) {
       host_tensor shift = channel_vector(dtype, channels, AWKWARD, r),
                   gcenter = channel_vector(dtype, channels, SMALL_INT, r);
       bool centered = r.range(0, 1);
+      /* relu fused in: on the output, and (its backward) on the input through a mask of awkward values, which
+       hold +-0, negatives and NaN */
+      bool relu = r.range(0, 1), masked = r.range(0, 1), tiny = r.range(0, 2) == 0;
+      /* now and then outputs within rounding of 0 (a tiny scale, no shift), which 16-bit dtypes round to +-0 or
+       their subnormals: relu must see them as stored, -0 kept */
+      for (int64_t c = 0; tiny && c < channels; c++) {
+        double small = dtype == MX_F64 ? 1e-300 : dtype == MX_F16 ? 1e-30 : 1e-45;
+        mx_element_store((char *)scale.v.data + c * dtype_bytes(scale.v.dtype), scale.v.dtype, small);
+        mx_element_store((char *)shift.v.data + c * dtype_bytes(shift.v.dtype), shift.v.dtype, 0.0);
+      }
+      host_tensor mask = make_tensor(dtype, ndim, shape, CONTIGUOUS, r);
+      fill_values(mask, AWKWARD, r);
+      describe("channel_affine, _sums and _moments of %s, %d dims, %s values%s%s%s", mx_dtype_name(dtype), ndim,
+               exact ? "small integer" : "awkward", relu ? ", relu" : "", masked ? ", masked" : "",
+               tiny ? ", tiny scale" : "");
       host_tensor a = make_tensor(dtype, ndim, shape, CONTIGUOUS, r), b = a;
-      check_status(cpu.channel_affine(&a.v, &x.v, centered ? &center.v : NULL, &scale.v, &shift.v),
-                   mx__cuda_channel_affine(&b.v, &x.v, centered ? &center.v : NULL, &scale.v, &shift.v),
-                   "channel_affine");
+      check_status(
+          cpu.channel_affine(&a.v, &x.v, centered ? &center.v : NULL, &scale.v, &shift.v, masked ? &mask.v : NULL,
+                             relu),
+          mx__cuda_channel_affine(&b.v, &x.v, centered ? &center.v : NULL, &scale.v, &shift.v,
+                                  masked ? &mask.v : NULL, relu),
+          "channel_affine");
       same_values(a, b, 0, 0, "channel_affine");
 
       host_tensor sum_a = channel_vector(dtype, channels, AWKWARD, r), sum_b = sum_a;
       host_tensor dot_a = channel_vector(dtype, channels, AWKWARD, r), dot_b = dot_a;
       bool want_sum = r.range(0, 3), want_dot = !want_sum || r.range(0, 1);
       check_status(cpu.channel_sums(want_sum ? &sum_a.v : NULL, want_dot ? &dot_a.v : NULL, &x.v,
-                                    want_dot ? &g.v : NULL, centered ? &center.v : NULL, &gcenter.v),
+                                    want_dot ? &g.v : NULL, centered ? &center.v : NULL, &gcenter.v,
+                                    masked ? &mask.v : NULL),
                    mx__cuda_channel_sums(want_sum ? &sum_b.v : NULL, want_dot ? &dot_b.v : NULL, &x.v,
-                                         want_dot ? &g.v : NULL, centered ? &center.v : NULL, &gcenter.v),
+                                         want_dot ? &g.v : NULL, centered ? &center.v : NULL, &gcenter.v,
+                                         masked ? &mask.v : NULL),
                    "channel_sums");
       /* the runs add in another order than the CPU: exact on small integers */
       double rel = exact ? 0 : ulps(MX_F64, 1024) + ulps(sum_a.v.dtype, 1);
       same_values(sum_a, sum_b, rel, 1e6, "channel_sums sum");
       same_values(dot_a, dot_b, rel, 1e6, "channel_sums dot");
+
+      /* the statistics in one pass: sums in double of the same shifted values and squares, in another order */
+      host_tensor mean_a = channel_vector(dtype, channels, AWKWARD, r), mean_b = mean_a;
+      host_tensor var_a = channel_vector(dtype, channels, AWKWARD, r), var_b = var_a;
+      check_status(cpu.channel_moments(&mean_a.v, &var_a.v, &x.v), mx__cuda_channel_moments(&mean_b.v, &var_b.v, &x.v),
+                   "channel_moments");
+      same_values(mean_a, mean_b, rel, 1e6, "channel_moments mean");
+      same_values(var_a, var_b, rel, 1e6, "channel_moments var");
     }
 }
 

@@ -618,6 +618,9 @@ VJP(slice_backward, mx_slice(x, 1, 1, 4, 2), zero_leaf(MX_SHAPE(2, 5), in[0]), i
 
 /* convolution + ReLU as one op (stride 2 and padding: a window reaching into the zeros) */
 FN(conv2d_relu, mx_conv2d_relu(a, b, c, MX_SHAPE(2), MX_SHAPE(1), MX_DEFAULT, 1))
+/* batch norm with relu fused, training and eval */
+FN(batch_norm_relu_train, mx_batch_norm_relu(a, RUNNING_MEAN(a), RUNNING_VAR(a), b, c, true, 0.1, 1e-5))
+FN(batch_norm_relu_eval, mx_batch_norm_relu(a, RUNNING_MEAN(a), RUNNING_VAR(a), b, c, false, 0.1, 1e-5))
 
 #define GC OP_GRADCHECK
 #define GG (OP_GRADCHECK | OP_GRADGRAD)
@@ -1093,6 +1096,9 @@ const op_case op_cases[] = {
     CASE1(to_device, SH(2, 3), ANY, GG | NF),
     CASE1(slice_backward, SH(2, 2), ANY, GG | NF),
     CASE3(conv2d_relu, SH(2, 2, 5, 5), ANY, SH(3, 2, 3, 3), ANY, SH(3), ANY, GG | NF),
+    /* batch_norm_relu (tests/ops/test_batch_norm_fused.c: the bits of batch_norm then relu) */
+    CASE3(batch_norm_relu_train, SH(4, 3, 2), ANY, SH(3), ANY, SH(3), ANY, GG | NF),
+    CASE3(batch_norm_relu_eval, SH(2, 3, 2), ANY, SH(3), ANY, SH(3), ANY, GC | NF),
 };
 
 const int op_case_count = (int)(sizeof op_cases / sizeof op_cases[0]);

@@ -231,7 +231,8 @@ Test(ops_grad, every_differentiable_op_has_a_case) {
                {"amax", "amax_"}, {"amin", "amin_"}, {"logsumexp", "logsumexp_"}, {"cumsum", "cumsum_"},
                {"cumprod", "cumprod_"}, {"matmul", "matmul_"},
                /* the primitives under every conv and conv_transpose case, and under batch_norm's */
-               {"convolution", "conv"}, {"batch_norm_stats", "batch_norm_train"}, {"batch_norm_elemt", "batch_norm"}};
+               {"convolution", "conv"}, {"batch_norm_stats", "batch_norm_train"}, {"batch_norm_elemt", "batch_norm"},
+               {"batch_norm_elemt_relu", "batch_norm_relu"}};
   static const char *elementwise_rows[] = {
 #define MX_UNARY(E, name, ...) #name,
 #define MX_BINARY(E, name, ...) #name,
