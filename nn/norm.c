@@ -24,7 +24,8 @@ static mx_status add_affine(mx_module *m, norm_self *s, mx_shape shape) {
 
 /* --- BatchNorm ---------------------------------------------------------------------------------------------------- */
 
-static mx_tensor *batch_norm_forward(mx_module *m, const mx_tensor *x) {
+/* The module's batch norm of x, followed by relu in the same passes when asked (mx_batch_norm_relu). */
+static mx_tensor *batch_norm_run(mx_module *m, const mx_tensor *x, bool relu) {
   const norm_self *s = mx_module_self(m);
   int ndim = mx_ndim(x);
   bool fits = s->spatial == 1 ? ndim == 2 || ndim == 3 : ndim == s->spatial + 2;
@@ -51,9 +52,15 @@ static mx_tensor *batch_norm_forward(mx_module *m, const mx_tensor *x) {
     if (status != MX_OK) return NULL;
     if (isnan(s->momentum)) factor = 1 / mx_item(s->num_batches_tracked); /* a cumulative moving average */
   }
-  return mx_batch_norm(x, s->track ? s->running_mean : NULL, s->track ? s->running_var : NULL, s->weight, s->bias,
-                       training || !s->track, factor, s->eps);
+  mx_tensor *running_mean = s->track ? s->running_mean : NULL, *running_var = s->track ? s->running_var : NULL;
+  return (relu ? mx_batch_norm_relu : mx_batch_norm)(x, running_mean, running_var, s->weight, s->bias,
+                                                     training || !s->track, factor, s->eps);
 }
+
+static mx_tensor *batch_norm_forward(mx_module *m, const mx_tensor *x) { return batch_norm_run(m, x, false); }
+
+/* A BatchNorm followed by a ReLU in a Sequential (nn_internal.h). */
+static mx_tensor *batch_norm_relu_forward(mx_module *m, const mx_tensor *x) { return batch_norm_run(m, x, true); }
 
 static void batch_norm_extra(const mx_module *m, char *buf, size_t size) {
   const norm_self *s = mx_module_self(m);
@@ -93,6 +100,11 @@ static mx_module *batch_norm_new(const char *fn, int spatial, int64_t num_featur
     return NULL;
   }
   return m;
+}
+
+mx__forward_relu_fn mx__batch_norm_forward_relu(const mx_module *m) {
+  const mx_module_type *type = mx_module_type_of(m);
+  return type >= batch_norm_types && type < batch_norm_types + 3 ? batch_norm_relu_forward : NULL;
 }
 
 mx_module *mx_batch_norm1d_new(int64_t num_features, double eps, double momentum, bool affine,

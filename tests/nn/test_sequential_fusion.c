@@ -198,3 +198,40 @@ Test(sequential_fusion, activation_checkpointing_gives_the_plain_gradients) {
   mx_generator_free(gen);
   mx_scope_end(scope);
 }
+
+/* BatchNorm2d followed by a ReLU runs as mx_batch_norm_relu: the same bits, in training (batch statistics) and in
+ * evaluation (running statistics), in float32 and under bfloat16 autocast. */
+static void check_batch_norm_pairs(mx_dtype autocast, bool training) {
+  mx_scope *scope = mx_scope_begin();
+  mx_generator *gen = mx_generator_new(9);
+  mx_module *net = mx_sequential_new(
+      5, (mx_module *[]){mx_conv2d_new(3, 8, MX_SHAPE(3), MX_DEFAULT, MX_SHAPE(1), MX_DEFAULT, 1, false, gen),
+                         mx_batch_norm2d_new(8, 1e-5, 0.1, true, true), mx_relu_new(),
+                         mx_batch_norm2d_new(8, 1e-5, 0.1, true, true), mx_relu_new()});
+  mx_tensor *x = mx_randn(MX_SHAPE(4, 3, 6, 6), MX_F32, MX_CPU, gen);
+  cr_assert(net && x && mx_set_requires_grad(x, true) == MX_OK, "%s", mx_last_error());
+  mx_module_train(net, training);
+  mx_tensor *grads[2][16] = {{NULL}};
+  mx_tensor *fused = run(net, x, true, autocast, grads[0]), *plain = run(net, x, false, autocast, grads[1]);
+  cr_expect_str_neq(mx_grad_fn_name(fused), "RELUBackward", "the last pair ran fused");
+  cr_expect_str_eq(mx_grad_fn_name(plain), "RELUBackward");
+  expect_same_bits(fused, plain, "output");
+  for (int i = 0; i <= mx_module_num_parameters(net); i++) {
+    const char *name = "x";
+    if (i) mx_module_parameter(net, i - 1, &name);
+    expect_same_bits(grads[0][i], grads[1][i], name);
+  }
+  mx_module_free(net);
+  mx_generator_free(gen);
+  mx_scope_end(scope);
+}
+
+Test(sequential_fusion, batch_norm_relu_pairs_give_the_same_bits_in_training) {
+  check_batch_norm_pairs(MX_DTYPE_COUNT, true);
+  check_batch_norm_pairs(MX_BF16, true);
+}
+
+Test(sequential_fusion, batch_norm_relu_pairs_give_the_same_bits_in_evaluation) {
+  check_batch_norm_pairs(MX_DTYPE_COUNT, false);
+  check_batch_norm_pairs(MX_BF16, false);
+}
