@@ -202,6 +202,8 @@ static void gradient_ready(mx_tensor *t, void *ctx) {
   r->buckets[r->bucket_of[hc->param]].ready++;
   while (r->next_launch < r->n_buckets && r->buckets[r->next_launch].ready == r->buckets[r->next_launch].count)
     launch(r, r->next_launch++);
+  /* MPI moves the buckets already started only inside MPI calls: each gradient gives them a push */
+  mx__dist_progress(r->g, NULL);
 }
 
 void mx__ddp_reducer_free(struct mx__ddp_reducer *r) {
