@@ -233,6 +233,10 @@ static mx_status start_mpi(const char *op) {
   int ready = 0;
   MPI_Initialized(&ready);
   if (!ready) {
+    /* Open MPI serves an in-place nonblocking all-reduce (DDP's buckets) over fewer than 4 ranks with its
+     * binomial tree, which moves the whole buffer through rank 0 twice; its ring measured 0.77x the DDP
+     * step's time (2 ranks, bench/all_reduce). A hint other MPIs ignore; the user's own setting wins. */
+    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
     int provided; /* the watchdog thread calls MPI_Abort while another thread waits */
     int code = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
     if (code != MPI_SUCCESS) return mx__error(MX_BACKEND_ERROR, "%s: MPI_Init_thread failed (error %d)", op, code);

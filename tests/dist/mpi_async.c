@@ -98,8 +98,8 @@ static void mismatched_asynchronous(mx_process_group *g, int rank, int world, ch
  * (MPI matches a blocking collective with a blocking one only); and a
  * blocking sum between an asynchronous start and its wait, on every rank. */
 static void waited_at_once_and_asynchronous(mx_process_group *g, int rank, int world, char *msg, size_t size) {
-  const int64_t sizes[] = {7, mpi_test_quick() ? 30001 : 300001};
-  for (int k = 0; k < 2; k++) {
+  const int64_t sizes[] = {1, 7, mpi_test_quick() ? 30001 : 300001}; /* 1: fewer elements than ranks */
+  for (int k = 0; k < 3; k++) {
     mx_tensor *t = mx_full(MX_SHAPE(sizes[k]), rank + 1, MX_F32, MX_CPU);
     if (rank == 0) {
       CHECK(mx_dist_all_reduce(g, t, MX_DIST_SUM) == MX_OK, "at once: %s", mx_last_error());
