@@ -355,7 +355,7 @@ mx_status mx__dist_agree_check(mx_process_group *g, const char *op, mx__call *ca
   if (st == MX_OK) return MX_OK;
   mx__dist_broke(g, st);
   if (code == MPI_SUCCESS) drain(g, call);
-  return mx__error(st, "%s", g->why); /* drain's calls may have overwritten it */
+  return st;
 }
 
 mx_status mx__dist_agree(mx_process_group *g, const char *op, mx__call *call) {

@@ -39,7 +39,10 @@ done:
  * that agrees: the first fails naming both calls, the second because the
  * first broke the group (at its start, when this rank has already seen
  * the first's agreement, else at its wait, even when waited first); no
- * tensor moved, and no rank is left waiting for another's second start. */
+ * tensor moved, and no rank is left waiting for another's second start:
+ * rank 1 broadcasts only once rank 0 has started both, so rank 0 has posted
+ * an agreement that rank 1, broken at once, never posts (the group's drain
+ * must end it). */
 static void mismatched_asynchronous(mx_process_group *g, int rank, int world, char *msg, size_t size) {
   (void)g, (void)world;
   for (int broadcast_on_1 = 0; broadcast_on_1 < 2; broadcast_on_1++) {
@@ -51,12 +54,15 @@ static void mismatched_asynchronous(mx_process_group *g, int rank, int world, ch
     char want[512], first_error[512] = "", second_error[512] = "", second_op[32] = "mx_dist_wait";
     mx_status first_st = MX_OK, second_st = MX_OK;
     if (rank == 1 && broadcast_on_1) {
+      int both_started;
+      MPI_Recv(&both_started, 1, MPI_INT, 0, 36, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
       first_st = mx_dist_broadcast(h, t, 0);
       snprintf(first_error, sizeof first_error, "%s", mx_last_error());
     } else {
       first = mx_dist_all_reduce_async(h, t, MX_DIST_SUM);
+      second = first ? mx_dist_all_reduce_async(h, u, MX_DIST_SUM) : NULL;
+      if (rank == 0 && broadcast_on_1) MPI_Send(&rank, 1, MPI_INT, 1, 36, MPI_COMM_WORLD);
       CHECK(first, "the first start: %s", mx_last_error());
-      second = mx_dist_all_reduce_async(h, u, MX_DIST_SUM);
       if (!second) snprintf(second_op, sizeof second_op, "mx_dist_all_reduce_async");
       second_st = second ? mx_dist_wait(second) : mx_last_status(); /* the second first */
       snprintf(second_error, sizeof second_error, "%s", mx_last_error());
