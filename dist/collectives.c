@@ -1,6 +1,11 @@
 /* The collectives of a process group: all-reduce (also asynchronous),
- * all-gather, reduce-scatter, broadcast and barrier, each on MPI's
- * nonblocking call (MPI-3), the wait timed by the group's watchdog.
+ * all-gather, reduce-scatter, broadcast and barrier, timed by the group's
+ * watchdog. A call waited for at once goes to MPI's blocking collective
+ * (Open MPI's tuned algorithms, faster than its nonblocking ones for large
+ * messages); an asynchronous all-reduce posts its agreement at once and
+ * its data, nonblocking, once the agreement has ended (mx__dist_progress,
+ * driven by the waits, the later calls and DDP's hooks), so neither the
+ * caller nor backward waits for the other ranks when it starts one.
  *
  * CUDA tensors go to NCCL instead (dist/nccl.c), in their own dtype (f16
  * and bf16 included, average as ncclAvg), on the device: nothing here
@@ -35,6 +40,13 @@ struct mx_dist_work {
   bool on_cuda;
 #if MX_HAVE_MPI
   MPI_Request req;
+  /* an asynchronous one on MPI, until its wait: one of g->flights */
+  bool in_flight;
+  enum { AGREEING, RUNNING, ENDED } phase;
+  MPI_Request agree_req;
+  mx__call *all; /* the agreement's gather, until it ends */
+  mx_status failed; /* what ended it in flight, reported by its wait with why */
+  char why[512];
 #endif
 };
 
@@ -120,7 +132,8 @@ static MPI_Op mpi_op(mx_dist_reduce_op how, mx_dtype wire) {
   return how == MX_DIST_MAX ? MPI_MAX : MPI_MIN;
 }
 
-/* Waits for req, timed by the watchdog as call. */
+/* Waits for req (MPI_REQUEST_NULL after a blocking call that returned
+ * code), timed by the watchdog as call. */
 static mx_status wait_for(mx_process_group *g, const char *op, const mx__call *call, MPI_Request *req, int code) {
   if (code == MPI_SUCCESS) code = MPI_Wait(req, MPI_STATUS_IGNORE);
   mx__dist_pending_remove(g, call->seq);
@@ -158,7 +171,107 @@ static void work_free(mx_dist_work *w) {
   free(w);
 }
 
-static mx_dist_work *start_all_reduce(const char *op, mx_process_group *g, mx_tensor *t, mx_dist_reduce_op how) {
+#if MX_HAVE_MPI
+/* An asynchronous all-reduce failed in flight with the error just set: it
+ * ends, keeping the error for its wait, and g breaks. */
+static void flight_failed(mx_dist_work *w, mx_status st) {
+  w->phase = ENDED, w->failed = st;
+  snprintf(w->why, sizeof w->why, "%s", mx_last_error());
+  mx__dist_pending_remove(w->g, w->call.seq);
+  mx__dist_broke(w->g, st);
+}
+
+/* w's agreement ended with code: its data starts, unless the ranks' calls
+ * differ (the error names both) or an earlier call broke g. */
+static void agreed(mx_dist_work *w, int code) {
+  mx_process_group *g = w->g;
+  if (g->broken) { /* the agreement ended, but no data moves on a broken group */
+    free(w->all), w->all = NULL;
+    flight_failed(w, mx__dist_usable(g, "mx_dist_wait"));
+    return;
+  }
+  mx_status st = mx__dist_agree_check(g, "mx_dist_wait", &w->call, w->all, code);
+  w->all = NULL;
+  if (st == MX_OK) {
+    mx_dtype wire = mx_dtype_of(w->buf);
+    code = MPI_Iallreduce(MPI_IN_PLACE, mx_data_ptr(w->buf), (int)mx_numel(w->buf), mpi_type(wire),
+                          mpi_op(w->how, wire), g->comm, &w->req);
+    g->mpi_failed |= code != MPI_SUCCESS;
+    st = mx__dist_mpi_status(code, "mx_dist_wait");
+  }
+  if (st == MX_OK) w->phase = RUNNING;
+  else flight_failed(w, st);
+}
+#endif
+
+void mx__dist_progress(mx_process_group *g, const mx_dist_work *settle) {
+#if MX_HAVE_MPI
+  bool settling = settle != NULL, in_order = true;
+  for (int i = 0; i < g->n_flights; i++) {
+    mx_dist_work *w = g->flights[i];
+    int done = 0, code;
+    if (w->phase == AGREEING && in_order) {
+      code = settling ? MPI_Wait(&w->agree_req, MPI_STATUS_IGNORE) : MPI_Test(&w->agree_req, &done, MPI_STATUS_IGNORE);
+      if (settling || done || code != MPI_SUCCESS) agreed(w, code);
+      else in_order = false; /* the later ones' data starts after this one's */
+    } else if (w->phase == RUNNING) {
+      code = MPI_Test(&w->req, &done, MPI_STATUS_IGNORE);
+      g->mpi_failed |= code != MPI_SUCCESS;
+      if (code != MPI_SUCCESS) flight_failed(w, mx__dist_mpi_status(code, "mx_dist_wait"));
+      else if (done) w->phase = ENDED, mx__dist_pending_remove(g, w->call.seq);
+    }
+    if (w == settle) settling = false;
+  }
+#else
+  (void)g, (void)settle;
+#endif
+}
+
+#if MX_HAVE_MPI
+/* Waits for the asynchronous w and takes it out of g's flights. */
+static mx_status land(mx_dist_work *w) {
+  mx_process_group *g = w->g;
+  mx__dist_progress(g, w);
+  mx_status st = w->failed;
+  if (w->phase == RUNNING) st = wait_for(g, "mx_dist_wait", &w->call, &w->req, MPI_SUCCESS);
+  else if (st != MX_OK) mx__error(st, "%s", w->why);
+  int i = 0;
+  while (g->flights[i] != w) i++;
+  memmove(&g->flights[i], &g->flights[i + 1], (size_t)(g->n_flights - i - 1) * sizeof *g->flights);
+  g->n_flights--, w->in_flight = false;
+  return st;
+}
+
+/* Starts w's agreement; its data starts once every rank has agreed. */
+static mx_status take_off(mx_dist_work *w) {
+  mx_process_group *g = w->g;
+  mx_status st = mx__dist_agree_start(g, w->op, &w->call, &w->all, &w->agree_req);
+  if (st != MX_OK) return st;
+  w->in_flight = true, w->phase = AGREEING;
+  g->flights[g->n_flights++] = w;
+  mx__dist_progress(g, NULL); /* the others' agreements may be in already */
+  return MX_OK;
+}
+
+/* The whole all-reduce of w, waited for at once. */
+static mx_status all_reduce_now(mx_dist_work *w) {
+  mx_process_group *g = w->g;
+  mx_status st = mx__dist_agree(g, w->op, &w->call);
+  if (st != MX_OK) return st;
+  mx_dtype wire = mx_dtype_of(w->buf);
+  void *data = mx_data_ptr(w->buf);
+  int n = (int)mx_numel(w->buf);
+  MPI_Request req = MPI_REQUEST_NULL;
+  mx__dist_pending_add(g, &w->call);
+  int code = w->call.blocking ? MPI_Allreduce(MPI_IN_PLACE, data, n, mpi_type(wire), mpi_op(w->how, wire), g->comm)
+                              : MPI_Iallreduce(MPI_IN_PLACE, data, n, mpi_type(wire), mpi_op(w->how, wire), g->comm,
+                                               &req); /* another rank's is asynchronous */
+  return wait_for(g, w->op, &w->call, &req, code);
+}
+#endif
+
+static mx_dist_work *start_all_reduce(const char *op, mx_process_group *g, mx_tensor *t, mx_dist_reduce_op how,
+                                      bool async) {
   if (mx__dist_usable(g, op) != MX_OK) return NULL;
   if (!t) return mx__null_input(op, "t"), NULL;
   if (how < MX_DIST_SUM || how > MX_DIST_MIN)
@@ -177,9 +290,9 @@ static mx_dist_work *start_all_reduce(const char *op, mx_process_group *g, mx_te
   if (!w) return mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", op), NULL;
   *w = (mx_dist_work){.g = g, .op = op, .how = how, .call = {.kind = (int64_t)how, .dtype = dt, .numel = mx_numel(t),
                                                              .root = -1, .device = mx_device_of(t)}};
-  if (mx__dist_agree(g, op, &w->call) != MX_OK) return work_free(w), NULL;
-  w->t = mx__retain(t);
   if (mx_device_of(t) == MX_CUDA) { /* NCCL, even for a world of one: its path is the one tested there */
+    if (mx__dist_agree(g, op, &w->call) != MX_OK) return work_free(w), NULL;
+    w->t = mx__retain(t);
     w->on_cuda = true;
     w->buf = mx__dist_nccl_get(g, op) ? work_buffer(op, t, dt, MX_CUDA, true) : NULL;
     mx_status st = w->buf ? MX_OK : mx__dist_broke(g, mx_last_status());
@@ -187,20 +300,15 @@ static mx_dist_work *start_all_reduce(const char *op, mx_process_group *g, mx_te
       st = nccl_start(g, op, &w->call, MX__NCCL_ALL_REDUCE, w->buf, w->buf, (size_t)mx_numel(t), &w->nccl);
     return st == MX_OK ? w : (work_free(w), NULL);
   }
-  if (g->world == 1) return w; /* nothing to move: every op of one rank is the identity */
+  w->t = mx__retain(t);
+  if (g->world == 1) { /* nothing to move: every op of one rank is the identity */
+    mx__dist_agree(g, op, &w->call);
+    return w;
+  }
   w->buf = work_buffer(op, t, wire_dtype(dt), MX_CPU, true);
   if (!w->buf) return mx__dist_broke(g, mx_last_status()), work_free(w), NULL;
 #if MX_HAVE_MPI
-  mx_dtype wire = mx_dtype_of(w->buf);
-  mx__dist_pending_add(g, &w->call);
-  int code = MPI_Iallreduce(MPI_IN_PLACE, mx_data_ptr(w->buf), (int)mx_numel(w->buf), mpi_type(wire),
-                            mpi_op(how, wire), g->comm, &w->req);
-  if (code != MPI_SUCCESS) {
-    mx__dist_pending_remove(g, w->call.seq);
-    g->mpi_failed = true;
-    mx__dist_broke(g, mx__dist_mpi_status(code, op));
-    return work_free(w), NULL;
-  }
+  if ((async ? take_off(w) : all_reduce_now(w)) != MX_OK) return work_free(w), NULL;
 #endif
   return w;
 }
@@ -214,24 +322,25 @@ static mx_status finish_all_reduce(mx_dist_work *w) {
     if (st != MX_OK) mx__error_prefix(w->op), mx__dist_broke(g, st);
   } else if (g->world > 1) {
 #if MX_HAVE_MPI
-    st = wait_for(g, w->op, &w->call, &w->req, MPI_SUCCESS);
+    if (w->in_flight) st = land(w); /* its error names the wait and the calls */
 #endif
     /* every rank holds the same sum, so the same quotient */
-    if (st == MX_OK && w->how == MX_DIST_AVG && mx_numel(w->buf) > 0) st = divide_in_place(w->buf, g->world);
+    if (st == MX_OK && w->how == MX_DIST_AVG && mx_numel(w->buf) > 0 && divide_in_place(w->buf, g->world) != MX_OK)
+      st = mx__error_prefix(w->op);
     if (st == MX_OK) st = finish(w->op, w->t, w->buf);
-    if (st != MX_OK) mx__error_prefix(w->op), mx__dist_broke(g, st);
+    mx__dist_broke(g, st);
   }
   work_free(w);
   return st;
 }
 
 mx_status mx_dist_all_reduce(mx_process_group *g, mx_tensor *t, mx_dist_reduce_op how) {
-  mx_dist_work *w = start_all_reduce("mx_dist_all_reduce", g, t, how);
+  mx_dist_work *w = start_all_reduce("mx_dist_all_reduce", g, t, how, false);
   return w ? finish_all_reduce(w) : mx_last_status();
 }
 
 mx_dist_work *mx_dist_all_reduce_async(mx_process_group *g, mx_tensor *t, mx_dist_reduce_op how) {
-  return start_all_reduce("mx_dist_all_reduce_async", g, t, how);
+  return start_all_reduce("mx_dist_all_reduce_async", g, t, how, true);
 }
 
 mx_status mx_dist_wait(mx_dist_work *w) {
@@ -282,10 +391,10 @@ mx_tensor *mx_dist_all_gather(mx_process_group *g, const mx_tensor *t) {
     if (st == MX_OK && w == 1) memcpy(mx_data_ptr(buf), mx_data_ptr(own), bytes);
 #if MX_HAVE_MPI
     if (st == MX_OK && w > 1) {
-      MPI_Request req;
+      MPI_Request req = MPI_REQUEST_NULL;
       mx__dist_pending_add(g, &call);
-      int code = MPI_Iallgather(mx_data_ptr(own), (int)bytes, MPI_BYTE, mx_data_ptr(buf), (int)bytes, MPI_BYTE,
-                                g->comm, &req);
+      int code = MPI_Allgather(mx_data_ptr(own), (int)bytes, MPI_BYTE, mx_data_ptr(buf), (int)bytes, MPI_BYTE,
+                               g->comm);
       st = wait_for(g, op, &call, &req, code);
     }
 #endif
@@ -336,12 +445,12 @@ mx_tensor *mx_dist_reduce_scatter(mx_process_group *g, const mx_tensor *t, mx_di
     mx_tensor *mine = buf ? mx_narrow(buf, 0, (int64_t)g->rank * n, n) : NULL;
 #if MX_HAVE_MPI
     if (st == MX_OK && g->world > 1) {
-      MPI_Request req;
+      MPI_Request req = MPI_REQUEST_NULL;
       mx_dtype wire = mx_dtype_of(buf);
       mx__dist_pending_add(g, &call);
       /* in place: rank r's block lands at r's own offset */
-      int code = MPI_Ireduce_scatter_block(MPI_IN_PLACE, mx_data_ptr(buf), (int)n, mpi_type(wire), mpi_op(how, wire),
-                                           g->comm, &req);
+      int code = MPI_Reduce_scatter_block(MPI_IN_PLACE, mx_data_ptr(buf), (int)n, mpi_type(wire), mpi_op(how, wire),
+                                          g->comm);
       st = wait_for(g, op, &call, &req, code);
       if (st == MX_OK) mine = mx_narrow(buf, 0, 0, n);
     }
@@ -381,10 +490,10 @@ mx_status mx_dist_broadcast(mx_process_group *g, mx_tensor *t, int root) {
   mx_tensor *buf = work_buffer(op, t, mx_dtype_of(t), MX_CPU, g->rank == root);
   st = buf ? MX_OK : mx_last_status();
   if (st == MX_OK) {
-    MPI_Request req;
+    MPI_Request req = MPI_REQUEST_NULL;
     mx__dist_pending_add(g, &call);
-    int code = MPI_Ibcast(mx_data_ptr(buf), (int)((size_t)mx_numel(t) * mx_dtype_size(mx_dtype_of(t))), MPI_BYTE,
-                          root, g->comm, &req);
+    int code = MPI_Bcast(mx_data_ptr(buf), (int)((size_t)mx_numel(t) * mx_dtype_size(mx_dtype_of(t))), MPI_BYTE,
+                         root, g->comm);
     st = wait_for(g, op, &call, &req, code);
   }
   if (st == MX_OK && g->rank != root) st = finish(op, t, buf);

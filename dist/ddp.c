@@ -91,19 +91,34 @@ static mx_status average_bucket(mx_process_group *g, const char *op, mx_tensor *
   return st;
 }
 
+static mx_status wait_buckets(struct mx__ddp_reducer *r);
+
+/* Keeps the first error of several calls, got being the latest's. */
+static void first_error(mx_status *st, char *why, size_t size, mx_status got) {
+  if (*st == MX_OK && got != MX_OK) *st = got, snprintf(why, size, "%s", mx_last_error());
+}
+
 /* How many ranks have each parameter's gradient: an error naming the
  * first parameter that has it on some ranks only. has[i] (n + 1 entries)
  * ends with the count of ranks that have it; the last entry, the parameter
- * count, makes modules of different sizes disagree. */
-static mx_status same_gradients_everywhere(mx_process_group *g, const char *op, mx_module *m, int32_t *has) {
+ * count, makes modules of different sizes disagree. With a reducer, its
+ * buckets are waited for meanwhile (first the error of theirs). */
+static mx_status same_gradients_everywhere(mx_process_group *g, const char *op, mx_module *m, int32_t *has,
+                                           struct mx__ddp_reducer *r) {
   int n = mx_module_num_parameters(m), w = mx_dist_world_size(g);
   for (int i = 0; i < n; i++) has[i] = mx_grad_of(mx_module_parameter(m, i, NULL)) != NULL;
   has[n] = n;
   mx_scope *scope = mx_scope_begin();
   mx_tensor *counts = mx_from_data(has, MX_SHAPE(n + 1), MX_I32, MX_CPU);
-  mx_status st = counts ? mx_dist_all_reduce(g, counts, MX_DIST_SUM) : MX_OK;
-  if (st == MX_OK) st = counts ? mx_to_host(counts, has, ((size_t)n + 1) * sizeof *has) : mx_last_status();
-  if (st != MX_OK) mx__error_prefix(op);
+  mx_status st = MX_OK;
+  char why[512] = "";
+  /* started before the buckets are waited for, it adds no wait of its own */
+  mx_dist_work *work = counts ? mx_dist_all_reduce_async(g, counts, MX_DIST_SUM) : NULL;
+  if (!work) first_error(&st, why, sizeof why, mx_last_status());
+  if (r) first_error(&st, why, sizeof why, wait_buckets(r));
+  if (work) first_error(&st, why, sizeof why, mx_dist_wait(work));
+  if (st == MX_OK) first_error(&st, why, sizeof why, mx_to_host(counts, has, ((size_t)n + 1) * sizeof *has));
+  if (st != MX_OK) mx__error(st, "%s: %s", op, why);
   mx_scope_end(scope);
   for (int i = 0; st == MX_OK && i < n; i++) {
     const char *name;
@@ -121,7 +136,7 @@ static mx_status average_after_backward(mx_process_group *g, const char *op, mx_
   int n = mx_module_num_parameters(m);
   int32_t *has = calloc((size_t)n + 1, sizeof *has);
   mx_tensor **bucket = calloc((size_t)n + 1, sizeof *bucket);
-  mx_status st = has && bucket ? same_gradients_everywhere(g, op, m, has)
+  mx_status st = has && bucket ? same_gradients_everywhere(g, op, m, has, NULL)
                                : mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", op);
   for (int d = 0; st == MX_OK && d < MX_DTYPE_COUNT; d++) {
     int k = 0;
@@ -202,6 +217,8 @@ static void gradient_ready(mx_tensor *t, void *ctx) {
   r->buckets[r->bucket_of[hc->param]].ready++;
   while (r->next_launch < r->n_buckets && r->buckets[r->next_launch].ready == r->buckets[r->next_launch].count)
     launch(r, r->next_launch++);
+  /* MPI moves the buckets already started only inside MPI calls: each gradient gives them a push */
+  mx__dist_progress(r->g, NULL);
 }
 
 void mx__ddp_reducer_free(struct mx__ddp_reducer *r) {
@@ -271,19 +288,33 @@ static struct mx__ddp_reducer *reducer_new(mx_process_group *g, const char *op, 
   return r;
 }
 
+/* Waits for r's buckets started; the first error. */
+static mx_status wait_buckets(struct mx__ddp_reducer *r) {
+  mx_status st = MX_OK;
+  for (int b = 0; b < r->n_buckets; b++) {
+    mx_status waited = r->buckets[b].work ? mx_dist_wait(r->buckets[b].work) : MX_OK;
+    r->buckets[b].work = NULL, r->buckets[b].ready = 0;
+    if (st == MX_OK) st = waited;
+  }
+  return st;
+}
+
 /* Starts the buckets backward left, waits for all, checks that every rank
  * had the same gradients, and copies the averages into them. */
 static mx_status reducer_finish(struct mx__ddp_reducer *r, const char *op, mx_module *m) {
   while (r->failed == MX_OK && r->next_launch < r->n_buckets) launch(r, r->next_launch++);
   mx_status st = r->failed;
   if (st != MX_OK) mx__error(st, "%s: starting a bucket's all-reduce during backward: %s", op, r->why);
-  for (int b = 0; b < r->n_buckets; b++) {
-    mx_status waited = r->buckets[b].work ? mx_dist_wait(r->buckets[b].work) : MX_OK;
-    r->buckets[b].work = NULL, r->buckets[b].ready = 0;
-    if (st == MX_OK) st = waited;
-  }
   int32_t *has = st == MX_OK ? calloc((size_t)r->n + 1, sizeof *has) : NULL;
-  if (st == MX_OK) st = has ? same_gradients_everywhere(r->g, op, m, has) : mx__error(MX_OUT_OF_MEMORY, "%s", op);
+  if (st == MX_OK && !has) st = mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", op);
+  if (st == MX_OK) {
+    st = same_gradients_everywhere(r->g, op, m, has, r);
+  } else { /* the buckets started must still end; the error stays the first */
+    char why[512];
+    snprintf(why, sizeof why, "%s", mx_last_error());
+    wait_buckets(r);
+    mx__error(st, "%s", why);
+  }
   mx_scope *scope = mx_scope_begin();
   MX_NO_GRAD {
     for (int i = 0; st == MX_OK && i < r->n; i++) {

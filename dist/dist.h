@@ -94,9 +94,11 @@ mx_status mx_dist_barrier(mx_process_group *g);
 
 /* --- asynchronous collectives ------------------------------------------------- */
 typedef struct mx_dist_work mx_dist_work;
-/* Starts mx_dist_all_reduce and returns at once; t must stay alive, and
- * neither read nor written, until mx_dist_wait. The ranks' calls are still
- * compared (at the start), so a mismatch is an error here. NULL on error. */
+/* Starts mx_dist_all_reduce and returns at once, without waiting for the
+ * other ranks; t must stay alive, and neither read nor written, until
+ * mx_dist_wait. The ranks' calls are still compared before any data moves:
+ * a mismatch is an error of mx_dist_wait (naming both calls), or of the
+ * next start when this rank has already seen it. NULL on error. */
 mx_dist_work *mx_dist_all_reduce_async(mx_process_group *g, mx_tensor *t, mx_dist_reduce_op op);
 /* Waits for the collective, leaves its result in the tensor and frees w. */
 mx_status mx_dist_wait(mx_dist_work *w);

@@ -1,6 +1,6 @@
 /* What the process group's files share (not installed): the group, the
- * check that every rank calls the same collective, and the wait that the
- * watchdog times. */
+ * check that every rank calls the same collective, the asynchronous
+ * all-reduces in flight, and the wait that the watchdog times. */
 #ifndef MX_DIST_DIST_INTERNAL_H
 #define MX_DIST_DIST_INTERNAL_H
 
@@ -23,6 +23,10 @@ typedef enum { CALL_SUM, CALL_AVG, CALL_MAX, CALL_MIN, CALL_BROADCAST, CALL_ALL_
 typedef struct {
   int64_t seq, kind, dtype, numel, root;
   int64_t device; /* a CPU tensor goes to MPI, a CUDA one to NCCL: the ranks must agree */
+  /* 1 when this rank waits for the call at once, 0 for an asynchronous one; not compared (a rank may wait
+   * at once for what another starts asynchronously), and after the agreement 1 when every rank's is 1:
+   * then MPI's blocking call serves it (MPI matches a blocking collective with a blocking one only) */
+  int64_t blocking;
 } mx__call;
 
 #define MX__MAX_PENDING 64 /* collectives started and not yet waited for */
@@ -39,6 +43,12 @@ struct mx_process_group {
   struct mx__dist_nccl *nccl; /* for CUDA tensors, made on the first (dist/nccl.c) */
 #if MX_HAVE_MPI
   MPI_Comm comm;
+  /* The agreements' own communicator: they are posted in the calls' order, and an asynchronous
+   * all-reduce's data only once its agreement ends (in the same order, on comm), so on each of the two
+   * the ranks start the same collectives in the same order. */
+  MPI_Comm agree_comm;
+  struct mx_dist_work *flights[MX__MAX_PENDING]; /* the asynchronous all-reduces not yet waited for, in order */
+  int n_flights;
   /* the watchdog: a thread that ends the job when a pending collective
    * waits past the timeout */
   pthread_t watchdog;
@@ -62,7 +72,8 @@ mx_status mx__dist_broke(mx_process_group *g, mx_status st);
 void mx__dist_describe(const mx__call *c, char *out, size_t size);
 
 /* Numbers the call and checks that every rank makes the same one; an error
- * names this rank's call and the first rank's that differs. */
+ * names this rank's call and the first rank's that differs. Earlier
+ * asynchronous all-reduces first start their data (mx__dist_progress). */
 mx_status mx__dist_agree(mx_process_group *g, const char *op, mx__call *call);
 
 /* --- CUDA tensors, on NCCL (dist/nccl.c) --- */
@@ -80,6 +91,13 @@ mx_status mx__dist_nccl_finish(mx_process_group *g, const char *op, const mx__nc
 /* Frees g's communicator (after its collectives end). */
 void mx__dist_nccl_free(mx_process_group *g);
 
+/* Moves g's asynchronous all-reduces along (collectives.c): the data of
+ * those whose agreement has ended starts, in the order they were called,
+ * and running ones progress (Open MPI's nonblocking collectives move only
+ * inside MPI calls). Waits for the agreements up to and including
+ * settle's (NULL: none; the last flight: all). */
+void mx__dist_progress(mx_process_group *g, const struct mx_dist_work *settle);
+
 #if MX_HAVE_MPI
 /* The watchdog's NCCL half: on NCCL's asynchronous error, or a collective
  * waiting past the timeout, prints it, aborts the communicator and returns
@@ -91,6 +109,14 @@ mx_status mx__dist_mpi_status(int code, const char *op);
  * its request is complete. */
 void mx__dist_pending_add(mx_process_group *g, const mx__call *call);
 void mx__dist_pending_remove(mx_process_group *g, int64_t seq);
+/* mx__dist_agree in two halves, for an asynchronous call: the first numbers
+ * call, registers it with the watchdog and starts gathering every rank's
+ * description into *all (malloc'd, g->world calls); the second, once req
+ * has ended (code: its wait's), compares them as mx__dist_agree does,
+ * frees all, and leaves in call->blocking whether every rank's is. */
+mx_status mx__dist_agree_start(mx_process_group *g, const char *op, mx__call *call, mx__call **all,
+                               MPI_Request *req);
+mx_status mx__dist_agree_check(mx_process_group *g, const char *op, mx__call *call, mx__call *all, int code);
 /* The NaN-propagating maximum and minimum ops for float32 and float64. */
 MPI_Op mx__dist_float_op(mx_dist_reduce_op how);
 #endif

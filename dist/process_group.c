@@ -6,6 +6,10 @@
  * number, op, dtype, element count, root): a rank that calls something
  * else gets an error naming both calls before any tensor moves, on every
  * rank, where MPI itself would hang or read the bytes as the wrong tensor.
+ * The descriptions travel on a communicator of their own, so an
+ * asynchronous all-reduce can post its agreement at once and start its
+ * data only once the agreement has ended, still before any tensor moves
+ * (collectives.c).
  */
 #include <errno.h>
 #include <math.h>
@@ -229,6 +233,10 @@ static mx_status start_mpi(const char *op) {
   int ready = 0;
   MPI_Initialized(&ready);
   if (!ready) {
+    /* Open MPI serves an in-place nonblocking all-reduce (DDP's buckets) over fewer than 4 ranks with its
+     * binomial tree, which moves the whole buffer through rank 0 twice; its ring measured 0.77x the DDP
+     * step's time (2 ranks, bench/all_reduce). A hint other MPIs ignore; the user's own setting wins. */
+    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
     int provided; /* the watchdog thread calls MPI_Abort while another thread waits */
     int code = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
     if (code != MPI_SUCCESS) return mx__error(MX_BACKEND_ERROR, "%s: MPI_Init_thread failed (error %d)", op, code);
@@ -246,7 +254,12 @@ static mx_status join_mpi(mx_process_group *g, const char *op) {
   if (st != MX_OK) return st;
   int code = MPI_Comm_dup(MPI_COMM_WORLD, &g->comm);
   if (code != MPI_SUCCESS) return mx__dist_mpi_status(code, op);
+  if ((code = MPI_Comm_dup(MPI_COMM_WORLD, &g->agree_comm)) != MPI_SUCCESS) {
+    MPI_Comm_free(&g->comm);
+    return mx__dist_mpi_status(code, op);
+  }
   MPI_Comm_set_errhandler(g->comm, MPI_ERRORS_RETURN); /* errors come back as mx errors */
+  MPI_Comm_set_errhandler(g->agree_comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(g->comm, &g->rank);
   MPI_Comm_size(g->comm, &g->world);
   MPI_Comm node; /* the ranks sharing this machine's memory */
@@ -258,6 +271,7 @@ static mx_status join_mpi(mx_process_group *g, const char *op) {
   pthread_cond_init(&g->wake, NULL);
   if (pthread_create(&g->watchdog, NULL, watch, g) != 0) {
     MPI_Comm_free(&g->comm);
+    MPI_Comm_free(&g->agree_comm);
     return mx__error(MX_BACKEND_ERROR, "%s: cannot start the watchdog thread", op);
   }
   open_groups++;
@@ -274,6 +288,7 @@ static void leave_mpi(mx_process_group *g) {
   pthread_cond_destroy(&g->wake);
   if (g->mpi_failed) return; /* a collective may still hang on the communicator: the process should exit */
   MPI_Comm_free(&g->comm);
+  MPI_Comm_free(&g->agree_comm);
   if (--open_groups == 0 && mpi_ours) {
     MPI_Op_free(&float_ops[0]);
     MPI_Op_free(&float_ops[1]);
@@ -282,30 +297,79 @@ static void leave_mpi(mx_process_group *g) {
   }
 }
 
-mx_status mx__dist_agree(mx_process_group *g, const char *op, mx__call *call) {
+mx_status mx__dist_agree_start(mx_process_group *g, const char *op, mx__call *call, mx__call **all,
+                               MPI_Request *req) {
   call->seq = g->next_seq++;
-  if (g->world == 1) return MX_OK;
-  int64_t *all = malloc((size_t)g->world * sizeof *call);
-  if (!all) return mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", op);
-  MPI_Request req;
+  *all = malloc((size_t)g->world * sizeof **all);
+  if (!*all) return mx__dist_broke(g, mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", op));
   mx__dist_pending_add(g, call);
   const int fields = (int)(sizeof *call / sizeof(int64_t));
-  int code = MPI_Iallgather(call, fields, MPI_INT64_T, all, fields, MPI_INT64_T, g->comm, &req);
-  if (code == MPI_SUCCESS) code = MPI_Wait(&req, MPI_STATUS_IGNORE);
+  int code = MPI_Iallgather(call, fields, MPI_INT64_T, *all, fields, MPI_INT64_T, g->agree_comm, req);
+  if (code == MPI_SUCCESS) return MX_OK;
   mx__dist_pending_remove(g, call->seq);
+  free(*all), *all = NULL;
+  g->mpi_failed = true;
+  return mx__dist_broke(g, mx__dist_mpi_status(code, op));
+}
+
+/* After the first agreement that failed (every rank finds the same one,
+ * each in its own time), a rank may have posted the agreements of later
+ * asynchronous calls that the others, already broken, never will: every
+ * rank posts empty ones up to the most any rank has posted, so none is
+ * left in flight (MPI cannot cancel a collective). The data communicator
+ * holds the same collectives on every rank up to that agreement's call. */
+static void drain(mx_process_group *g, const mx__call *failed) {
+  int64_t posted = g->next_seq, most = posted;
+  mx__dist_pending_add(g, failed); /* a rank that never finds it would hang here */
+  int code = MPI_Allreduce(&posted, &most, 1, MPI_INT64_T, MPI_MAX, g->comm);
+  mx__call none = {.seq = -1, .kind = -1}, *all = malloc((size_t)g->world * sizeof *all);
+  for (int64_t k = posted; code == MPI_SUCCESS && all && k < most; k++) {
+    MPI_Request req;
+    const int fields = (int)(sizeof none / sizeof(int64_t));
+    code = MPI_Iallgather(&none, fields, MPI_INT64_T, all, fields, MPI_INT64_T, g->agree_comm, &req);
+    if (code == MPI_SUCCESS) code = MPI_Wait(&req, MPI_STATUS_IGNORE);
+  }
+  mx__dist_pending_remove(g, failed->seq);
+  g->mpi_failed |= code != MPI_SUCCESS || !all;
+  g->next_seq = most;
+  free(all);
+}
+
+mx_status mx__dist_agree_check(mx_process_group *g, const char *op, mx__call *call, mx__call *all, int code) {
   g->mpi_failed |= code != MPI_SUCCESS;
   mx_status st = mx__dist_mpi_status(code, op);
+  bool blocking = true;
   for (int r = 0; st == MX_OK && r < g->world; r++) {
-    const mx__call *theirs = (const mx__call *)(all + fields * r);
-    if (!memcmp(theirs, call, sizeof *call)) continue;
+    mx__call theirs = all[r];
+    blocking &= theirs.blocking == 1;
+    theirs.blocking = call->blocking;
+    if (!memcmp(&theirs, call, sizeof *call)) continue;
     char mine[160], other[160];
     mx__dist_describe(call, mine, sizeof mine);
-    mx__dist_describe(theirs, other, sizeof other);
+    mx__dist_describe(&theirs, other, sizeof other);
     st = mx__error(MX_INVALID_ARGUMENT, "%s: rank %d calls %s, but rank %d calls %s (collective #%lld)", op, g->rank,
                    mine, r, other, (long long)call->seq);
   }
+  call->blocking = blocking;
   free(all);
-  return mx__dist_broke(g, st);
+  if (st == MX_OK) return MX_OK;
+  mx__dist_broke(g, st);
+  if (code == MPI_SUCCESS) drain(g, call);
+  return st;
+}
+
+mx_status mx__dist_agree(mx_process_group *g, const char *op, mx__call *call) {
+  if (g->world == 1) return call->seq = g->next_seq++, MX_OK;
+  if (g->n_flights > 0) mx__dist_progress(g, g->flights[g->n_flights - 1]); /* they come first, on every rank */
+  mx_status st = mx__dist_usable(g, op); /* and may have found a mismatch */
+  if (st != MX_OK) return st;
+  mx__call *all;
+  MPI_Request req;
+  call->blocking = 1;
+  if ((st = mx__dist_agree_start(g, op, call, &all, &req)) != MX_OK) return st;
+  int code = MPI_Wait(&req, MPI_STATUS_IGNORE);
+  mx__dist_pending_remove(g, call->seq);
+  return mx__dist_agree_check(g, op, call, all, code);
 }
 
 #else
@@ -348,7 +412,7 @@ mx_process_group *mx_dist_init(double timeout_seconds) {
     free(g);
     return NULL;
   }
-  if (launched == 0 || torchrun) g->comm = MPI_COMM_NULL;
+  if (launched == 0 || torchrun) g->comm = g->agree_comm = MPI_COMM_NULL;
 #endif
   /* several ranks: the CUDA tensors made from now on go to this rank's GPU */
   if (g->world > 1) mx__cuda_prefer_local_rank(g->local_rank);

@@ -171,8 +171,8 @@ static void buckets_start_during_backward(mx_process_group *g, int rank, int wor
   mx_status st = rank == 0 ? mx_dist_barrier(h) : mx_ddp_average_gradients(h, net);
   CHECK(st == MX_INVALID_ARGUMENT, "status %d: %s", st, mx_last_error());
   const char *want = rank == 0 ? "mx_dist_barrier: rank 0 calls barrier, but rank 1 calls all_reduce(sum) on 5 int32"
-                               : "mx_ddp_average_gradients: mx_dist_all_reduce: rank 1 calls all_reduce(sum) on 5 "
-                                 "int32 elements, but rank 0 calls barrier";
+                               : "mx_ddp_average_gradients: mx_dist_wait: rank 1 calls all_reduce(sum) on 5 int32 "
+                                 "elements, but rank 0 calls barrier";
   CHECK(rank > 1 || strstr(mx_last_error(), want), "the error is '%s', not '%s'", mx_last_error(), want);
 done:
   mx_dist_free(h);

@@ -35,7 +35,8 @@ int main(int argc, char **argv) {
   if (!keep) return fprintf(stderr, "init: %s\n", mx_last_error()), 1;
   int failed = mpi_run_tests(collective_tests, n_collective_tests);
   failed += mpi_run_tests(ddp_tests, n_ddp_tests);
-  int n = n_collective_tests + n_ddp_tests;
+  failed += mpi_run_tests(async_tests, n_async_tests);
+  int n = n_collective_tests + n_ddp_tests + n_async_tests;
   if (mx_dist_rank(keep) == 0) printf("dist over %d ranks: %d passed, %d failed\n", mx_dist_world_size(keep),
                                       n - failed, failed);
   mx_dist_free(keep);

@@ -8,5 +8,7 @@ extern const mpi_test collective_tests[];
 extern const int n_collective_tests;
 extern const mpi_test ddp_tests[];
 extern const int n_ddp_tests;
+extern const mpi_test async_tests[];
+extern const int n_async_tests;
 
 #endif
