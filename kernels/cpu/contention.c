@@ -4,9 +4,9 @@
  * them spinning for a while (OMP_WAIT_POLICY unset). When other programs
  * hold cores, a team of one thread per core then spends its share of the
  * machine spinning for a member the system has paused: on 2 cores with one
- * busy program beside it, a 0.7 ms MLP step took 80 ms, and OMP_WAIT_POLICY
- * =passive, which avoids that, costs 20-30% on an idle machine (bench/
- * contention.md). libgomp reads its wait policy once, at start-up; the team
+ * busy program beside it, a 0.6 ms MLP step took 80 ms, and OMP_WAIT_POLICY
+ * =passive, which avoids that, made steps 1.5-2.6x slower on an idle machine
+ * (bench/contention.md). libgomp reads its wait policy once, at start-up; the team
  * size is what a library can still choose.
  *
  * How: every window (50 ms of the asking thread's clock), the thread reads
