@@ -81,19 +81,34 @@ struct run_sums {
   double sum, dot;
 };
 
+/* Where the two block reductions below leave their pairs: partials[2 r]
+ * and partials[2 r + 1] for run r of `items` (common.cuh's
+ * launch_block_reduce asks a body for partial, combine and finish). */
+struct run_sums_out {
+  typedef run_sums partial;
+  double *partials;
+  int64_t items; /* the runs */
+  MX_HD partial combine(partial x, partial y) const {
+    x.sum += y.sum;
+    x.dot += y.dot;
+    return x;
+  }
+  MX_HD void finish(int64_t r, partial all) const {
+    partials[2 * r] = all.sum;
+    partials[2 * r + 1] = all.dot;
+  }
+};
+
 /* partials[2 r] and partials[2 r + 1]: the sum of a, and of (a - ca)(b - cb),
  * over run r (channel r / segments, run r % segments), one run per item of
  * common.cuh's launch_block_reduce; without b, the second is 0. With a
  * mask, a is read through relu's backward. */
 template <class T>
-struct channel_partials_body {
-  typedef run_sums partial;
+struct channel_partials_body : run_sums_out {
   mx_channel_plan p;
   mx_kview a, b, a_mask; /* a_mask.data NULL: none */
   bool with_b;
   const T *a_center, *b_center;
-  double *partials;
-  int64_t items; /* the runs */
   MX_HD partial thread_partial(int64_t r, int64_t thread, int64_t threads) const {
     int64_t bytes = dtype_bytes(a.dtype);
     int64_t c = r / p.segments, first = r % p.segments * p.segment;
@@ -111,15 +126,6 @@ struct channel_partials_body {
       }
     }
     return mine;
-  }
-  MX_HD partial combine(partial x, partial y) const {
-    x.sum += y.sum;
-    x.dot += y.dot;
-    return x;
-  }
-  MX_HD void finish(int64_t r, partial all) const {
-    partials[2 * r] = all.sum;
-    partials[2 * r + 1] = all.dot;
   }
 };
 
@@ -195,12 +201,9 @@ MX_HD static inline double channel_value(const mx_channel_plan &p, const mx_kvie
 /* partials[2 r] and partials[2 r + 1]: the sums of x - k and of (x - k)^2
  * over run r, k the channel's first value, in double (the CPU's arithmetic:
  * the same differences and squares, added in another order). */
-struct moment_partials_body {
-  typedef run_sums partial;
+struct moment_partials_body : run_sums_out {
   mx_channel_plan p;
   mx_kview x;
-  double *partials;
-  int64_t items; /* the runs */
   MX_HD partial thread_partial(int64_t r, int64_t thread, int64_t threads) const {
     int64_t c = r / p.segments, first = r % p.segments * p.segment;
     int64_t end = first + p.segment < p.count ? first + p.segment : p.count;
@@ -212,15 +215,6 @@ struct moment_partials_body {
       mine.dot += d * d;
     }
     return mine;
-  }
-  MX_HD partial combine(partial a, partial b) const {
-    a.sum += b.sum;
-    a.dot += b.dot;
-    return a;
-  }
-  MX_HD void finish(int64_t r, partial all) const {
-    partials[2 * r] = all.sum;
-    partials[2 * r + 1] = all.dot;
   }
 };
 
