@@ -109,6 +109,24 @@ int64_t mx__kview_numel(const mx_kview *v) {
   return n;
 }
 
+void mx__channels_last_strides(const int64_t shape[4], int64_t strides[4]) {
+  static const int memory_order[4] = {1, 3, 2, 0}; /* innermost first: C, W, H, N */
+  int64_t s = 1;
+  for (int k = 0; k < 4; k++) {
+    strides[memory_order[k]] = s;
+    s *= shape[memory_order[k]] > 1 ? shape[memory_order[k]] : 1;
+  }
+}
+
+bool mx__kview_is_channels_last(const mx_kview *v) {
+  if (v->ndim != 4) return false;
+  int64_t expected[4];
+  mx__channels_last_strides(v->shape, expected);
+  for (int i = 0; i < 4; i++)
+    if (v->shape[i] != 1 && v->strides[i] != expected[i]) return false;
+  return true;
+}
+
 bool mx__kview_is_contiguous(const mx_kview *v) {
   int64_t expected = 1;
   for (int i = v->ndim - 1; i >= 0; i--) {

@@ -66,6 +66,15 @@ typedef struct {
 int64_t mx__kview_numel(const mx_kview *v);
 bool mx__kview_is_contiguous(const mx_kview *v);
 
+/* Channels-last (NHWC) is the one other dense layout mixgrad keeps: a 4-D
+ * (N, C, H, W) view whose elements lie in memory as (N, H, W, C), strides
+ * (H*W*C, 1, W*C, C) (size-1 dims may have any stride, as in
+ * mx__kview_is_contiguous). oneDNN's and cuDNN's convolution kernels read it
+ * without a reorder, and the ops that see one keep it (mx_to_channels_last). */
+bool mx__kview_is_channels_last(const mx_kview *v);
+/* The channels-last strides of a 4-D shape, in elements. */
+void mx__channels_last_strides(const int64_t shape[4], int64_t strides[4]);
+
 #ifdef __cplusplus
 }
 #endif

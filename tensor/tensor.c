@@ -144,7 +144,8 @@ static mx_tensor *tensor_new(mx__storage *storage, mx_dtype dtype, int ndim, con
   return t;
 }
 
-mx_tensor *mx__tensor_alloc(const char *op, mx_shape shape, mx_dtype dtype, mx_device device) {
+static mx_tensor *alloc_with_layout(const char *op, mx_shape shape, mx_dtype dtype, mx_device device,
+                                     bool channels_last) {
   if (mx__check_shape(op, shape) != MX_OK || mx__check_dtype(op, dtype) != MX_OK) return NULL;
   int64_t strides[MX_MAX_DIMS], numel = mx__numel(shape.ndim, shape.d), bytes;
   /* int64_t, not size_t: the memory statistics and element offsets count bytes in it */
@@ -155,12 +156,32 @@ mx_tensor *mx__tensor_alloc(const char *op, mx_shape shape, mx_dtype dtype, mx_d
               mx__dims_str(buf, shape.ndim, shape.d), mx_dtype_name(dtype), (long long)numel, mx_dtype_size(dtype));
     return NULL;
   }
-  mx__contiguous_strides(shape.ndim, shape.d, strides);
+  if (channels_last)
+    mx__channels_last_strides(shape.d, strides);
+  else
+    mx__contiguous_strides(shape.ndim, shape.d, strides);
   mx__storage *storage = storage_new(op, (size_t)bytes, device);
   if (!storage) return NULL;
   mx_tensor *t = tensor_new(storage, dtype, shape.ndim, shape.d, strides, 0);
   storage_decref(storage); /* the tensor holds it now (or nobody, on failure) */
   return t;
+}
+
+mx_tensor *mx__tensor_alloc(const char *op, mx_shape shape, mx_dtype dtype, mx_device device) {
+  return alloc_with_layout(op, shape, dtype, device, false);
+}
+
+mx_tensor *mx__tensor_alloc_channels_last(const char *op, mx_shape shape, mx_dtype dtype, mx_device device) {
+  if (shape.ndim != 4) {
+    mx__error(MX_SHAPE_ERROR, "%s: a channels-last tensor has 4 dims (N, C, H, W), not %d", op, shape.ndim);
+    return NULL;
+  }
+  return alloc_with_layout(op, shape, dtype, device, true);
+}
+
+bool mx__is_channels_last(const mx_tensor *t) {
+  mx_kview v = mx__kview_of(t);
+  return mx__kview_is_channels_last(&v);
 }
 
 mx_tensor *mx__tensor_view(const mx_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,

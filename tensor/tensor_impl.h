@@ -46,6 +46,10 @@ struct mx_tensor {
 /* A contiguous tensor on fresh storage; validates shape, dtype and device,
  * naming `op` in any error. The data is uninitialised. */
 mx_tensor *mx__tensor_alloc(const char *op, mx_shape shape, mx_dtype dtype, mx_device device);
+/* The same for a 4-D shape, laid out channels-last (mx__kview_is_channels_last). */
+mx_tensor *mx__tensor_alloc_channels_last(const char *op, mx_shape shape, mx_dtype dtype, mx_device device);
+/* Whether t is a dense channels-last 4-D tensor. */
+bool mx__is_channels_last(const mx_tensor *t);
 
 /* A new handle on t's storage with the given geometry (no checks: a caller
  * whose shape may hold more elements than t's checks it first). */
