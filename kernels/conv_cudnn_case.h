@@ -14,6 +14,10 @@
  * remembered by (so always made by mx_cudnn_conv_case_of, which zeroes it). */
 typedef struct {
   int kind, dtype, nd;           /* mx_conv_kind, mx_dtype; nd: 4 or 5 dims as cuDNN sees them */
+  /* x and y each row-major (0) or channels-last (1, 2-d only); a channels-last
+   * x gives cuDNN its filter channels-last too (KRSC, a copy of w), the
+   * layout its NHWC tensor-core kernels read */
+  int x_channels_last, y_channels_last;
   int x[5], w[5], y[5];          /* dims (the first nd used) */
   int pad[3], stride[3], dil[3]; /* the first nd - 2 used */
   int groups;
@@ -35,19 +39,40 @@ static inline bool mx__cudnn_dims(const mx_kview *v, int spatial, int out[5]) {
   return true;
 }
 
+/* An operand's layout for cuDNN: 0 row-major, 1 channels-last (a 2-d
+ * convolution's activation only), -1 neither. */
+static inline int mx__cudnn_layout(const mx_kview *v, bool may_be_channels_last) {
+  if (mx__kview_is_contiguous(v)) return 0;
+  return may_be_channels_last && mx__kview_is_channels_last(v) ? 1 : -1;
+}
+
+/* The strides of a 4-d operand of dims d as cuDNN is told them. */
+static inline void mx__cudnn_strides(int nd, const int *d, int channels_last, int *strides) {
+  if (channels_last) { /* (N, C, H, W) dims, (N, H, W, C) in memory */
+    strides[1] = 1, strides[3] = d[1], strides[2] = d[1] * d[3], strides[0] = d[1] * d[3] * d[2];
+    return;
+  }
+  strides[nd - 1] = 1;
+  for (int i = nd - 2; i >= 0; i--) strides[i] = strides[i + 1] * d[i + 1];
+}
+
 /* Whether cuDNN takes the convolution (operands named as in the forward:
  * x input, w weight, y output), and its case if so: float32, float16 or
- * bfloat16, contiguous, non-empty, every size within cuDNN's ints. */
+ * bfloat16, non-empty, every size within cuDNN's ints, w row-major, x and y
+ * each row-major or (2-d) channels-last. */
 static inline bool mx_cudnn_conv_case_of(mx_conv_kind kind, const mx_kview *x, const mx_kview *w,
                                          const mx_kview *y, const mx_conv_params *p, mx_cudnn_conv_case *c) {
   memset(c, 0, sizeof *c);
   if (x->dtype != MX_F32 && x->dtype != MX_F16 && x->dtype != MX_BF16) return false;
   if (p->spatial < 1 || p->spatial > 3 || !mx__cudnn_fits_int(p->groups)) return false;
   const mx_kview *views[3] = {x, w, y};
+  int layout[3];
   for (int i = 0; i < 3; i++) {
     int64_t n = mx__kview_numel(views[i]);
-    if (!mx__kview_is_contiguous(views[i]) || n == 0 || n > INT_MAX) return false;
+    layout[i] = mx__cudnn_layout(views[i], i != 1 && p->spatial == 2);
+    if (layout[i] < 0 || n == 0 || n > INT_MAX) return false;
   }
+  c->x_channels_last = layout[0], c->y_channels_last = layout[2];
   c->kind = (int)kind, c->dtype = (int)x->dtype, c->nd = p->spatial == 3 ? 5 : 4, c->groups = (int)p->groups;
   if (!mx__cudnn_dims(x, p->spatial, c->x) || !mx__cudnn_dims(w, p->spatial, c->w) ||
       !mx__cudnn_dims(y, p->spatial, c->y))

@@ -7,6 +7,7 @@
 #ifndef MX_KERNELS_CUDA_COMMON_CUH
 #define MX_KERNELS_CUDA_COMMON_CUH
 
+#include <initializer_list>
 #include <cuda_runtime.h>
 
 #include "kernels/backend.h"
@@ -120,6 +121,22 @@ static inline mx_kview flatten_if_contiguous(const mx_kview *v) {
     f.strides[0] = 1;
   }
   return f;
+}
+
+/* An elementwise kernel's operands (one shape; broadcast ones with stride
+ * 0) as it indexes them. When every one is channels-last, each becomes 1-d
+ * in memory order: element i is then the same logical element in all, and
+ * neighbouring threads touch neighbouring bytes instead of bytes C elements
+ * apart. Otherwise each row-major one becomes 1-d (flatten_if_contiguous)
+ * and the others are read at the row-major index. */
+static inline void flatten_operands(std::initializer_list<const mx_kview *> in, mx_kview *out) {
+  bool channels_last = true;
+  for (const mx_kview *v : in) channels_last = channels_last && mx__kview_is_channels_last(v);
+  for (const mx_kview *v : in) {
+    *out = flatten_if_contiguous(v);
+    if (channels_last) out->ndim = 1, out->shape[0] = mx__kview_numel(v), out->strides[0] = 1;
+    out++;
+  }
 }
 
 /* Which tensor of a multi-tensor chunk holds flat index i: the t with

@@ -90,26 +90,22 @@ static void destroy(descriptors *d) {
   if (d->conv) (void)cudnnDestroyConvolutionDescriptor(d->conv);
 }
 
-/* Packed row-major strides for dims. */
-static void packed_strides(int nd, const int *dims, int *strides) {
-  strides[nd - 1] = 1;
-  for (int i = nd - 2; i >= 0; i--) strides[i] = strides[i + 1] * dims[i + 1];
-}
-
 /* The four descriptors of a case (d zeroed by the caller; destroy() frees
  * what was made, also after a failure). */
 static mx_status describe(const mx_cudnn_conv_case *c, descriptors *d, bool *declined) {
   cudnnDataType_t type = dnn_type(c->dtype);
   int xs[5], ys[5];
-  packed_strides(c->nd, c->x, xs);
-  packed_strides(c->nd, c->y, ys);
+  mx__cudnn_strides(c->nd, c->x, c->x_channels_last, xs);
+  mx__cudnn_strides(c->nd, c->y, c->y_channels_last, ys);
   MX_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d->x));
   MX_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d->y));
   MX_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d->w));
   MX_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d->conv));
   DNN_CALL(cudnnSetTensorNdDescriptor(d->x, type, c->nd, c->x, xs));
   DNN_CALL(cudnnSetTensorNdDescriptor(d->y, type, c->nd, c->y, ys));
-  DNN_CALL(cudnnSetFilterNdDescriptor(d->w, type, CUDNN_TENSOR_NCHW, c->nd, c->w));
+  /* the filter's dims are KCRS whatever its format; NHWC means KRSC in memory */
+  DNN_CALL(cudnnSetFilterNdDescriptor(d->w, type, c->x_channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, c->nd,
+                                      c->w));
   DNN_CALL(cudnnSetConvolutionNdDescriptor(d->conv, c->nd - 2, c->pad, c->stride, c->dil, CUDNN_CROSS_CORRELATION,
                                            CUDNN_DATA_FLOAT));
   DNN_CALL(cudnnSetConvolutionGroupCount(d->conv, c->groups));
@@ -224,6 +220,18 @@ static cudnnStatus_t execute(cudnnHandle_t h, const mx_cudnn_conv_case *c, const
                                         w->data);
 }
 
+/* The filter as cuDNN reads it: w itself, or for a channels-last case a
+ * KRSC copy in *buffer (the caller frees it), filled from w unless the
+ * convolution writes it (the weight's gradient). */
+static mx_status filter_view(const mx_cudnn_conv_case *c, const mx_kview *w, void **buffer, mx_kview *out) {
+  *out = *w;
+  if (!c->x_channels_last) return MX_OK;
+  MX_CUDA_CHECK(cudaMallocAsync(buffer, (size_t)mx__kview_numel(w) * mx_dtype_size(w->dtype), mx__cuda_stream()));
+  out->data = *buffer;
+  mx__channels_last_strides(w->shape, out->strides);
+  return c->kind == MX_CONV_BACKWARD_WEIGHT ? MX_OK : mx__cuda_convert(out, w);
+}
+
 static mx_status run(cudnnHandle_t h, const mx_cudnn_conv_case *c, descriptors *d, const mx_kview *x, const mx_kview *w,
                      const mx_kview *y, bool *declined) {
   MX__RETURN_IF_FAILED(describe(c, d, declined));
@@ -232,16 +240,22 @@ static mx_status run(cudnnHandle_t h, const mx_cudnn_conv_case *c, descriptors *
   MX__RETURN_IF_FAILED(choose(h, c, d, &a, declined));
   if (*declined) return MX_OK;
   DNN_CALL(cudnnSetConvolutionMathType(d->conv, a.math));
-  void *ws = NULL;
-  if (a.workspace) MX_CUDA_CHECK(cudaMallocAsync(&ws, a.workspace, mx__cuda_stream()));
-  cudnnStatus_t s = execute(h, c, d, &a, x, w, y, ws);
+  void *ws = NULL, *filter = NULL;
+  mx_kview fv;
+  mx_status st = filter_view(c, w, &filter, &fv);
+  if (st == MX_OK && a.workspace) st = MX_CUDA_STATUS(cudaMallocAsync(&ws, a.workspace, mx__cuda_stream()));
+  cudnnStatus_t s = st == MX_OK ? execute(h, c, d, &a, x, &fv, y, ws) : CUDNN_STATUS_SUCCESS;
+  bool ran = st == MX_OK && s == CUDNN_STATUS_SUCCESS;
+  if (ran && filter && c->kind == MX_CONV_BACKWARD_WEIGHT) st = mx__cuda_convert(w, &fv); /* KRSC back to KCRS */
   mx_status freed = ws ? MX_CUDA_STATUS(cudaFreeAsync(ws, mx__cuda_stream())) : MX_OK;
+  mx_status freed_filter = filter ? MX_CUDA_STATUS(cudaFreeAsync(filter, mx__cuda_stream())) : MX_OK;
+  MX__RETURN_IF_FAILED(st);
   if (NOT_SUPPORTED(s)) { /* nothing was written: the direct kernels take it */
     *declined = true;
-    return freed;
+    return freed != MX_OK ? freed : freed_filter;
   }
   MX__RETURN_IF_FAILED(mx__cudnn_status(s, "the cuDNN convolution", __FILE__, __LINE__));
-  return freed;
+  return freed != MX_OK ? freed : freed_filter;
 }
 
 mx_status mx__cudnn_conv(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, const mx_kview *y,

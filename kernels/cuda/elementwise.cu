@@ -136,8 +136,9 @@ mx_status mx__cuda_unary(int code, const mx_kview *out, const mx_kview *in, doub
   auto launch = [&](auto zero) {
     using T = decltype(zero);
     unary_op<T> op;
-    op.out = flatten_if_contiguous(out);
-    op.in = flatten_if_contiguous(in);
+    mx_kview v[2];
+    flatten_operands({out, in}, v);
+    op.out = v[0], op.in = v[1];
     op.code = code;
     op.a = std::is_integral<T>::value ? (T)mx_int_param(a) : (T)a;
     op.b = std::is_integral<T>::value ? (T)mx_int_param(b) : (T)b;
@@ -156,9 +157,9 @@ mx_status mx__cuda_binary(int code, const mx_kview *out, const mx_kview *x, cons
   auto launch = [&](auto zero) {
     using T = decltype(zero);
     binary_op<T> op;
-    op.out = flatten_if_contiguous(out);
-    op.x = flatten_if_contiguous(x);
-    op.y = flatten_if_contiguous(y);
+    mx_kview v[3];
+    flatten_operands({out, x, y}, v);
+    op.out = v[0], op.x = v[1], op.y = v[2];
     op.code = code;
     op.alpha = std::is_integral<T>::value ? (T)mx_int_param(alpha) : (T)alpha;
     return launch_elementwise("launch of kernel binary", mx__kview_numel(out), op);
@@ -172,9 +173,8 @@ mx_status mx__cuda_binary(int code, const mx_kview *out, const mx_kview *x, cons
 
 mx_status mx__cuda_where(const mx_kview *out, const mx_kview *cond, const mx_kview *x, const mx_kview *y) {
   where_op op;
-  op.out = flatten_if_contiguous(out);
-  op.cond = flatten_if_contiguous(cond);
-  op.x = flatten_if_contiguous(x);
-  op.y = flatten_if_contiguous(y);
+  mx_kview v[4];
+  flatten_operands({out, cond, x, y}, v);
+  op.out = v[0], op.cond = v[1], op.x = v[2], op.y = v[3];
   return launch_elementwise("launch of kernel where", mx__kview_numel(out), op);
 }

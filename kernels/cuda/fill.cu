@@ -14,7 +14,7 @@ struct fill_op {
 
 mx_status mx__cuda_fill(const mx_kview *out, double value) {
   fill_op op;
-  op.out = flatten_if_contiguous(out);
+  flatten_operands({out}, &op.out);
   /* the element stored once on the host, by the very function the device
    * uses; host and GPU are both little-endian, so its first bytes are the
    * low bytes of `bits` */
@@ -41,8 +41,9 @@ struct convert_op {
 
 mx_status mx__cuda_convert(const mx_kview *out, const mx_kview *src) {
   convert_op op;
-  op.out = flatten_if_contiguous(out);
-  op.src = flatten_if_contiguous(src);
+  mx_kview v[2];
+  flatten_operands({out, src}, v);
+  op.out = v[0], op.src = v[1];
   return launch_elementwise("launch of kernel convert", mx__kview_numel(out), op);
 }
 

@@ -55,6 +55,10 @@ host_tensor make_tensor(mx_dtype dtype, int ndim, const int64_t *shape, layout h
   }
   if (how == PERMUTED)
     for (int d = 0; d < ndim; d++) t.v.strides[d] = col_major, col_major *= shape[d] > 0 ? shape[d] : 1;
+  if (how == CHANNELS_LAST && ndim == 4) {
+    int64_t dims[4] = {shape[0], shape[1], shape[2], shape[3]};
+    mx__channels_last_strides(dims, t.v.strides);
+  }
   if (how == GAPPED) {
     t.start = 1;
     for (int d = 0; d < ndim; d++) t.v.strides[d] *= 2;

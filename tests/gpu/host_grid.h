@@ -55,6 +55,7 @@ enum layout {
   CONTIGUOUS, /* row-major */
   PERMUTED,   /* column-major: every dim strided */
   GAPPED,     /* row-major with every stride doubled, starting one element in */
+  CHANNELS_LAST, /* 4 dims: (N, C, H, W) laid out (N, H, W, C); row-major otherwise */
   BROADCAST,  /* row-major with some dims of stride 0 (inputs only) */
   LAYOUT_COUNT
 };

@@ -12,6 +12,9 @@ static const mx_backend &cpu = mx__cpu_backend;
 
 static layout out_layout(rng &r) { return (layout)r.range(0, BROADCAST - 1); }
 static layout in_layout(rng &r) { return (layout)r.range(0, LAYOUT_COUNT - 1); }
+/* An input's layout: half the time the output's, so that every operand
+ * sharing one layout (flatten_operands) comes up often. */
+static layout in_layout_like(layout out, rng &r) { return r.range(0, 1) ? out : in_layout(r); }
 
 void test_fill_convert_random(rng &r) {
   for (int round = 0; round < rounds(12); round++)
@@ -33,7 +36,7 @@ void test_fill_convert_random(rng &r) {
 
       mx_dtype from = every_dtype[r.range(0, 7)];
       describe("convert %s to %s, %d dims, layout %d", mx_dtype_name(from), mx_dtype_name(dtype), ndim, how);
-      host_tensor src = make_tensor(from, ndim, shape, in_layout(r), r);
+      host_tensor src = make_tensor(from, ndim, shape, in_layout_like(how, r), r);
       fill_values(src, AWKWARD, r);
       check_status(cpu.convert(&a.v, &src.v), mx__cuda_convert(&b.v, &src.v), "convert");
       same_values(a, b, 0, 0, "convert");
@@ -66,7 +69,7 @@ void test_elementwise(rng &r) {
         int64_t shape[4];
         int ndim = (int)r.range(0, 4);
         random_shape(r, ndim, 11, 8, shape);
-        layout how = out_layout(r), from = in_layout(r);
+        layout how = out_layout(r), from = in_layout_like(how, r);
         describe("unary %d on %s, %d dims, layouts %d <- %d", code, mx_dtype_name(dtype), ndim, how, from);
         host_tensor in = make_tensor(dtype, ndim, shape, from, r), a = make_tensor(dtype, ndim, shape, how, r), b;
         fill_values(in, AWKWARD, r);
@@ -82,7 +85,7 @@ void test_elementwise(rng &r) {
         int64_t shape[4];
         int ndim = (int)r.range(0, 4);
         random_shape(r, ndim, 11, 8, shape);
-        layout how = out_layout(r), lx = in_layout(r), ly = in_layout(r);
+        layout how = out_layout(r), lx = in_layout_like(how, r), ly = in_layout_like(how, r);
         mx_dtype out_dtype = code >= MX_BIN_EQ ? MX_BOOL : dtype;
         describe("binary %d on %s, %d dims, layouts %d <- %d, %d", code, mx_dtype_name(dtype), ndim, how, lx, ly);
         host_tensor x = make_tensor(dtype, ndim, shape, lx, r), y = make_tensor(dtype, ndim, shape, ly, r);
@@ -101,10 +104,11 @@ void test_elementwise(rng &r) {
       int ndim = (int)r.range(0, 4);
       random_shape(r, ndim, 11, 8, shape);
       describe("where on %s, %d dims", mx_dtype_name(dtype), ndim);
-      host_tensor cond = make_tensor(MX_BOOL, ndim, shape, in_layout(r), r);
-      host_tensor x = make_tensor(dtype, ndim, shape, in_layout(r), r),
-                  y = make_tensor(dtype, ndim, shape, in_layout(r), r);
-      host_tensor a = make_tensor(dtype, ndim, shape, out_layout(r), r), b;
+      layout how = out_layout(r);
+      host_tensor cond = make_tensor(MX_BOOL, ndim, shape, in_layout_like(how, r), r);
+      host_tensor x = make_tensor(dtype, ndim, shape, in_layout_like(how, r), r),
+                  y = make_tensor(dtype, ndim, shape, in_layout_like(how, r), r);
+      host_tensor a = make_tensor(dtype, ndim, shape, how, r), b;
       fill_values(cond, AWKWARD, r);
       fill_values(x, AWKWARD, r);
       fill_values(y, AWKWARD, r);

@@ -92,3 +92,53 @@ Test(conv_cudnn_case, declines_what_the_direct_kernels_keep) {
   far.padding[1] = (int64_t)INT_MAX + 1;
   cr_expect_not(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &x, &w, &y, &far, &c), "padding past an int");
 }
+
+static mx_kview channels_last_view(mx_dtype dtype, const int64_t shape[4]) {
+  mx_kview v = shape_view(dtype, 4, shape);
+  mx__channels_last_strides(shape, v.strides);
+  return v;
+}
+
+/* Channels-last activations go to cuDNN as they lie, each described by its
+ * own strides, and the case says so (the filter then goes KRSC). */
+Test(conv_cudnn_case, channels_last_activations_keep_their_layout) {
+  int64_t xs[4] = {2, 3, 5, 7}, ws[4] = {4, 3, 3, 3}, ys[4] = {2, 4, 5, 7};
+  mx_conv_params p = params(2, 1, 1, 1, 1);
+  mx_kview x = channels_last_view(MX_F16, xs), w = shape_view(MX_F16, 4, ws), y = channels_last_view(MX_F16, ys);
+  mx_cudnn_conv_case c, plain;
+  cr_assert(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &x, &w, &y, &p, &c));
+  cr_expect_eq(c.x_channels_last, 1);
+  cr_expect_eq(c.y_channels_last, 1);
+  expect_ints(c.x, (int[]){2, 3, 5, 7}, 4, "x dims stay (N, C, H, W)");
+  int strides[5];
+  mx__cudnn_strides(c.nd, c.x, c.x_channels_last, strides);
+  expect_ints(strides, (int[]){105, 1, 21, 3}, 4, "x strides");
+  mx__cudnn_strides(c.nd, c.y, c.y_channels_last, strides);
+  expect_ints(strides, (int[]){140, 1, 28, 4}, 4, "y strides");
+
+  mx_kview row_major_y = shape_view(MX_F16, 4, ys); /* e.g. a gradient that arrived row-major */
+  cr_assert(mx_cudnn_conv_case_of(MX_CONV_BACKWARD_DATA, &x, &w, &row_major_y, &p, &c));
+  cr_expect_eq(c.x_channels_last, 1);
+  cr_expect_eq(c.y_channels_last, 0);
+  mx__cudnn_strides(c.nd, c.y, c.y_channels_last, strides);
+  expect_ints(strides, (int[]){140, 35, 7, 1}, 4, "row-major y strides");
+
+  mx_kview row_major_x = shape_view(MX_F16, 4, xs);
+  cr_assert(mx_cudnn_conv_case_of(MX_CONV_BACKWARD_DATA, &row_major_x, &w, &row_major_y, &p, &plain));
+  cr_expect_neq(memcmp(&c, &plain, sizeof c), 0, "the layout is part of the algorithm's key");
+}
+
+/* A channels-last weight, or a channels-last view where cuDNN is not given
+ * one (a 3-d convolution's operands have 5 dims), is declined. */
+Test(conv_cudnn_case, declines_other_channels_last_operands) {
+  int64_t xs[4] = {2, 3, 5, 7}, ws[4] = {4, 3, 3, 3}, ys[4] = {2, 4, 5, 7};
+  mx_conv_params p = params(2, 1, 1, 1, 1);
+  mx_kview x = channels_last_view(MX_F32, xs), w = channels_last_view(MX_F32, ws), y = channels_last_view(MX_F32, ys);
+  mx_cudnn_conv_case c;
+  cr_expect_not(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &x, &w, &y, &p, &c), "a channels-last weight");
+  mx_kview wide = x;
+  wide.strides[0] *= 2; /* channels innermost, but a gap between images */
+  w = shape_view(MX_F32, 4, ws);
+  cr_expect_not(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &wide, &w, &y, &p, &c), "a gapped channels-last view");
+  cr_expect(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &x, &w, &y, &p, &c), "the case itself");
+}
