@@ -2,18 +2,21 @@
  * replayed with one launch, as torch.cuda.graphs does for static shapes.
  *
  * mx_cuda_graph_capture runs the warm-up steps eagerly (they create what a
- * step makes lazily: the GradScaler's tensors, cuDNN's handle and algorithm
- * choices, cuBLAS's workspace), waits for them, then captures one step with
- * cudaStreamCaptureModeGlobal. The backend's stream is one mixgrad made
+ * step makes lazily: the GradScaler's tensors and found_inf flags, cuDNN's
+ * handle and algorithm choices), waits for them, then captures one step
+ * with cudaStreamCaptureModeGlobal. The backend's stream is one mixgrad made
  * (cudaStreamNonBlocking), never the legacy default stream, so it can be
  * captured as it is: no side stream is needed, and the warm-up already ran
  * on the stream the capture uses. While the step is captured, tensor memory
  * comes from the capture's private pool (kernels/cuda/graph_pool.h), whose
  * blocks come from cudaMalloc in relaxed capture mode (PyTorch's way): a
- * cudaMallocAsync would be captured as an allocation node, and a replay
- * would not keep the static outputs' addresses. Kernel scratch
- * (cudaMallocAsync paired with cudaFreeAsync inside one op) is captured as
- * CUDA's own graph memory nodes. */
+ * cudaMallocAsync would be captured as an allocation node, and the tensors
+ * the step leaves behind (its static outputs) would be graph allocations
+ * that block a relaunch until freed. Kernel scratch (cudaMallocAsync paired
+ * with cudaFreeAsync inside one op) is captured as CUDA's own graph memory
+ * nodes, and so is cuBLAS's workspace, which cuBLAS takes with
+ * cudaMallocAsync since CUDA 12.2 (PyTorch dropped its own
+ * cublasSetWorkspace for graphs then). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
