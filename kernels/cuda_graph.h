@@ -25,7 +25,8 @@
  *    them (mx_copy_), never replace them, and keep them alive;
  *  - host-side numbers are fixed at capture: an optimizer's hyper-parameters
  *    (a schedule that changes the learning rate after capture does not reach
- *    the graph), a GradScaler's options. What changes per step is kept on
+ *    the graph), a GradScaler's options, and the random generator's state,
+ *    so random ops (dropout) draw the same numbers in every replay. What changes per step is kept on
  *    the device: the Adam/SGD step counts and bias corrections, the loss
  *    scale, the GradScaler's found_inf, on which the optimizer skips a step
  *    and the scale backs off without the host;
