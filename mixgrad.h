@@ -25,6 +25,7 @@
 #include "data/data.h"
 #include "dist/dist.h"
 #include "kernels/base.h"
+#include "kernels/cuda_graph.h"
 #include "kernels/math.h"
 #include "nn/activation_checkpoint.h"
 #include "data/checkpoint.h"

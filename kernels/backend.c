@@ -17,6 +17,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/elementwise.h"
 #endif
+#include "kernels/cuda/graph.h"
 #include "kernels/cuda/nccl.h"
 
 bool mx_cuda_built(void) { return MX_HAVE_CUDA; }
@@ -45,6 +46,7 @@ static struct {
   int (*device_count)(void);
   const mx_backend *(*get)(void);
   const mx__nccl_api *(*nccl)(void); /* kernels/cuda/nccl.h */
+  const mx__cuda_graph_api *(*graph)(void); /* kernels/cuda/graph.h */
 } cuda;
 static int preferred_local_rank = -1; /* the device the backend starts on, when a process group said */
 static char load_error[512]; /* why the module could not be used */
@@ -73,9 +75,10 @@ static void load(void) {
   } else if (!find(handle, "mx__cuda_init", &init, sizeof init) ||
              !find(handle, "mx__cuda_device_count", &cuda.device_count, sizeof cuda.device_count) ||
              !find(handle, "mx__cuda_backend_get", &cuda.get, sizeof cuda.get) ||
-             !find(handle, "mx__nccl_get", &cuda.nccl, sizeof cuda.nccl)) {
+             !find(handle, "mx__nccl_get", &cuda.nccl, sizeof cuda.nccl) ||
+             !find(handle, "mx__cuda_graph_get", &cuda.graph, sizeof cuda.graph)) {
     snprintf(load_error, sizeof load_error, "%s lacks the backend's entry points", path);
-    cuda.device_count = NULL, cuda.get = NULL, cuda.nccl = NULL;
+    cuda.device_count = NULL, cuda.get = NULL, cuda.nccl = NULL, cuda.graph = NULL;
   } else {
     init(&host);
     /* before the backend starts (on this thread's current device) */
@@ -101,6 +104,8 @@ static const mx_backend *cuda_backend(void) {
 
 const mx__nccl_api *mx__cuda_nccl(void) { return cuda_backend() ? cuda.nccl() : NULL; }
 
+const mx__cuda_graph_api *mx__cuda_graph(void) { return cuda_backend() ? cuda.graph() : NULL; }
+
 void mx__cuda_prefer_local_rank(int local_rank) { preferred_local_rank = local_rank; }
 #else
 int mx_cuda_device_count(void) { return 0; }
@@ -112,6 +117,11 @@ static const mx_backend *cuda_backend(void) {
 }
 
 const mx__nccl_api *mx__cuda_nccl(void) {
+  (void)cuda_backend(); /* the error: built without CUDA */
+  return NULL;
+}
+
+const mx__cuda_graph_api *mx__cuda_graph(void) {
   (void)cuda_backend(); /* the error: built without CUDA */
   return NULL;
 }

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "kernels/cuda_graph.h"
 #include "ops/op_table.h"
 
 enum { HAS_WEIGHT = 1, HAS_POS_WEIGHT = 2 };
@@ -95,8 +96,10 @@ static int64_t *host_indices(mx__call *c, const mx_tensor *t) {
   return v;
 }
 
-/* Every class index in [0, classes), ignore_index aside (when `ignore`). */
+/* Every class index in [0, classes), ignore_index aside (when `ignore`).
+ * Not while a CUDA graph is captured: the host cannot read the targets. */
 static mx_status check_indices(mx__call *c, const mx_tensor *t, int64_t classes, bool ignore, int64_t ignore_index) {
+  if (t->device == MX_CUDA && mx_cuda_graph_capturing()) return MX_OK;
   int64_t *v = host_indices(c, t);
   if (!v) return mx_last_status();
   mx_status status = MX_OK;

@@ -65,6 +65,8 @@ void mx_demo_print_usage(const mx_demo_usage *u, const mx_demo_flags *d, FILE *o
   fprintf(out, "  --amp-report DIR   write DIR/index.html: loss scale, gradient histograms, autocast per op\n");
   fprintf(out, "  --data DIR         %s\n", u->data_help);
   fprintf(out, "  --synthetic N      train on N generated samples (and test on N/5) instead of data\n");
+  fprintf(out, "  --cuda-graph       with --device cuda: capture the training step once in a CUDA graph and\n"
+               "                     replay it for each full batch (the lr stays at --lr: no schedule)\n");
   fprintf(out, "  --help             this text\n");
 }
 
@@ -160,6 +162,10 @@ int mx_demo_parse_flags(int argc, char **argv, const mx_demo_usage *u, mx_demo_f
       return 1;
     }
     if (strncmp(flag, "--", 2) != 0) return bad(p, "argument", flag, "a flag");
+    if (!strcmp(flag, "--cuda-graph")) { /* a switch: no value */
+      f->cuda_graph = true;
+      continue;
+    }
     if (!known(flag)) {
       fprintf(stderr, "%s: unknown flag %s (see --help)\n", p, flag);
       return 2;
@@ -217,6 +223,11 @@ int mx_demo_parse_flags(int argc, char **argv, const mx_demo_usage *u, mx_demo_f
     else if (!strcmp(flag, "--plot")) f->plot = v;
     else if (!strcmp(flag, "--amp-report")) f->amp_report = v;
     else f->data = v; /* --data, the last known flag */
+  }
+  if (f->cuda_graph && (f->device != MX_CUDA || f->amp_report)) {
+    fprintf(stderr, "%s: --cuda-graph needs --device cuda%s (see --help)\n", p,
+            f->amp_report ? " and no --amp-report (its statistics are read on the host each step)" : "");
+    return 2;
   }
   if (f->allow_change && !f->resume) {
     fprintf(stderr, "%s: --allow-change applies to a --resume only (see --help)\n", p);

@@ -52,6 +52,9 @@ typedef struct {
   /* data parallelism: this process is rank `rank` of `world` (1: alone) */
   mx_process_group *group;
   int rank, world;
+  /* --cuda-graph: the captured step, its static inputs and outputs */
+  mx_cuda_graph *graph;
+  mx_tensor *static_x, *static_y, *graph_logits, *graph_loss;
 } run_state;
 
 static int fail(const char *what) {
@@ -143,7 +146,7 @@ static int make_optimizer(run_state *r, int64_t total_steps) {
   /* A quarter of the run warming up; OneCycleLR needs both phases to hold
    * a step, so short runs warm up for half, and runs under 3 steps keep
    * the peak lr. */
-  if (total_steps >= 3) {
+  if (total_steps >= 3 && !r->flags->cuda_graph) { /* a captured step keeps the lr it was captured with */
     mx_one_cycle_opts oc = mx_one_cycle_defaults(r->flags->lr, total_steps);
     oc.pct_start = warm_up(total_steps);
     r->schedule = mx_one_cycle_lr_new(r->opt, &oc);
@@ -154,7 +157,8 @@ static int make_optimizer(run_state *r, int64_t total_steps) {
   /* PyTorch's default waits 2000 clean steps before growing, longer than a
    * demo runs; 100 lets the picture show the scale finding its level. */
   so.growth_interval = 100;
-  so.min_scale = SCALE_FLOOR, so.max_consecutive_skips = MAX_SKIPS_IN_A_ROW;
+  /* a captured step cannot read the skips on the host: replay_step counts them */
+  so.min_scale = SCALE_FLOOR, so.max_consecutive_skips = r->flags->cuda_graph ? 0 : MAX_SKIPS_IN_A_ROW;
   r->scaler = mx_scaler_new(&so);
   if (!r->scaler) return fail("GradScaler");
   return r->flags->amp_report ? watch_amp(r, total_steps) : 0;
@@ -233,6 +237,60 @@ static int train_step(run_state *r, const mx_tensor *x, const mx_tensor *y, mx_d
   }
   mx_scope_end(s);
   return rc;
+}
+
+/* --cuda-graph: train_step's work on the static inputs, without its host
+ * reads (the scaler's step info, the loss), so that it can be captured. */
+static mx_status captured_step(void *ctx) {
+  run_state *r = ctx;
+  const mx_demo_flags *f = r->flags;
+  mx_status status = mx_optimizer_zero_grad(r->opt, true);
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *logits = NULL, *loss = NULL;
+  MX_AUTOCAST(f->device, f->amp == MX_F32 ? MX_AUTOCAST_DEFAULT_DTYPE : f->amp, f->amp != MX_F32, true) {
+    logits = mx_module_forward(r->task->model, r->static_x);
+    loss = logits ? mx_cross_entropy(logits, r->static_y, NULL, MX_IGNORE_INDEX, MX_REDUCTION_MEAN,
+                                     r->task->label_smoothing)
+                  : NULL;
+  }
+  if (status == MX_OK && !loss) status = mx_last_status();
+  if (status == MX_OK) status = mx_backward(mx_scaler_scale(r->scaler, loss), NULL, false);
+  if (status == MX_OK) status = mx_scaler_step(r->scaler, r->opt, NULL);
+  if (status == MX_OK) status = mx_scaler_update(r->scaler);
+  if (status == MX_OK) r->graph_logits = mx_keep(mx_detach(logits)), r->graph_loss = mx_keep(mx_detach(loss));
+  mx_scope_end(s);
+  return status;
+}
+
+/* After the first full batch's eager step made what a step makes lazily
+ * (the scaler's tensors, cuDNN's choices), so no warm-up is needed: the
+ * step on static inputs of that batch's shape, captured (nothing runs). */
+static int capture(run_state *r, const mx_tensor *x, const mx_tensor *y) {
+  r->static_x = mx_clone(x), r->static_y = mx_clone(y);
+  r->graph = r->static_x && r->static_y ? mx_cuda_graph_capture(captured_step, r, 0) : NULL;
+  return r->graph ? 0 : fail("--cuda-graph");
+}
+
+/* A full batch under --cuda-graph: copied into the static inputs, the step
+ * replayed, the row read from its outputs and the scaler's counters. */
+static int replay_step(run_state *r, const mx_tensor *x, const mx_tensor *y, mx_demo_step_row *row,
+                       int64_t *samples, int64_t *correct) {
+  row->lr = mx_optimizer_lr(r->opt, 0);
+  int64_t skipped = mx_scaler_stats_get(r->scaler).skipped;
+  if (mx_copy_(r->static_x, x) != MX_OK || mx_copy_(r->static_y, y) != MX_OK || mx_cuda_graph_replay(r->graph) != MX_OK)
+    return fail("training step (--cuda-graph)");
+  row->skipped = mx_scaler_stats_get(r->scaler).skipped != skipped;
+  row->scale = mx_scaler_get_scale(r->scaler);
+  r->skipped += row->skipped;
+  r->skips_in_a_row = row->skipped ? r->skips_in_a_row + 1 : 0;
+  if (r->skips_in_a_row > MAX_SKIPS_IN_A_ROW || (row->skipped && row->scale <= SCALE_FLOOR))
+    return diverged(r, row->step, "the gradients keep overflowing float16 (--cuda-graph)");
+  double batch = (double)mx_shape_get(y).d[0];
+  row->loss = mx_item(r->graph_loss);
+  *correct = count_correct(r->graph_logits, r->static_y);
+  row->accuracy = (double)*correct / batch;
+  *samples = (int64_t)batch;
+  return 0;
 }
 
 typedef struct {
@@ -366,7 +424,9 @@ static int train_epochs(run_state *r, int64_t step, int64_t stop, eval_result *l
       if (!batch_to_device(f, &x, &y)) return fail("training data to the device");
       mx_demo_step_row row = {.step = step + 1, .epoch = epoch + 1};
       int64_t correct = 0, b = 0;
-      rc = train_step(r, x, y, &row, &b, &correct);
+      bool graphed = f->cuda_graph && mx_shape_get(x).d[0] == f->batch; /* a short last batch runs eagerly */
+      rc = graphed && r->graph ? replay_step(r, x, y, &row, &b, &correct) : train_step(r, x, y, &row, &b, &correct);
+      if (rc == 0 && graphed && !r->graph) rc = capture(r, x, y);
       mx_release(x);
       mx_release(y);
       if (rc) return rc;
@@ -507,7 +567,7 @@ static void describe_run(run_state *r, int64_t total) {
   SET(BATCH, "%lld", (long long)f->batch);
   SET(EPOCHS, "%d", f->epochs);
   shortest(s->text[LR], sizeof s->text[LR], f->lr);
-  if (total >= 3) SET(SCHEDULE, "one-cycle over %lld steps with %g%% warm-up", (long long)total, 100 * warm_up(total));
+  if (total >= 3 && !f->cuda_graph) SET(SCHEDULE, "one-cycle over %lld steps with %g%% warm-up", (long long)total, 100 * warm_up(total));
   else SET(SCHEDULE, "the peak lr for all %lld steps", (long long)total);
   SET(SEED, "%llu", (unsigned long long)f->seed);
   SET(DATA, "%lld + %lld samples of %dx%dx%d with CRC-32 %08lx", (long long)train->n,
@@ -659,6 +719,9 @@ static int resume(run_state *r, const resume_plan *p, int64_t total, int64_t *st
 }
 
 static void free_run(run_state *r) {
+  mx_cuda_graph_free(r->graph);
+  mx_tensor *graph_tensors[] = {r->static_x, r->static_y, r->graph_logits, r->graph_loss};
+  for (int i = 0; i < 4; i++) mx_release(graph_tensors[i]);
   mx_dist_free(r->group);
   mx_loader_free(r->train);
   mx_loader_free(r->test);
@@ -677,6 +740,11 @@ int mx_demo_train(const mx_demo_task *task, const mx_demo_flags *flags) {
   int64_t *counts = calloc(2 * (size_t)classes, sizeof *counts);
   eval_result last = {.right = counts, .seen = counts ? counts + classes : NULL};
   int rc = counts ? join_ranks(&r) : fail("out of memory");
+  if (rc == 0 && flags->cuda_graph && r.world > 1) {
+    fprintf(stderr, "--cuda-graph: one process only (the gradients' all-reduce is not captured), not %d ranks\n",
+            r.world);
+    rc = 1;
+  }
   if (rc == 0) rc = make_loaders(&r);
   int64_t batches = rc ? 0 : mx_loader_batches(r.train);
   int64_t total = batches * flags->epochs;

@@ -11,6 +11,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/graph.h"
 #include "kernels/math.h"
 
 /* --- state, set up once ------------------------------------------------------ */
@@ -44,8 +45,12 @@ int mx__cuda_device_count(void) {
 
 /* --- memory: the device's default pool, stream-ordered -------------------------- */
 
+/* While a CUDA graph is captured, tensors come from its private pool and
+ * frees are the pools' (kernels/cuda/graph.cu). */
 static mx_status cuda_alloc(size_t bytes, void **out) {
   *out = NULL;
+  mx_status pooled;
+  if (mx__cuda_graph_take_alloc(bytes, out, &pooled)) return pooled;
   /* an empty tensor still gets a real, distinct pointer */
   mx_status status = MX_CUDA_STATUS(cudaMallocAsync(out, bytes ? bytes : 1, cuda.stream));
   if (status != MX_OK) {
@@ -58,8 +63,7 @@ static mx_status cuda_alloc(size_t bytes, void **out) {
 }
 
 static void cuda_free(void *ptr, size_t bytes) {
-  (void)bytes;
-  if (!ptr) return;
+  if (!ptr || mx__cuda_graph_take_free(ptr, bytes)) return;
   cudaError_t err = cudaFreeAsync(ptr, cuda.stream);
   if (err == cudaSuccess) return;
   /* free cannot fail upward: record it unless an earlier error is pending,
@@ -73,6 +77,7 @@ static void cuda_free(void *ptr, size_t bytes) {
 /* The pool keeps freed blocks (release threshold: all); hand them back once
  * the stream has reached every free queued on it. */
 static mx_status cuda_empty_cache(void) {
+  MX__RETURN_IF_FAILED(mx__cuda_refuse_during_capture("emptying the memory cache", 0));
   MX_CUDA_CHECK(cudaStreamSynchronize(cuda.stream));
   cudaMemPool_t pool;
   MX_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, cuda.device));
@@ -80,10 +85,31 @@ static mx_status cuda_empty_cache(void) {
   return MX_OK;
 }
 
+/* A few host bytes written by a kernel that carries them in its argument:
+ * how a captured graph holds the 0-d CPU scalars ops move to the device
+ * (a constant such as cross entropy's ignore_index), fixed at capture. A
+ * copy of pageable host memory cannot be captured. */
+#define CAPTURED_HOST_BYTES 16
+struct captured_host_bytes {
+  unsigned char b[CAPTURED_HOST_BYTES];
+};
+
+__global__ void write_captured_host_bytes(unsigned char *dst, captured_host_bytes v, unsigned n) {
+  if (threadIdx.x < n) dst[threadIdx.x] = v.b[threadIdx.x];
+}
+
 /* Host buffers are pageable user memory: wait for the copy before
  * returning, so the caller may reuse or free them at once. */
 static mx_status cuda_copy_from_host(void *dst, const void *src, size_t bytes) {
   if (!bytes) return MX_OK;
+  if (bytes <= CAPTURED_HOST_BYTES && mx__cuda_capturing()) {
+    captured_host_bytes v;
+    memcpy(v.b, src, bytes);
+    write_captured_host_bytes<<<1, CAPTURED_HOST_BYTES, 0, cuda.stream>>>((unsigned char *)dst, v, (unsigned)bytes);
+    MX_CUDA_CHECK_LAUNCH("launch of kernel write_captured_host_bytes");
+    return MX_OK;
+  }
+  MX__RETURN_IF_FAILED(mx__cuda_refuse_during_capture("copying from the host to the device", bytes));
   MX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda.stream));
   MX_CUDA_CHECK(cudaStreamSynchronize(cuda.stream));
   return MX_OK;
@@ -91,12 +117,14 @@ static mx_status cuda_copy_from_host(void *dst, const void *src, size_t bytes) {
 
 static mx_status cuda_copy_to_host(void *dst, const void *src, size_t bytes) {
   if (!bytes) return MX_OK;
+  MX__RETURN_IF_FAILED(mx__cuda_refuse_during_capture("copying from the device to the host", bytes));
   MX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda.stream));
   MX_CUDA_CHECK(cudaStreamSynchronize(cuda.stream));
   return MX_OK;
 }
 
 static mx_status cuda_synchronize(void) {
+  MX__RETURN_IF_FAILED(mx__cuda_refuse_during_capture("waiting for the device", 0));
   MX_CUDA_CHECK(cudaStreamSynchronize(cuda.stream));
   return MX_OK;
 }

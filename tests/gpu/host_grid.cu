@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda/graph.h"
 #include "tests/gpu/host_grid.h"
 
 const mx_dtype every_dtype[8] = {MX_F32, MX_F64, MX_F16, MX_BF16, MX_I64, MX_I32, MX_U8, MX_BOOL};
@@ -21,6 +22,10 @@ int mx__cuda_max_blocks(void) { return host_grid_cap; }
  * only (integer dtypes), which runs on the host grid. */
 cudaStream_t mx__cuda_stream(void) { return NULL; }
 cublasHandle_t mx__cuda_blas(void) { return NULL; }
+
+/* indexing.cu asks before it reads its bad-index slot back: nothing is
+ * captured here */
+bool mx__cuda_capturing(void) { return false; }
 
 uint64_t rng::next() {
   uint64_t z = (state += 0x9e3779b97f4a7c15ull);
