@@ -27,6 +27,8 @@ typedef struct {
   bool (*dtype_is_floating)(mx_dtype dtype);
   int64_t (*kview_numel)(const mx_kview *v);
   bool (*kview_is_contiguous)(const mx_kview *v);
+  bool (*kview_is_channels_last)(const mx_kview *v);
+  void (*channels_last_strides)(const int64_t shape[4], int64_t strides[4]);
   bool (*unary_has_int)(int code);
   bool (*binary_has_int)(int code);
   mx_status (*conv_check)(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, const mx_kview *y,

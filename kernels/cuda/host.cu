@@ -29,6 +29,8 @@ const char *mx_dtype_name(mx_dtype dtype) { return host.dtype_name(dtype); }
 bool mx_dtype_is_floating(mx_dtype dtype) { return host.dtype_is_floating(dtype); }
 int64_t mx__kview_numel(const mx_kview *v) { return host.kview_numel(v); }
 bool mx__kview_is_contiguous(const mx_kview *v) { return host.kview_is_contiguous(v); }
+bool mx__kview_is_channels_last(const mx_kview *v) { return host.kview_is_channels_last(v); }
+void mx__channels_last_strides(const int64_t shape[4], int64_t strides[4]) { host.channels_last_strides(shape, strides); }
 bool mx__unary_has_int(int code) { return host.unary_has_int(code); }
 bool mx__binary_has_int(int code) { return host.binary_has_int(code); }
 
