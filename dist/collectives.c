@@ -195,7 +195,7 @@ static void agreed(mx_dist_work *w, int code) {
   }
   mx_status st = mx__dist_agree_check(g, "mx_dist_wait", &w->call, w->ballots, code, mx_data_ptr(w->buf));
   w->ballots = NULL;
-  if (st == MX_OK && mx__dist_folds(&w->call)) { /* its data came with the agreement */
+  if (st == MX_OK && mx__dist_folds(g, &w->call)) { /* its data came with the agreement */
     w->phase = ENDED;
     mx__dist_pending_remove(g, w->call.seq);
     return;
@@ -266,7 +266,7 @@ static mx_status all_reduce_now(mx_dist_work *w) {
   mx_process_group *g = w->g;
   void *data = mx_data_ptr(w->buf);
   mx_status st = mx__dist_agree(g, w->op, &w->call, data);
-  if (st != MX_OK || mx__dist_folds(&w->call)) return st; /* a folded call's data came with the agreement */
+  if (st != MX_OK || mx__dist_folds(g, &w->call)) return st; /* a folded call's data came with the agreement */
   mx_dtype wire = mx_dtype_of(w->buf);
   int n = (int)mx_numel(w->buf);
   MPI_Request req = MPI_REQUEST_NULL;

@@ -179,14 +179,28 @@ MPI_Op mx__dist_float_op(mx_dist_reduce_op how) { return float_ops[how == MX_DIS
 
 struct mx__ballot {
   mx__call call;
-  unsigned char data[MX__FOLD_BYTES]; /* a folded all-reduce's, in its wire dtype */
+  unsigned char data[]; /* room for ballot_room(world) bytes: a folded all-reduce's, in its wire dtype */
 };
+
+/* The data a ballot has room for: MX__FOLD_BYTES up to 4 ranks, then less
+ * (a multiple of 8 bytes), so that an agreement, which every collective
+ * makes, gathers at most 4 * MX__FOLD_BYTES of data whatever the ranks. */
+static int64_t ballot_room(int world) {
+  int64_t room = world <= 4 ? MX__FOLD_BYTES : MX__FOLD_BYTES * 4 / world;
+  return room & ~(int64_t)7;
+}
+
+/* One ballot's bytes, and rank r's in an agreement's gather. */
+static size_t ballot_size(int world) { return sizeof(mx__ballot) + (size_t)ballot_room(world); }
+static mx__ballot *ballot_of(mx__ballot *gathered, int world, int r) {
+  return (mx__ballot *)((unsigned char *)gathered + (size_t)r * ballot_size(world));
+}
 
 static mx_dtype wire_of(mx_dtype dt) { return dt == MX_F16 || dt == MX_BF16 ? MX_F32 : dt; }
 
-bool mx__dist_folds(const mx__call *call) {
+bool mx__dist_folds(const mx_process_group *g, const mx__call *call) {
   if (call->kind < CALL_SUM || call->kind > CALL_MIN || call->device != MX_CPU) return false;
-  return call->numel <= MX__FOLD_BYTES / (int64_t)mx_dtype_size(wire_of((mx_dtype)call->dtype));
+  return call->numel <= ballot_room(g->world) / (int64_t)mx_dtype_size(wire_of((mx_dtype)call->dtype));
 }
 
 /* The bytes of call's data in a ballot. */
@@ -370,23 +384,28 @@ static void leave_mpi(mx_process_group *g) {
 }
 
 /* This rank's ballot for call, with data when call folds. */
-static void fill_ballot(mx__ballot *b, const mx__call *call, const void *data) {
+static void fill_ballot(mx__ballot *b, const mx_process_group *g, const mx__call *call, const void *data) {
   b->call = *call;
-  size_t bytes = data && mx__dist_folds(call) ? folded_bytes(call) : 0;
+  size_t bytes = data && mx__dist_folds(g, call) ? folded_bytes(call) : 0, room = (size_t)ballot_room(g->world);
   if (bytes) memcpy(b->data, data, bytes);
-  memset(b->data + bytes, 0, sizeof b->data - bytes); /* MPI sends it all */
+  memset(b->data + bytes, 0, room - bytes); /* MPI sends it all */
 }
 
-/* The ballots of an agreement: this rank's first, then every rank's. */
+/* Gathers every rank's ballot after this rank's own (the first of g->world + 1). */
+static int gather_ballots(mx_process_group *g, mx__ballot *ballots, MPI_Request *req) {
+  int bytes = (int)ballot_size(g->world);
+  return MPI_Iallgather(ballots, bytes, MPI_BYTE, ballot_of(ballots, g->world, 1), bytes, MPI_BYTE, g->agree_comm,
+                        req);
+}
+
 mx_status mx__dist_agree_start(mx_process_group *g, const char *op, mx__call *call, const void *data,
                                mx__ballot **ballots, MPI_Request *req) {
   call->seq = g->next_seq++;
-  *ballots = malloc((size_t)(g->world + 1) * sizeof **ballots);
+  *ballots = malloc((size_t)(g->world + 1) * ballot_size(g->world));
   if (!*ballots) return mx__dist_broke(g, mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", op));
-  fill_ballot(*ballots, call, data);
+  fill_ballot(*ballots, g, call, data);
   mx__dist_pending_add(g, call);
-  const int bytes = (int)sizeof **ballots;
-  int code = MPI_Iallgather(*ballots, bytes, MPI_BYTE, *ballots + 1, bytes, MPI_BYTE, g->agree_comm, req);
+  int code = gather_ballots(g, *ballots, req);
   if (code == MPI_SUCCESS) return MX_OK;
   mx__dist_pending_remove(g, call->seq);
   free(*ballots), *ballots = NULL;
@@ -404,12 +423,11 @@ static void drain(mx_process_group *g, const mx__call *failed) {
   int64_t posted = g->next_seq, most = posted;
   mx__dist_pending_add(g, failed); /* a rank that never finds it would hang here */
   int code = MPI_Allreduce(&posted, &most, 1, MPI_INT64_T, MPI_MAX, g->comm);
-  mx__ballot *none = malloc((size_t)(g->world + 1) * sizeof *none);
-  if (none) fill_ballot(none, &(mx__call){.seq = -1, .kind = -1}, NULL);
+  mx__ballot *none = malloc((size_t)(g->world + 1) * ballot_size(g->world));
+  if (none) fill_ballot(none, g, &(mx__call){.seq = -1, .kind = -1}, NULL);
   for (int64_t k = posted; code == MPI_SUCCESS && none && k < most; k++) {
     MPI_Request req;
-    const int bytes = (int)sizeof *none;
-    code = MPI_Iallgather(none, bytes, MPI_BYTE, none + 1, bytes, MPI_BYTE, g->agree_comm, &req);
+    code = gather_ballots(g, none, &req);
     if (code == MPI_SUCCESS) code = MPI_Wait(&req, MPI_STATUS_IGNORE);
   }
   mx__dist_pending_remove(g, failed->seq);
@@ -422,10 +440,9 @@ mx_status mx__dist_agree_check(mx_process_group *g, const char *op, mx__call *ca
                                void *data) {
   g->mpi_failed |= code != MPI_SUCCESS;
   mx_status st = mx__dist_mpi_status(code, op);
-  const mx__ballot *all = ballots + 1;
   bool blocking = true;
   for (int r = 0; st == MX_OK && r < g->world; r++) {
-    mx__call theirs = all[r].call;
+    mx__call theirs = ballot_of(ballots, g->world, r + 1)->call;
     blocking &= theirs.blocking == 1;
     theirs.blocking = call->blocking;
     if (!memcmp(&theirs, call, sizeof *call)) continue;
@@ -436,9 +453,9 @@ mx_status mx__dist_agree_check(mx_process_group *g, const char *op, mx__call *ca
                    mine, r, other, (long long)call->seq);
   }
   call->blocking = blocking;
-  if (st == MX_OK && data && mx__dist_folds(call)) { /* every rank reduces in rank order: the same bits */
-    memcpy(data, all[0].data, folded_bytes(call));
-    for (int r = 1; r < g->world; r++) reduce_folded(call, all[r].data, data);
+  if (st == MX_OK && data && mx__dist_folds(g, call)) { /* every rank reduces in rank order: the same bits */
+    memcpy(data, ballot_of(ballots, g->world, 1)->data, folded_bytes(call));
+    for (int r = 1; r < g->world; r++) reduce_folded(call, ballot_of(ballots, g->world, r + 1)->data, data);
   }
   free(ballots);
   if (st == MX_OK) return MX_OK;

@@ -12,7 +12,7 @@
 #include "dist/dist_internal.h" /* MX__FOLD_BYTES */
 #include "mpi_tests.h"
 
-/* The most elements of dt that fold (16-bit floats travel as float32). */
+/* The most elements of dt that fold over 2 or 3 ranks (16-bit floats travel as float32). */
 static int64_t fold_limit(mx_dtype dt) {
   size_t wire = dt == MX_F16 || dt == MX_BF16 ? 4 : mx_dtype_size(dt);
   return MX__FOLD_BYTES / (int64_t)wire;
