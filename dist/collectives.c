@@ -5,7 +5,10 @@
  * messages); an asynchronous all-reduce posts its agreement at once and
  * its data, nonblocking, once the agreement has ended (mx__dist_progress,
  * driven by the waits, the later calls and DDP's hooks), so neither the
- * caller nor backward waits for the other ranks when it starts one.
+ * caller nor backward waits for the other ranks when it starts one. An
+ * all-reduce of at most MX__FOLD_BYTES (4 KiB), waited at once or not, has
+ * no data phase: its data travels inside its agreement, which every rank
+ * then reduces (process_group.c), saving the second round trip.
  *
  * CUDA tensors go to NCCL instead (dist/nccl.c), in their own dtype (f16
  * and bf16 included, average as ncclAvg), on the device: nothing here
@@ -44,7 +47,7 @@ struct mx_dist_work {
   bool in_flight;
   enum { AGREEING, RUNNING, ENDED } phase;
   MPI_Request agree_req;
-  mx__call *all; /* the agreement's gather, until it ends */
+  mx__ballot *ballots; /* the agreement's, until it ends */
   mx_status failed; /* what ended it in flight, reported by its wait with why */
   char why[512];
 #endif
@@ -186,12 +189,17 @@ static void flight_failed(mx_dist_work *w, mx_status st) {
 static void agreed(mx_dist_work *w, int code) {
   mx_process_group *g = w->g;
   if (g->broken) { /* the agreement ended, but no data moves on a broken group */
-    free(w->all), w->all = NULL;
+    free(w->ballots), w->ballots = NULL;
     flight_failed(w, mx__dist_usable(g, "mx_dist_wait"));
     return;
   }
-  mx_status st = mx__dist_agree_check(g, "mx_dist_wait", &w->call, w->all, code);
-  w->all = NULL;
+  mx_status st = mx__dist_agree_check(g, "mx_dist_wait", &w->call, w->ballots, code, mx_data_ptr(w->buf));
+  w->ballots = NULL;
+  if (st == MX_OK && mx__dist_folds(g, &w->call)) { /* its data came with the agreement */
+    w->phase = ENDED;
+    mx__dist_pending_remove(g, w->call.seq);
+    return;
+  }
   if (st == MX_OK) {
     mx_dtype wire = mx_dtype_of(w->buf);
     code = MPI_Iallreduce(MPI_IN_PLACE, mx_data_ptr(w->buf), (int)mx_numel(w->buf), mpi_type(wire),
@@ -245,7 +253,7 @@ static mx_status land(mx_dist_work *w) {
 /* Starts w's agreement; its data starts once every rank has agreed. */
 static mx_status take_off(mx_dist_work *w) {
   mx_process_group *g = w->g;
-  mx_status st = mx__dist_agree_start(g, w->op, &w->call, &w->all, &w->agree_req);
+  mx_status st = mx__dist_agree_start(g, w->op, &w->call, mx_data_ptr(w->buf), &w->ballots, &w->agree_req);
   if (st != MX_OK) return st;
   w->in_flight = true, w->phase = AGREEING;
   g->flights[g->n_flights++] = w;
@@ -256,10 +264,10 @@ static mx_status take_off(mx_dist_work *w) {
 /* The whole all-reduce of w, waited for at once. */
 static mx_status all_reduce_now(mx_dist_work *w) {
   mx_process_group *g = w->g;
-  mx_status st = mx__dist_agree(g, w->op, &w->call);
-  if (st != MX_OK) return st;
-  mx_dtype wire = mx_dtype_of(w->buf);
   void *data = mx_data_ptr(w->buf);
+  mx_status st = mx__dist_agree(g, w->op, &w->call, data);
+  if (st != MX_OK || mx__dist_folds(g, &w->call)) return st; /* a folded call's data came with the agreement */
+  mx_dtype wire = mx_dtype_of(w->buf);
   int n = (int)mx_numel(w->buf);
   MPI_Request req = MPI_REQUEST_NULL;
   mx__dist_pending_add(g, &w->call);
@@ -291,7 +299,7 @@ static mx_dist_work *start_all_reduce(const char *op, mx_process_group *g, mx_te
   *w = (mx_dist_work){.g = g, .op = op, .how = how, .call = {.kind = (int64_t)how, .dtype = dt, .numel = mx_numel(t),
                                                              .root = -1, .device = mx_device_of(t)}};
   if (mx_device_of(t) == MX_CUDA) { /* NCCL, even for a world of one: its path is the one tested there */
-    if (mx__dist_agree(g, op, &w->call) != MX_OK) return work_free(w), NULL;
+    if (mx__dist_agree(g, op, &w->call, NULL) != MX_OK) return work_free(w), NULL;
     w->t = mx__retain(t);
     w->on_cuda = true;
     w->buf = mx__dist_nccl_get(g, op) ? work_buffer(op, t, dt, MX_CUDA, true) : NULL;
@@ -302,7 +310,7 @@ static mx_dist_work *start_all_reduce(const char *op, mx_process_group *g, mx_te
   }
   w->t = mx__retain(t);
   if (g->world == 1) { /* nothing to move: every op of one rank is the identity */
-    mx__dist_agree(g, op, &w->call);
+    mx__dist_agree(g, op, &w->call, NULL);
     return w;
   }
   w->buf = work_buffer(op, t, wire_dtype(dt), MX_CPU, true);
@@ -370,7 +378,7 @@ mx_tensor *mx_dist_all_gather(mx_process_group *g, const mx_tensor *t) {
   int64_t n = mx_numel(t);
   mx__call call = {.kind = CALL_ALL_GATHER, .dtype = mx_dtype_of(t), .numel = n, .root = -1,
                    .device = mx_device_of(t)};
-  mx_status st = mx__dist_agree(g, op, &call);
+  mx_status st = mx__dist_agree(g, op, &call, NULL);
   mx_tensor *out = NULL;
   mx_scope *scope = mx_scope_begin();
   if (mx_device_of(t) == MX_CUDA) MX_NO_GRAD {
@@ -426,7 +434,7 @@ mx_tensor *mx_dist_reduce_scatter(mx_process_group *g, const mx_tensor *t, mx_di
   int64_t n = mx_numel(t) / g->world;
   mx__call call = {.kind = CALL_REDUCE_SCATTER, .dtype = dt, .numel = mx_numel(t), .root = (int64_t)how,
                    .device = mx_device_of(t)};
-  mx_status st = mx__dist_agree(g, op, &call);
+  mx_status st = mx__dist_agree(g, op, &call, NULL);
   mx_shape part = {shape.ndim - 1, {0}};
   for (int d = 1; d < shape.ndim; d++) part.d[d - 1] = shape.d[d];
   mx_tensor *out = NULL;
@@ -475,7 +483,7 @@ mx_status mx_dist_broadcast(mx_process_group *g, mx_tensor *t, int root) {
     return mx__error(MX_INVALID_ARGUMENT, "%s: root %d is not in [0, %d)", op, root, g->world);
   mx__call call = {.kind = CALL_BROADCAST, .dtype = mx_dtype_of(t), .numel = mx_numel(t), .root = root,
                    .device = mx_device_of(t)};
-  st = mx__dist_agree(g, op, &call);
+  st = mx__dist_agree(g, op, &call, NULL);
   if (st == MX_OK && mx_device_of(t) == MX_CUDA) {
     mx_tensor *buf = mx__dist_nccl_get(g, op) ? work_buffer(op, t, mx_dtype_of(t), MX_CUDA, g->rank == root) : NULL;
     st = buf ? MX_OK : mx_last_status();
@@ -507,6 +515,6 @@ mx_status mx_dist_barrier(mx_process_group *g) {
   mx_status st = mx__dist_usable(g, op);
   if (st != MX_OK) return st;
   mx__call call = {.kind = CALL_BARRIER, .dtype = MX_U8, .numel = 0, .root = -1};
-  st = mx__dist_agree(g, op, &call); /* the agreement is itself a barrier */
+  st = mx__dist_agree(g, op, &call, NULL); /* the agreement is itself a barrier */
   return st;
 }

@@ -71,10 +71,27 @@ mx_status mx__dist_broke(mx_process_group *g, mx_status st);
 /* "all_reduce(sum) on 5 float32 elements", and " from root R" for a broadcast. */
 void mx__dist_describe(const mx__call *c, char *out, size_t size);
 
+/* An all-reduce of a CPU tensor whose reduced data (float32 for the 16-bit
+ * floats) is at most this many bytes (over at most 4 ranks; less over
+ * more) travels inside its agreement, in one exchange: every agreement's
+ * record (a ballot) has room for it whatever the call, so every rank
+ * passes MPI the same count even when the ranks' calls differ
+ * (process_group.c). 4 KiB, the bench's smallest all-reduce: with Open
+ * MPI's eager limit at 8 KiB the record still goes in one message, and the
+ * calls that do not fold, which carry the room empty, measured no slower
+ * except where the ranks are in step (a barrier: 1.6-1.9 against 0.6-0.9
+ * us, 2 ranks). */
+#define MX__FOLD_BYTES 4096
+
+/* Whether call's data travels inside its agreement (see MX__FOLD_BYTES). */
+bool mx__dist_folds(const mx_process_group *g, const mx__call *call);
+
 /* Numbers the call and checks that every rank makes the same one; an error
- * names this rank's call and the first rank's that differs. Earlier
- * asynchronous all-reduces first start their data (mx__dist_progress). */
-mx_status mx__dist_agree(mx_process_group *g, const char *op, mx__call *call);
+ * names this rank's call and another rank's that differs. Earlier
+ * asynchronous all-reduces first start their data (mx__dist_progress).
+ * When the call folds, data holds its data (in the wire dtype), reduced
+ * in place by the same exchange; NULL otherwise. */
+mx_status mx__dist_agree(mx_process_group *g, const char *op, mx__call *call, void *data);
 
 /* --- CUDA tensors, on NCCL (dist/nccl.c) --- */
 typedef struct mx__dist_nccl mx__dist_nccl;
@@ -109,14 +126,20 @@ mx_status mx__dist_mpi_status(int code, const char *op);
  * its request is complete. */
 void mx__dist_pending_add(mx_process_group *g, const mx__call *call);
 void mx__dist_pending_remove(mx_process_group *g, int64_t seq);
+/* One rank's record in an agreement: its call, and a folded call's data
+ * (process_group.c); opaque here. */
+typedef struct mx__ballot mx__ballot;
 /* mx__dist_agree in two halves, for an asynchronous call: the first numbers
  * call, registers it with the watchdog and starts gathering every rank's
- * description into *all (malloc'd, g->world calls); the second, once req
- * has ended (code: its wait's), compares them as mx__dist_agree does,
- * frees all, and leaves in call->blocking whether every rank's is. */
-mx_status mx__dist_agree_start(mx_process_group *g, const char *op, mx__call *call, mx__call **all,
-                               MPI_Request *req);
-mx_status mx__dist_agree_check(mx_process_group *g, const char *op, mx__call *call, mx__call *all, int code);
+ * ballot (with data, as mx__dist_agree) into *ballots (malloc'd); the
+ * second, once req has ended (code: its wait's), checks them as
+ * mx__dist_agree does, leaves the reduced data in data (when call folds
+ * and the calls agree), frees the ballots, and leaves in call->blocking
+ * whether every rank's is. */
+mx_status mx__dist_agree_start(mx_process_group *g, const char *op, mx__call *call, const void *data,
+                               mx__ballot **ballots, MPI_Request *req);
+mx_status mx__dist_agree_check(mx_process_group *g, const char *op, mx__call *call, mx__ballot *ballots, int code,
+                               void *data);
 /* The NaN-propagating maximum and minimum ops for float32 and float64. */
 MPI_Op mx__dist_float_op(mx_dist_reduce_op how);
 #endif

@@ -2,14 +2,22 @@
  * of one), the check that every rank makes the same call, and the watchdog
  * that ends the job when a collective waits past the group's timeout.
  *
- * Every collective first gathers each rank's description of it (sequence
- * number, op, dtype, element count, root): a rank that calls something
- * else gets an error naming both calls before any tensor moves, on every
- * rank, where MPI itself would hang or read the bytes as the wrong tensor.
- * The descriptions travel on a communicator of their own, so an
- * asynchronous all-reduce can post its agreement at once and start its
+ * Every collective first exchanges each rank's description of it
+ * (sequence number, op, dtype, element count, root): a rank that calls
+ * something else gets an error naming both calls before any tensor moves,
+ * on every rank, where MPI itself would hang or read the bytes as the
+ * wrong tensor. The descriptions travel on a communicator of their own, so
+ * an asynchronous all-reduce can post its agreement at once and start its
  * data only once the agreement has ended, still before any tensor moves
  * (collectives.c).
+ *
+ * The exchange is one nonblocking all-gather of a fixed-size record (a
+ * ballot), whatever the call: MPI requires every rank to pass the same
+ * count, which a call's own sizes could not promise when the ranks
+ * disagree. A small all-reduce puts its data in the ballot too
+ * (MX__FOLD_BYTES), and once the calls agree every rank reduces the
+ * gathered data itself, in rank order (the same bits everywhere): the call
+ * needs no second round trip.
  */
 #include <errno.h>
 #include <math.h>
@@ -167,6 +175,80 @@ static void float_min(void *in, void *inout, int *len, MPI_Datatype *type) {
 
 MPI_Op mx__dist_float_op(mx_dist_reduce_op how) { return float_ops[how == MX_DIST_MIN]; }
 
+/* --- the ballot ---------------------------------------------------------------------- */
+
+struct mx__ballot {
+  mx__call call;
+  unsigned char data[]; /* room for ballot_room(world) bytes: a folded all-reduce's, in its wire dtype */
+};
+
+/* The data a ballot has room for: MX__FOLD_BYTES up to 4 ranks, then less
+ * (a multiple of 8 bytes), so that an agreement, which every collective
+ * makes, gathers at most 4 * MX__FOLD_BYTES of data whatever the ranks. */
+static int64_t ballot_room(int world) {
+  int64_t room = world <= 4 ? MX__FOLD_BYTES : MX__FOLD_BYTES * 4 / world;
+  return room & ~(int64_t)7;
+}
+
+/* One ballot's bytes, and rank r's in an agreement's gather. */
+static size_t ballot_size(int world) { return sizeof(mx__ballot) + (size_t)ballot_room(world); }
+static mx__ballot *ballot_of(mx__ballot *gathered, int world, int r) {
+  return (mx__ballot *)((unsigned char *)gathered + (size_t)r * ballot_size(world));
+}
+
+static mx_dtype wire_of(mx_dtype dt) { return dt == MX_F16 || dt == MX_BF16 ? MX_F32 : dt; }
+
+bool mx__dist_folds(const mx_process_group *g, const mx__call *call) {
+  if (call->kind < CALL_SUM || call->kind > CALL_MIN || call->device != MX_CPU) return false;
+  return call->numel <= ballot_room(g->world) / (int64_t)mx_dtype_size(wire_of((mx_dtype)call->dtype));
+}
+
+/* The bytes of call's data in a ballot. */
+static size_t folded_bytes(const mx__call *call) {
+  return (size_t)call->numel * mx_dtype_size(wire_of((mx_dtype)call->dtype));
+}
+
+#define SUM_INTO(T, in, inout, n)                                    \
+  do {                                                               \
+    const T *x_ = (const T *)(in);                                   \
+    T *y_ = (T *)(inout);                                            \
+    for (int64_t i_ = 0; i_ < (n); i_++) y_[i_] = (T)(y_[i_] + x_[i_]); \
+  } while (0)
+#define EXTREME_INTO(T, in, inout, n, max)                                                       \
+  do {                                                                                           \
+    const T *x_ = (const T *)(in);                                                               \
+    T *y_ = (T *)(inout);                                                                        \
+    for (int64_t i_ = 0; i_ < (n); i_++)                                                         \
+      if ((max) ? x_[i_] > y_[i_] : x_[i_] < y_[i_]) y_[i_] = x_[i_];                            \
+  } while (0)
+
+/* inout op= in for the folded call c, as MPI_SUM (uint8 wraps), MPI_MAX
+ * and MPI_MIN do, and the floats' max and min as the ops above. */
+static void reduce_folded(const mx__call *c, const void *in, void *inout) {
+  mx_dtype wire = wire_of((mx_dtype)c->dtype);
+  int64_t n = c->numel;
+  if (c->kind == CALL_SUM || c->kind == CALL_AVG) {
+    switch (wire) {
+      case MX_F32: SUM_INTO(float, in, inout, n); break;
+      case MX_F64: SUM_INTO(double, in, inout, n); break;
+      case MX_I64: SUM_INTO(int64_t, in, inout, n); break;
+      case MX_I32: SUM_INTO(int32_t, in, inout, n); break;
+      default: SUM_INTO(uint8_t, in, inout, n); break;
+    }
+    return;
+  }
+  bool max = c->kind == CALL_MAX;
+  int len = (int)n;
+  MPI_Datatype type = wire == MX_F64 ? MPI_DOUBLE : MPI_FLOAT;
+  switch (wire) {
+    case MX_F32:
+    case MX_F64: (max ? float_max : float_min)((void *)in, inout, &len, &type); break;
+    case MX_I64: EXTREME_INTO(int64_t, in, inout, n, max); break;
+    case MX_I32: EXTREME_INTO(int32_t, in, inout, n, max); break;
+    default: EXTREME_INTO(uint8_t, in, inout, n, max); break;
+  }
+}
+
 static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -237,6 +319,10 @@ static mx_status start_mpi(const char *op) {
      * binomial tree, which moves the whole buffer through rank 0 twice; its ring measured 0.77x the DDP
      * step's time (2 ranks, bench/all_reduce). A hint other MPIs ignore; the user's own setting wins. */
     setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
+    /* Its shared-memory transport sends up to 4 KiB at once (eagerly) and larger messages after a handshake:
+     * a ballot with room for 4 KiB of data is larger, and measured twice as slow there (4.3 against 2.2 us
+     * in the 4 KiB all-reduce, bench/all_reduce). 8 KiB sends every ballot eagerly. */
+    setenv("OMPI_MCA_btl_vader_eager_limit", "8192", 0);
     int provided; /* the watchdog thread calls MPI_Abort while another thread waits */
     int code = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
     if (code != MPI_SUCCESS) return mx__error(MX_BACKEND_ERROR, "%s: MPI_Init_thread failed (error %d)", op, code);
@@ -297,17 +383,32 @@ static void leave_mpi(mx_process_group *g) {
   }
 }
 
-mx_status mx__dist_agree_start(mx_process_group *g, const char *op, mx__call *call, mx__call **all,
-                               MPI_Request *req) {
+/* This rank's ballot for call, with data when call folds. */
+static void fill_ballot(mx__ballot *b, const mx_process_group *g, const mx__call *call, const void *data) {
+  b->call = *call;
+  size_t bytes = data && mx__dist_folds(g, call) ? folded_bytes(call) : 0, room = (size_t)ballot_room(g->world);
+  if (bytes) memcpy(b->data, data, bytes);
+  memset(b->data + bytes, 0, room - bytes); /* MPI sends it all */
+}
+
+/* Gathers every rank's ballot after this rank's own (the first of g->world + 1). */
+static int gather_ballots(mx_process_group *g, mx__ballot *ballots, MPI_Request *req) {
+  int bytes = (int)ballot_size(g->world);
+  return MPI_Iallgather(ballots, bytes, MPI_BYTE, ballot_of(ballots, g->world, 1), bytes, MPI_BYTE, g->agree_comm,
+                        req);
+}
+
+mx_status mx__dist_agree_start(mx_process_group *g, const char *op, mx__call *call, const void *data,
+                               mx__ballot **ballots, MPI_Request *req) {
   call->seq = g->next_seq++;
-  *all = malloc((size_t)g->world * sizeof **all);
-  if (!*all) return mx__dist_broke(g, mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", op));
+  *ballots = malloc((size_t)(g->world + 1) * ballot_size(g->world));
+  if (!*ballots) return mx__dist_broke(g, mx__error(MX_OUT_OF_MEMORY, "%s: out of memory", op));
+  fill_ballot(*ballots, g, call, data);
   mx__dist_pending_add(g, call);
-  const int fields = (int)(sizeof *call / sizeof(int64_t));
-  int code = MPI_Iallgather(call, fields, MPI_INT64_T, *all, fields, MPI_INT64_T, g->agree_comm, req);
+  int code = gather_ballots(g, *ballots, req);
   if (code == MPI_SUCCESS) return MX_OK;
   mx__dist_pending_remove(g, call->seq);
-  free(*all), *all = NULL;
+  free(*ballots), *ballots = NULL;
   g->mpi_failed = true;
   return mx__dist_broke(g, mx__dist_mpi_status(code, op));
 }
@@ -322,25 +423,26 @@ static void drain(mx_process_group *g, const mx__call *failed) {
   int64_t posted = g->next_seq, most = posted;
   mx__dist_pending_add(g, failed); /* a rank that never finds it would hang here */
   int code = MPI_Allreduce(&posted, &most, 1, MPI_INT64_T, MPI_MAX, g->comm);
-  mx__call none = {.seq = -1, .kind = -1}, *all = malloc((size_t)g->world * sizeof *all);
-  for (int64_t k = posted; code == MPI_SUCCESS && all && k < most; k++) {
+  mx__ballot *none = malloc((size_t)(g->world + 1) * ballot_size(g->world));
+  if (none) fill_ballot(none, g, &(mx__call){.seq = -1, .kind = -1}, NULL);
+  for (int64_t k = posted; code == MPI_SUCCESS && none && k < most; k++) {
     MPI_Request req;
-    const int fields = (int)(sizeof none / sizeof(int64_t));
-    code = MPI_Iallgather(&none, fields, MPI_INT64_T, all, fields, MPI_INT64_T, g->agree_comm, &req);
+    code = gather_ballots(g, none, &req);
     if (code == MPI_SUCCESS) code = MPI_Wait(&req, MPI_STATUS_IGNORE);
   }
   mx__dist_pending_remove(g, failed->seq);
-  g->mpi_failed |= code != MPI_SUCCESS || !all;
+  g->mpi_failed |= code != MPI_SUCCESS || !none;
   g->next_seq = most;
-  free(all);
+  free(none);
 }
 
-mx_status mx__dist_agree_check(mx_process_group *g, const char *op, mx__call *call, mx__call *all, int code) {
+mx_status mx__dist_agree_check(mx_process_group *g, const char *op, mx__call *call, mx__ballot *ballots, int code,
+                               void *data) {
   g->mpi_failed |= code != MPI_SUCCESS;
   mx_status st = mx__dist_mpi_status(code, op);
   bool blocking = true;
   for (int r = 0; st == MX_OK && r < g->world; r++) {
-    mx__call theirs = all[r];
+    mx__call theirs = ballot_of(ballots, g->world, r + 1)->call;
     blocking &= theirs.blocking == 1;
     theirs.blocking = call->blocking;
     if (!memcmp(&theirs, call, sizeof *call)) continue;
@@ -351,31 +453,35 @@ mx_status mx__dist_agree_check(mx_process_group *g, const char *op, mx__call *ca
                    mine, r, other, (long long)call->seq);
   }
   call->blocking = blocking;
-  free(all);
+  if (st == MX_OK && data && mx__dist_folds(g, call)) { /* every rank reduces in rank order: the same bits */
+    memcpy(data, ballot_of(ballots, g->world, 1)->data, folded_bytes(call));
+    for (int r = 1; r < g->world; r++) reduce_folded(call, ballot_of(ballots, g->world, r + 1)->data, data);
+  }
+  free(ballots);
   if (st == MX_OK) return MX_OK;
   mx__dist_broke(g, st);
   if (code == MPI_SUCCESS) drain(g, call);
   return st;
 }
 
-mx_status mx__dist_agree(mx_process_group *g, const char *op, mx__call *call) {
+mx_status mx__dist_agree(mx_process_group *g, const char *op, mx__call *call, void *data) {
   if (g->world == 1) return call->seq = g->next_seq++, MX_OK;
   if (g->n_flights > 0) mx__dist_progress(g, g->flights[g->n_flights - 1]); /* they come first, on every rank */
   mx_status st = mx__dist_usable(g, op); /* and may have found a mismatch */
   if (st != MX_OK) return st;
-  mx__call *all;
+  mx__ballot *ballots;
   MPI_Request req;
   call->blocking = 1;
-  if ((st = mx__dist_agree_start(g, op, call, &all, &req)) != MX_OK) return st;
+  if ((st = mx__dist_agree_start(g, op, call, data, &ballots, &req)) != MX_OK) return st;
   int code = MPI_Wait(&req, MPI_STATUS_IGNORE);
   mx__dist_pending_remove(g, call->seq);
-  return mx__dist_agree_check(g, op, call, all, code);
+  return mx__dist_agree_check(g, op, call, ballots, code, data);
 }
 
 #else
 
-mx_status mx__dist_agree(mx_process_group *g, const char *op, mx__call *call) {
-  (void)op;
+mx_status mx__dist_agree(mx_process_group *g, const char *op, mx__call *call, void *data) {
+  (void)op, (void)data;
   call->seq = g->next_seq++;
   return MX_OK; /* a world of one */
 }

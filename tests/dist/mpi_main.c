@@ -36,7 +36,8 @@ int main(int argc, char **argv) {
   int failed = mpi_run_tests(collective_tests, n_collective_tests);
   failed += mpi_run_tests(ddp_tests, n_ddp_tests);
   failed += mpi_run_tests(async_tests, n_async_tests);
-  int n = n_collective_tests + n_ddp_tests + n_async_tests;
+  failed += mpi_run_tests(fold_tests, n_fold_tests);
+  int n = n_collective_tests + n_ddp_tests + n_async_tests + n_fold_tests;
   if (mx_dist_rank(keep) == 0) printf("dist over %d ranks: %d passed, %d failed\n", mx_dist_world_size(keep),
                                       n - failed, failed);
   mx_dist_free(keep);

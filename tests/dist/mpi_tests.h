@@ -10,5 +10,7 @@ extern const mpi_test ddp_tests[];
 extern const int n_ddp_tests;
 extern const mpi_test async_tests[];
 extern const int n_async_tests;
+extern const mpi_test fold_tests[];
+extern const int n_fold_tests;
 
 #endif
