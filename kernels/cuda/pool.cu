@@ -113,10 +113,8 @@ struct avg_pool_op {
     int64_t plane, o[3];
     output_coords(g, e, &plane, o);
     double sum = 0;
-    MX_POOL_FOR_WINDOW(g, o[0], o[1], o[2], {
-      (void)flat; /* the element is found through x's strides */
-      sum += mx_element_load(at(x.data, element_offset(x, plane, i0, i1, i2), x.dtype), x.dtype);
-    })
+    MX_POOL_FOR_WINDOW(g, o[0], o[1], o[2],
+                       { sum += mx_element_load(at(x.data, flat_offset(x, g, plane, flat), x.dtype), x.dtype); })
     mx_element_store((char *)at(out.data, element_offset(out, plane, o[0], o[1], o[2]), out.dtype), out.dtype,
                      sum / divisor(g, count_include_pad, o[0], o[1], o[2]));
   }
@@ -135,8 +133,7 @@ struct avg_pool_backward_op {
       double grad = mx_element_load(at(dy.data, element_offset(dy, plane, o0, o1, o2), dy.dtype), dy.dtype) /
                     divisor(g, count_include_pad, o0, o1, o2);
       MX_POOL_FOR_WINDOW(g, o0, o1, o2, {
-        (void)flat; /* the element is found through dx's strides */
-        char *target = (char *)at(dx.data, element_offset(dx, plane, i0, i1, i2), dx.dtype);
+        char *target = (char *)at(dx.data, flat_offset(dx, g, plane, flat), dx.dtype);
         mx_element_store(target, dx.dtype, mx_element_load(target, dx.dtype) + grad);
       })
     }
