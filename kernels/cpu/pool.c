@@ -484,18 +484,78 @@ static void max_pool_pixel_cl_general(const mx_pool_geom *g, const char *image, 
   }
 }
 
+/* 2x2 windows with stride 2 and no padding, the CNNs' pooling: channels
+ * c0 .. c0 + n of one output pixel from the four input rows a, b (a's
+ * right), c (below a) and d, four loads and three steps per output as
+ * max_pool_row_2x2's, the offset an int32 so the loop vectorises. */
+#define MX__MAX_POOL_PIXEL_2X2(name, type, load, store)                                                       \
+  static void name(const type *restrict a, const type *restrict b, const type *restrict c_,                  \
+                   const type *restrict d, type *restrict out, int32_t *restrict offset, int64_t n) {        \
+    for (int64_t i = 0; i < n; i++) {                                                                        \
+      float best = load(a[i]), vb = load(b[i]), vc = load(c_[i]), vd = load(d[i]);                          \
+      int32_t where = 0;                                                                                     \
+      MX__MAX_STEP(vb, 1);                                                                                   \
+      MX__MAX_STEP(vc, 2);                                                                                   \
+      MX__MAX_STEP(vd, 3);                                                                                   \
+      out[i] = store(best);                                                                                  \
+      offset[i] = where;                                                                                     \
+    }                                                                                                        \
+  }
+MX__MAX_POOL_PIXEL_2X2(max_pool_pixel_2x2_f32, float, f32_of_f32, f32_store)
+MX__MAX_POOL_PIXEL_2X2(max_pool_pixel_2x2_bf16, uint16_t, f32_of_bf16, bf16_store)
+
+/* The hardware prefetcher falls behind the two input rows a row of 2x2
+ * windows reads: on a (128, 32, 28, 28) float32 input, one thread, the
+ * search ran at half the row-major loop's speed (2.0 ms against 0.9);
+ * asking for the bytes this far ahead in both rows makes it 0.75 ms (4 KiB
+ * ahead: 1.0 ms, 16 KiB: 0.65). */
+enum { PREFETCH_AHEAD = 8192 };
+
+/* Output pixel (oh, ow) of 2x2 windows, its C values from element o of
+ * out and indices, in chunks of ROW_CHUNK channels. */
+static void max_pool_pixel_cl_2x2(const mx_pool_geom *g, const void *image, int64_t C, int64_t oh, int64_t ow,
+                                  void *out, void *indices, int64_t o, bool bf16, bool offsets) {
+  int32_t offset[ROW_CHUNK];
+  const int64_t W = g->in[2], first = 2 * oh * W + 2 * ow; /* the window's first pixel */
+  const int64_t size = bf16 ? 2 : 4;
+  for (int64_t c0 = 0; c0 < C; c0 += ROW_CHUNK) {
+    int64_t n = C - c0 < ROW_CHUNK ? C - c0 : ROW_CHUNK, at = first * C + c0;
+    const char *ahead = (const char *)image + at * size + PREFETCH_AHEAD;
+    for (int64_t byte = 0; byte < 2 * n * size; byte += 64) { /* a prefetch never faults, even past the end */
+      __builtin_prefetch(ahead + byte);
+      __builtin_prefetch(ahead + W * C * size + byte);
+    }
+    if (bf16) {
+      const uint16_t *a = (const uint16_t *)image + at;
+      max_pool_pixel_2x2_bf16(a, a + C, a + W * C, a + W * C + C, (uint16_t *)out + o + c0, offset, n);
+    } else {
+      const float *a = (const float *)image + at;
+      max_pool_pixel_2x2_f32(a, a + C, a + W * C, a + W * C + C, (float *)out + o + c0, offset, n);
+    }
+    if (offsets)
+      for (int64_t i = 0; i < n; i++) ((uint8_t *)indices)[o + c0 + i] = (uint8_t)offset[i];
+    else
+      for (int64_t i = 0; i < n; i++)
+        ((int64_t *)indices)[o + c0 + i] = first + (offset[i] & 1) + (offset[i] >> 1) * W;
+  }
+}
+
 static void max_pool_cl(const mx_pool_geom *g, const mx_kview *out, const mx_kview *indices, const mx_kview *x) {
   const int64_t N = x->shape[0], C = x->shape[1], OH = g->out[1], OW = g->out[2];
   const int64_t image = g->in[1] * g->in[2] * C, size = (int64_t)mx_dtype_size(x->dtype);
   bool offsets = indices->dtype == MX_U8;
   bool typed = (x->dtype == MX_F32 || x->dtype == MX_BF16) && g->k[1] * g->k[2] <= INT32_MAX;
+  bool windows_2x2 = is_2x2(g);
   MX_PARALLEL_FOR(N * OH * OW * C * mx_pool_volume(g->k))
   for (int64_t row = 0; row < N * OH; row++) { /* a row of output pixels */
     int64_t n = row / OH, oh = row % OH;
     const char *xn = (const char *)x->data + n * image * size;
     for (int64_t ow = 0; ow < OW; ow++) {
       int64_t o = (row * OW + ow) * C;
-      if (typed) max_pool_pixel_cl(g, xn, C, oh, ow, out->data, indices->data, o, x->dtype == MX_BF16, offsets);
+      if (typed && windows_2x2)
+        max_pool_pixel_cl_2x2(g, xn, C, oh, ow, out->data, indices->data, o, x->dtype == MX_BF16, offsets);
+      else if (typed)
+        max_pool_pixel_cl(g, xn, C, oh, ow, out->data, indices->data, o, x->dtype == MX_BF16, offsets);
       else max_pool_pixel_cl_general(g, xn, C, oh, ow, out->data, indices->data, o, x->dtype, offsets);
     }
   }
