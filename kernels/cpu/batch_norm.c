@@ -328,19 +328,26 @@ static const float *row_f32(const void *base, int64_t r, int64_t C, int64_t c0, 
 MX__AFFINE_ROW(row_affine_f32, float, mx_relu_f32, mx_relu_grad_f32)
 MX__AFFINE_ROW(row_affine_f64, double, mx_relu_f64, mx_relu_grad_f64)
 
-/* A 16-bit row through float32 blocks, as plane_16. */
-static void row_affine_16(uint16_t *y, const uint16_t *x, const uint16_t *mask, int64_t n, const float *m,
-                          const float *s, const float *b, bool relu, bool bf16) {
+/* k 16-bit rows through float32 blocks, as plane_16: whole rows at a time
+ * where they fit a block (one widening and one rounding pass for many short
+ * rows), else a row's BLOCK values at a time. */
+static void rows_affine_16(uint16_t *y, const uint16_t *x, const uint16_t *mask, int64_t k, int64_t C,
+                           const float *m, const float *s, const float *b, bool relu, bool bf16) {
   float block[BLOCK], mask_block[BLOCK];
-  for (int64_t i = 0; i < n; i += BLOCK) {
-    int64_t k = n - i < BLOCK ? n - i : BLOCK;
-    widen(block, x + i, k, bf16);
-    if (mask) widen(mask_block, mask + i, k, bf16);
-    row_affine_f32(block, block, mask ? mask_block : NULL, k, m + i, s + i, b + i, false);
-    if (bf16) mx__f32_to_bf16_n(block, y + i, k);
-    else mx__f32_to_f16_n(block, y + i, k);
-    for (int64_t j = 0; relu && j < k; j++) y[i + j] = mx_relu_half_bits(y[i + j], bf16);
-  }
+  int64_t rows = C <= BLOCK ? BLOCK / C : 1, width = C <= BLOCK ? C : BLOCK;
+  for (int64_t r = 0; r < k; r += rows)
+    for (int64_t c0 = 0; c0 < C; c0 += width) {
+      int64_t n_rows = k - r < rows ? k - r : rows, n = C - c0 < width ? C - c0 : width;
+      int64_t count = C <= BLOCK ? n_rows * C : n; /* whole rows, or part of one */
+      const int64_t at = r * C + c0;
+      widen(block, x + at, count, bf16);
+      if (mask) widen(mask_block, mask + at, count, bf16);
+      for (int64_t j = 0; j < count; j += n)
+        row_affine_f32(block + j, block + j, mask ? mask_block + j : NULL, n, m + c0, s + c0, b + c0, false);
+      if (bf16) mx__f32_to_bf16_n(block, y + at, count);
+      else mx__f32_to_f16_n(block, y + at, count);
+      for (int64_t j = 0; relu && j < count; j++) y[at + j] = mx_relu_half_bits(y[at + j], bf16);
+    }
 }
 
 static mx_status affine_rows(const mx_kview *y, const mx_kview *x, const mx_kview *center, const mx_kview *scale,
@@ -351,18 +358,27 @@ static mx_status affine_rows(const mx_kview *y, const mx_kview *x, const mx_kvie
   if (!center && !zeros)
     return mx__error(MX_OUT_OF_MEMORY, "channel_affine: out of memory for %lld zeros", (long long)C);
   const void *m = center ? center->data : zeros;
+  /* groups of rows that fill a block (16-bit rows are widened a group at a time) */
+  const int64_t group = C < BLOCK ? BLOCK / C : 1, groups = (R + group - 1) / group;
   MX_PARALLEL_FOR(R * C)
-  for (int64_t r = 0; r < R; r++) {
-    int64_t offset = r * C * size;
+  for (int64_t gi = 0; gi < groups; gi++) {
+    int64_t r0 = gi * group, k = R - r0 < group ? R - r0 : group, offset = r0 * C * size;
     const char *xr = (const char *)x->data + offset, *mr = mask ? (const char *)mask->data + offset : NULL;
     char *yr = (char *)y->data + offset;
-    if (x->dtype == MX_F64)
-      row_affine_f64((double *)yr, (const double *)xr, (const double *)mr, C, m, scale->data, shift->data, relu);
-    else if (x->dtype == MX_F32)
-      row_affine_f32((float *)yr, (const float *)xr, (const float *)mr, C, m, scale->data, shift->data, relu);
-    else
-      row_affine_16((uint16_t *)yr, (const uint16_t *)xr, (const uint16_t *)mr, C, m, scale->data, shift->data, relu,
-                    x->dtype == MX_BF16);
+    if (x->dtype != MX_F64 && x->dtype != MX_F32) {
+      rows_affine_16((uint16_t *)yr, (const uint16_t *)xr, (const uint16_t *)mr, k, C, m, scale->data, shift->data,
+                     relu, x->dtype == MX_BF16);
+      continue;
+    }
+    for (int64_t j = 0; j < k; j++) {
+      int64_t at = j * C * size;
+      if (x->dtype == MX_F64)
+        row_affine_f64((double *)(yr + at), (const double *)(xr + at), mr ? (const double *)(mr + at) : NULL, C, m,
+                       scale->data, shift->data, relu);
+      else
+        row_affine_f32((float *)(yr + at), (const float *)(xr + at), mr ? (const float *)(mr + at) : NULL, C, m,
+                       scale->data, shift->data, relu);
+    }
   }
   free(zeros);
   return MX_OK;

@@ -1,7 +1,7 @@
 /* Batch norm on channels-last inputs: batch_norm and batch_norm_relu,
  * training and eval, give channels-last outputs and input gradients in
- * every float dtype, on odd sizes (19 and 70 channels, odd planes, more
- * than one chunk of rows), whose values are the row-major path's: the same
+ * every float dtype, on odd sizes (19, 70 and 520 channels, odd planes,
+ * more than one chunk of rows), whose values are the row-major path's: the same
  * bits where the arithmetic is the same (eval mode's output and input
  * gradient), within the dtype's rounding where the per-channel sums add in
  * another order (the statistics, training's output, the weight's and bias's
@@ -119,6 +119,11 @@ Test(channels_last_norm, batch_norm_keeps_the_layout_and_the_row_major_values) {
 /* 70 channels: a tile of 64 and a tail; 2 x 27 x 21 = 1134 pixels: two chunks of rows */
 Test(channels_last_norm, batch_norm_keeps_the_layout_and_the_row_major_values_wide) {
   check_batch_norm(MX_SHAPE(2, 70, 27, 21), 20);
+}
+
+/* 520 channels: rows longer than the 16-bit kernels' float32 blocks */
+Test(channels_last_norm, batch_norm_keeps_the_layout_and_the_row_major_values_long_rows) {
+  check_batch_norm(MX_SHAPE(2, 520, 3, 2), 30);
 }
 
 /* The statistics and the gradient sums on one thread and on two: the same bits. */
