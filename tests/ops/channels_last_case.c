@@ -8,6 +8,11 @@
 
 #include "tests/ops/channels_last_case.h"
 
+bool test_quick(void) {
+  const char *q = getenv("MX_TEST_QUICK");
+  return q && *q && strcmp(q, "0") != 0;
+}
+
 mx_tensor *to_channels_last(const mx_tensor *x) {
   mx_tensor *t = mx_permute(mx_contiguous(mx_permute(x, MX_DIMS(0, 2, 3, 1))), MX_DIMS(0, 3, 1, 2));
   cr_assert_not_null(t, "%s", mx_last_error());

@@ -7,6 +7,9 @@
 
 #include <stdbool.h>
 
+/* Whether MX_TEST_QUICK is set (non-empty, not "0"): CI's sanitizer and
+ * valgrind runs, where the tests do less. */
+bool test_quick(void);
 /* x's values, laid out channels-last (x is 4-d, any layout). */
 mx_tensor *to_channels_last(const mx_tensor *x);
 /* Whether t's strides are the channels-last ones, (H W C, 1, W C, C) (size-1 dims: any). */
