@@ -157,9 +157,9 @@ static bool channel_sums(mx_op op, const mx_tensor *a, const mx_tensor *b, const
   mx_tensor *s = sum ? mx__tensor_alloc(name, MX_SHAPE(a->shape[1]), dtype, a->device) : NULL;
   mx_tensor *d = dot ? mx__tensor_alloc(name, MX_SHAPE(a->shape[1]), dtype, a->device) : NULL;
   if (ac && (!dot || (bc && d)) && (!sum || s) && (!a_mask || mc)) {
-    mx_kview v[7], av = channel_view(ac, cl), bv = bc ? channel_view(bc, cl) : av, mv = mc ? channel_view(mc, cl) : av;
+    mx_kview v[4], av = channel_view(ac, cl), bv = bc ? channel_view(bc, cl) : av, mv = mc ? channel_view(mc, cl) : av;
     if (be->channel_sums(vector_view(&v[0], s), vector_view(&v[1], d), &av, bc ? &bv : NULL,
-                         vector_view(&v[4], a_center), vector_view(&v[5], b_center), mc ? &mv : NULL) != MX_OK)
+                         vector_view(&v[2], a_center), vector_view(&v[3], b_center), mc ? &mv : NULL) != MX_OK)
       s = d = NULL;
   } else {
     s = d = NULL;
@@ -200,7 +200,8 @@ mx_status mx__bwd_batch_norm_stats(mx__bw *bw) {
   double n = per_channel_count(mx__in_shape(bw, 0));
   mx_tensor *x = mx__saved_in(bw, 0);
   mx_tensor *k = mx_mul_scalar(bw->grad_out[1], 2 / n), *shift = mx_div_scalar(bw->grad_out[0], n);
-  GRAD(0, x && k && shift ? channel_affine(bw->op, x, mx__saved_out(bw, 0), k, shift, x->dtype, NULL, false, x) : NULL);
+  mx_tensor *mean = mx__saved_out(bw, 0);
+  GRAD(0, x && k && shift ? channel_affine(bw->op, x, mean, k, shift, x->dtype, NULL, false, x) : NULL);
   return MX_OK;
 }
 
