@@ -167,7 +167,8 @@ typedef struct mx_backend {
                             const mx_kview *a_center, const mx_kview *b_center, const mx_kview *a_mask);
   mx_status (*channel_moments)(const mx_kview *mean, const mx_kview *var, const mx_kview *x);
 
-  /* pooling (contiguous tensors). Max pooling's indices say where each
+  /* pooling (contiguous tensors, or 4-d channels-last ones: then x's (dx's)
+   * layout is every tensor's of the call). Max pooling's indices say where each
    * max came from, in the encoding their dtype names: uint8, its offset in
    * the window, row-major over the kernel (used for kernels of at most 256
    * elements); int64, its flat position in the (N, C) plane */

@@ -1,7 +1,8 @@
 /* Normalisation: batch_norm (with running statistics) over two primitives,
  * batch_norm_relu (relu fused into them), layer_norm and group_norm as
  * composites. Optional tensors (weight, bias, running statistics) are
- * passed only when given; args.i[0] says which. */
+ * passed only when given; args.i[0] says which. Batch norm keeps a
+ * channels-last input's layout in its output and input gradient. */
 #include "ops/op_table.h"
 
 enum { HAS_WEIGHT = 1, HAS_BIAS = 2, HAS_RUNNING_MEAN = 4, HAS_RUNNING_VAR = 8 };
@@ -58,30 +59,66 @@ static double per_channel_count(mx_shape s) {
   return n;
 }
 
+/* Whether t is channels-last and not also row-major (C > 1 and planes of
+ * more than one pixel, where the two orders differ): batch norm's kernels
+ * then read it, and write its output and gradient, channels-last. */
+static bool keeps_channels_last(const mx_tensor *t) { return mx__is_channels_last(t) && !mx_is_contiguous(t); }
+
+/* t as the kernels take it, channels-last or row-major: t itself (a new
+ * reference) where it already is, else a copy. */
+static mx_tensor *in_layout(const char *op, const mx_tensor *t, bool channels_last) {
+  if (!channels_last || !t) return mx__tensor_contiguous(t);
+  if (mx__is_channels_last(t)) return mx__tensor_view(t, t->ndim, t->shape, t->strides, t->offset);
+  mx_tensor *copy = mx__tensor_alloc_channels_last(op, mx_shape_get(t), t->dtype, t->device);
+  if (copy && mx_copy_(copy, t) != MX_OK) {
+    mx_release(copy);
+    return NULL;
+  }
+  return copy;
+}
+
+/* The kernels' view of t, in the layout in_layout gave it: a channels-last
+ * (N, C, H, W) tensor as the contiguous (N H W, C) matrix its memory is,
+ * which the per-channel kernels read as a batch of N H W vectors of C
+ * (every backend's kernels take that shape as they are). */
+static mx_kview channel_view(const mx_tensor *t, bool channels_last) {
+  mx_kview v = mx__kview_of(t);
+  if (!channels_last) return v;
+  int64_t pixels = v.shape[0] * v.shape[2] * v.shape[3], channels = v.shape[1];
+  v.ndim = 2;
+  v.shape[0] = pixels, v.shape[1] = channels;
+  v.strides[0] = channels, v.strides[1] = 1;
+  return v;
+}
+
 /* Whether mask (relu's output, for relu's backward of t, its gradient:
  * the same shape) can ride along in a kernel reading t: t's dtype. */
 static bool mask_fits(const mx_tensor *mask, const mx_tensor *t) { return !mask || mask->dtype == t->dtype; }
 
 /* (x - center[c]) * scale[c] + shift[c] in dtype (a NULL center is zeros),
  * x taken as relu_backward(x, mask) with a mask and the result through
- * relu with relu: one kernel pass where the backend has it, the dtypes are
- * its own and nothing records (a backward that builds a graph for double
- * backward takes the ops, whose arithmetic it repeats). */
+ * relu with relu, laid out as like (the input batch norm normalises):
+ * one kernel pass where the backend has it, the dtypes are its own and
+ * nothing records (a backward that builds a graph for double backward
+ * takes the ops, whose arithmetic it repeats). */
 static mx_tensor *channel_affine(mx_op op, mx_tensor *x, mx_tensor *center, mx_tensor *scale, mx_tensor *shift,
-                                 mx_dtype dtype, mx_tensor *mask, bool relu) {
+                                 mx_dtype dtype, mx_tensor *mask, bool relu, const mx_tensor *like) {
   const mx_backend *be = mx__backend_of(op, x->device);
   if (!be || !scale || !shift) return NULL;
   mx_dtype stats = stats_dtype(x->dtype);
   if (be->channel_affine && !mx_is_grad_enabled() && mx_dtype_is_floating(x->dtype) && x->dtype == dtype &&
       scale->dtype == stats && shift->dtype == stats && (!center || center->dtype == stats) && mask_fits(mask, x)) {
-    mx_tensor *xc = mx__tensor_contiguous(x), *sc = mx__tensor_contiguous(scale), *sh = mx__tensor_contiguous(shift);
-    mx_tensor *cc = center ? mx__tensor_contiguous(center) : NULL, *mc = mask ? mx__tensor_contiguous(mask) : NULL;
-    mx_tensor *y = xc && sc && sh && (!center || cc) && (!mask || mc)
-                       ? mx__tensor_alloc(mx__ops[op].api_name, mx_shape_get(x), dtype, x->device)
-                       : NULL;
+    const char *name = mx__ops[op].api_name;
+    bool cl = keeps_channels_last(like) && x->ndim == 4;
+    mx_tensor *xc = in_layout(name, x, cl), *sc = mx__tensor_contiguous(scale), *sh = mx__tensor_contiguous(shift);
+    mx_tensor *cc = center ? mx__tensor_contiguous(center) : NULL, *mc = mask ? in_layout(name, mask, cl) : NULL;
+    mx_tensor *y = NULL;
+    if (xc && sc && sh && (!center || cc) && (!mask || mc))
+      y = cl ? mx__tensor_alloc_channels_last(name, mx_shape_get(x), dtype, x->device)
+             : mx__tensor_alloc(name, mx_shape_get(x), dtype, x->device);
     if (!y) return NULL;
-    mx_kview yv = mx__kview_of(y), xv = mx__kview_of(xc), scv = mx__kview_of(sc), shv = mx__kview_of(sh);
-    mx_kview cv = cc ? mx__kview_of(cc) : xv, mv = mc ? mx__kview_of(mc) : xv;
+    mx_kview yv = channel_view(y, cl), xv = channel_view(xc, cl), scv = mx__kview_of(sc), shv = mx__kview_of(sh);
+    mx_kview cv = cc ? mx__kview_of(cc) : xv, mv = mc ? channel_view(mc, cl) : xv;
     return be->channel_affine(&yv, &xv, cc ? &cv : NULL, &scv, &shv, mc ? &mv : NULL, relu) == MX_OK ? y : NULL;
   }
   if (mask) x = mx_relu_backward(x, mask);
@@ -113,15 +150,16 @@ static bool channel_sums(mx_op op, const mx_tensor *a, const mx_tensor *b, const
       (b_center && b_center->dtype != dtype) || !mask_fits(a_mask, a))
     return false;
   const char *name = mx__ops[op].api_name;
-  mx_tensor *ac = mx__tensor_contiguous(a), *bc = dot ? mx__tensor_contiguous(b) : NULL;
-  mx_tensor *mc = a_mask ? mx__tensor_contiguous(a_mask) : NULL;
+  /* one layout for the three: channels-last where a or b is */
+  bool cl = a->ndim == 4 && (keeps_channels_last(a) || (dot && keeps_channels_last(b)));
+  mx_tensor *ac = in_layout(name, a, cl), *bc = dot ? in_layout(name, b, cl) : NULL;
+  mx_tensor *mc = a_mask ? in_layout(name, a_mask, cl) : NULL;
   mx_tensor *s = sum ? mx__tensor_alloc(name, MX_SHAPE(a->shape[1]), dtype, a->device) : NULL;
   mx_tensor *d = dot ? mx__tensor_alloc(name, MX_SHAPE(a->shape[1]), dtype, a->device) : NULL;
   if (ac && (!dot || (bc && d)) && (!sum || s) && (!a_mask || mc)) {
-    mx_kview v[7];
-    if (be->channel_sums(vector_view(&v[0], s), vector_view(&v[1], d), vector_view(&v[2], ac),
-                         vector_view(&v[3], bc), vector_view(&v[4], a_center), vector_view(&v[5], b_center),
-                         vector_view(&v[6], mc)) != MX_OK)
+    mx_kview v[4], av = channel_view(ac, cl), bv = bc ? channel_view(bc, cl) : av, mv = mc ? channel_view(mc, cl) : av;
+    if (be->channel_sums(vector_view(&v[0], s), vector_view(&v[1], d), &av, bc ? &bv : NULL,
+                         vector_view(&v[2], a_center), vector_view(&v[3], b_center), mc ? &mv : NULL) != MX_OK)
       s = d = NULL;
   } else {
     s = d = NULL;
@@ -141,11 +179,12 @@ mx_status mx__fwd_batch_norm_stats(mx__call *c) {
   if (!be) return mx_last_status();
   if (be->channel_moments) { /* a forward records nothing: no graph to build */
     const char *name = mx__ops[c->op].api_name;
-    mx_tensor *xc = mx__tensor_contiguous(x);
+    bool cl = keeps_channels_last(x);
+    mx_tensor *xc = in_layout(name, x, cl);
     c->out[0] = mx__tensor_alloc(name, MX_SHAPE(x->shape[1]), stats_dtype(x->dtype), x->device);
     c->out[1] = mx__tensor_alloc(name, MX_SHAPE(x->shape[1]), stats_dtype(x->dtype), x->device);
     if (!xc || !c->out[0] || !c->out[1]) return mx_last_status();
-    mx_kview mean = mx__kview_of(c->out[0]), var = mx__kview_of(c->out[1]), xv = mx__kview_of(xc);
+    mx_kview mean = mx__kview_of(c->out[0]), var = mx__kview_of(c->out[1]), xv = channel_view(xc, cl);
     return be->channel_moments(&mean, &var, &xv);
   }
   mx_shape dims = mx__all_but_channels(x->ndim);
@@ -161,7 +200,8 @@ mx_status mx__bwd_batch_norm_stats(mx__bw *bw) {
   double n = per_channel_count(mx__in_shape(bw, 0));
   mx_tensor *x = mx__saved_in(bw, 0);
   mx_tensor *k = mx_mul_scalar(bw->grad_out[1], 2 / n), *shift = mx_div_scalar(bw->grad_out[0], n);
-  GRAD(0, x && k && shift ? channel_affine(bw->op, x, mx__saved_out(bw, 0), k, shift, x->dtype, NULL, false) : NULL);
+  mx_tensor *mean = mx__saved_out(bw, 0);
+  GRAD(0, x && k && shift ? channel_affine(bw->op, x, mean, k, shift, x->dtype, NULL, false, x) : NULL);
   return MX_OK;
 }
 
@@ -171,7 +211,7 @@ static mx_status elemt_forward(mx__call *c, bool relu) {
   mx_tensor *x = c->in[0], *mean = c->in[1], *invstd = c->in[2], *weight = c->in[3], *bias = c->in[4];
   mx_tensor *scale = mx_mul(weight, invstd);
   mx_tensor *shift = scale ? mx_sub(bias, mx_mul(mean, scale)) : NULL;
-  return OUT0(c, channel_affine(c->op, x, NULL, scale, shift, c->args->dtype, NULL, relu));
+  return OUT0(c, channel_affine(c->op, x, NULL, scale, shift, c->args->dtype, NULL, relu, x));
 }
 
 mx_status mx__fwd_batch_norm_elemt(mx__call *c) { return elemt_forward(c, false); }
@@ -199,7 +239,7 @@ static mx_status elemt_backward(mx__bw *bw, mx_tensor *mask) {
   }
   if (mx__needs_grad(bw, 0)) { /* g scale + (-0): the product's bits, -0 kept */
     mx_tensor *minus_zero = scale ? mx_full_like(scale, -0.0) : NULL;
-    GRAD(0, channel_affine(bw->op, G, NULL, scale, minus_zero, G->dtype, mask, false));
+    GRAD(0, x ? channel_affine(bw->op, G, NULL, scale, minus_zero, G->dtype, mask, false, x) : NULL);
   }
   GRAD(1, mx_neg(mx_mul(sum_g, scale)));
   GRAD(2, mx_mul(sum_gxc, weight));

@@ -1,6 +1,7 @@
 /* Pooling: max (with indices) and average over 1-3 spatial dims, with
  * backward kernels that are ops themselves; adaptive average pooling as
- * two small matrix products. */
+ * two small matrix products. A channels-last input gives channels-last
+ * outputs and input gradients, with no copy in another layout. */
 #include <stdlib.h>
 
 #include "ops/op_table.h"
@@ -36,6 +37,37 @@ static mx_status pooled_shape(const char *op, const mx_tensor *x, const mx_pool_
                      mx__dims_str(a, p->spatial, p->kernel), mx__dims_str(b, out->ndim, out->d));
   }
   return MX_OK;
+}
+
+/* Whether t is channels-last and not also row-major (C > 1 and planes of
+ * more than one pixel, where the two orders differ): the pooling kernels
+ * then take every tensor of the call channels-last, and the outputs keep
+ * that layout. */
+static bool keeps_channels_last(const mx_tensor *t) { return mx__is_channels_last(t) && !mx_is_contiguous(t); }
+
+/* The forward's input layout, recorded by the public functions in args.i[0]
+ * for the backward: its input gradient keeps it even where the output
+ * gradient cannot tell (one-pixel planes, as after ResNet's last pooling). */
+#define INPUT_CHANNELS_LAST(args) ((args)->i[0])
+
+/* t as a kernel takes it, channels-last or row-major: t itself (a new
+ * reference) where it already is, else a copy. */
+static mx_tensor *in_layout(const char *op, const mx_tensor *t, bool channels_last) {
+  if (!channels_last || !t) return mx__tensor_contiguous(t);
+  if (mx__is_channels_last(t)) return mx__tensor_view(t, t->ndim, t->shape, t->strides, t->offset);
+  mx_tensor *copy = mx__tensor_alloc_channels_last(op, mx_shape_get(t), t->dtype, t->device);
+  if (copy && mx_copy_(copy, t) != MX_OK) {
+    mx_release(copy);
+    return NULL;
+  }
+  return copy;
+}
+
+/* A new output of op, channels-last when asked (4-d shapes only) or row-major. */
+static mx_tensor *alloc_in_layout(const char *op, mx_shape shape, mx_dtype dtype, mx_device device,
+                                  bool channels_last) {
+  if (channels_last && shape.ndim == 4) return mx__tensor_alloc_channels_last(op, shape, dtype, device);
+  return mx__tensor_alloc(op, shape, dtype, device);
 }
 
 /* Whether max pooling's indices can be offsets in the window (uint8): a
@@ -97,27 +129,39 @@ static mx_tensor *flat_indices(const mx_tensor *indices, const mx_pool_params *p
 mx_status mx__fwd_max_pool(mx__call *c) {
   mx_shape shape;
   if (pooled_shape("mx_max_pool", c->in[0], &c->args->pool, &shape)) return mx_last_status();
-  mx_tensor *x = mx__tensor_contiguous(c->in[0]);
+  bool channels_last = keeps_channels_last(c->in[0]);
+  mx_tensor *x = in_layout("mx_max_pool", c->in[0], channels_last);
   const mx_backend *be = x ? mx__kernel_backend(c->op, x->device, MX_KERNEL_MAX_POOL, x->dtype) : NULL;
   if (!be) return mx_last_status();
   /* uint8 offsets in the window where the kernel allows: the graph saves
    * them for backward, where int64 positions would outweigh bf16
    * activations 4:1. The public function hands out PyTorch's int64. */
   mx_dtype index_dtype = window_offsets_fit(&c->args->pool) ? MX_U8 : MX_I64;
-  c->out[0] = mx__tensor_alloc("mx_max_pool", shape, x->dtype, x->device);
-  c->out[1] = mx__tensor_alloc("mx_max_pool", shape, index_dtype, x->device);
+  c->out[0] = alloc_in_layout("mx_max_pool", shape, x->dtype, x->device, channels_last);
+  c->out[1] = alloc_in_layout("mx_max_pool", shape, index_dtype, x->device, channels_last);
   if (!c->out[0] || !c->out[1]) return mx_last_status();
   mx_kview ov = mx__kview_of(c->out[0]), iv = mx__kview_of(c->out[1]), xv = mx__kview_of(x);
   return be->max_pool(&ov, &iv, &xv, &c->args->pool);
 }
 
+/* dx, the input gradient of a pooling backward op, in the forward input's
+ * layout (from args, or from the tensor the op was given in it); the
+ * kernel's other tensors, into *in, in dx's. */
+static mx_tensor *backward_in_layout(mx__call *c, const mx_tensor *given_as_input, int n, mx_tensor **in) {
+  const char *op = mx__ops[c->op].api_name;
+  bool wanted = INPUT_CHANNELS_LAST(c->args) || keeps_channels_last(given_as_input);
+  mx_tensor *dx = alloc_in_layout(op, c->args->shape, c->in[0]->dtype, c->in[0]->device, wanted);
+  bool channels_last = dx && keeps_channels_last(dx); /* one-pixel planes: both orders are one */
+  for (int i = 0; i < n; i++) in[i] = dx ? in_layout(op, c->in[i], channels_last) : NULL;
+  return dx;
+}
+
 mx_status mx__fwd_max_pool_backward(mx__call *c) {
-  mx_tensor *g = mx__tensor_contiguous(c->in[0]), *indices = mx__tensor_contiguous(c->in[1]);
-  const mx_backend *be =
-      g && indices ? mx__kernel_backend(c->op, g->device, MX_KERNEL_MAX_POOL_BACKWARD, g->dtype) : NULL;
+  const mx_backend *be = mx__kernel_backend(c->op, c->in[0]->device, MX_KERNEL_MAX_POOL_BACKWARD, c->in[0]->dtype);
   if (!be) return mx_last_status();
-  mx_tensor *dx = mx__tensor_alloc("mx_max_pool", c->args->shape, g->dtype, g->device);
-  if (!dx) return mx_last_status();
+  mx_tensor *in[2];
+  mx_tensor *dx = backward_in_layout(c, c->in[1], 2, in), *g = in[0], *indices = in[1];
+  if (!dx || !g || !indices) return mx_last_status();
   c->out[0] = dx;
   mx_kview dv = mx__kview_of(dx), gv = mx__kview_of(g), iv = mx__kview_of(indices);
   return be->max_pool_backward(&dv, &gv, &iv, &c->args->pool);
@@ -146,21 +190,22 @@ mx_status mx__bwd_max_pool_backward(mx__bw *bw) {
 mx_status mx__fwd_avg_pool(mx__call *c) {
   mx_shape shape;
   if (pooled_shape("mx_avg_pool", c->in[0], &c->args->pool, &shape)) return mx_last_status();
-  mx_tensor *x = mx__tensor_contiguous(c->in[0]);
+  bool channels_last = keeps_channels_last(c->in[0]);
+  mx_tensor *x = in_layout("mx_avg_pool", c->in[0], channels_last);
   const mx_backend *be = x ? mx__kernel_backend(c->op, x->device, MX_KERNEL_AVG_POOL, x->dtype) : NULL;
   if (!be) return mx_last_status();
-  c->out[0] = mx__tensor_alloc("mx_avg_pool", shape, x->dtype, x->device);
+  c->out[0] = alloc_in_layout("mx_avg_pool", shape, x->dtype, x->device, channels_last);
   if (!c->out[0]) return mx_last_status();
   mx_kview ov = mx__kview_of(c->out[0]), xv = mx__kview_of(x);
   return be->avg_pool(&ov, &xv, &c->args->pool);
 }
 
 mx_status mx__fwd_avg_pool_backward(mx__call *c) {
-  mx_tensor *g = mx__tensor_contiguous(c->in[0]);
-  const mx_backend *be = g ? mx__kernel_backend(c->op, g->device, MX_KERNEL_AVG_POOL_BACKWARD, g->dtype) : NULL;
+  const mx_backend *be = mx__kernel_backend(c->op, c->in[0]->device, MX_KERNEL_AVG_POOL_BACKWARD, c->in[0]->dtype);
   if (!be) return mx_last_status();
-  mx_tensor *dx = mx__tensor_alloc("mx_avg_pool", c->args->shape, g->dtype, g->device);
-  if (!dx) return mx_last_status();
+  mx_tensor *g;
+  mx_tensor *dx = backward_in_layout(c, c->in[0], 1, &g);
+  if (!dx || !g) return mx_last_status();
   c->out[0] = dx;
   mx_kview dv = mx__kview_of(dx), gv = mx__kview_of(g);
   return be->avg_pool_backward(&dv, &gv, &c->args->pool);
@@ -221,6 +266,7 @@ mx_status mx_max_pool_with_indices(const mx_tensor *x, int spatial, mx_shape ker
   if (spatial < 1 || spatial > 3 || kernel.ndim < 1)
     return mx__error(MX_INVALID_ARGUMENT, "mx_max_pool: %d spatial dims (1 to 3) and a kernel size are needed", spatial);
   mx__args args = {.pool = pool_params(spatial, kernel, stride, padding, dilation)};
+  INPUT_CHANNELS_LAST(&args) = x && keeps_channels_last(x);
   mx_tensor *out[MX__MAX_OUTPUTS] = {0};
   const mx_tensor *in[1] = {x};
   mx_status status = mx__dispatch(MX_OP_MAX_POOL, 1, in, &args, out);
@@ -249,6 +295,7 @@ mx_tensor *mx_avg_pool(const mx_tensor *x, int spatial, mx_shape kernel, mx_shap
   }
   mx__args args = {.pool = pool_params(spatial, kernel, stride, padding, MX_DIMS(1))};
   args.pool.count_include_pad = count_include_pad;
+  INPUT_CHANNELS_LAST(&args) = x && keeps_channels_last(x);
   return mx__call1(MX_OP_AVG_POOL, x, &args);
 }
 

@@ -1,4 +1,7 @@
 /* Batch norm's per-channel kernels over contiguous (N, C, *) tensors.
+ * Planes of one value each ((R, C): a batch of vectors, or a channels-last
+ * tensor as the op hands it, the (N H W, C) matrix of its pixels) go
+ * through row kernels at the end of this file, channel innermost.
  *
  * channel_affine: y = (x - center[c]) * scale[c] + shift[c], one plane of
  * one channel at a time: what batch norm's sub, mul, add and cast did in
@@ -8,12 +11,21 @@
  * contract). Without a center it subtracts 0, which changes no value
  * (-0 - 0 is -0). A fused ReLU is kernels/math.h's: on x before (the mask,
  * relu's backward) and on y as stored after (relu). */
+#include <stdlib.h>
+
 #include "kernels/cpu/batch_norm.h"
 
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/parallel.h"
 
 enum { BLOCK = 512 };
+
+/* The row kernels for planes of one value, an (R, C) matrix (the end of this file). */
+static mx_status affine_rows(const mx_kview *y, const mx_kview *x, const mx_kview *center, const mx_kview *scale,
+                             const mx_kview *shift, const mx_kview *mask, bool relu);
+static mx_status sums_rows(const mx_kview *sum, const mx_kview *dot, const mx_kview *a, const mx_kview *b,
+                           const mx_kview *a_center, const mx_kview *b_center, const mx_kview *a_mask);
+static mx_status moments_rows(const mx_kview *mean, const mx_kview *var, const mx_kview *x);
 
 /* A plane of y = (x - m) s + b in T, x zeroed where mask <= 0 when masked,
  * y through relu when relu: the flags are constants where it is inlined, so
@@ -67,6 +79,7 @@ mx_status mx__cpu_channel_affine(const mx_kview *y, const mx_kview *x, const mx_
                                  const mx_kview *shift, const mx_kview *mask, bool relu) {
   int64_t channels = x->shape[1], planes = x->shape[0] * channels;
   int64_t n = planes ? mx__kview_numel(x) / planes : 0;
+  if (n == 1) return affine_rows(y, x, center, scale, shift, mask, relu);
   size_t size = mx_dtype_size(x->dtype);
   MX_PARALLEL_FOR(planes * n)
   for (int64_t p = 0; p < planes; p++) {
@@ -196,6 +209,7 @@ mx_status mx__cpu_channel_sums(const mx_kview *sum, const mx_kview *dot, const m
                                const mx_kview *a_center, const mx_kview *b_center, const mx_kview *a_mask) {
   int64_t channels = a->shape[1], batch = a->shape[0];
   int64_t planes = batch * channels, n = planes ? mx__kview_numel(a) / planes : 0;
+  if (n == 1) return sums_rows(sum, dot, a, b, a_center, b_center, a_mask);
   size_t size = mx_dtype_size(a->dtype);
   const char *bp0 = dot ? (const char *)b->data : NULL;
   MX_PARALLEL_FOR(planes * n)
@@ -254,6 +268,7 @@ static void moments_plane_16(double *s1, double *s2, const uint16_t *x, int64_t 
 mx_status mx__cpu_channel_moments(const mx_kview *mean, const mx_kview *var, const mx_kview *x) {
   int64_t channels = x->shape[1], batch = x->shape[0];
   int64_t planes = batch * channels, n = planes ? mx__kview_numel(x) / planes : 0;
+  if (n == 1) return moments_rows(mean, var, x);
   size_t size = mx_dtype_size(x->dtype);
   MX_PARALLEL_FOR(planes * n)
   for (int64_t c = 0; c < channels; c++) {
@@ -270,5 +285,228 @@ mx_status mx__cpu_channel_moments(const mx_kview *mean, const mx_kview *var, con
     store(mean, c, m);
     store(var, c, v);
   }
+  return MX_OK;
+}
+
+/* --- rows: planes of one value --------------------------------------------------------------------- */
+
+/* An (R, C) matrix holds each row's C channels side by side, so these
+ * kernels run along rows, channel innermost, with per-channel vectors:
+ * loops that vectorise across the channels. channel_affine's arithmetic
+ * per element is the planes' (the same bits); the sums add the same
+ * values in another order: float32 runs of ROW_RUN rows per channel (the
+ * planes' lanes add runs of 32 too) into double partials over fixed
+ * chunks of rows, added in chunk order, so no result depends on the
+ * number of threads. */
+enum { ROW_TILE = 64, ROW_RUN = 32, MAX_CHUNKS = 64, MIN_CHUNK_ROWS = 1024 };
+
+/* Elements c0 .. c0 + m of row r of a float32 or 16-bit matrix as float32:
+ * in place, or widened (exactly) into buf. */
+static const float *row_f32(const void *base, int64_t r, int64_t C, int64_t c0, int64_t m, mx_dtype dt, float *buf) {
+  if (dt == MX_F32) return (const float *)base + r * C + c0;
+  widen(buf, (const uint16_t *)base + r * C + c0, m, dt == MX_BF16);
+  return buf;
+}
+
+/* A row of y = (x - m[c]) s[c] + b[c] in T, with plane_f32's mask and relu. */
+#define MX__AFFINE_ROW(name, T, relu_fn, relu_grad_fn)                                                         \
+  static inline __attribute__((always_inline)) void name##_body(T *y, const T *x, const T *mask, int64_t n,     \
+                                                                const T *m, const T *s, const T *b, bool masked, \
+                                                                bool relu) {                                   \
+    for (int64_t i = 0; i < n; i++) {                                                                          \
+      T v = masked ? relu_grad_fn(x[i], mask[i]) : x[i];                                                       \
+      T r = (v - m[i]) * s[i] + b[i];                                                                          \
+      y[i] = relu ? relu_fn(r) : r;                                                                            \
+    }                                                                                                          \
+  }                                                                                                            \
+  static void name(T *y, const T *x, const T *mask, int64_t n, const T *m, const T *s, const T *b, bool relu) {  \
+    if (mask && relu) name##_body(y, x, mask, n, m, s, b, true, true);                                         \
+    else if (mask) name##_body(y, x, mask, n, m, s, b, true, false);                                           \
+    else if (relu) name##_body(y, x, mask, n, m, s, b, false, true);                                           \
+    else name##_body(y, x, mask, n, m, s, b, false, false);                                                    \
+  }
+MX__AFFINE_ROW(row_affine_f32, float, mx_relu_f32, mx_relu_grad_f32)
+MX__AFFINE_ROW(row_affine_f64, double, mx_relu_f64, mx_relu_grad_f64)
+
+/* k 16-bit rows through float32 blocks, as plane_16: whole rows at a time
+ * where they fit a block (one widening and one rounding pass for many short
+ * rows), else a row's BLOCK values at a time. */
+static void rows_affine_16(uint16_t *y, const uint16_t *x, const uint16_t *mask, int64_t k, int64_t C,
+                           const float *m, const float *s, const float *b, bool relu, bool bf16) {
+  float block[BLOCK], mask_block[BLOCK];
+  int64_t rows = C <= BLOCK ? BLOCK / C : 1, width = C <= BLOCK ? C : BLOCK;
+  for (int64_t r = 0; r < k; r += rows)
+    for (int64_t c0 = 0; c0 < C; c0 += width) {
+      int64_t n_rows = k - r < rows ? k - r : rows, n = C - c0 < width ? C - c0 : width;
+      int64_t count = C <= BLOCK ? n_rows * C : n; /* whole rows, or part of one */
+      const int64_t at = r * C + c0;
+      widen(block, x + at, count, bf16);
+      if (mask) widen(mask_block, mask + at, count, bf16);
+      for (int64_t j = 0; j < count; j += n)
+        row_affine_f32(block + j, block + j, mask ? mask_block + j : NULL, n, m + c0, s + c0, b + c0, false);
+      if (bf16) mx__f32_to_bf16_n(block, y + at, count);
+      else mx__f32_to_f16_n(block, y + at, count);
+      for (int64_t j = 0; relu && j < count; j++) y[at + j] = mx_relu_half_bits(y[at + j], bf16);
+    }
+}
+
+static mx_status affine_rows(const mx_kview *y, const mx_kview *x, const mx_kview *center, const mx_kview *scale,
+                             const mx_kview *shift, const mx_kview *mask, bool relu) {
+  const int64_t R = x->shape[0], C = x->shape[1];
+  const int64_t size = (int64_t)mx_dtype_size(x->dtype);
+  void *zeros = center ? NULL : calloc((size_t)C, sizeof(double)); /* a missing center; 0.0f's bits too */
+  if (!center && !zeros)
+    return mx__error(MX_OUT_OF_MEMORY, "channel_affine: out of memory for %lld zeros", (long long)C);
+  const void *m = center ? center->data : zeros;
+  /* groups of rows that fill a block (16-bit rows are widened a group at a time) */
+  const int64_t group = C < BLOCK ? BLOCK / C : 1, groups = (R + group - 1) / group;
+  MX_PARALLEL_FOR(R * C)
+  for (int64_t gi = 0; gi < groups; gi++) {
+    int64_t r0 = gi * group, k = R - r0 < group ? R - r0 : group, offset = r0 * C * size;
+    const char *xr = (const char *)x->data + offset, *mr = mask ? (const char *)mask->data + offset : NULL;
+    char *yr = (char *)y->data + offset;
+    if (x->dtype != MX_F64 && x->dtype != MX_F32) {
+      rows_affine_16((uint16_t *)yr, (const uint16_t *)xr, (const uint16_t *)mr, k, C, m, scale->data, shift->data,
+                     relu, x->dtype == MX_BF16);
+      continue;
+    }
+    for (int64_t j = 0; j < k; j++) {
+      int64_t at = j * C * size;
+      if (x->dtype == MX_F64)
+        row_affine_f64((double *)(yr + at), (const double *)(xr + at), mr ? (const double *)(mr + at) : NULL, C, m,
+                       scale->data, shift->data, relu);
+      else
+        row_affine_f32((float *)(yr + at), (const float *)(xr + at), mr ? (const float *)(mr + at) : NULL, C, m,
+                       scale->data, shift->data, relu);
+    }
+  }
+  free(zeros);
+  return MX_OK;
+}
+
+/* The fixed cut of R rows into chunks: a function of R alone. */
+static int64_t row_chunks(int64_t R) {
+  int64_t n = (R + MIN_CHUNK_ROWS - 1) / MIN_CHUNK_ROWS;
+  return n < 1 ? 1 : n > MAX_CHUNKS ? MAX_CHUNKS : n;
+}
+
+/* Rows r0 .. r1 of float32 or 16-bit a (and b, mask: NULL for none),
+ * added per channel into sum and dot, channel tile by channel tile. */
+static void sums_rows_f32(double *sum, double *dot, const void *a, const void *b, const void *mask, int64_t r0,
+                          int64_t r1, int64_t C, const float *ca, const float *cb, mx_dtype dt) {
+  float wa[ROW_TILE], wb[ROW_TILE], wm[ROW_TILE];
+  for (int64_t c0 = 0; c0 < C; c0 += ROW_TILE) {
+    int64_t m = C - c0 < ROW_TILE ? C - c0 : ROW_TILE;
+    for (int64_t r = r0; r < r1; r += ROW_RUN) {
+      int64_t end = r1 - r < ROW_RUN ? r1 : r + ROW_RUN;
+      float run_sum[ROW_TILE] = {0}, run_dot[ROW_TILE] = {0};
+      for (int64_t i = r; i < end; i++) {
+        const float *va = row_f32(a, i, C, c0, m, dt, wa);
+        if (mask) {
+          const float *vm = row_f32(mask, i, C, c0, m, dt, wm);
+          for (int64_t c = 0; c < m; c++) wa[c] = mx_relu_grad_f32(va[c], vm[c]);
+          va = wa;
+        }
+        for (int64_t c = 0; c < m; c++) run_sum[c] += va[c];
+        if (!b) continue;
+        const float *vb = row_f32(b, i, C, c0, m, dt, wb);
+        for (int64_t c = 0; c < m; c++) run_dot[c] += (va[c] - ca[c0 + c]) * (vb[c] - cb[c0 + c]);
+      }
+      for (int64_t c = 0; c < m; c++) sum[c0 + c] += run_sum[c], dot[c0 + c] += run_dot[c];
+    }
+  }
+}
+
+static void sums_rows_f64(double *sum, double *dot, const double *a, const double *b, const double *mask, int64_t r0,
+                          int64_t r1, int64_t C, const double *ca, const double *cb) {
+  for (int64_t r = r0; r < r1; r++) {
+    const double *ar = a + r * C, *br = b ? b + r * C : NULL, *mr = mask ? mask + r * C : NULL;
+    for (int64_t c = 0; c < C; c++) {
+      double v = mr ? mx_relu_grad_f64(ar[c], mr[c]) : ar[c];
+      sum[c] += v;
+      if (br) dot[c] += (v - ca[c]) * (br[c] - cb[c]);
+    }
+  }
+}
+
+static mx_status sums_rows(const mx_kview *sum, const mx_kview *dot, const mx_kview *a, const mx_kview *b,
+                           const mx_kview *a_center, const mx_kview *b_center, const mx_kview *a_mask) {
+  const int64_t R = a->shape[0], C = a->shape[1], chunks = row_chunks(R), per = (R + chunks - 1) / chunks;
+  bool f64 = a->dtype == MX_F64;
+  /* each chunk's sums and dots, then the two centers (float32 ones in the first half of theirs) */
+  double *partials = calloc((size_t)((2 * chunks + 2) * C), sizeof(double));
+  if (!partials)
+    return mx__error(MX_OUT_OF_MEMORY, "channel_sums: out of memory for %lld partial sums",
+                     (long long)(2 * chunks * C));
+  double *centers = partials + 2 * chunks * C;
+  for (int64_t c = 0; c < C; c++) {
+    if (f64) centers[c] = at(a_center, c), centers[C + c] = at(b_center, c);
+    else ((float *)centers)[c] = (float)at(a_center, c), ((float *)centers)[C + c] = (float)at(b_center, c);
+  }
+  const void *bd = dot ? b->data : NULL, *md = a_mask ? a_mask->data : NULL;
+  MX_PARALLEL_FOR(R * C)
+  for (int64_t k = 0; k < chunks; k++) {
+    int64_t r0 = k * per, r1 = r0 + per < R ? r0 + per : R;
+    double *s = partials + 2 * k * C, *d = s + C;
+    if (f64) sums_rows_f64(s, d, a->data, bd, md, r0, r1, C, centers, centers + C);
+    else sums_rows_f32(s, d, a->data, bd, md, r0, r1, C, (const float *)centers, (const float *)centers + C, a->dtype);
+  }
+  for (int64_t c = 0; c < C; c++) {
+    double s = 0, d = 0;
+    for (int64_t k = 0; k < chunks; k++) s += partials[2 * k * C + c], d += partials[(2 * k + 1) * C + c];
+    store(sum, c, s);
+    store(dot, c, d);
+  }
+  free(partials);
+  return MX_OK;
+}
+
+/* Rows r0 .. r1 of x: the sums of x - k[c] and of its square per channel, in double. */
+static void moments_rows_chunk(double *s1, double *s2, const void *x, int64_t r0, int64_t r1, int64_t C,
+                               const double *k, mx_dtype dt) {
+  float buf[ROW_TILE];
+  for (int64_t r = r0; r < r1; r++) {
+    if (dt == MX_F64) {
+      const double *xr = (const double *)x + r * C;
+      for (int64_t c = 0; c < C; c++) {
+        double d = xr[c] - k[c];
+        s1[c] += d, s2[c] += d * d;
+      }
+      continue;
+    }
+    for (int64_t c0 = 0; c0 < C; c0 += ROW_TILE) {
+      int64_t m = C - c0 < ROW_TILE ? C - c0 : ROW_TILE;
+      const float *v = row_f32(x, r, C, c0, m, dt, buf);
+      for (int64_t c = 0; c < m; c++) {
+        double d = (double)v[c] - k[c0 + c];
+        s1[c0 + c] += d, s2[c0 + c] += d * d;
+      }
+    }
+  }
+}
+
+static mx_status moments_rows(const mx_kview *mean, const mx_kview *var, const mx_kview *x) {
+  const int64_t R = x->shape[0], C = x->shape[1], chunks = row_chunks(R), per = (R + chunks - 1) / chunks;
+  const int64_t size = (int64_t)mx_dtype_size(x->dtype);
+  /* each chunk's two sums, then each channel's first value, k */
+  double *partials = calloc((size_t)((2 * chunks + 1) * C), sizeof(double));
+  if (!partials)
+    return mx__error(MX_OUT_OF_MEMORY, "channel_moments: out of memory for %lld partial sums",
+                     (long long)(2 * chunks * C));
+  double *k = partials + 2 * chunks * C;
+  for (int64_t c = 0; c < C; c++) k[c] = mx_element_load((const char *)x->data + c * size, x->dtype);
+  MX_PARALLEL_FOR(R * C)
+  for (int64_t j = 0; j < chunks; j++) {
+    int64_t r0 = j * per, r1 = r0 + per < R ? r0 + per : R;
+    moments_rows_chunk(partials + 2 * j * C, partials + (2 * j + 1) * C, x->data, r0, r1, C, k, x->dtype);
+  }
+  for (int64_t c = 0; c < C; c++) {
+    double s1 = 0, s2 = 0, m, v;
+    for (int64_t j = 0; j < chunks; j++) s1 += partials[2 * j * C + c], s2 += partials[(2 * j + 1) * C + c];
+    mx_moments_of(k[c], s1, s2, (double)R, &m, &v);
+    store(mean, c, m);
+    store(var, c, v);
+  }
+  free(partials);
   return MX_OK;
 }

@@ -4,12 +4,29 @@
  * indices in either encoding. Forward kernels run one thread per output;
  * backward ones one thread per (n, c) plane, adding the plane's outputs in
  * the CPU's order, so overlapping windows sum to the CPU's bits. Tensors
- * are contiguous (N, C, *S). */
+ * are contiguous (N, C, *S) or channels-last (N, C, H, W), every element
+ * found through its view's strides. */
 #include "kernels/cuda/common.cuh"
 #include "kernels/pool_geom.h"
 
 MX_HD static inline const char *at(const void *base, int64_t i, mx_dtype dtype) {
   return (const char *)base + i * dtype_bytes(dtype);
+}
+
+/* The element of plane n C + c at spatial position (i0, i1, i2) (padded on
+ * the left to 3 dims, as the geometry's) in view v: through v's strides,
+ * which serve its layout, contiguous or channels-last. */
+MX_HD static inline int64_t element_offset(const mx_kview &v, int64_t plane, int64_t i0, int64_t i1, int64_t i2) {
+  const int64_t i[3] = {i0, i1, i2};
+  int spatial = v.ndim - 2;
+  int64_t offset = plane / v.shape[1] * v.strides[0] + plane % v.shape[1] * v.strides[1];
+  for (int j = 0; j < spatial; j++) offset += i[3 - spatial + j] * v.strides[2 + j];
+  return offset;
+}
+
+/* The same for a flat position in an input plane (the indices' encoding). */
+MX_HD static inline int64_t flat_offset(const mx_kview &v, const mx_pool_geom &g, int64_t plane, int64_t flat) {
+  return element_offset(v, plane, flat / (g.in[1] * g.in[2]), flat / g.in[2] % g.in[1], flat % g.in[2]);
 }
 
 /* Output o of all planes' outputs: its plane and coordinates. */
@@ -26,20 +43,20 @@ struct max_pool_op {
   MX_HD void operator()(int64_t e) const {
     int64_t plane, o[3];
     output_coords(g, e, &plane, o);
-    const char *xp = at(x.data, plane * mx_pool_volume(g.in), x.dtype);
     double best = -INFINITY;
     int64_t where = -1, offset = 0;
     MX_POOL_FOR_WINDOW(g, o[0], o[1], o[2], {
-      double v = mx_element_load(xp + flat * dtype_bytes(x.dtype), x.dtype);
+      double v = mx_element_load(at(x.data, element_offset(x, plane, i0, i1, i2), x.dtype), x.dtype);
       if (where < 0 || v > best || isnan(v)) {
         best = v;
         where = flat;
         offset = (k0 * g.k[1] + k1) * g.k[2] + k2;
       }
     })
-    mx_element_store((char *)at(out.data, e, out.dtype), out.dtype, best);
-    if (indices.dtype == MX_U8) ((uint8_t *)indices.data)[e] = (uint8_t)offset;
-    else ((int64_t *)indices.data)[e] = where < 0 ? 0 : where;
+    mx_element_store((char *)at(out.data, element_offset(out, plane, o[0], o[1], o[2]), out.dtype), out.dtype, best);
+    int64_t i = element_offset(indices, plane, o[0], o[1], o[2]);
+    if (indices.dtype == MX_U8) ((uint8_t *)indices.data)[i] = (uint8_t)offset;
+    else ((int64_t *)indices.data)[i] = where < 0 ? 0 : where;
   }
 };
 
@@ -48,14 +65,13 @@ struct max_pool_backward_op {
   mx_pool_geom g;
   mx_kview dx, dy, indices;
   MX_HD void operator()(int64_t plane) const {
-    int64_t in_plane = mx_pool_volume(g.in), out_plane = mx_pool_volume(g.out);
-    char *dp = (char *)at(dx.data, plane * in_plane, dx.dtype);
-    for (int64_t i = 0; i < in_plane; i++) mx_element_store(dp + i * dtype_bytes(dx.dtype), dx.dtype, 0.0);
-    int64_t o = 0;
+    int64_t in_plane = mx_pool_volume(g.in);
+    for (int64_t i = 0; i < in_plane; i++)
+      mx_element_store((char *)at(dx.data, flat_offset(dx, g, plane, i), dx.dtype), dx.dtype, 0.0);
     for (int64_t o0 = 0; o0 < g.out[0]; o0++)
       for (int64_t o1 = 0; o1 < g.out[1]; o1++)
-        for (int64_t o2 = 0; o2 < g.out[2]; o2++, o++) {
-          int64_t e = plane * out_plane + o, flat;
+        for (int64_t o2 = 0; o2 < g.out[2]; o2++) {
+          int64_t e = element_offset(indices, plane, o0, o1, o2), flat;
           if (indices.dtype == MX_U8) { /* the window offset, row-major over the kernel */
             int64_t r = ((const uint8_t *)indices.data)[e];
             int64_t k2 = r % g.k[2], k1 = r / g.k[2] % g.k[1], k0 = r / (g.k[2] * g.k[1]);
@@ -64,8 +80,8 @@ struct max_pool_backward_op {
           } else {
             flat = ((const int64_t *)indices.data)[e];
           }
-          char *target = dp + flat * dtype_bytes(dx.dtype);
-          double grad = mx_element_load(at(dy.data, e, dy.dtype), dy.dtype);
+          char *target = (char *)at(dx.data, flat_offset(dx, g, plane, flat), dx.dtype);
+          double grad = mx_element_load(at(dy.data, element_offset(dy, plane, o0, o1, o2), dy.dtype), dy.dtype);
           mx_element_store(target, dx.dtype, mx_element_load(target, dx.dtype) + grad);
         }
   }
@@ -96,10 +112,10 @@ struct avg_pool_op {
   MX_HD void operator()(int64_t e) const {
     int64_t plane, o[3];
     output_coords(g, e, &plane, o);
-    const char *xp = at(x.data, plane * mx_pool_volume(g.in), x.dtype);
     double sum = 0;
-    MX_POOL_FOR_WINDOW(g, o[0], o[1], o[2], { sum += mx_element_load(xp + flat * dtype_bytes(x.dtype), x.dtype); })
-    mx_element_store((char *)at(out.data, e, out.dtype), out.dtype,
+    MX_POOL_FOR_WINDOW(g, o[0], o[1], o[2],
+                       { sum += mx_element_load(at(x.data, flat_offset(x, g, plane, flat), x.dtype), x.dtype); })
+    mx_element_store((char *)at(out.data, element_offset(out, plane, o[0], o[1], o[2]), out.dtype), out.dtype,
                      sum / divisor(g, count_include_pad, o[0], o[1], o[2]));
   }
 };
@@ -110,14 +126,14 @@ struct avg_pool_backward_op {
   bool count_include_pad;
   MX_HD void operator()(int64_t plane) const {
     int64_t in_plane = mx_pool_volume(g.in), out_plane = mx_pool_volume(g.out);
-    char *dp = (char *)at(dx.data, plane * in_plane, dx.dtype);
-    for (int64_t i = 0; i < in_plane; i++) mx_element_store(dp + i * dtype_bytes(dx.dtype), dx.dtype, 0.0);
+    for (int64_t i = 0; i < in_plane; i++)
+      mx_element_store((char *)at(dx.data, flat_offset(dx, g, plane, i), dx.dtype), dx.dtype, 0.0);
     for (int64_t o = 0; o < out_plane; o++) {
       int64_t o2 = o % g.out[2], o1 = o / g.out[2] % g.out[1], o0 = o / (g.out[2] * g.out[1]);
-      double grad = mx_element_load(at(dy.data, plane * out_plane + o, dy.dtype), dy.dtype) /
+      double grad = mx_element_load(at(dy.data, element_offset(dy, plane, o0, o1, o2), dy.dtype), dy.dtype) /
                     divisor(g, count_include_pad, o0, o1, o2);
       MX_POOL_FOR_WINDOW(g, o0, o1, o2, {
-        char *target = dp + flat * dtype_bytes(dx.dtype);
+        char *target = (char *)at(dx.data, flat_offset(dx, g, plane, flat), dx.dtype);
         mx_element_store(target, dx.dtype, mx_element_load(target, dx.dtype) + grad);
       })
     }
