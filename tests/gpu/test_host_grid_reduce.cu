@@ -209,19 +209,20 @@ void test_pool(rng &r) {
       if (empty) continue;
       int nd = 2 + spatial;
       mx_dtype index_dtype = r.range(0, 1) ? MX_U8 : MX_I64;
-      describe("max_pool of %s, %d spatial dims, %s indices", mx_dtype_name(dtype), spatial,
-               mx_dtype_name(index_dtype));
-      host_tensor x = make_tensor(dtype, nd, in_shape, CONTIGUOUS, r);
+      layout how = spatial == 2 && r.range(0, 1) ? CHANNELS_LAST : CONTIGUOUS; /* every operand alike, as the ops do */
+      describe("max_pool of %s, %d spatial dims, %s indices, layout %d", mx_dtype_name(dtype), spatial,
+               mx_dtype_name(index_dtype), how);
+      host_tensor x = make_tensor(dtype, nd, in_shape, how, r);
       fill_values(x, r.range(0, 1) ? SMALL_INT : AWKWARD, r);
-      host_tensor a = make_tensor(dtype, nd, out_shape, CONTIGUOUS, r), b = a;
-      host_tensor ia = make_tensor(index_dtype, nd, out_shape, CONTIGUOUS, r), ib = ia;
+      host_tensor a = make_tensor(dtype, nd, out_shape, how, r), b = a;
+      host_tensor ia = make_tensor(index_dtype, nd, out_shape, how, r), ib = ia;
       check_status(cpu.max_pool(&a.v, &ia.v, &x.v, &p), mx__cuda_max_pool(&b.v, &ib.v, &x.v, &p), "max_pool");
       same_values(a, b, 0, 0, "max_pool");
       same_values(ia, ib, 0, 0, "max_pool indices");
 
-      host_tensor dy = make_tensor(dtype, nd, out_shape, CONTIGUOUS, r);
+      host_tensor dy = make_tensor(dtype, nd, out_shape, how, r);
       fill_values(dy, SMALL_INT, r);
-      host_tensor da = make_tensor(dtype, nd, in_shape, CONTIGUOUS, r), db = da;
+      host_tensor da = make_tensor(dtype, nd, in_shape, how, r), db = da;
       check_status(cpu.max_pool_backward(&da.v, &dy.v, &ia.v, &p), mx__cuda_max_pool_backward(&db.v, &dy.v, &ia.v, &p),
                    "max_pool_backward");
       same_values(da, db, 0, 0, "max_pool_backward");
