@@ -27,6 +27,7 @@ mx_status mx__fwd_to_device(mx__call *c) {
 }
 mx_status mx__fwd_clone(mx__call *c) { return OUT0(c, mx__tensor_clone(c->in[0])); }
 mx_status mx__fwd_contiguous(mx__call *c) { return OUT0(c, mx__tensor_contiguous(c->in[0])); }
+mx_status mx__fwd_to_channels_last(mx__call *c) { return OUT0(c, mx__tensor_to_channels_last(c->in[0])); }
 
 mx_status mx__fwd_flatten(mx__call *c) {
   mx_tensor *flat = mx__tensor_flatten(c->in[0], (int)c->args->i[0], (int)c->args->i[1]);
@@ -91,6 +92,7 @@ mx_status mx__bwd_to_dtype(mx__bw *bw) { GRAD(0, G); return MX_OK; } /* the engi
 mx_status mx__bwd_to_device(mx__bw *bw) { GRAD(0, mx_to_device(G, bw->node->in_meta[0].device)); return MX_OK; }
 mx_status mx__bwd_clone(mx__bw *bw) { GRAD(0, G); return MX_OK; }
 mx_status mx__bwd_contiguous(mx__bw *bw) { GRAD(0, G); return MX_OK; }
+mx_status mx__bwd_to_channels_last(mx__bw *bw) { GRAD(0, G); return MX_OK; }
 
 /* The start and end a slice really used (Python's clamping). */
 static void normalize_slice(int64_t size, int64_t *start, int64_t *end) {
@@ -186,6 +188,7 @@ mx_tensor *mx_flatten(const mx_tensor *t, int start_dim, int end_dim) {
   return mx__call1(MX_OP_FLATTEN, t, &(mx__args){.i = {start_dim, end_dim}});
 }
 mx_tensor *mx_contiguous(const mx_tensor *t) { return mx__call1(MX_OP_CONTIGUOUS, t, NULL); }
+mx_tensor *mx_to_channels_last(const mx_tensor *t) { return mx__call1(MX_OP_TO_CHANNELS_LAST, t, NULL); }
 mx_tensor *mx_clone(const mx_tensor *t) { return mx__call1(MX_OP_CLONE, t, NULL); }
 mx_tensor *mx_to_dtype(const mx_tensor *t, mx_dtype dtype) {
   return mx__call1(MX_OP_TO_DTYPE, t, &(mx__args){.dtype = dtype});

@@ -80,8 +80,11 @@ mx_status mx_fill_(mx_tensor *t, double value) {
   return status;
 }
 
-static mx_tensor *copy_as(const char *op, const mx_tensor *t, mx_dtype dtype, mx_device device) {
-  mx_tensor *out = mx__tensor_alloc(op, mx_shape_of(t->ndim, t->shape), dtype, device);
+/* A copy of t in dtype on device, laid out channels-last or row-major. */
+static mx_tensor *copy_as(const char *op, const mx_tensor *t, mx_dtype dtype, mx_device device, bool channels_last) {
+  mx_shape shape = mx_shape_of(t->ndim, t->shape);
+  mx_tensor *out = channels_last ? mx__tensor_alloc_channels_last(op, shape, dtype, device)
+                                 : mx__tensor_alloc(op, shape, dtype, device);
   if (out && mx_copy_(out, t) != MX_OK) {
     mx_release(out);
     return NULL;
@@ -95,7 +98,22 @@ mx_tensor *mx__tensor_contiguous(const mx_tensor *t) {
     return NULL;
   }
   if (mx_is_contiguous(t)) return mx__tensor_view(t, t->ndim, t->shape, t->strides, t->offset);
-  return copy_as("mx_contiguous", t, t->dtype, t->device);
+  return copy_as("mx_contiguous", t, t->dtype, t->device, false);
+}
+
+mx_tensor *mx__tensor_to_channels_last(const mx_tensor *t) {
+  if (!t) {
+    mx__null_input("mx_to_channels_last", "t");
+    return NULL;
+  }
+  if (t->ndim != 4) {
+    char a[MX__DIMS_STR];
+    mx__error(MX_SHAPE_ERROR, "mx_to_channels_last: a channels-last tensor has 4 dims (N, C, H, W); got shape %s",
+              mx__dims_str(a, t->ndim, t->shape));
+    return NULL;
+  }
+  if (mx__is_channels_last(t)) return mx__tensor_view(t, t->ndim, t->shape, t->strides, t->offset);
+  return copy_as("mx_to_channels_last", t, t->dtype, t->device, true);
 }
 
 mx_tensor *mx__tensor_clone(const mx_tensor *t) {
@@ -103,7 +121,7 @@ mx_tensor *mx__tensor_clone(const mx_tensor *t) {
     mx__null_input("mx_clone", "t");
     return NULL;
   }
-  return copy_as("mx_clone", t, t->dtype, t->device);
+  return copy_as("mx_clone", t, t->dtype, t->device, false);
 }
 
 mx_tensor *mx__tensor_to_dtype(const mx_tensor *t, mx_dtype dtype) {
@@ -111,7 +129,7 @@ mx_tensor *mx__tensor_to_dtype(const mx_tensor *t, mx_dtype dtype) {
     mx__null_input("mx_to_dtype", "t");
     return NULL;
   }
-  return copy_as("mx_to_dtype", t, dtype, t->device);
+  return copy_as("mx_to_dtype", t, dtype, t->device, false);
 }
 
 mx_tensor *mx__tensor_to_device(const mx_tensor *t, mx_device device) {
@@ -119,7 +137,7 @@ mx_tensor *mx__tensor_to_device(const mx_tensor *t, mx_device device) {
     mx__null_input("mx_to_device", "t");
     return NULL;
   }
-  return copy_as("mx_to_device", t, t->dtype, device);
+  return copy_as("mx_to_device", t, t->dtype, device, false);
 }
 
 /* --- element access ---------------------------------------------------------- */

@@ -260,6 +260,8 @@ bool mx_is_contiguous(const mx_tensor *t) {
   return mx__kview_is_contiguous(&v);
 }
 
+bool mx_is_channels_last(const mx_tensor *t) { return t && mx__is_channels_last(t); }
+
 bool mx_shares_storage(const mx_tensor *a, const mx_tensor *b) {
   return a && b && a->storage == b->storage;
 }

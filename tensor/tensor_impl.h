@@ -94,6 +94,7 @@ mx_tensor *mx__tensor_expand(const mx_tensor *t, mx_shape shape);
 mx_tensor *mx__tensor_broadcast_to(const mx_tensor *t, mx_shape shape);
 mx_tensor *mx__tensor_flatten(const mx_tensor *t, int start_dim, int end_dim);
 mx_tensor *mx__tensor_contiguous(const mx_tensor *t);
+mx_tensor *mx__tensor_to_channels_last(const mx_tensor *t);
 mx_tensor *mx__tensor_clone(const mx_tensor *t);
 mx_tensor *mx__tensor_to_dtype(const mx_tensor *t, mx_dtype dtype);
 mx_tensor *mx__tensor_to_device(const mx_tensor *t, mx_device device);
