@@ -116,12 +116,14 @@ mx_tensor *mx__tensor_to_channels_last(const mx_tensor *t) {
   return copy_as("mx_to_channels_last", t, t->dtype, t->device, true);
 }
 
+/* Clones, casts and moves keep a channels-last tensor's layout (PyTorch's
+ * preserve_format), so that autocast's casts and the ops after them do too. */
 mx_tensor *mx__tensor_clone(const mx_tensor *t) {
   if (!t) {
     mx__null_input("mx_clone", "t");
     return NULL;
   }
-  return copy_as("mx_clone", t, t->dtype, t->device, false);
+  return copy_as("mx_clone", t, t->dtype, t->device, mx__is_channels_last(t));
 }
 
 mx_tensor *mx__tensor_to_dtype(const mx_tensor *t, mx_dtype dtype) {
@@ -129,7 +131,7 @@ mx_tensor *mx__tensor_to_dtype(const mx_tensor *t, mx_dtype dtype) {
     mx__null_input("mx_to_dtype", "t");
     return NULL;
   }
-  return copy_as("mx_to_dtype", t, dtype, t->device, false);
+  return copy_as("mx_to_dtype", t, dtype, t->device, mx__is_channels_last(t));
 }
 
 mx_tensor *mx__tensor_to_device(const mx_tensor *t, mx_device device) {
@@ -137,7 +139,7 @@ mx_tensor *mx__tensor_to_device(const mx_tensor *t, mx_device device) {
     mx__null_input("mx_to_device", "t");
     return NULL;
   }
-  return copy_as("mx_to_device", t, t->dtype, device, false);
+  return copy_as("mx_to_device", t, t->dtype, device, mx__is_channels_last(t));
 }
 
 /* --- element access ---------------------------------------------------------- */
@@ -221,7 +223,10 @@ mx_status mx_to_host(const mx_tensor *t, void *dst, size_t bytes) {
   if (bytes != (size_t)need)
     return mx__error(MX_INVALID_ARGUMENT, "mx_to_host: buffer of %zu bytes given, %lld %s elements need %lld",
                      bytes, (long long)numel, mx_dtype_name(t->dtype), (long long)need);
-  mx_tensor *host = t->device == MX_CPU ? mx__tensor_contiguous(t) : mx__tensor_to_device(t, MX_CPU);
+  /* a move keeps a channels-last layout: made row-major after it */
+  mx_tensor *moved = t->device == MX_CPU ? NULL : mx__tensor_to_device(t, MX_CPU);
+  mx_tensor *host = t->device == MX_CPU ? mx__tensor_contiguous(t) : moved ? mx__tensor_contiguous(moved) : NULL;
+  mx_release(moved);
   if (!host) return mx_last_status();
   memcpy(dst, mx__kview_of(host).data, (size_t)need);
   mx_release(host);

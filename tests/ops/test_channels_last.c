@@ -128,3 +128,104 @@ Test(channels_last, the_gradient_passes_through) {
   expect_same_values(mx_grad_of(x), r, "the gradient of sum(to_channels_last(x) * r)");
   mx_scope_end(s);
 }
+
+/* --- ops that keep the layout ----------------------------------------------------------------------------------------- */
+
+/* An (N, C, H, W) tensor of dtype laid out channels-last, and its row-major twin. */
+typedef struct {
+  mx_tensor *cl, *rm;
+} twins;
+
+static twins twins_of(mx_shape shape, mx_dtype dtype, uint64_t seed) {
+  mx_tensor *rm = randn(shape, dtype, seed);
+  twins t = {mx_to_channels_last(rm), rm};
+  cr_assert(t.cl && mx_is_channels_last(t.cl) && !mx_is_contiguous(t.cl), "%s", mx_last_error());
+  return t;
+}
+
+static void expect_layout(const mx_tensor *t, bool channels_last, const char *what) {
+  cr_assert(t, "%s: %s", what, mx_last_error());
+  cr_expect(channels_last ? mx_is_channels_last(t) && !mx_is_contiguous(t) : mx_is_contiguous(t) && !mx_is_channels_last(t),
+            "%s: expected %s", what, channels_last ? "channels-last" : "row-major");
+}
+
+Test(channels_last, elementwise_ops_keep_it) {
+  mx_scope *s = mx_scope_begin();
+  mx_dtype dtypes[] = {MX_F32, MX_BF16, MX_F16, MX_F64};
+  for (size_t k = 0; k < sizeof dtypes / sizeof *dtypes; k++) {
+    mx_dtype dt = dtypes[k];
+    /* big enough for the kernels' threads and their long rows */
+    twins x = twins_of(MX_SHAPE(4, 24, 20, 20), dt, 10 + k), y = twins_of(MX_SHAPE(4, 24, 20, 20), dt, 20 + k);
+    mx_tensor *bias = randn(MX_SHAPE(1, 24, 1, 1), dt, 30 + k);
+    char what[64];
+#define SAME_AS_ROW_MAJOR(name, expr_cl, expr_rm, layout)                      \
+  do {                                                                          \
+    snprintf(what, sizeof what, "%s (%s)", name, mx_dtype_name(dt));            \
+    mx_tensor *a = (expr_cl), *b = (expr_rm);                                   \
+    expect_layout(a, layout, what);                                             \
+    expect_same_values(a, b, what);                                             \
+  } while (0)
+    SAME_AS_ROW_MAJOR("relu", mx_relu(x.cl), mx_relu(x.rm), true);
+    SAME_AS_ROW_MAJOR("exp", mx_exp(x.cl), mx_exp(x.rm), true);
+    SAME_AS_ROW_MAJOR("add", mx_add(x.cl, y.cl), mx_add(x.rm, y.rm), true);
+    SAME_AS_ROW_MAJOR("a bias added", mx_add(x.cl, bias), mx_add(x.rm, bias), true);
+    SAME_AS_ROW_MAJOR("a bias first", mx_add(bias, x.cl), mx_add(bias, x.rm), true);
+    SAME_AS_ROW_MAJOR("a scalar", mx_mul_scalar(x.cl, 0.5), mx_mul_scalar(x.rm, 0.5), true);
+    SAME_AS_ROW_MAJOR("relu_backward", mx_relu_backward(y.cl, x.cl), mx_relu_backward(y.rm, x.rm), true);
+    SAME_AS_ROW_MAJOR("a comparison", mx_gt(x.cl, y.cl), mx_gt(x.rm, y.rm), true);
+    SAME_AS_ROW_MAJOR("where", mx_where(mx_gt(x.cl, y.cl), x.cl, y.cl), mx_where(mx_gt(x.rm, y.rm), x.rm, y.rm), true);
+    /* mixed: the first input that fills the shape decides */
+    SAME_AS_ROW_MAJOR("channels-last + row-major", mx_add(x.cl, y.rm), mx_add(x.rm, y.rm), true);
+    SAME_AS_ROW_MAJOR("row-major + channels-last", mx_sub(y.rm, x.cl), mx_sub(y.rm, x.rm), false);
+    SAME_AS_ROW_MAJOR("a broadcast view first", mx_mul(mx_expand(bias, MX_SHAPE(4, 24, 20, 20)), x.cl),
+                      mx_mul(bias, x.rm), true);
+    SAME_AS_ROW_MAJOR("where, a row-major condition", mx_where(mx_gt(x.rm, y.rm), x.cl, y.cl),
+                      mx_where(mx_gt(x.rm, y.rm), x.rm, y.rm), false);
+    /* copies and casts */
+    SAME_AS_ROW_MAJOR("clone", mx_clone(x.cl), x.rm, true);
+    SAME_AS_ROW_MAJOR("to float64", mx_to_dtype(x.cl, MX_F64), mx_to_dtype(x.rm, MX_F64), true);
+    SAME_AS_ROW_MAJOR("to bfloat16", mx_to_dtype(x.cl, MX_BF16), mx_to_dtype(x.rm, MX_BF16), true);
+    SAME_AS_ROW_MAJOR("to the CPU", mx_to_device(x.cl, MX_CPU), x.rm, true);
+#undef SAME_AS_ROW_MAJOR
+  }
+  mx_scope_end(s);
+}
+
+Test(channels_last, autocast_keeps_it) {
+  mx_scope *s = mx_scope_begin();
+  twins x = twins_of(MX_SHAPE(2, 16, 6, 6), MX_BF16, 40);
+  MX_AUTOCAST(MX_CPU, MX_BF16, true, true) {
+    /* exp runs in float32: its input cast first */
+    mx_tensor *y = mx_exp(x.cl);
+    expect_layout(y, true, "exp of bfloat16 under autocast");
+    cr_expect_eq(mx_dtype_of(y), MX_F32);
+    expect_same_values(y, mx_exp(mx_to_dtype(x.rm, MX_F32)), "exp of bfloat16 under autocast");
+  }
+  mx_scope_end(s);
+}
+
+/* Gradients of mixed layouts add up right: x reaches the loss through a
+ * channels-last path and a row-major one, so its accumulated gradient is
+ * the sum of one of each. */
+Test(channels_last, gradients_of_mixed_layouts_accumulate) {
+  mx_scope *s = mx_scope_begin();
+  twins r = twins_of(MX_SHAPE(2, 5, 3, 4), MX_F64, 50), q = twins_of(MX_SHAPE(2, 5, 3, 4), MX_F64, 51);
+  for (int cl_leaf = 0; cl_leaf < 2; cl_leaf++) {
+    twins x0 = twins_of(MX_SHAPE(2, 5, 3, 4), MX_F64, 52);
+    mx_tensor *x = mx_detach(cl_leaf ? x0.cl : x0.rm);
+    OK(mx_set_requires_grad(x, true));
+    mx_tensor *through_cl = mx_mul(mx_to_channels_last(x), r.cl); /* a channels-last gradient */
+    mx_tensor *through_rm = mx_mul(mx_contiguous(x), q.rm);       /* a row-major one */
+    mx_tensor *loss = mx_sum(mx_add(mx_tanh(through_cl), mx_tanh(through_rm)), MX_ALL_DIMS, false);
+    OK(mx_backward(loss, NULL, false));
+    /* d/dx = r (1 - tanh(x r)^2) + q (1 - tanh(x q)^2), all in row-major tensors */
+    mx_tensor *tr = mx_tanh(mx_mul(x0.rm, r.rm)), *tq = mx_tanh(mx_mul(x0.rm, q.rm));
+    mx_tensor *want = mx_add(mx_mul(r.rm, mx_rsub_scalar(1, mx_mul(tr, tr))),
+                             mx_mul(q.rm, mx_rsub_scalar(1, mx_mul(tq, tq))));
+    expect_same_values(mx_grad_of(x), want, cl_leaf ? "a channels-last leaf's gradient" : "a row-major leaf's gradient");
+    /* a second backward adds into the gradient already there */
+    OK(mx_backward(mx_sum(mx_mul(mx_to_channels_last(x), r.cl), MX_ALL_DIMS, false), NULL, false));
+    expect_same_values(mx_grad_of(x), mx_add(want, r.rm), "the gradient accumulated again");
+  }
+  mx_scope_end(s);
+}
