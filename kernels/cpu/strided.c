@@ -9,15 +9,39 @@ typedef struct {
   int64_t stride[MX__MAX_OPERANDS][MX_MAX_DIMS]; /* in bytes */
 } merged_dims;
 
+/* Whether dim a is walked inside dim b: by the strides of the first view
+ * that tells them apart (a 0 stride, a broadcast, tells nothing), as
+ * PyTorch's TensorIterator orders them; in row-major order when none does. */
+static bool walks_inside(int n, const mx_kview *const *views, int a, int b) {
+  for (int k = 0; k < n; k++) {
+    int64_t sa = views[k]->strides[a], sb = views[k]->strides[b];
+    if (sa != 0 && sb != 0 && sa != sb) return sa < sb;
+  }
+  return a > b;
+}
+
 /* Drops size-1 dims and merges neighbours that are contiguous in every view,
- * into m. Only the entries below m->ndim are written and read: zeroing
- * all of it, and returning it by value, were two thirds of a tiny op's
+ * into m, walking the dims in memory order (the views' strides, the
+ * output's first) or, when row_major, in their own order. A channels-last
+ * output and inputs of its layout are then one long row, as row-major ones
+ * are. Only the entries below m->ndim are written and read: zeroing all of
+ * it, and returning it by value, were two thirds of a tiny op's
  * mx__cpu_foreach. */
-static void merge_dims(int n, const mx_kview *const *views, merged_dims *m) {
+static void merge_dims(int n, const mx_kview *const *views, bool row_major, merged_dims *m) {
   m->ndim = 0;
   const mx_kview *out = views[0];
+  int order[MX_MAX_DIMS], dims = 0;
   for (int d = 0; d < out->ndim; d++) {
     if (out->shape[d] == 1) continue;
+    int at = dims++; /* insertion sort, outermost first: a few compares when already in order */
+    while (!row_major && at > 0 && walks_inside(n, views, order[at - 1], d)) {
+      order[at] = order[at - 1];
+      at--;
+    }
+    order[at] = d;
+  }
+  for (int j = 0; j < dims; j++) {
+    int d = order[j];
     int64_t s[MX__MAX_OPERANDS];
     bool mergeable = m->ndim > 0;
     for (int k = 0; k < n; k++) {
@@ -37,7 +61,7 @@ static void merge_dims(int n, const mx_kview *const *views, merged_dims *m) {
     m->shape[0] = 1;
     for (int k = 0; k < n; k++) m->stride[k][0] = 0;
   }
-  }
+}
 
 int64_t mx__cpu_row_chunk(int64_t row_len, int threads) {
   if (threads < 2 || row_len < 2 * MX_PARALLEL_MIN_ELEMENTS) return row_len;
@@ -55,13 +79,15 @@ typedef struct {
   merged_dims m;
   int n;
   const mx_kview *const *views;
+  bool row_major; /* rows in row-major order: `first` is their index */
   int64_t row_len, chunk, chunks_per_row;
 } row_tasks;
 
 static void run_task(const row_tasks *p, int64_t t, mx__row_fn fn, void *ctx) {
   int inner = p->m.ndim - 1;
   int64_t r = t / p->chunks_per_row, start = (t % p->chunks_per_row) * p->chunk;
-  mx__row row = {.n = p->row_len - start < p->chunk ? p->row_len - start : p->chunk, .first = r * p->row_len + start};
+  mx__row row = {.n = p->row_len - start < p->chunk ? p->row_len - start : p->chunk,
+                 .first = p->row_major ? r * p->row_len + start : -1};
   for (int k = 0; k < p->n; k++) {
     row.ptr[k] = (char *)p->views[k]->data + start * p->m.stride[k][inner];
     row.step[k] = p->m.stride[k][inner];
@@ -75,12 +101,12 @@ static void run_task(const row_tasks *p, int64_t t, mx__row_fn fn, void *ctx) {
   fn(&row, ctx);
 }
 
-void mx__cpu_foreach(int n, const mx_kview *const *views, mx__row_fn fn, void *ctx) {
+static void foreach(int n, const mx_kview *const *views, bool row_major, mx__row_fn fn, void *ctx) {
   int64_t numel = mx__kview_numel(views[0]);
   if (numel == 0) return;
   row_tasks p;
-  merge_dims(n, views, &p.m);
-  p.n = n, p.views = views;
+  merge_dims(n, views, row_major, &p.m);
+  p.n = n, p.views = views, p.row_major = row_major;
   p.row_len = p.m.shape[p.m.ndim - 1];
   int64_t rows = numel / p.row_len;
   /* Long rows are split into chunks so a single contiguous row still uses
@@ -100,7 +126,16 @@ void mx__cpu_foreach(int n, const mx_kview *const *views, mx__row_fn fn, void *c
   for (int64_t t = 0; t < tasks; t++) run_task(&p, t, fn, ctx);
 }
 
+void mx__cpu_foreach(int n, const mx_kview *const *views, mx__row_fn fn, void *ctx) {
+  foreach(n, views, false, fn, ctx);
+}
+
 void mx__cpu_foreach_row(const mx_kview *out, const mx_kview *in, mx__row_fn fn, void *ctx) {
   const mx_kview *views[2] = {out, in};
-  mx__cpu_foreach(in ? 2 : 1, views, fn, ctx);
+  foreach(in ? 2 : 1, views, false, fn, ctx);
+}
+
+void mx__cpu_foreach_row_indexed(const mx_kview *out, const mx_kview *in, mx__row_fn fn, void *ctx) {
+  const mx_kview *views[2] = {out, in};
+  foreach(in ? 2 : 1, views, true, fn, ctx);
 }
