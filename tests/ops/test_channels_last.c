@@ -229,3 +229,53 @@ Test(channels_last, gradients_of_mixed_layouts_accumulate) {
   }
   mx_scope_end(s);
 }
+
+/* --- reshape and flatten --------------------------------------------------------------------------------------------- */
+
+Test(channels_last, flatten_before_a_classifier_copies) {
+  mx_scope *s = mx_scope_begin();
+  twins x = twins_of(MX_SHAPE(2, 3, 4, 5), MX_F32, 60);
+  mx_tensor *flat = mx_flatten(x.cl, 1, -1);
+  cr_assert(flat, "%s", mx_last_error());
+  cr_expect(mx_ndim(flat) == 2 && mx_size(flat, 0) == 2 && mx_size(flat, 1) == 60);
+  cr_expect(mx_is_contiguous(flat) && !mx_shares_storage(flat, x.cl), "flatten(1) of channels-last copies");
+  expect_same_values(flat, mx_flatten(x.rm, 1, -1), "flatten(1)");
+  expect_same_values(mx_reshape(x.cl, MX_SHAPE(6, 20)), mx_reshape(x.rm, MX_SHAPE(6, 20)), "reshape to (6, 20)");
+  EXPECT_ERROR(mx_view(x.cl, MX_SHAPE(2, 60)),
+               "mx_view: shape [2,60] cannot view a tensor of shape [2,3,4,5] and strides [60,1,15,3] without a "
+               "copy; use mx_reshape");
+  mx_scope_end(s);
+}
+
+Test(channels_last, legal_views_stay_views) {
+  mx_scope *s = mx_scope_begin();
+  twins x = twins_of(MX_SHAPE(2, 3, 4, 5), MX_F32, 61);
+  /* H and W are one run in memory: (N, C, H*W) is a view */
+  mx_tensor *hw = mx_flatten(x.cl, 2, 3);
+  cr_assert(hw, "%s", mx_last_error());
+  cr_expect(mx_shares_storage(hw, x.cl), "flatten(2, 3) of channels-last is a view");
+  expect_same_values(hw, mx_flatten(x.rm, 2, 3), "flatten(2, 3)");
+  mx_tensor *same = mx_reshape(x.cl, MX_SHAPE(2, 3, 4, 5));
+  cr_expect(mx_shares_storage(same, x.cl) && mx_is_channels_last(same), "a reshape to its own shape");
+  mx_tensor *split = mx_view(x.cl, MX_SHAPE(2, 3, 2, 2, 5));
+  cr_assert(split, "%s", mx_last_error());
+  expect_same_values(split, mx_reshape(x.rm, MX_SHAPE(2, 3, 2, 2, 5)), "H split in two");
+  mx_scope_end(s);
+}
+
+/* The classifier's gradient comes back in the layout of its input: the
+ * convolutions below it then read every gradient channels-last. */
+Test(channels_last, flatten_gives_the_gradient_back_channels_last) {
+  mx_scope *s = mx_scope_begin();
+  twins x0 = twins_of(MX_SHAPE(2, 3, 4, 5), MX_F32, 62);
+  mx_tensor *w = randn(MX_SHAPE(60, 7), MX_F32, 63), *x = mx_detach(x0.cl), *xr = mx_detach(x0.rm);
+  OK(mx_set_requires_grad(x, true));
+  OK(mx_set_requires_grad(xr, true));
+  OK(mx_backward(mx_sum(mx_matmul(mx_flatten(x, 1, -1), w), MX_ALL_DIMS, false), NULL, false));
+  OK(mx_backward(mx_sum(mx_matmul(mx_flatten(xr, 1, -1), w), MX_ALL_DIMS, false), NULL, false));
+  expect_same_values(mx_grad_of(x), mx_grad_of(xr), "the gradient through flatten(1)");
+  cr_expect(mx_is_channels_last(mx_grad_of(x)) && !mx_is_contiguous(mx_grad_of(x)),
+            "the gradient of a channels-last input through flatten(1) is channels-last");
+  cr_expect(mx_is_contiguous(mx_grad_of(xr)), "a row-major input's stays row-major");
+  mx_scope_end(s);
+}
