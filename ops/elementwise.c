@@ -24,7 +24,7 @@ static mx_tensor *alloc_out(mx_op op, int n, mx_tensor *const *in, mx_shape shap
                             mx_device device) {
   for (int i = 0; i < n; i++) {
     if (!fills_shape(in[i], shape)) continue;
-    if (mx__is_channels_last(in[i]))
+    if (mx__suggests_channels_last(in[i]))
       return mx__tensor_alloc_channels_last(mx__ops[op].api_name, shape, dtype, device);
     break;
   }

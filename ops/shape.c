@@ -75,7 +75,7 @@ mx_status mx__fwd_slice_backward(mx__call *c) {
  * first convolution: converted there once, as its input was. */
 static mx_tensor *reshape_back(mx__bw *bw) {
   mx_tensor *g = mx_reshape(G, mx__in_shape(bw, 0));
-  return bw->args->i[0] && g && !mx_is_channels_last(g) ? mx_to_channels_last(g) : g;
+  return bw->args->i[0] ? mx_to_channels_last(g) : g;
 }
 mx_status mx__bwd_reshape(mx__bw *bw) { GRAD(0, reshape_back(bw)); return MX_OK; }
 mx_status mx__bwd_view(mx__bw *bw) { GRAD(0, reshape_back(bw)); return MX_OK; }
@@ -161,10 +161,10 @@ mx_tensor *mx__sum_to(const mx_tensor *t, mx_shape shape) {
 /* --- public functions ---------------------------------------------------------------------- */
 
 mx_tensor *mx_reshape(const mx_tensor *t, mx_shape shape) {
-  return mx__call1(MX_OP_RESHAPE, t, &(mx__args){.shape = shape, .i = {t && mx__is_channels_last(t)}});
+  return mx__call1(MX_OP_RESHAPE, t, &(mx__args){.shape = shape, .i = {t && mx__suggests_channels_last(t)}});
 }
 mx_tensor *mx_view(const mx_tensor *t, mx_shape shape) {
-  return mx__call1(MX_OP_VIEW, t, &(mx__args){.shape = shape, .i = {t && mx__is_channels_last(t)}});
+  return mx__call1(MX_OP_VIEW, t, &(mx__args){.shape = shape, .i = {t && mx__suggests_channels_last(t)}});
 }
 mx_tensor *mx_transpose(const mx_tensor *t, int dim0, int dim1) {
   return mx__call1(MX_OP_TRANSPOSE, t, &(mx__args){.i = {dim0, dim1}});

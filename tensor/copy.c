@@ -112,8 +112,13 @@ mx_tensor *mx__tensor_to_channels_last(const mx_tensor *t) {
               mx__dims_str(a, t->ndim, t->shape));
     return NULL;
   }
-  if (mx__is_channels_last(t)) return mx__tensor_view(t, t->ndim, t->shape, t->strides, t->offset);
-  return copy_as("mx_to_channels_last", t, t->dtype, t->device, true);
+  if (!mx__is_channels_last(t)) return copy_as("mx_to_channels_last", t, t->dtype, t->device, true);
+  /* a view, with the strides a channels-last tensor is made with: the same
+   * memory, and for one channel or one pixel the mark that it is meant as
+   * channels-last (mx__suggests_channels_last) */
+  int64_t strides[4];
+  mx__channels_last_strides(t->shape, strides);
+  return mx__tensor_view(t, 4, t->shape, strides, t->offset);
 }
 
 /* Clones, casts and moves keep a channels-last tensor's layout (PyTorch's
@@ -123,7 +128,7 @@ mx_tensor *mx__tensor_clone(const mx_tensor *t) {
     mx__null_input("mx_clone", "t");
     return NULL;
   }
-  return copy_as("mx_clone", t, t->dtype, t->device, mx__is_channels_last(t));
+  return copy_as("mx_clone", t, t->dtype, t->device, mx__suggests_channels_last(t));
 }
 
 mx_tensor *mx__tensor_to_dtype(const mx_tensor *t, mx_dtype dtype) {
@@ -131,7 +136,7 @@ mx_tensor *mx__tensor_to_dtype(const mx_tensor *t, mx_dtype dtype) {
     mx__null_input("mx_to_dtype", "t");
     return NULL;
   }
-  return copy_as("mx_to_dtype", t, dtype, t->device, mx__is_channels_last(t));
+  return copy_as("mx_to_dtype", t, dtype, t->device, mx__suggests_channels_last(t));
 }
 
 mx_tensor *mx__tensor_to_device(const mx_tensor *t, mx_device device) {
@@ -139,7 +144,7 @@ mx_tensor *mx__tensor_to_device(const mx_tensor *t, mx_device device) {
     mx__null_input("mx_to_device", "t");
     return NULL;
   }
-  return copy_as("mx_to_device", t, t->dtype, device, mx__is_channels_last(t));
+  return copy_as("mx_to_device", t, t->dtype, device, mx__suggests_channels_last(t));
 }
 
 /* --- element access ---------------------------------------------------------- */

@@ -41,6 +41,7 @@ static void expect_same_values(const mx_tensor *a, const mx_tensor *b, const cha
 }
 
 static void expect_strides(const mx_tensor *t, mx_shape want, const char *what) {
+  cr_assert(t, "%s: %s", what, mx_last_error());
   mx_shape got = mx_strides_get(t);
   cr_expect(got.ndim == want.ndim && !memcmp(got.d, want.d, sizeof(int64_t) * (size_t)want.ndim),
             "%s: strides (%lld, %lld, %lld, %lld), expected (%lld, %lld, %lld, %lld)", what, (long long)got.d[0],
@@ -65,6 +66,15 @@ Test(channels_last, the_predicate) {
   mx_tensor *one_channel = randn(MX_SHAPE(2, 1, 4, 5), MX_F32, 1), *one_pixel = randn(MX_SHAPE(2, 6, 1, 1), MX_F32, 1);
   cr_expect(mx_is_channels_last(one_channel) && mx_is_contiguous(one_channel));
   cr_expect(mx_is_channels_last(one_pixel) && mx_is_contiguous(one_pixel));
+  /* the ops keep the layout such a tensor was made in: its size-1 dims' strides tell */
+  mx_tensor *made_cl = mx_to_channels_last(one_channel);
+  cr_assert(made_cl, "%s", mx_last_error());
+  cr_expect(mx_shares_storage(made_cl, one_channel), "no copy");
+  expect_strides(made_cl, MX_SHAPE(20, 1, 5, 1), "one channel made channels-last");
+  expect_strides(mx_relu(made_cl), MX_SHAPE(20, 1, 5, 1), "relu of one channel made channels-last");
+  expect_strides(mx_relu(one_channel), MX_SHAPE(20, 20, 5, 1), "relu of one row-major channel");
+  expect_strides(mx_clone(mx_to_channels_last(one_pixel)), MX_SHAPE(6, 1, 6, 6), "clone of one pixel made channels-last");
+  expect_strides(mx_clone(one_pixel), MX_SHAPE(6, 1, 1, 1), "clone of one row-major pixel");
   /* a permuted (N, H, W, C) tensor viewed as (N, C, H, W) is one */
   mx_tensor *nhwc = randn(MX_SHAPE(2, 4, 5, 3), MX_F32, 1);
   mx_tensor *view = mx_permute(nhwc, MX_SHAPE(0, 3, 1, 2));
