@@ -65,6 +65,7 @@ void mx_demo_print_usage(const mx_demo_usage *u, const mx_demo_flags *d, FILE *o
   fprintf(out, "  --amp-report DIR   write DIR/index.html: loss scale, gradient histograms, autocast per op\n");
   fprintf(out, "  --data DIR         %s\n", u->data_help);
   fprintf(out, "  --synthetic N      train on N generated samples (and test on N/5) instead of data\n");
+  fprintf(out, "  --channels-last    lay the images out channels-last: the CNN's activations stay so, no reorders\n");
   fprintf(out, "  --help             this text\n");
 }
 
@@ -160,6 +161,10 @@ int mx_demo_parse_flags(int argc, char **argv, const mx_demo_usage *u, mx_demo_f
       return 1;
     }
     if (strncmp(flag, "--", 2) != 0) return bad(p, "argument", flag, "a flag");
+    if (!strcmp(flag, "--channels-last")) { /* a switch: no value */
+      f->channels_last = true;
+      continue;
+    }
     if (!known(flag)) {
       fprintf(stderr, "%s: unknown flag %s (see --help)\n", p, flag);
       return 2;
