@@ -1,5 +1,5 @@
 /* Convolutions on channels-last activations (ops/conv.c, kernels/cpu/dnnl_conv.c): conv2d and conv2d_relu forward
- * and backward equal to the row-major results in float32 and bfloat16, outputs and input gradients laid out
+ * and backward equal to the row-major results in every float dtype, outputs and input gradients laid out
  * channels-last, a row-major gradient arriving still right, and a small CNN's training step running no activation
  * reorder at all. */
 #include <criterion/criterion.h>
@@ -75,8 +75,9 @@ static void check_case(int k, mx_dtype dt, bool relu, bool mixed) {
   mx_tensor *grad[3], *grad_c[3];
   gradients(y, r, x, w, b, grad);
   gradients(yc, mixed ? r : mx_to_channels_last(r), xc, w, b, grad_c);
-  /* float32: a few units of its epsilon over the sums; bfloat16: one rounding of the result, a unit of 2^-8 */
-  double rel = dt == MX_F32 ? 1e-5 : 1.0 / 128;
+  /* float32: a few units of its epsilon over the sums; 16 bits: one rounding of the result, a unit of 2^-8 or
+   * 2^-11; float64: the loops, in either layout */
+  double rel = dt == MX_F32 ? 1e-5 : dt == MX_BF16 ? 1.0 / 128 : dt == MX_F16 ? 1.0 / 1024 : 1e-12;
   const char *what = mixed ? "a row-major gradient" : relu ? "conv2d_relu" : "conv2d";
   char name[96];
   cr_expect(is_cl(yc), "case %d %s (%s): the output is not channels-last", k, what, mx_dtype_name(dt));
@@ -105,6 +106,12 @@ static void check_all(mx_dtype dt) {
 Test(channels_last_conv, float32_matches_row_major) { check_all(MX_F32); }
 
 Test(channels_last_conv, bfloat16_matches_row_major) { check_all(MX_BF16); }
+
+/* float16 runs on float32 copies, float64 on the plain loops: both read any strides */
+Test(channels_last_conv, float16_and_float64_match_row_major) {
+  check_all(MX_F16);
+  check_all(MX_F64);
+}
 
 Test(channels_last_conv, autocast_keeps_the_layout) {
   mx_scope *s = mx_scope_begin();
