@@ -118,8 +118,9 @@ Test(strided, mixed_layouts_pair_each_element) {
   mx_kview o = view4(out, MX_F32, cl_strides), x = view4(in, MX_F32, rm_strides);
   row_census c = {0};
   mx__cpu_foreach_row(&o, &x, count_rows, &c);
-  cr_expect(c.step[0] == 4 && c.step[1] == 20 * 4, "the rows run along the output's memory (steps %lld, %lld)",
-            (long long)c.step[0], (long long)c.step[1]);
+  /* the input, 80 bytes a step along the output's rows, is gathered into dense tiles first */
+  cr_expect(c.step[0] == 4 && c.step[1] == 4, "the rows are dense for both (steps %lld, %lld)", (long long)c.step[0],
+            (long long)c.step[1]);
   int wrong = 0;
   for (int n = 0; n < 2; n++)
     for (int ch = 0; ch < 3; ch++)
@@ -146,4 +147,44 @@ Test(strided, the_indexed_walk_numbers_elements_row_major) {
         for (int w = 0; w < 5; w++)
           wrong += out[n * 60 + ch + h * 15 + w * 3] != (float)(n * 60 + ch * 20 + h * 5 + w);
   cr_expect_eq(wrong, 0, "%d elements numbered out of row-major order", wrong);
+}
+
+/* out = in, elements of *ctx bytes. */
+static void copy_elements(const mx__row *row, void *ctx) {
+  size_t size = *(const size_t *)ctx;
+  for (int64_t i = 0; i < row->n; i++) memcpy(row->ptr[0] + i * row->step[0], row->ptr[1] + i * row->step[1], size);
+}
+
+/* Tiles of a transposed input (kernels/cpu/strided.c's run_tile): full and partial ones, elements of 1, 2, 4 and
+ * 8 bytes, both ways round, each element paired with its own. */
+Test(strided, transposed_inputs_go_by_tiles) {
+  const int64_t N = 2, C = 40, H = 9, W = 70, n = N * C * H * W;
+  const int64_t cl[4] = {H * W * C, 1, W * C, C}, rm[4] = {C * H * W, H * W, W, 1};
+  mx_dtype dtypes[] = {MX_U8, MX_I32, MX_F16, MX_F64};
+  for (size_t k = 0; k < sizeof dtypes / sizeof *dtypes; k++)
+    for (int out_cl = 0; out_cl < 2; out_cl++) {
+      size_t size = mx_dtype_size(dtypes[k]);
+      unsigned char *out = calloc((size_t)n, size), *in = malloc((size_t)n * size);
+      cr_assert(out && in);
+      for (int64_t i = 0; i < n * (int64_t)size; i++) in[i] = (unsigned char)(i * 7 + i / 251);
+      mx_kview o = {.data = out, .dtype = dtypes[k], .ndim = 4, .shape = {N, C, H, W}};
+      mx_kview x = o;
+      x.data = in;
+      memcpy(o.strides, out_cl ? cl : rm, sizeof cl);
+      memcpy(x.strides, out_cl ? rm : cl, sizeof cl);
+      mx__cpu_foreach_row(&o, &x, copy_elements, &size);
+      int64_t wrong = 0;
+      for (int64_t a = 0; a < N; a++)
+        for (int64_t c = 0; c < C; c++)
+          for (int64_t h = 0; h < H; h++)
+            for (int64_t w = 0; w < W; w++) {
+              int64_t po = a * o.strides[0] + c * o.strides[1] + h * o.strides[2] + w * o.strides[3];
+              int64_t px = a * x.strides[0] + c * x.strides[1] + h * x.strides[2] + w * x.strides[3];
+              wrong += memcmp(out + po * (int64_t)size, in + px * (int64_t)size, size) != 0;
+            }
+      cr_expect_eq(wrong, 0, "%s, output %s: %lld elements paired wrong", mx_dtype_name(dtypes[k]),
+                   out_cl ? "channels-last" : "row-major", (long long)wrong);
+      free(out);
+      free(in);
+    }
 }
