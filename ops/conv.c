@@ -79,21 +79,11 @@ static mx_tensor *bias_vector(const char *op, const mx_tensor *bias, const mx_te
 }
 
 /* --- layouts ----------------------------------------------------------------------------------------- */
-/* On the CPU, an activation laid out channels-last (mx_to_channels_last)
- * gives outputs and input gradients in that layout: oneDNN reads and writes
- * it without reordering it (kernels/cpu/dnnl_conv.c), so a CNN's activations
- * stay channels-last from the first convolution to the last. Weights and
- * their gradients stay row-major. CUDA's cuDNN descriptors (kernels/cuda/
- * conv_cudnn.cu) take row-major operands: there a channels-last activation
- * is made row-major first, and the outputs are row-major. */
-
-/* Whether the output made from activation t is laid out channels-last. */
-static bool channels_last_out(const mx_tensor *t) { return t->device == MX_CPU && mx__suggests_channels_last(t); }
-
-/* t as the kernels of its device take it (NULL on error: the call's scope keeps a copy). */
-static mx_tensor *device_layout(mx_tensor *t) {
-  return t->device != MX_CPU && !mx_is_contiguous(t) && mx__is_channels_last(t) ? mx__tensor_contiguous(t) : t;
-}
+/* An activation laid out channels-last (mx_to_channels_last) gives outputs
+ * and input gradients in that layout: oneDNN (kernels/cpu/dnnl_conv.c) and
+ * cuDNN (kernels/cuda/conv_cudnn.cu) read and write it as it lies, so a
+ * CNN's activations stay channels-last from the first convolution to the
+ * last. Weights and their gradients stay row-major. */
 
 static mx_tensor *alloc_activation(const char *op, mx_shape shape, const mx_tensor *like, bool channels_last) {
   return channels_last ? mx__tensor_alloc_channels_last(op, shape, like->dtype, like->device)
@@ -119,8 +109,8 @@ mx_status mx__fwd_convolution(mx__call *c) {
   mx_shape shape;
   if (forward_checks("mx_conv", x, w, &bias, p, &shape)) return mx_last_status();
   const mx_backend *be = mx__kernel_backend(c->op, x->device, MX_KERNEL_CONV_FORWARD, x->dtype);
-  mx_tensor *y = be ? alloc_activation("mx_conv", shape, x, channels_last_out(x)) : NULL;
-  if (!y || !(x = device_layout(x))) return mx_last_status();
+  mx_tensor *y = be ? alloc_activation("mx_conv", shape, x, mx__suggests_channels_last(x)) : NULL;
+  if (!y) return mx_last_status();
   c->out[0] = y;
   mx_kview yv = mx__kview_of(y), xv = mx__kview_of(x), wv = mx__kview_of(w), bv = bias ? mx__kview_of(bias) : xv;
   return be->conv_forward(&yv, &xv, &wv, bias ? &bv : NULL, p);
@@ -131,9 +121,9 @@ mx_status mx__fwd_conv_backward_data(mx__call *c) {
   if (same_dtype("mx_conv_transpose", g, w)) return mx_last_status();
   const mx_backend *be = mx__kernel_backend(c->op, g->device, MX_KERNEL_CONV_BACKWARD_DATA, g->dtype);
   int layout = (int)c->args->i[0];
-  bool channels_last = g->device == MX_CPU && (layout == DX_LIKE_G ? channels_last_out(g) : layout == DX_CHANNELS_LAST);
+  bool channels_last = layout == DX_LIKE_G ? mx__suggests_channels_last(g) : layout == DX_CHANNELS_LAST;
   mx_tensor *dx = be ? alloc_activation("mx_conv_transpose", c->args->shape, g, channels_last) : NULL;
-  if (!dx || !(g = device_layout(g))) return mx_last_status();
+  if (!dx) return mx_last_status();
   c->out[0] = dx;
   mx_kview dv = mx__kview_of(dx), gv = mx__kview_of(g), wv = mx__kview_of(w);
   return be->conv_backward_data(&dv, &gv, &wv, &c->args->conv);
@@ -144,7 +134,7 @@ mx_status mx__fwd_conv_backward_weight(mx__call *c) {
   if (same_dtype("mx_conv", g, x)) return mx_last_status();
   const mx_backend *be = mx__kernel_backend(c->op, g->device, MX_KERNEL_CONV_BACKWARD_WEIGHT, g->dtype);
   mx_tensor *dw = be ? mx__tensor_alloc("mx_conv", c->args->shape, g->dtype, g->device) : NULL;
-  if (!dw || !(g = device_layout(g)) || !(x = device_layout(x))) return mx_last_status();
+  if (!dw) return mx_last_status();
   c->out[0] = dw;
   mx_kview dv = mx__kview_of(dw), gv = mx__kview_of(g), xv = mx__kview_of(x);
   return be->conv_backward_weight(&dv, &gv, &xv, &c->args->conv);
@@ -192,8 +182,8 @@ mx_status mx__fwd_conv2d_relu(mx__call *c) {
   bool usable = be && (fused ? mx__kernel_usable(c->op, be, MX_KERNEL_CONV_FORWARD_RELU, x->dtype)
                              : mx__kernel_usable(c->op, be, MX_KERNEL_CONV_FORWARD, x->dtype) &&
                                    mx__kernel_usable(c->op, be, MX_KERNEL_UNARY, x->dtype));
-  mx_tensor *y = usable ? alloc_activation(op, shape, x, channels_last_out(x)) : NULL;
-  if (!y || !(x = device_layout(x))) return mx_last_status();
+  mx_tensor *y = usable ? alloc_activation(op, shape, x, mx__suggests_channels_last(x)) : NULL;
+  if (!y) return mx_last_status();
   c->out[0] = y;
   mx_kview yv = mx__kview_of(y), xv = mx__kview_of(x), wv = mx__kview_of(w), bv = bias ? mx__kview_of(bias) : xv;
   if (fused) return be->conv_forward_relu(&yv, &xv, &wv, bias ? &bv : NULL, p);
