@@ -3,6 +3,7 @@
  *
  *     OMP_NUM_THREADS=2 build/bench/train_step --model cnn --amp bf16 --batch 128 --warmup 5 --repeat 30
  *     build/bench/train_step --device cuda --model resnet9 --amp bf16 --batch 64
+ *     build/bench/train_step --model resnet9 --channels-last
  *
  * A step is what a training loop does per batch: zero_grad (set_to_none),
  * forward under autocast, cross-entropy, backward (through an enabled
@@ -11,10 +12,12 @@
  * reference goes. Every step reuses one random batch, so the time is the
  * framework's, not a data loader's. On CUDA each step ends with
  * mx_synchronize, so its time is the GPU's work and not just the launches.
+ * --channels-last lays the batch out channels-last once (mx_to_channels_last;
+ * the weights stay as they are), as train_step.py's --channels-last does.
  * The result is one JSON line on stdout:
  *
  *     {"impl":"mixgrad","model":"cnn","amp":"bf16","device":"cpu","batch":128,"threads":2,"warmup":5,
- *      "times_ms":[...one per timed step...],"peak_rss_kb":...,"base_rss_kb":...,
+ *      "channels_last":false,"times_ms":[...one per timed step...],"peak_rss_kb":...,"base_rss_kb":...,
  *      "graph_bytes":...,"forward_bytes":...,"params":...,"version":"0.1.0"}
  *
  * and a one-line summary on stderr for people.
@@ -35,6 +38,7 @@ typedef struct {
   mx_device device;
   int64_t batch, warmup, repeat, seed;
   double seconds; /* a cap on the timed steps' time (warm-up: a quarter of it); 0: none */
+  bool channels_last;
 } options;
 
 /* What a run makes, freed in one place. */
@@ -161,6 +165,11 @@ static int setup(bench_state *b, const options *o) {
   }
   mx_shape image = mnist ? MX_SHAPE(o->batch, 1, 28, 28) : MX_SHAPE(o->batch, 3, 32, 32);
   b->x = mx_randn(image, MX_F32, b->device, NULL);
+  if (b->x && o->channels_last) {
+    mx_tensor *x = mx_to_channels_last(b->x);
+    mx_release(b->x);
+    b->x = x;
+  }
   b->y = mx_randint(0, 10, MX_SHAPE(o->batch), MX_I64, b->device, NULL);
   return b->x && b->y ? 0 : fail("batch");
 }
@@ -176,8 +185,9 @@ static void free_state(bench_state *b) {
 static void print_result(const bench_state *b, const options *o, const double *times, long base_rss_kb,
                          int64_t graph_bytes, int64_t forward_bytes) {
   printf("{\"impl\":\"mixgrad\",\"model\":\"%s\",\"amp\":\"%s\",\"device\":\"%s\",\"batch\":%lld,\"threads\":%d,"
-         "\"warmup\":%lld,",
-         o->model, o->amp, mx_device_name(o->device), (long long)o->batch, bench_threads(), (long long)o->warmup);
+         "\"warmup\":%lld,\"channels_last\":%s,",
+         o->model, o->amp, mx_device_name(o->device), (long long)o->batch, bench_threads(), (long long)o->warmup,
+         o->channels_last ? "true" : "false");
   bench_json_doubles(stdout, "times_ms", times, (int)o->repeat);
   printf(",\"peak_rss_kb\":%ld,\"base_rss_kb\":%ld,\"graph_bytes\":%lld,\"forward_bytes\":%lld,\"params\":%lld,"
          "\"version\":\"%s\"}\n",
@@ -226,7 +236,7 @@ static int run(bench_state *b, options *o, long base_rss_kb) {
 
 static void usage(FILE *out) {
   fprintf(out, "usage: train_step [--model mlp|cnn|resnet9] [--amp off|bf16|f16] [--device cpu|cuda] [--batch N]\n"
-               "                  [--warmup N] [--repeat N] [--seed N] [--seconds S]\n"
+               "                  [--warmup N] [--repeat N] [--seed N] [--seconds S] [--channels-last]\n"
                "Times mixgrad's training step on a random batch and prints one JSON line.\n"
                "Defaults: --model cnn --amp off --device cpu --batch 128 --warmup 5 --repeat 30 --seed 1.\n"
                "--seconds caps the timed steps' time (at least 3 steps) and the warm-up's at a quarter of it.\n"
@@ -277,6 +287,11 @@ static int parse_args(int argc, char **argv, options *o) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       usage(stdout);
       return 1;
+    }
+    if (!strcmp(argv[i], "--channels-last")) { /* a switch: no value */
+      o->channels_last = true;
+      i--;
+      continue;
     }
     if (i + 1 >= argc || !parse_flag(argv[i], argv[i + 1], o)) {
       fprintf(stderr, "train_step: bad flag or value: %s %s\n", argv[i], i + 1 < argc ? argv[i + 1] : "");

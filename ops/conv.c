@@ -78,6 +78,23 @@ static mx_tensor *bias_vector(const char *op, const mx_tensor *bias, const mx_te
   return mx__tensor_contiguous(bias);
 }
 
+/* --- layouts ----------------------------------------------------------------------------------------- */
+/* An activation laid out channels-last (mx_to_channels_last) gives outputs
+ * and input gradients in that layout: oneDNN (kernels/cpu/dnnl_conv.c) and
+ * cuDNN (kernels/cuda/conv_cudnn.cu) read and write it as it lies, so a
+ * CNN's activations stay channels-last from the first convolution to the
+ * last. Weights and their gradients stay row-major. */
+
+static mx_tensor *alloc_activation(const char *op, mx_shape shape, const mx_tensor *like, bool channels_last) {
+  return channels_last ? mx__tensor_alloc_channels_last(op, shape, like->dtype, like->device)
+                       : mx__tensor_alloc(op, shape, like->dtype, like->device);
+}
+
+/* conv_backward_data's args.i[0]: the layout of dx. As the gradient of a
+ * convolution's input, that input's (the gradient g may come row-major);
+ * as the transposed convolution, its input g's. */
+enum { DX_LIKE_G, DX_ROW_MAJOR, DX_CHANNELS_LAST };
+
 /* The forward's checks: its output's shape, and *bias made the contiguous vector the kernels take. */
 static mx_status forward_checks(const char *op, const mx_tensor *x, const mx_tensor *w, mx_tensor **bias,
                                 const mx_conv_params *p, mx_shape *shape) {
@@ -92,7 +109,7 @@ mx_status mx__fwd_convolution(mx__call *c) {
   mx_shape shape;
   if (forward_checks("mx_conv", x, w, &bias, p, &shape)) return mx_last_status();
   const mx_backend *be = mx__kernel_backend(c->op, x->device, MX_KERNEL_CONV_FORWARD, x->dtype);
-  mx_tensor *y = be ? mx__tensor_alloc("mx_conv", shape, x->dtype, x->device) : NULL;
+  mx_tensor *y = be ? alloc_activation("mx_conv", shape, x, mx__suggests_channels_last(x)) : NULL;
   if (!y) return mx_last_status();
   c->out[0] = y;
   mx_kview yv = mx__kview_of(y), xv = mx__kview_of(x), wv = mx__kview_of(w), bv = bias ? mx__kview_of(bias) : xv;
@@ -103,7 +120,9 @@ mx_status mx__fwd_conv_backward_data(mx__call *c) {
   mx_tensor *g = c->in[0], *w = c->in[1];
   if (same_dtype("mx_conv_transpose", g, w)) return mx_last_status();
   const mx_backend *be = mx__kernel_backend(c->op, g->device, MX_KERNEL_CONV_BACKWARD_DATA, g->dtype);
-  mx_tensor *dx = be ? mx__tensor_alloc("mx_conv_transpose", c->args->shape, g->dtype, g->device) : NULL;
+  int layout = (int)c->args->i[0];
+  bool channels_last = layout == DX_LIKE_G ? mx__suggests_channels_last(g) : layout == DX_CHANNELS_LAST;
+  mx_tensor *dx = be ? alloc_activation("mx_conv_transpose", c->args->shape, g, channels_last) : NULL;
   if (!dx) return mx_last_status();
   c->out[0] = dx;
   mx_kview dv = mx__kview_of(dx), gv = mx__kview_of(g), wv = mx__kview_of(w);
@@ -121,8 +140,15 @@ mx_status mx__fwd_conv_backward_weight(mx__call *c) {
   return be->conv_backward_weight(&dv, &gv, &xv, &c->args->conv);
 }
 
-static mx_tensor *backward_data(const mx_tensor *g, const mx_tensor *w, mx_shape x_shape, const mx_conv_params *p) {
-  return mx__call2(MX_OP_CONV_BACKWARD_DATA, g, w, &(mx__args){.shape = x_shape, .conv = *p});
+/* dx = B(g, w) of shape x_shape, laid out as layout says (DX_*). */
+static mx_tensor *backward_data(const mx_tensor *g, const mx_tensor *w, mx_shape x_shape, const mx_conv_params *p,
+                                int layout) {
+  return mx__call2(MX_OP_CONV_BACKWARD_DATA, g, w, &(mx__args){.shape = x_shape, .conv = *p, .i = {layout}});
+}
+
+/* The layout of the gradient of a convolution's input x: x's. */
+static int layout_of_input(const mx_tensor *x) {
+  return x && mx__suggests_channels_last(x) ? DX_CHANNELS_LAST : DX_ROW_MAJOR;
 }
 
 static mx_tensor *backward_weight(const mx_tensor *g, const mx_tensor *x, mx_shape w_shape, const mx_conv_params *p) {
@@ -137,7 +163,7 @@ static mx_tensor *convolution(const mx_tensor *x, const mx_tensor *w, const mx_t
 mx_status mx__bwd_convolution(mx__bw *bw) {
   const mx_conv_params *p = &bw->args->conv;
   mx_tensor *x = mx__saved_in(bw, 0), *w = mx__saved_in(bw, 1);
-  GRAD(0, backward_data(G, w, mx__in_shape(bw, 0), p));
+  GRAD(0, backward_data(G, w, mx__in_shape(bw, 0), p, layout_of_input(x)));
   GRAD(1, backward_weight(G, x, mx__in_shape(bw, 1), p));
   GRAD(2, mx_sum(G, mx__all_but_channels(G->ndim), false)); /* the bias: g summed per channel */
   return MX_OK;
@@ -156,7 +182,7 @@ mx_status mx__fwd_conv2d_relu(mx__call *c) {
   bool usable = be && (fused ? mx__kernel_usable(c->op, be, MX_KERNEL_CONV_FORWARD_RELU, x->dtype)
                              : mx__kernel_usable(c->op, be, MX_KERNEL_CONV_FORWARD, x->dtype) &&
                                    mx__kernel_usable(c->op, be, MX_KERNEL_UNARY, x->dtype));
-  mx_tensor *y = usable ? mx__tensor_alloc(op, shape, x->dtype, x->device) : NULL;
+  mx_tensor *y = usable ? alloc_activation(op, shape, x, mx__suggests_channels_last(x)) : NULL;
   if (!y) return mx_last_status();
   c->out[0] = y;
   mx_kview yv = mx__kview_of(y), xv = mx__kview_of(x), wv = mx__kview_of(w), bv = bias ? mx__kview_of(bias) : xv;
@@ -172,7 +198,7 @@ mx_status mx__bwd_conv2d_relu(mx__bw *bw) {
   const mx_conv_params *p = &bw->args->conv;
   mx_tensor *x = mx__saved_in(bw, 0), *w = mx__saved_in(bw, 1), *g = mx_relu_backward(G, mx__saved_out(bw, 0));
   if (!g) return mx_last_status();
-  GRAD(0, backward_data(g, w, mx__in_shape(bw, 0), p));
+  GRAD(0, backward_data(g, w, mx__in_shape(bw, 0), p, layout_of_input(x)));
   GRAD(1, backward_weight(g, x, mx__in_shape(bw, 1), p));
   GRAD(2, mx_sum(g, mx__all_but_channels(g->ndim), false));
   return MX_OK;
@@ -192,7 +218,7 @@ mx_status mx__bwd_conv_backward_weight(mx__bw *bw) {
   const mx_conv_params *p = &bw->args->conv;
   mx_tensor *g = mx__saved_in(bw, 0), *x = mx__saved_in(bw, 1);
   GRAD(0, convolution(x, G, NULL, p));
-  GRAD(1, backward_data(g, G, mx__in_shape(bw, 1), p));
+  GRAD(1, backward_data(g, G, mx__in_shape(bw, 1), p, DX_LIKE_G));
   return MX_OK;
 }
 
@@ -236,7 +262,7 @@ mx_status mx__fwd_conv_transpose(mx__call *c) {
         mx__mul_overflows(-2, p->padding[i], &minus_twice_pad) || mx__add_overflows(size, minus_twice_pad, out))
       return out_size_overflows("mx_conv_transpose", p, x->shape[2 + i], w->shape[2 + i], i);
   }
-  return OUT0(c, add_bias(backward_data(x, w, shape, p), c->n_in > 2 ? c->in[2] : NULL));
+  return OUT0(c, add_bias(backward_data(x, w, shape, p, DX_LIKE_G), c->n_in > 2 ? c->in[2] : NULL));
 }
 
 /* --- public functions --------------------------------------------------------------------------- */

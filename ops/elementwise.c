@@ -6,7 +6,28 @@
 #include "kernels/elementwise.h"
 #include "ops/op_table.h"
 
-static mx_tensor *alloc_out(mx_op op, mx_shape shape, mx_dtype dtype, mx_device device) {
+/* Whether t has the whole shape, not broadcast to it (no 0 stride along a
+ * dim of more than one element, as mx_expand makes). */
+static bool fills_shape(const mx_tensor *t, mx_shape shape) {
+  if (t->ndim != shape.ndim) return false;
+  for (int d = 0; d < shape.ndim; d++)
+    if (t->shape[d] != shape.d[d] || (t->strides[d] == 0 && t->shape[d] > 1)) return false;
+  return true;
+}
+
+/* The output, laid out by PyTorch's rule made simple: channels-last when
+ * the first input that fills the output's shape is channels-last,
+ * row-major otherwise. So a CNN's activations, and the gradients their
+ * ops' backwards make, keep the layout its input was given
+ * (mx_to_channels_last), whatever the layout of a bias or a scalar. */
+static mx_tensor *alloc_out(mx_op op, int n, mx_tensor *const *in, mx_shape shape, mx_dtype dtype,
+                            mx_device device) {
+  for (int i = 0; i < n; i++) {
+    if (!fills_shape(in[i], shape)) continue;
+    if (mx__suggests_channels_last(in[i]))
+      return mx__tensor_alloc_channels_last(mx__ops[op].api_name, shape, dtype, device);
+    break;
+  }
   return mx__tensor_alloc(mx__ops[op].api_name, shape, dtype, device);
 }
 
@@ -26,7 +47,7 @@ mx_status mx__unary_forward(mx__call *c) {
   const mx_backend *be = mx__kernel_backend(c->op, x->device, MX_KERNEL_UNARY, dtype);
   if (!be) return mx_last_status();
   x = mx__prepare(x, dtype, x->device);
-  mx_tensor *out = x ? alloc_out(c->op, mx_shape_get(x), dtype, x->device) : NULL;
+  mx_tensor *out = x ? alloc_out(c->op, 1, &x, mx_shape_get(x), dtype, x->device) : NULL;
   if (!out) return mx_last_status();
   mx_kview ov = mx__kview_of(out), xv = mx__kview_of(x);
   double a = c->args ? c->args->f[0] : 0, b = c->args ? c->args->f[1] : 0;
@@ -58,7 +79,7 @@ mx_status mx__binary_forward(mx__call *c) {
   if (!be) return mx_last_status();
   mx_tensor *a = mx__prepare(c->in[0], dtype, device);
   mx_tensor *b = a ? mx__prepare(c->in[1], dtype, device) : NULL;
-  mx_tensor *out = b ? alloc_out(c->op, shape, code >= MX_BIN_EQ ? MX_BOOL : dtype, device) : NULL;
+  mx_tensor *out = b ? alloc_out(c->op, 2, c->in, shape, code >= MX_BIN_EQ ? MX_BOOL : dtype, device) : NULL;
   if (!out) return mx_last_status();
   mx_kview ov = mx__kview_of(out), av = mx__kview_broadcast(a, shape), bv = mx__kview_broadcast(b, shape);
   status = be->binary(code, &ov, &av, &bv, alpha);
@@ -77,7 +98,7 @@ mx_status mx__fwd_where(mx__call *c) {
   mx_tensor *cond = mx__prepare(c->in[0], MX_BOOL, device);
   mx_tensor *a = cond ? mx__prepare(c->in[1], dtype, device) : NULL;
   mx_tensor *b = a ? mx__prepare(c->in[2], dtype, device) : NULL;
-  mx_tensor *out = b ? alloc_out(c->op, shape, dtype, device) : NULL;
+  mx_tensor *out = b ? alloc_out(c->op, 3, c->in, shape, dtype, device) : NULL;
   if (!out) return mx_last_status();
   mx_kview ov = mx__kview_of(out), cv = mx__kview_broadcast(cond, shape);
   mx_kview av = mx__kview_broadcast(a, shape), bv = mx__kview_broadcast(b, shape);

@@ -44,8 +44,16 @@ mx_tensor *mx_broadcast_to(const mx_tensor *t, mx_shape shape);
 mx_tensor *mx_flatten(const mx_tensor *t, int start_dim, int end_dim);
 
 /* --- copies, casts and moves (differentiable) ---------------------------------------- */
-mx_tensor *mx_contiguous(const mx_tensor *t); /* a new handle; copies only if needed */
-mx_tensor *mx_clone(const mx_tensor *t);      /* always a fresh contiguous copy */
+mx_tensor *mx_contiguous(const mx_tensor *t); /* row-major; a new handle, copies only if needed */
+/* A fresh copy, contiguous, or channels-last when t is (mx_is_channels_last);
+ * mx_to_dtype and mx_to_device keep that layout too. */
+mx_tensor *mx_clone(const mx_tensor *t);
+/* t laid out channels-last (a 4-D (N, C, H, W) tensor stored as (N, H, W, C)):
+ * a copy, or a new handle when t already is. Convolutions on the CPU read and
+ * write this layout without converting it, and elementwise ops, clones and
+ * casts of such a tensor keep it: convert a CNN's input once. The gradient
+ * passes through unchanged. */
+mx_tensor *mx_to_channels_last(const mx_tensor *t);
 mx_tensor *mx_to_dtype(const mx_tensor *t, mx_dtype dtype);
 mx_tensor *mx_to_device(const mx_tensor *t, mx_device device);
 

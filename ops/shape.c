@@ -27,6 +27,7 @@ mx_status mx__fwd_to_device(mx__call *c) {
 }
 mx_status mx__fwd_clone(mx__call *c) { return OUT0(c, mx__tensor_clone(c->in[0])); }
 mx_status mx__fwd_contiguous(mx__call *c) { return OUT0(c, mx__tensor_contiguous(c->in[0])); }
+mx_status mx__fwd_to_channels_last(mx__call *c) { return OUT0(c, mx__tensor_to_channels_last(c->in[0])); }
 
 mx_status mx__fwd_flatten(mx__call *c) {
   mx_tensor *flat = mx__tensor_flatten(c->in[0], (int)c->args->i[0], (int)c->args->i[1]);
@@ -68,8 +69,16 @@ mx_status mx__fwd_slice_backward(mx__call *c) {
 
 /* --- backward formulas ---------------------------------------------------------------------- */
 
-mx_status mx__bwd_reshape(mx__bw *bw) { GRAD(0, mx_reshape(G, mx__in_shape(bw, 0))); return MX_OK; }
-mx_status mx__bwd_view(mx__bw *bw) { GRAD(0, mx_reshape(G, mx__in_shape(bw, 0))); return MX_OK; }
+/* reshape and view: the gradient in the input's layout when that was
+ * channels-last (args.i[0], set by the public functions), so that a CNN's
+ * gradients keep the layout from the classifier's flatten down to its
+ * first convolution: converted there once, as its input was. */
+static mx_tensor *reshape_back(mx__bw *bw) {
+  mx_tensor *g = mx_reshape(G, mx__in_shape(bw, 0));
+  return bw->args->i[0] ? mx_to_channels_last(g) : g;
+}
+mx_status mx__bwd_reshape(mx__bw *bw) { GRAD(0, reshape_back(bw)); return MX_OK; }
+mx_status mx__bwd_view(mx__bw *bw) { GRAD(0, reshape_back(bw)); return MX_OK; }
 mx_status mx__bwd_squeeze(mx__bw *bw) { GRAD(0, mx_reshape(G, mx__in_shape(bw, 0))); return MX_OK; }
 mx_status mx__bwd_squeeze_all(mx__bw *bw) { GRAD(0, mx_reshape(G, mx__in_shape(bw, 0))); return MX_OK; }
 mx_status mx__bwd_unsqueeze(mx__bw *bw) { GRAD(0, mx_reshape(G, mx__in_shape(bw, 0))); return MX_OK; }
@@ -91,6 +100,7 @@ mx_status mx__bwd_to_dtype(mx__bw *bw) { GRAD(0, G); return MX_OK; } /* the engi
 mx_status mx__bwd_to_device(mx__bw *bw) { GRAD(0, mx_to_device(G, bw->node->in_meta[0].device)); return MX_OK; }
 mx_status mx__bwd_clone(mx__bw *bw) { GRAD(0, G); return MX_OK; }
 mx_status mx__bwd_contiguous(mx__bw *bw) { GRAD(0, G); return MX_OK; }
+mx_status mx__bwd_to_channels_last(mx__bw *bw) { GRAD(0, G); return MX_OK; }
 
 /* The start and end a slice really used (Python's clamping). */
 static void normalize_slice(int64_t size, int64_t *start, int64_t *end) {
@@ -151,10 +161,10 @@ mx_tensor *mx__sum_to(const mx_tensor *t, mx_shape shape) {
 /* --- public functions ---------------------------------------------------------------------- */
 
 mx_tensor *mx_reshape(const mx_tensor *t, mx_shape shape) {
-  return mx__call1(MX_OP_RESHAPE, t, &(mx__args){.shape = shape});
+  return mx__call1(MX_OP_RESHAPE, t, &(mx__args){.shape = shape, .i = {t && mx__suggests_channels_last(t)}});
 }
 mx_tensor *mx_view(const mx_tensor *t, mx_shape shape) {
-  return mx__call1(MX_OP_VIEW, t, &(mx__args){.shape = shape});
+  return mx__call1(MX_OP_VIEW, t, &(mx__args){.shape = shape, .i = {t && mx__suggests_channels_last(t)}});
 }
 mx_tensor *mx_transpose(const mx_tensor *t, int dim0, int dim1) {
   return mx__call1(MX_OP_TRANSPOSE, t, &(mx__args){.i = {dim0, dim1}});
@@ -186,6 +196,7 @@ mx_tensor *mx_flatten(const mx_tensor *t, int start_dim, int end_dim) {
   return mx__call1(MX_OP_FLATTEN, t, &(mx__args){.i = {start_dim, end_dim}});
 }
 mx_tensor *mx_contiguous(const mx_tensor *t) { return mx__call1(MX_OP_CONTIGUOUS, t, NULL); }
+mx_tensor *mx_to_channels_last(const mx_tensor *t) { return mx__call1(MX_OP_TO_CHANNELS_LAST, t, NULL); }
 mx_tensor *mx_clone(const mx_tensor *t) { return mx__call1(MX_OP_CLONE, t, NULL); }
 mx_tensor *mx_to_dtype(const mx_tensor *t, mx_dtype dtype) {
   return mx__call1(MX_OP_TO_DTYPE, t, &(mx__args){.dtype = dtype});

@@ -80,8 +80,11 @@ mx_status mx_fill_(mx_tensor *t, double value) {
   return status;
 }
 
-static mx_tensor *copy_as(const char *op, const mx_tensor *t, mx_dtype dtype, mx_device device) {
-  mx_tensor *out = mx__tensor_alloc(op, mx_shape_of(t->ndim, t->shape), dtype, device);
+/* A copy of t in dtype on device, laid out channels-last or row-major. */
+static mx_tensor *copy_as(const char *op, const mx_tensor *t, mx_dtype dtype, mx_device device, bool channels_last) {
+  mx_shape shape = mx_shape_of(t->ndim, t->shape);
+  mx_tensor *out = channels_last ? mx__tensor_alloc_channels_last(op, shape, dtype, device)
+                                 : mx__tensor_alloc(op, shape, dtype, device);
   if (out && mx_copy_(out, t) != MX_OK) {
     mx_release(out);
     return NULL;
@@ -95,15 +98,37 @@ mx_tensor *mx__tensor_contiguous(const mx_tensor *t) {
     return NULL;
   }
   if (mx_is_contiguous(t)) return mx__tensor_view(t, t->ndim, t->shape, t->strides, t->offset);
-  return copy_as("mx_contiguous", t, t->dtype, t->device);
+  return copy_as("mx_contiguous", t, t->dtype, t->device, false);
 }
 
+mx_tensor *mx__tensor_to_channels_last(const mx_tensor *t) {
+  if (!t) {
+    mx__null_input("mx_to_channels_last", "t");
+    return NULL;
+  }
+  if (t->ndim != 4) {
+    char a[MX__DIMS_STR];
+    mx__error(MX_SHAPE_ERROR, "mx_to_channels_last: a channels-last tensor has 4 dims (N, C, H, W); got shape %s",
+              mx__dims_str(a, t->ndim, t->shape));
+    return NULL;
+  }
+  if (!mx__is_channels_last(t)) return copy_as("mx_to_channels_last", t, t->dtype, t->device, true);
+  /* a view, with the strides a channels-last tensor is made with: the same
+   * memory, and for one channel or one pixel the mark that it is meant as
+   * channels-last (mx__suggests_channels_last) */
+  int64_t strides[4];
+  mx__channels_last_strides(t->shape, strides);
+  return mx__tensor_view(t, 4, t->shape, strides, t->offset);
+}
+
+/* Clones, casts and moves keep a channels-last tensor's layout (PyTorch's
+ * preserve_format), so that autocast's casts and the ops after them do too. */
 mx_tensor *mx__tensor_clone(const mx_tensor *t) {
   if (!t) {
     mx__null_input("mx_clone", "t");
     return NULL;
   }
-  return copy_as("mx_clone", t, t->dtype, t->device);
+  return copy_as("mx_clone", t, t->dtype, t->device, mx__suggests_channels_last(t));
 }
 
 mx_tensor *mx__tensor_to_dtype(const mx_tensor *t, mx_dtype dtype) {
@@ -111,7 +136,7 @@ mx_tensor *mx__tensor_to_dtype(const mx_tensor *t, mx_dtype dtype) {
     mx__null_input("mx_to_dtype", "t");
     return NULL;
   }
-  return copy_as("mx_to_dtype", t, dtype, t->device);
+  return copy_as("mx_to_dtype", t, dtype, t->device, mx__suggests_channels_last(t));
 }
 
 mx_tensor *mx__tensor_to_device(const mx_tensor *t, mx_device device) {
@@ -119,7 +144,7 @@ mx_tensor *mx__tensor_to_device(const mx_tensor *t, mx_device device) {
     mx__null_input("mx_to_device", "t");
     return NULL;
   }
-  return copy_as("mx_to_device", t, t->dtype, device);
+  return copy_as("mx_to_device", t, t->dtype, device, mx__suggests_channels_last(t));
 }
 
 /* --- element access ---------------------------------------------------------- */
@@ -203,7 +228,10 @@ mx_status mx_to_host(const mx_tensor *t, void *dst, size_t bytes) {
   if (bytes != (size_t)need)
     return mx__error(MX_INVALID_ARGUMENT, "mx_to_host: buffer of %zu bytes given, %lld %s elements need %lld",
                      bytes, (long long)numel, mx_dtype_name(t->dtype), (long long)need);
-  mx_tensor *host = t->device == MX_CPU ? mx__tensor_contiguous(t) : mx__tensor_to_device(t, MX_CPU);
+  /* a move keeps a channels-last layout: made row-major after it */
+  mx_tensor *moved = t->device == MX_CPU ? NULL : mx__tensor_to_device(t, MX_CPU);
+  mx_tensor *host = t->device == MX_CPU ? mx__tensor_contiguous(t) : moved ? mx__tensor_contiguous(moved) : NULL;
+  mx_release(moved);
   if (!host) return mx_last_status();
   memcpy(dst, mx__kview_of(host).data, (size_t)need);
   mx_release(host);

@@ -184,6 +184,13 @@ bool mx__is_channels_last(const mx_tensor *t) {
   return mx__kview_is_channels_last(&v);
 }
 
+bool mx__suggests_channels_last(const mx_tensor *t) {
+  if (!mx__is_channels_last(t)) return false;
+  int64_t row_major[4];
+  mx__contiguous_strides(4, t->shape, row_major);
+  return memcmp(row_major, t->strides, sizeof row_major) != 0;
+}
+
 mx_tensor *mx__tensor_view(const mx_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
                            int64_t offset) {
   return tensor_new(t->storage, t->dtype, ndim, shape, strides, offset);
@@ -259,6 +266,8 @@ bool mx_is_contiguous(const mx_tensor *t) {
   mx_kview v = mx__kview_of(t);
   return mx__kview_is_contiguous(&v);
 }
+
+bool mx_is_channels_last(const mx_tensor *t) { return t && mx__is_channels_last(t); }
 
 bool mx_shares_storage(const mx_tensor *a, const mx_tensor *b) {
   return a && b && a->storage == b->storage;

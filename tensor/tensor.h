@@ -94,6 +94,11 @@ int64_t mx_size(const mx_tensor *t, int dim); /* dim may be negative */
 int64_t mx_numel(const mx_tensor *t);
 int64_t mx_offset(const mx_tensor *t); /* into the storage, in elements */
 bool mx_is_contiguous(const mx_tensor *t);
+/* Whether t is a 4-D (N, C, H, W) tensor laid out channels-last: its
+ * elements in memory as (N, H, W, C), strides (H*W*C, 1, W*C, C) (size-1
+ * dims may have any stride, so a tensor can be both this and contiguous).
+ * mx_to_channels_last makes one; the ops that read one keep the layout. */
+bool mx_is_channels_last(const mx_tensor *t);
 /* Whether a and b are views of one storage. */
 bool mx_shares_storage(const mx_tensor *a, const mx_tensor *b);
 /* Bumped by every in-place write to the storage (shared by all its views). */

@@ -50,6 +50,12 @@ mx_tensor *mx__tensor_alloc(const char *op, mx_shape shape, mx_dtype dtype, mx_d
 mx_tensor *mx__tensor_alloc_channels_last(const char *op, mx_shape shape, mx_dtype dtype, mx_device device);
 /* Whether t is a dense channels-last 4-D tensor. */
 bool mx__is_channels_last(const mx_tensor *t);
+/* Whether the ops that read t lay out their outputs channels-last (PyTorch's
+ * suggest_memory_format): t is channels-last, and not a row-major tensor
+ * that is one too (one channel, or one pixel: the two layouts are the same
+ * memory there, and only t's strides along its size-1 dims, row-major's or
+ * mx__channels_last_strides', say which it was made as). */
+bool mx__suggests_channels_last(const mx_tensor *t);
 
 /* A new handle on t's storage with the given geometry (no checks: a caller
  * whose shape may hold more elements than t's checks it first). */
@@ -94,6 +100,7 @@ mx_tensor *mx__tensor_expand(const mx_tensor *t, mx_shape shape);
 mx_tensor *mx__tensor_broadcast_to(const mx_tensor *t, mx_shape shape);
 mx_tensor *mx__tensor_flatten(const mx_tensor *t, int start_dim, int end_dim);
 mx_tensor *mx__tensor_contiguous(const mx_tensor *t);
+mx_tensor *mx__tensor_to_channels_last(const mx_tensor *t);
 mx_tensor *mx__tensor_clone(const mx_tensor *t);
 mx_tensor *mx__tensor_to_dtype(const mx_tensor *t, mx_dtype dtype);
 mx_tensor *mx__tensor_to_device(const mx_tensor *t, mx_device device);

@@ -67,6 +67,7 @@ void mx_demo_print_usage(const mx_demo_usage *u, const mx_demo_flags *d, FILE *o
   fprintf(out, "  --synthetic N      train on N generated samples (and test on N/5) instead of data\n");
   fprintf(out, "  --cuda-graph       with --device cuda: capture the training step once in a CUDA graph and\n"
                "                     replay it for each full batch (the lr stays at --lr: no schedule)\n");
+  fprintf(out, "  --channels-last    lay the images out channels-last: the CNN's activations stay so, no reorders\n");
   fprintf(out, "  --help             this text\n");
 }
 
@@ -164,6 +165,10 @@ int mx_demo_parse_flags(int argc, char **argv, const mx_demo_usage *u, mx_demo_f
     if (strncmp(flag, "--", 2) != 0) return bad(p, "argument", flag, "a flag");
     if (!strcmp(flag, "--cuda-graph")) { /* a switch: no value */
       f->cuda_graph = true;
+      continue;
+    }
+    if (!strcmp(flag, "--channels-last")) { /* a switch: no value */
+      f->channels_last = true;
       continue;
     }
     if (!known(flag)) {

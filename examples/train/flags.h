@@ -1,7 +1,8 @@
 /* The command line the training demos share (examples/mnist,
  * examples/cifar10): --model, --amp, --device, --epochs, --batch, --lr,
  * --optimizer, --seed, --steps, --save, --resume, --allow-change,
- * --metrics, --plot, --amp-report, --data, --synthetic, --cuda-graph, --help. Each demo fills in its defaults first. */
+ * --metrics, --plot, --amp-report, --data, --synthetic, --cuda-graph, --channels-last, --help. Each demo fills
+ * in its defaults first. */
 #ifndef MX_EXAMPLES_TRAIN_FLAGS_H
 #define MX_EXAMPLES_TRAIN_FLAGS_H
 
@@ -30,6 +31,7 @@ typedef struct {
   const char *data;       /* the dataset's folder */
   int64_t synthetic;      /* > 0: that many generated training samples instead of data */
   bool cuda_graph;        /* --cuda-graph: full batches replay a captured step (kernels/cuda_graph.h) */
+  bool channels_last;     /* --channels-last (no value): the images laid out channels-last (mx_to_channels_last) */
 } mx_demo_flags;
 
 /* What a demo says in --help: its name and purpose, its models (the first is

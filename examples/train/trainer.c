@@ -62,8 +62,19 @@ static int fail(const char *what) {
   return 1;
 }
 
-/* A batch from the loader (made on the CPU) moved to the run's device. */
+/* A batch from the loader (made on the CPU) moved to the run's device, its
+ * images converted once to channels-last with --channels-last. */
 static bool batch_to_device(const mx_demo_flags *f, mx_tensor **x, mx_tensor **y) {
+  if (f->channels_last) {
+    mx_tensor *images = mx_to_channels_last(*x);
+    mx_release(*x);
+    *x = images;
+    if (!images) {
+      mx_release(*y);
+      *y = NULL;
+      return false;
+    }
+  }
   if (f->device == MX_CPU) return true;
   mx_tensor *xd = mx_to_device(*x, f->device), *yd = xd ? mx_to_device(*y, f->device) : NULL;
   mx_release(*x);

@@ -175,7 +175,7 @@ static void random_row(const mx__row *row, void *ctx) {
 
 static mx_status cpu_random(const mx_kview *out, const mx_rand_params *params) {
   random_ctx ctx = {params, out->dtype, out->dtype};
-  mx__cpu_foreach_row(out, NULL, random_row, &ctx);
+  mx__cpu_foreach_row_indexed(out, NULL, random_row, &ctx);
   return MX_OK;
 }
 
@@ -192,7 +192,7 @@ static void bernoulli_row(const mx__row *row, void *ctx) {
 
 static mx_status cpu_bernoulli(const mx_kview *out, const mx_kview *p, const mx_rand_params *params) {
   random_ctx ctx = {params, out->dtype, p->dtype};
-  mx__cpu_foreach_row(out, p, bernoulli_row, &ctx);
+  mx__cpu_foreach_row_indexed(out, p, bernoulli_row, &ctx);
   return MX_OK;
 }
 

@@ -45,5 +45,7 @@ mx_status mx__dnnl_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, 
  * started (oneDNN's, and the bfloat16 channel-block transposes; an input
  * found already reordered does not count), for tests that bound them. */
 uint64_t mx__dnnl_conv_reorders(void);
+/* Those of them that reordered a weight or its gradient. */
+uint64_t mx__dnnl_conv_weight_reorders(void);
 
 #endif

@@ -5,7 +5,10 @@
  * nChw16c), and operands whose layout differs from the view's are reordered
  * on the way in and out (bf16 activations by mixgrad's own transpose,
  * channel_blocks.h); that is faster than asking oneDNN to work on the
- * views' plain strides (see LAYOUT below). Reordered inputs are kept for
+ * views' plain strides (see LAYOUT below). Channels-last activations are
+ * the exception: the primitives read and write them as they are (nhwc),
+ * weights alone in a layout of the primitive's choosing, so a CNN kept
+ * channels-last runs no activation reorder. Reordered inputs are kept for
  * the next convolution that reads the same operand (see "kept" below), so a
  * weight or an activation read by two kernels is reordered once. Every
  * primitive runs with a user-provided scratchpad from the thread's workspace
@@ -46,8 +49,13 @@ static const int exec_arg[3][3] = {
  * 32x32, 128->256 at 16x16; 2 Zen 5 cores), LAYOUT_ANY with its reorders is
  * as fast or faster everywhere (f32 up to 2.2x, bf16 about 2x) but for the
  * gradient of an input with few channels (3: an image), where the blocked
- * layout pads the channels to 16 and LAYOUT_USER is 3-7x faster. */
-enum { LAYOUT_ANY, LAYOUT_USER };
+ * layout pads the channels to 16 and LAYOUT_USER is 3-7x faster.
+ * LAYOUT_NHWC, for the convolutions whose activations come channels-last
+ * (conv_key.nhwc), describes both activations as nhwc and leaves the
+ * weights to the primitive: oneDNN's direct kernels read nhwc without a
+ * reorder, bf16 at the blocked layout's speed and f32 within about 10%
+ * (oneDNN 2.6, measured). An activation given row-major there is reordered. */
+enum { LAYOUT_ANY, LAYOUT_USER, LAYOUT_NHWC };
 
 static int preferred_layout(int kind, dnnl_dim_t in_channels) {
   return kind == KIND_BWD_DATA && in_channels < 16 ? LAYOUT_USER : LAYOUT_ANY;
@@ -146,6 +154,7 @@ typedef struct {
   int bias;                              /* forward: whether it adds one */
   int threads;                           /* oneDNN sizes a primitive's work split for the threads it was made on */
   int relu;                              /* forward: whether a ReLU post-op follows */
+  int nhwc;                              /* 2-d, an activation channels-last: LAYOUT_NHWC */
   int nd[3];                             /* per role; weights get a groups dim when groups > 1 */
   dnnl_dims_t dims[3], strides[3];       /* per role, as oneDNN sees them: up to (G, O, I, D, H, W) */
   dnnl_dims_t stride, dil, pad_l, pad_r; /* spatial, oneDNN's conventions */
@@ -196,6 +205,10 @@ static bool make_key(conv_key *key, int kind, const mx_kview *const *v, bool bia
   key->bias = bias;
   key->threads = mx__cpu_threads_here();
   key->relu = relu;
+  /* channels-last activations: x or y channels-last, and not row-major as
+   * well (one channel or one pixel: the other operand decides) */
+  for (int r = 0; r < 3; r++)
+    key->nhwc |= r != ROLE_W && p->spatial == 2 && mx__kview_is_channels_last(v[r]) && !mx__kview_is_contiguous(v[r]);
   int64_t G = p->groups;
   for (int r = 0; r < 3; r++) {
     const mx_kview *view = v[r];
@@ -212,7 +225,12 @@ static bool make_key(conv_key *key, int kind, const mx_kview *const *v, bool bia
     }
     key->nd[r] = at;
     /* size-1 dims get the strides of a dense layout, so plain layouts are
-     * recognised as such */
+     * recognised as such; the channels-last activations of a LAYOUT_NHWC
+     * convolution get channels-last's, so that they match its nhwc ones */
+    if (key->nhwc && r != ROLE_W && mx__kview_is_channels_last(view)) {
+      mx__channels_last_strides(key->dims[r], key->strides[r]);
+      continue;
+    }
     for (int d = at - 1; d >= 0; d--) {
       if (key->dims[r][d] == 1)
         key->strides[r][d] = d == at - 1 ? 1 : key->strides[r][d + 1] * key->dims[r][d + 1];
@@ -243,14 +261,15 @@ static mx_status fail(int kind, const char *what, dnnl_status_t s) {
 }
 
 /* Whether role r's reorder is mx__to/from_channel_blocks16: a bf16
- * activation (not the weights) in a dense view, channels a multiple of 16,
+ * activation (not the weights, not in a LAYOUT_NHWC convolution, whose
+ * activations are nhwc) in a dense view, channels a multiple of 16,
  * and the primitive's layout exactly their blocks (nChw16c and its 1-d and
  * 3-d forms). oneDNN 2.6 reorders these with a generic kernel, at half the
  * bytes per second of its f32 one. */
 static bool channel_blocks_fit(const conv_key *key, int r, const md_t *prim) {
   static const dnnl_format_tag_t tags[6] = {[3] = dnnl_aBc16b, [4] = dnnl_aBcd16b, [5] = dnnl_aBcde16b};
   int nd = key->nd[r];
-  if (key->dtype != MX_BF16 || r == ROLE_W || nd < 3 || nd > 5 || key->dims[r][1] % 16) return false;
+  if (key->dtype != MX_BF16 || key->nhwc || r == ROLE_W || nd < 3 || nd > 5 || key->dims[r][1] % 16) return false;
   dnnl_dim_t dense = 1;
   for (int d = nd - 1; d >= 0; dense *= key->dims[r][d], d--)
     if (key->strides[r][d] != dense) return false;
@@ -259,6 +278,17 @@ static bool channel_blocks_fit(const conv_key *key, int r, const md_t *prim) {
              mx__dnnl_md_equal(&blocks, prim);
   mx__dnnl_md_free(blocks);
   return fit;
+}
+
+/* The layout the convolution describes role r in (conv_md), for layout. */
+static dnnl_status_t layout_md(md_t *md, const conv_entry *e, int r, int layout, dnnl_data_type_t dt) {
+  const conv_key *key = &e->key;
+  if (layout == LAYOUT_ANY || (layout == LAYOUT_NHWC && r == ROLE_W))
+    return mx__dnnl_md_any(md, key->nd[r], key->dims[r], dt);
+  if (layout == LAYOUT_USER) return mx__dnnl_md_copy(md, &e->user_md[r]) ? dnnl_success : dnnl_out_of_memory;
+  dnnl_dims_t strides = {0};
+  mx__channels_last_strides(key->dims[r], strides);
+  return mx__dnnl_md_strided(md, key->nd[r], key->dims[r], dt, strides);
 }
 
 /* Creates the primitives for key into e. MX_NOT_SUPPORTED (e->primitive NULL)
@@ -282,17 +312,12 @@ static mx_status create(void *p, const void *k) {
   dnnl_primitive_desc_t pd = NULL;
   dnnl_status_t s = dnnl_unimplemented;
   /* the preferred layouts, then the others where oneDNN has no kernel */
-  int first = preferred_layout(kind, key->dims[ROLE_X][1]);
+  int first = key->nhwc ? LAYOUT_NHWC : preferred_layout(kind, key->dims[ROLE_X][1]);
+  int layouts[2] = {first, first == LAYOUT_ANY ? LAYOUT_USER : LAYOUT_ANY};
   for (int attempt = 0; attempt < 2 && s == dnnl_unimplemented; attempt++) {
-    int layout = attempt ? !first : first;
     md_t conv_md[3] = {MD_NONE, MD_NONE, MD_NONE};
     bool ok = true;
-    for (int r = 0; r < 3; r++) {
-      if (layout == LAYOUT_USER)
-        conv_md[r] = e->user_md[r];
-      else
-        ok = ok && mx__dnnl_md_any(&conv_md[r], key->nd[r], key->dims[r], dt) == dnnl_success;
-    }
+    for (int r = 0; r < 3; r++) ok = ok && layout_md(&conv_md[r], e, r, layouts[attempt], dt) == dnnl_success;
     if (e->hint) dnnl_primitive_desc_destroy(e->hint);
     e->hint = NULL;
     s = ok ? dnnl_success : dnnl_unimplemented;
@@ -301,8 +326,7 @@ static mx_status create(void *p, const void *k) {
                   mx__dnnl_attr());
     if (s == dnnl_success)
       s = conv_pd(&pd, kind, conv_md, bias, key->stride, key->dil, key->pad_l, key->pad_r, e->hint, attr);
-    if (layout != LAYOUT_USER)
-      for (int r = 0; r < 3; r++) mx__dnnl_md_free(conv_md[r]);
+    for (int r = 0; r < 3; r++) mx__dnnl_md_free(conv_md[r]);
   }
   if (s == dnnl_unimplemented) return MX_NOT_SUPPORTED;
   if (s != dnnl_success) return fail(kind, "creating the primitive descriptor", s);
@@ -376,9 +400,15 @@ static struct {
   uint64_t tick;
 } kept = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-static atomic_ullong reorders_run;
+static atomic_ullong reorders_run, weight_reorders_run;
 
 uint64_t mx__dnnl_conv_reorders(void) { return atomic_load(&reorders_run); }
+uint64_t mx__dnnl_conv_weight_reorders(void) { return atomic_load(&weight_reorders_run); }
+
+static void count_reorder(int r) {
+  atomic_fetch_add(&reorders_run, 1);
+  if (r == ROLE_W) atomic_fetch_add(&weight_reorders_run, 1);
+}
 
 /* Whether slot k holds role r of key in layout md (any version). */
 static bool kept_matches(const kept_operand *k, const conv_key *key, int r, const mx_kview *v, const md_t *md) {
@@ -528,7 +558,7 @@ static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx
   if (s != dnnl_success) status = fail(kind, "wrapping an operand", s);
   for (int r = 0; r < 3 && status == MX_OK; r++) { /* inputs into the primitive's layouts */
     if (r == out || !moved(&e->reorder[r]) || (keep[r] && !fill[r])) continue;
-    atomic_fetch_add(&reorders_run, 1);
+    count_reorder(r);
     if (e->reorder[r].channel_blocks) {
       channel_blocks(&e->key, r, place[r], v[r]->data, true);
       reordered[r] = true;
@@ -548,7 +578,7 @@ static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx
                          scratch);
     if (s != dnnl_success) status = fail(kind, "executing", s);
   }
-  if (status == MX_OK && moved(&e->reorder[out])) atomic_fetch_add(&reorders_run, 1);
+  if (status == MX_OK && moved(&e->reorder[out])) count_reorder(out);
   if (status == MX_OK && e->reorder[out].channel_blocks) { /* the output back into the view, ours */
     if ((s = dnnl_stream_wait(t->stream)) != dnnl_success) status = fail(kind, "waiting", s);
     else channel_blocks(&e->key, out, place[out], v[out]->data, false);
@@ -613,6 +643,7 @@ mx_status mx__dnnl_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, 
 #else /* built without oneDNN */
 
 uint64_t mx__dnnl_conv_reorders(void) { return 0; }
+uint64_t mx__dnnl_conv_weight_reorders(void) { return 0; }
 
 mx_status mx__dnnl_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
                                 const mx_conv_params *p) {

@@ -129,7 +129,7 @@ mx_status mx__cpu_sgd_step(int n, const mx_optim_item *items, const mx_sgd_hpara
     step_ctx c = context_of(&items[t], grad_scale);
     c.sgd = h;
     c.first = items[t].step && *items[t].step == 0;
-    mx__cpu_foreach_row(&items[t].param, &items[t].grad, sgd_row, &c);
+    mx__cpu_foreach_row_indexed(&items[t].param, &items[t].grad, sgd_row, &c);
     if (items[t].step) *items[t].step += 1;
   }
   return MX_OK;
@@ -142,7 +142,7 @@ mx_status mx__cpu_adam_step(int n, const mx_optim_item *items, const mx_adam_hpa
     step_ctx c = context_of(&items[t], grad_scale);
     c.adam = h;
     c.factors = mx_adam_factors_of(h, *items[t].step + 1);
-    mx__cpu_foreach_row(&items[t].param, &items[t].grad, adam_row, &c);
+    mx__cpu_foreach_row_indexed(&items[t].param, &items[t].grad, adam_row, &c);
     *items[t].step += 1;
   }
   return MX_OK;
