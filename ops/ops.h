@@ -211,6 +211,13 @@ mx_tensor *mx_conv3d(const mx_tensor *x, const mx_tensor *weight, const mx_tenso
  * followed by a ReLU through it. */
 mx_tensor *mx_conv2d_relu(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias, mx_shape stride,
                           mx_shape padding, mx_shape dilation, int64_t groups);
+/* relu(mx_linear(x, weight, bias)) as one op, bit for bit: x (..., in), weight
+ * (out, in), bias (out) or NULL. The CPU runs the bias and the ReLU inside
+ * oneDNN's float32 matmul (where, as in mx_conv2d_relu, a NaN sum gives 0,
+ * not NaN); other dtypes, no bias, and cases oneDNN declines run mx_linear's
+ * ops and mx_relu. Backward keeps the output, not the sum before the ReLU.
+ * nn's Sequential runs a Linear followed by a ReLU through it. */
+mx_tensor *mx_linear_relu(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias);
 mx_tensor *mx_conv_transpose(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias, int spatial,
                              mx_shape stride, mx_shape padding, mx_shape output_padding, mx_shape dilation,
                              int64_t groups);
