@@ -118,14 +118,13 @@ static mx_status check_linear_relu(const mx_tensor *x, const mx_tensor *w, const
 static mx_status fused_linear_relu(mx__call *c, const mx_backend *be, const mx_tensor *x, const mx_tensor *w,
                                    const mx_tensor *bias) {
   int64_t k = w->shape[1], n = w->shape[0];
-  mx_kview xv = mx__kview_of(x);
-  if (x->ndim != 2 && !mx__kview_is_contiguous(&xv)) return MX_NOT_SUPPORTED;
-  mx_kview av = xv;
+  mx_kview xv = mx__kview_of(x), av = xv;
+  bool matrix = x->ndim == 2; /* else x's rows are evenly strided only when it is contiguous */
+  if (k == 0 || n == 0 || mx__kview_numel(&xv) == 0 || (!matrix && !mx__kview_is_contiguous(&xv)))
+    return MX_NOT_SUPPORTED;
   av.ndim = 3;
-  av.shape[0] = 1, av.shape[1] = mx__kview_numel(&xv) / (k ? k : 1), av.shape[2] = k;
-  av.strides[0] = 0, av.strides[1] = x->ndim == 2 ? x->strides[0] : k, av.strides[2] = x->ndim == 2 ? x->strides[1] : 1;
-  if (x->ndim == 1) av.strides[1] = k;
-  if (av.shape[1] == 0 || k == 0 || n == 0) return MX_NOT_SUPPORTED;
+  av.shape[0] = 1, av.shape[1] = mx__kview_numel(&xv) / k, av.shape[2] = k;
+  av.strides[0] = 0, av.strides[1] = matrix ? x->strides[0] : k, av.strides[2] = matrix ? x->strides[1] : 1;
   mx_shape shape = mx_shape_get(x);
   shape.d[shape.ndim - 1] = n;
   mx_tensor *y = mx__tensor_alloc("mx_linear_relu", shape, x->dtype, x->device);

@@ -46,9 +46,10 @@ static dnnl_status_t append_relu(dnnl_post_ops_t ops) {
 #endif
 
 /* The ReLU post-op as the convolutions have it (dnnl_conv.c): clip to
- * [0, inf], max(s, 0), a +0 for every negative s as the ReLU kernel writes
- * (eltwise_relu's alpha * s gave -0 in 2.6's GEMM post-ops), and a NaN sum
- * stays NaN. The attribute is made once; NULL when oneDNN refused it. */
+ * [0, inf], a +0 for every negative sum as the ReLU kernel writes
+ * (eltwise_relu's alpha * s gave -0 in 2.6's GEMM post-ops); a NaN sum
+ * becomes 0 where relu keeps NaN (tests/ops/test_linear_relu.c). The
+ * attribute is made once; NULL when oneDNN refused it. */
 static dnnl_primitive_attr_t relu_attr;
 static pthread_once_t relu_attr_once = PTHREAD_ONCE_INIT;
 
