@@ -173,8 +173,10 @@ mx_status mx__bwd_linear_relu(mx__bw *bw) {
   else
     a = mx_reshape(x, MX_SHAPE(-1, k)), g2 = mx_reshape(g, MX_SHAPE(-1, n));
   if (!a || !g2) return mx_last_status();
-  mx_tensor *da = column_major(a) ? tr(mx_mm(wt, tr(g2))) : mx_mm(g2, tr(wt));
-  GRAD(0, x->ndim == 2 ? da : mx_reshape(da, mx__in_shape(bw, 0)));
+  if (mx__needs_grad(bw, 0)) {
+    mx_tensor *da = column_major(a) ? tr(mx_mm(wt, tr(g2))) : mx_mm(g2, tr(wt));
+    GRAD(0, x->ndim == 2 || !da ? da : mx_reshape(da, mx__in_shape(bw, 0)));
+  }
   GRAD(1, mx_transpose(column_major(wt) ? tr(mx_mm(tr(g2), a)) : mx_mm(tr(a), g2), 0, 1));
   GRAD(2, x->ndim == 1 ? g : mx__sum_to(g, mx__in_shape(bw, 2)));
   return MX_OK;
