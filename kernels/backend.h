@@ -59,7 +59,7 @@ typedef struct {
   X(AVG_POOL, avg_pool) X(AVG_POOL_BACKWARD, avg_pool_backward) X(AMP_UNSCALE, amp_unscale)                \
   X(AMP_UPDATE_SCALE, amp_update_scale) X(AMP_HISTOGRAM, amp_histogram)                                    \
   X(AMP_UNSCALE_HISTOGRAM, amp_unscale_histogram) X(SGD_STEP, sgd_step) X(ADAM_STEP, adam_step)           \
-  X(CONV_FORWARD_RELU, conv_forward_relu)
+  X(CONV_FORWARD_RELU, conv_forward_relu) X(LINEAR_RELU, linear_relu)
 
 typedef enum {
 #define MX__KERNEL_ENUM(E, slot) MX_KERNEL_##E,
@@ -213,6 +213,11 @@ typedef struct mx_backend {
    * before it keep their offsets. */
   mx_status (*conv_forward_relu)(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
                                  const mx_conv_params *p);
+  /* out (1, M, N) = relu(a (1, M, K) @ b (1, K, N) + bias (N)) in one
+   * kernel, a and b strided as matmul's; MX_NOT_SUPPORTED, with no error
+   * set, where it declines the case (the op then runs matmul, add and
+   * relu); NULL: always declined. Appended, as conv_forward_relu. */
+  mx_status (*linear_relu)(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias);
 } mx_backend;
 
 /* The backend for a device, or NULL with the error set. */

@@ -5,8 +5,8 @@
 
 /* The kinds whose forward can absorb a following ReLU (nn_internal.h): each answers for its own modules. A kind
  * opts in with one line here. */
-static mx__forward_relu_fn (*const fusing_kinds[])(const mx_module *m) = {mx__conv_forward_relu,
-                                                                         mx__batch_norm_forward_relu};
+static mx__forward_relu_fn (*const fusing_kinds[])(const mx_module *m) = {
+    mx__conv_forward_relu, mx__batch_norm_forward_relu, mx__linear_forward_relu};
 
 /* first's forward with second (the next child) folded in, when second is the plain ReLU module and nothing watches
  * either forward (mx__module_observed: hooks and summaries see each child's output); NULL: run them in turn. Saved

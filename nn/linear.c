@@ -14,6 +14,12 @@ static mx_tensor *linear_forward(mx_module *m, const mx_tensor *x) {
   return mx_linear(x, s->weight, s->bias);
 }
 
+/* A Linear followed by a ReLU in a Sequential (nn_internal.h): its parameters passed to mx_linear_relu. */
+static mx_tensor *linear_relu_forward(mx_module *m, const mx_tensor *x) {
+  linear_self *s = mx_module_self(m);
+  return mx_linear_relu(x, s->weight, s->bias);
+}
+
 static void linear_extra(const mx_module *m, char *buf, size_t size) {
   const linear_self *s = mx_module_self(m);
   snprintf(buf, size, "in_features=%lld, out_features=%lld, bias=%s", (long long)s->in, (long long)s->out,
@@ -22,6 +28,10 @@ static void linear_extra(const mx_module *m, char *buf, size_t size) {
 
 static const mx_module_type linear_type = {.name = "Linear", .forward = linear_forward, .free_self = free,
                                            .extra = linear_extra};
+
+mx__forward_relu_fn mx__linear_forward_relu(const mx_module *m) {
+  return mx_module_type_of(m) == &linear_type ? linear_relu_forward : NULL;
+}
 
 mx_module *mx_linear_new(int64_t in_features, int64_t out_features, bool bias, mx_generator *gen) {
   if (in_features < 0 || out_features < 0) {

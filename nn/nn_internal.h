@@ -25,6 +25,7 @@ bool mx__module_observed(const mx_module *m);
 typedef mx_tensor *(*mx__forward_relu_fn)(mx_module *m, const mx_tensor *x);
 mx__forward_relu_fn mx__conv_forward_relu(const mx_module *m);
 mx__forward_relu_fn mx__batch_norm_forward_relu(const mx_module *m); /* BatchNorm1d/2d/3d: batch_norm_relu */
+mx__forward_relu_fn mx__linear_forward_relu(const mx_module *m);     /* Linear: linear_relu */
 /* Whether m is the ReLU module (mx_relu_new). */
 bool mx__module_is_relu(const mx_module *m);
 

@@ -1,6 +1,7 @@
 /* Linear algebra: bmm and mm are the primitives (one backend matmul, oneDNN
  * on the CPU); matmul with torch.matmul's broadcasting, the add*-fused
- * forms, mv, dot and outer are composites of them. */
+ * forms, mv, dot and outer are composites of them; linear_relu, a
+ * primitive, runs linear's bias and the ReLU after it inside the product. */
 #include "ops/op_table.h"
 
 static mx_status cannot_multiply(const char *op, const mx_tensor *a, const mx_tensor *b, int64_t ka, int64_t kb) {
@@ -94,6 +95,93 @@ static mx_status product_backward(mx__bw *bw, mx_tensor *(*product)(const mx_ten
 mx_status mx__bwd_bmm(mx__bw *bw) { return product_backward(bw, mx_bmm); }
 mx_status mx__bwd_mm(mx__bw *bw) { return product_backward(bw, mx_mm); }
 
+/* --- linear_relu: relu(x @ weight^T + bias) ---------------------------------------------------- */
+
+static mx_status check_linear_relu(const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias) {
+  static const char *const op = "mx_linear_relu";
+  char a[MX__DIMS_STR], b[MX__DIMS_STR];
+  if (need_dims(op, w, 2, "weight")) return mx_last_status();
+  if (x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
+    return mx__error(MX_SHAPE_ERROR, "%s: input %s and weight %s do not fit: %lld input features, weight expects %lld",
+                     op, mx__dims_str(a, x->ndim, x->shape), mx__dims_str(b, 2, w->shape),
+                     (long long)(x->ndim ? x->shape[x->ndim - 1] : 0), (long long)w->shape[1]);
+  if (bias && (bias->ndim != 1 || bias->shape[0] != w->shape[0]))
+    return mx__error(MX_SHAPE_ERROR, "%s: bias %s does not fit weight %s (expected [%lld])", op,
+                     mx__dims_str(a, bias->ndim, bias->shape), mx__dims_str(b, 2, w->shape), (long long)w->shape[0]);
+  if (same_dtype(op, x, w) || (bias && same_dtype(op, x, bias))) return mx_last_status();
+  return MX_OK;
+}
+
+/* The backend's fused kernel on (1, M, K) x, (1, K, N) weight^T and (1, M, N)
+ * y. MX_NOT_SUPPORTED, with nothing set, where it declines: x's rows not
+ * evenly strided, or the kernel's own refusal (dtype, shape, no oneDNN). */
+static mx_status fused_linear_relu(mx__call *c, const mx_backend *be, const mx_tensor *x, const mx_tensor *w,
+                                   const mx_tensor *bias) {
+  int64_t k = w->shape[1], n = w->shape[0];
+  mx_kview xv = mx__kview_of(x), av = xv;
+  bool matrix = x->ndim == 2; /* else x's rows are evenly strided only when it is contiguous */
+  if (k == 0 || n == 0 || mx__kview_numel(&xv) == 0 || (!matrix && !mx__kview_is_contiguous(&xv)))
+    return MX_NOT_SUPPORTED;
+  av.ndim = 3;
+  av.shape[0] = 1, av.shape[1] = mx__kview_numel(&xv) / k, av.shape[2] = k;
+  av.strides[0] = 0, av.strides[1] = matrix ? x->strides[0] : k, av.strides[2] = matrix ? x->strides[1] : 1;
+  mx_shape shape = mx_shape_get(x);
+  shape.d[shape.ndim - 1] = n;
+  mx_tensor *y = mx__tensor_alloc("mx_linear_relu", shape, x->dtype, x->device);
+  if (!y) return mx_last_status();
+  mx_kview yv = mx__kview_of(y), wv = mx__kview_of(w), bv = mx__kview_of(bias), ov = yv, bt = wv;
+  ov.ndim = 3;
+  ov.shape[0] = 1, ov.shape[1] = av.shape[1], ov.shape[2] = n;
+  ov.strides[0] = 0, ov.strides[1] = n, ov.strides[2] = 1;
+  bt.ndim = 3;
+  bt.shape[0] = 1, bt.shape[1] = k, bt.shape[2] = n;
+  bt.strides[0] = 0, bt.strides[1] = w->strides[1], bt.strides[2] = w->strides[0];
+  mx_status status = be->linear_relu(&ov, &av, &bt, &bv);
+  if (status == MX_OK)
+    c->out[0] = y;
+  else
+    mx_release(y);
+  return status == MX_NOT_BUILT ? MX_NOT_SUPPORTED : status;
+}
+
+/* The backend's fused kernel where it takes the case (the CPU: float32
+ * with a bias through oneDNN's matmul and its ReLU post-op), else the ops
+ * linear and relu run, so the same bits. */
+mx_status mx__fwd_linear_relu(mx__call *c) {
+  mx_tensor *x = c->in[0], *w = c->in[1], *bias = c->n_in > 2 ? c->in[2] : NULL;
+  if (check_linear_relu(x, w, bias)) return mx_last_status();
+  const mx_backend *be = mx__backend_of(c->op, x->device);
+  if (!be) return mx_last_status();
+  if (bias && mx__backend_supports(be, MX_KERNEL_LINEAR_RELU, x->dtype) == MX_KERNEL_NATIVE) {
+    mx_status status = fused_linear_relu(c, be, x, w, bias);
+    if (status != MX_NOT_SUPPORTED) return status;
+  }
+  mx_tensor *y = mx_matmul(x, mx_transpose(w, 0, 1));
+  return OUT0(c, mx_relu(bias && y ? mx_add(y, bias) : y));
+}
+
+/* ReLU's backward on the saved output, then what linear's ops (add,
+ * matmul's mm on x's rows, the transpose) run backward: the same
+ * gradients bit for bit as linear then relu. */
+mx_status mx__bwd_linear_relu(mx__bw *bw) {
+  mx_tensor *x = mx__saved_in(bw, 0), *w = mx__saved_in(bw, 1), *g = mx_relu_backward(G, mx__saved_out(bw, 0));
+  if (!x || !w || !g) return mx_last_status();
+  int64_t k = w->shape[1], n = w->shape[0];
+  mx_tensor *wt = mx_transpose(w, 0, 1), *a, *g2;
+  if (x->ndim == 2)
+    a = x, g2 = g;
+  else
+    a = mx_reshape(x, MX_SHAPE(-1, k)), g2 = mx_reshape(g, MX_SHAPE(-1, n));
+  if (!a || !g2) return mx_last_status();
+  if (mx__needs_grad(bw, 0)) {
+    mx_tensor *da = column_major(a) ? tr(mx_mm(wt, tr(g2))) : mx_mm(g2, tr(wt));
+    GRAD(0, x->ndim == 2 || !da ? da : mx_reshape(da, mx__in_shape(bw, 0)));
+  }
+  GRAD(1, mx_transpose(column_major(wt) ? tr(mx_mm(tr(g2), a)) : mx_mm(tr(a), g2), 0, 1));
+  GRAD(2, x->ndim == 1 ? g : mx__sum_to(g, mx__in_shape(bw, 2)));
+  return MX_OK;
+}
+
 mx_status mx__fwd_mv(mx__call *c) {
   mx_tensor *m = c->in[0], *v = c->in[1];
   if (need_dims("mx_mv", m, 2, "the matrix") || need_dims("mx_mv", v, 1, "the vector")) return mx_last_status();
@@ -186,6 +274,9 @@ mx_status mx__fwd_addr(mx__call *c) {
 mx_tensor *mx_mm(const mx_tensor *a, const mx_tensor *b) { return mx__call2(MX_OP_MM, a, b, NULL); }
 mx_tensor *mx_bmm(const mx_tensor *a, const mx_tensor *b) { return mx__call2(MX_OP_BMM, a, b, NULL); }
 mx_tensor *mx_matmul(const mx_tensor *a, const mx_tensor *b) { return mx__call2(MX_OP_MATMUL, a, b, NULL); }
+mx_tensor *mx_linear_relu(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias) {
+  return bias ? mx__call3(MX_OP_LINEAR_RELU, x, weight, bias, NULL) : mx__call2(MX_OP_LINEAR_RELU, x, weight, NULL);
+}
 mx_tensor *mx_mv(const mx_tensor *m, const mx_tensor *v) { return mx__call2(MX_OP_MV, m, v, NULL); }
 mx_tensor *mx_dot(const mx_tensor *a, const mx_tensor *b) { return mx__call2(MX_OP_DOT, a, b, NULL); }
 mx_tensor *mx_outer(const mx_tensor *a, const mx_tensor *b) { return mx__call2(MX_OP_OUTER, a, b, NULL); }

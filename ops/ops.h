@@ -219,6 +219,16 @@ mx_tensor *mx_conv3d(const mx_tensor *x, const mx_tensor *weight, const mx_tenso
  * followed by a ReLU through it. */
 mx_tensor *mx_conv2d_relu(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias, mx_shape stride,
                           mx_shape padding, mx_shape dilation, int64_t groups);
+/* relu(mx_linear(x, weight, bias)) as one op: x (..., in), weight (out, in),
+ * bias (out) or NULL. On the CPU bit for bit: the bias and the ReLU run
+ * inside oneDNN's float32 matmul (where, as in mx_conv2d_relu, a NaN sum
+ * gives 0, not NaN); other dtypes, no bias, and cases oneDNN declines run
+ * mx_linear's ops and mx_relu. CUDA runs cuBLASLt's bias-and-ReLU epilogue
+ * (float32, float16, bfloat16): within rounding of the unfused ops, a
+ * 16-bit output rounded once where they round twice. Backward keeps the
+ * output, not the sum before the ReLU. nn's Sequential runs a Linear
+ * followed by a ReLU through it. */
+mx_tensor *mx_linear_relu(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias);
 mx_tensor *mx_conv_transpose(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias, int spatial,
                              mx_shape stride, mx_shape padding, mx_shape output_padding, mx_shape dilation,
                              int64_t groups);

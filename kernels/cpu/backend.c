@@ -238,6 +238,7 @@ const mx_backend mx__cpu_backend = {
     .conv_backward_data = mx__cpu_conv_backward_data,
     .conv_backward_weight = mx__cpu_conv_backward_weight,
     .conv_forward_relu = mx__cpu_conv_forward_relu,
+    .linear_relu = mx__cpu_linear_relu,
     .channel_affine = mx__cpu_channel_affine,
     .channel_sums = mx__cpu_channel_sums,
     .channel_moments = mx__cpu_channel_moments,

@@ -4,9 +4,12 @@
  * leading dimensions included). Like the convolutions (dnnl_conv.c) they are
  * made with a user scratchpad, given from the calling thread's workspace
  * (dnnl_common.h), so a cached primitive can run on several threads at once;
- * cache entries are never evicted while a thread runs them. */
+ * cache entries are never evicted while a thread runs them. The same cache
+ * holds linear_relu's products: float32 with a bias and a ReLU post-op. */
 #include "kernels/cpu/dnnl.h"
 
+#include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "kernels/cpu/dnnl_common.h"
@@ -16,22 +19,50 @@
 #if MX_HAVE_DNNL
 #include <oneapi/dnnl/dnnl_debug.h>
 
-enum { ROLE_OUT, ROLE_A, ROLE_B, ROLE_SCRATCHPAD }; /* the scratchpad: only a memory object's role */
+/* the scratchpad and the bias: only memory objects' roles */
+enum { ROLE_OUT, ROLE_A, ROLE_B, ROLE_SCRATCHPAD, ROLE_BIAS };
 
 /* --- the two API generations ------------------------------------------------------ */
 #if DNNL_VERSION_MAJOR >= 3
 static dnnl_status_t matmul_pd(dnnl_primitive_desc_t *pd, const mx__dnnl_md *src, const mx__dnnl_md *wei,
-                               const mx__dnnl_md *dst) {
-  return dnnl_matmul_primitive_desc_create(pd, mx__dnnl_engine(), *src, *wei, NULL, *dst, mx__dnnl_attr());
+                               const mx__dnnl_md *bias, const mx__dnnl_md *dst, const_dnnl_primitive_attr_t attr) {
+  return dnnl_matmul_primitive_desc_create(pd, mx__dnnl_engine(), *src, *wei, bias ? *bias : NULL, *dst, attr);
+}
+
+static dnnl_status_t append_relu(dnnl_post_ops_t ops) {
+  return dnnl_post_ops_append_eltwise(ops, dnnl_eltwise_clip, 0.f, INFINITY);
 }
 #else
 static dnnl_status_t matmul_pd(dnnl_primitive_desc_t *pd, const mx__dnnl_md *src, const mx__dnnl_md *wei,
-                               const mx__dnnl_md *dst) {
+                               const mx__dnnl_md *bias, const mx__dnnl_md *dst, const_dnnl_primitive_attr_t attr) {
   dnnl_matmul_desc_t desc;
-  dnnl_status_t s = dnnl_matmul_desc_init(&desc, src, wei, NULL, dst);
-  return s != dnnl_success ? s : dnnl_primitive_desc_create(pd, &desc, mx__dnnl_attr(), mx__dnnl_engine(), NULL);
+  dnnl_status_t s = dnnl_matmul_desc_init(&desc, src, wei, bias, dst);
+  return s != dnnl_success ? s : dnnl_primitive_desc_create(pd, &desc, attr, mx__dnnl_engine(), NULL);
+}
+
+static dnnl_status_t append_relu(dnnl_post_ops_t ops) {
+  return dnnl_post_ops_append_eltwise(ops, 1.f, dnnl_eltwise_clip, 0.f, INFINITY);
 }
 #endif
+
+/* The ReLU post-op as the convolutions have it (dnnl_conv.c): clip to
+ * [0, inf], a +0 for every negative sum as the ReLU kernel writes
+ * (eltwise_relu's alpha * s gave -0 in 2.6's GEMM post-ops); a NaN sum
+ * becomes 0 where relu keeps NaN (tests/ops/test_linear_relu.c). The
+ * attribute is made once; NULL when oneDNN refused it. */
+static dnnl_primitive_attr_t relu_attr;
+static pthread_once_t relu_attr_once = PTHREAD_ONCE_INIT;
+
+static void make_relu_attr(void) {
+  dnnl_post_ops_t ops = NULL;
+  dnnl_primitive_attr_t attr = NULL;
+  bool ok = dnnl_post_ops_create(&ops) == dnnl_success && append_relu(ops) == dnnl_success &&
+            dnnl_primitive_attr_clone(&attr, mx__dnnl_attr()) == dnnl_success &&
+            dnnl_primitive_attr_set_post_ops(attr, ops) == dnnl_success;
+  if (ops) dnnl_post_ops_destroy(ops);
+  if (!ok && attr) dnnl_primitive_attr_destroy(attr);
+  relu_attr = ok ? attr : NULL;
+}
 
 static mx_status fail(const char *what, dnnl_status_t s) {
   return mx__error(MX_BACKEND_ERROR, "mx_matmul: oneDNN matmul: %s failed (%s)", what, dnnl_status2str(s));
@@ -45,13 +76,14 @@ typedef struct {
   int64_t dtype;
   int64_t dims[3][3], strides[3][3]; /* per role, as oneDNN sees them */
   int64_t threads; /* oneDNN may size a primitive's work split for the threads it was made on */
+  int64_t bias_relu; /* 1: plus a contiguous bias (1, 1, N), then the ReLU post-op */
 } matmul_key;
 
 typedef struct {
   matmul_key key; /* first: the cache compares it */
   uint64_t id;     /* names its memory objects in each thread's keep */
   dnnl_primitive_t primitive;
-  mx__dnnl_md md[3], scratch_md;
+  mx__dnnl_md md[3], scratch_md, bias_md; /* bias_md: only with bias_relu */
   size_t scratch_size;
 } matmul_entry;
 
@@ -102,6 +134,7 @@ static void entry_clear(void *p) {
   if (e->primitive) dnnl_primitive_destroy(e->primitive);
   for (int r = 0; r < 3; r++) mx__dnnl_md_free(e->md[r]);
   mx__dnnl_md_free(e->scratch_md);
+  mx__dnnl_md_free(e->bias_md);
   memset((char *)e + sizeof e->key, 0, sizeof *e - sizeof e->key);
 }
 
@@ -118,8 +151,18 @@ static mx_status entry_create(void *p, const void *k) {
     if (s == dnnl_invalid_arguments || s == dnnl_unimplemented) return MX_NOT_SUPPORTED;
     if (s != dnnl_success) return fail("describing an operand", s);
   }
+  const_dnnl_primitive_attr_t attr = key->bias_relu ? relu_attr : mx__dnnl_attr();
+  if (!attr) return MX_NOT_SUPPORTED;
+  if (key->bias_relu) {
+    int64_t n = key->dims[ROLE_OUT][2];
+    dnnl_dims_t dims = {1, 1, n}, strides = {n, n, 1};
+    dnnl_status_t s = mx__dnnl_md_strided(&e->bias_md, 3, dims, dt, strides);
+    if (s == dnnl_invalid_arguments || s == dnnl_unimplemented) return MX_NOT_SUPPORTED;
+    if (s != dnnl_success) return fail("describing the bias", s);
+  }
   dnnl_primitive_desc_t pd = NULL;
-  dnnl_status_t s = matmul_pd(&pd, &e->md[ROLE_A], &e->md[ROLE_B], &e->md[ROLE_OUT]);
+  dnnl_status_t s = matmul_pd(&pd, &e->md[ROLE_A], &e->md[ROLE_B], key->bias_relu ? &e->bias_md : NULL,
+                              &e->md[ROLE_OUT], attr);
   if (s == dnnl_unimplemented) return MX_NOT_SUPPORTED;
   if (s != dnnl_success) return fail("creating the primitive descriptor", s);
   mx_status status = MX_OK;
@@ -138,19 +181,24 @@ static mx__dnnl_cache cache = MX__DNNL_CACHE_INIT("mx_matmul", matmul_key, matmu
 
 /* --- execution ------------------------------------------------------------------------ */
 
+/* v: out, a, b and, with bias_relu, the bias. */
 static mx_status run(mx__dnnl_thread *t, const matmul_entry *e, const mx_kview *const *v) {
   void *scratch = NULL;
   if (e->scratch_size && !(scratch = mx__dnnl_workspace(t, e->scratch_size)))
     return mx__error(MX_OUT_OF_MEMORY, "mx_matmul: out of memory for a %zu-byte oneDNN scratchpad", e->scratch_size);
-  static const int arg_of[4] = {[ROLE_OUT] = DNNL_ARG_DST, [ROLE_A] = DNNL_ARG_SRC, [ROLE_B] = DNNL_ARG_WEIGHTS,
-                                [ROLE_SCRATCHPAD] = DNNL_ARG_SCRATCHPAD};
-  dnnl_exec_arg_t args[4];
-  int nargs = scratch ? 4 : 3;
+  static const int arg_of[5] = {[ROLE_OUT] = DNNL_ARG_DST, [ROLE_A] = DNNL_ARG_SRC, [ROLE_B] = DNNL_ARG_WEIGHTS,
+                                [ROLE_SCRATCHPAD] = DNNL_ARG_SCRATCHPAD, [ROLE_BIAS] = DNNL_ARG_BIAS};
+  int roles[5] = {ROLE_OUT, ROLE_A, ROLE_B}, nargs = 3;
+  if (scratch) roles[nargs++] = ROLE_SCRATCHPAD;
+  if (e->key.bias_relu) roles[nargs++] = ROLE_BIAS;
+  dnnl_exec_arg_t args[5];
   dnnl_status_t s = dnnl_success;
-  for (int r = 0; r < nargs && s == dnnl_success; r++) {
-    const mx__dnnl_md *md = r == ROLE_SCRATCHPAD ? &e->scratch_md : &e->md[r];
-    args[r].arg = arg_of[r];
-    s = mx__dnnl_kept_memory_get(t, e->id, r, md, r == ROLE_SCRATCHPAD ? scratch : v[r]->data, &args[r].memory);
+  for (int i = 0; i < nargs && s == dnnl_success; i++) {
+    int r = roles[i];
+    const mx__dnnl_md *md = r == ROLE_SCRATCHPAD ? &e->scratch_md : r == ROLE_BIAS ? &e->bias_md : &e->md[r];
+    void *data = r == ROLE_SCRATCHPAD ? scratch : r == ROLE_BIAS ? v[3]->data : v[r]->data;
+    args[i].arg = arg_of[r];
+    s = mx__dnnl_kept_memory_get(t, e->id, r, md, data, &args[i].memory);
   }
   if (s != dnnl_success) return fail("wrapping an operand", s);
   if ((s = dnnl_primitive_execute(e->primitive, t->stream, nargs, args)) != dnnl_success) return fail("executing", s);
@@ -158,14 +206,22 @@ static mx_status run(mx__dnnl_thread *t, const matmul_entry *e, const mx_kview *
   return MX_OK;
 }
 
-mx_status mx__dnnl_matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b) {
+/* bias: NULL for the plain product. */
+static mx_status matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias) {
   if (!mx__dnnl_init()) return MX_NOT_BUILT;
   if (!mx__dnnl_runs(out->dtype)) return MX_NOT_SUPPORTED;
   mx__dnnl_thread *t = mx__dnnl_thread_get();
   if (!t) return MX_NOT_BUILT;
-  const mx_kview *v[3] = {out, a, b};
+  const mx_kview *v[4] = {out, a, b, bias};
   matmul_key key;
   if (!make_key(&key, v)) return MX_NOT_SUPPORTED;
+  if (bias) {
+    pthread_once(&relu_attr_once, make_relu_attr);
+    if (bias->ndim != 1 || bias->dtype != out->dtype || bias->shape[0] != out->shape[2] ||
+        (bias->shape[0] > 1 && bias->strides[0] != 1))
+      return MX_NOT_SUPPORTED;
+    key.bias_relu = 1;
+  }
   mx_status status = MX_OK;
   matmul_entry *e = mx__dnnl_cache_acquire(&cache, &key, &status);
   if (!e) return status;
@@ -174,11 +230,23 @@ mx_status mx__dnnl_matmul(const mx_kview *out, const mx_kview *a, const mx_kview
   return status;
 }
 
+mx_status mx__dnnl_matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b) {
+  return matmul(out, a, b, NULL);
+}
+
+mx_status mx__dnnl_linear_relu(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias) {
+  return out->dtype == MX_F32 ? matmul(out, a, b, bias) : MX_NOT_SUPPORTED;
+}
+
 bool mx__dnnl_native(mx_dtype dtype) { return mx__dnnl_runs(dtype); }
 
 #else /* built without oneDNN */
 
 mx_status mx__dnnl_matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b) { return MX_NOT_BUILT; }
+
+mx_status mx__dnnl_linear_relu(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias) {
+  return MX_NOT_BUILT;
+}
 
 bool mx__dnnl_native(mx_dtype dtype) { return false; }
 

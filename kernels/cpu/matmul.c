@@ -194,3 +194,8 @@ mx_status mx__cpu_matmul(const mx_kview *out, const mx_kview *a, const mx_kview 
   default: return mx__cpu_matmul_reference(out, a, b);
   }
 }
+
+mx_status mx__cpu_linear_relu(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias) {
+  mx_status status = mx__dnnl_linear_relu(out, a, b, bias);
+  return mx__dnnl_declined(status) ? MX_NOT_SUPPORTED : status;
+}

@@ -194,6 +194,7 @@ static mx_status cuda_init(void) {
   b->scan = mx__cuda_scan;
   b->sort = mx__cuda_sort;
   b->matmul = mx__cuda_matmul;
+  b->linear_relu = mx__cuda_linear_relu;
   b->softmax = mx__cuda_softmax;
   b->gather = mx__cuda_gather;
   b->scatter = mx__cuda_scatter;

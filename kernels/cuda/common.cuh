@@ -36,6 +36,8 @@ mx_status mx__cuda_scan(int code, const mx_kview *out, const mx_kview *in, int d
 mx_status mx__cuda_sort(const mx_kview *values, const mx_kview *indices, const mx_kview *in, int dim,
                         bool descending);
 mx_status mx__cuda_matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b);
+/* relu(a @ b + bias) through cuBLASLt's RELU_BIAS epilogue; MX_NOT_SUPPORTED, no error set, where it declines. */
+mx_status mx__cuda_linear_relu(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias);
 mx_status mx__cuda_softmax(const mx_kview *out, const mx_kview *x, int dim, bool log_softmax);
 mx_status mx__cuda_gather(const mx_kview *out, const mx_kview *x, const mx_kview *index, int dim);
 mx_status mx__cuda_scatter(const mx_kview *out, const mx_kview *index, const mx_kview *src, int dim,

@@ -6,8 +6,15 @@
  * out (B, M, N) is row-major and contiguous; cuBLAS is column-major, so it
  * computes out^T (N x M) = b^T (N x K) a^T (K x M): a row-major matrix is
  * its transpose, column-major, with the same memory. An operand whose
- * strides fit neither orientation is copied to a contiguous buffer first. */
+ * strides fit neither orientation is copied to a contiguous buffer first.
+ *
+ * linear_relu runs on cuBLASLt with the RELU_BIAS epilogue where
+ * kernels/linear_lt_case.h says it applies, else declines (the op then runs
+ * matmul, add and relu). */
+#include <cublasLt.h>
+
 #include "kernels/cuda/common.cuh"
+#include "kernels/linear_lt_case.h"
 
 /* One operand as cuBLAS takes it: op, leading dimension, batch stride. The
  * view is (B, R, C), used as the column-major C x R matrix it is in
@@ -124,4 +131,89 @@ mx_status mx__cuda_matmul(const mx_kview *out, const mx_kview *a, const mx_kview
   op.a = *a;
   op.b = *b;
   return launch_elementwise("launch of kernel matmul_reference", mx__kview_numel(out), op);
+}
+
+/* --- linear_relu through cuBLASLt --------------------------------------------------------------------------- */
+
+/* The descriptors of one call, destroyed together. */
+typedef struct {
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t layout[3]; /* A, B, D (C is D: beta is 0) */
+  cublasLtMatmulPreference_t preference;
+} lt_call;
+
+static void lt_call_free(lt_call *c) {
+  if (c->preference) cublasLtMatmulPreferenceDestroy(c->preference);
+  for (int i = 0; i < 3; i++)
+    if (c->layout[i]) cublasLtMatrixLayoutDestroy(c->layout[i]);
+  if (c->desc) cublasLtMatmulDescDestroy(c->desc);
+}
+
+/* The workspace the heuristic may ask for: taken with cudaMallocAsync on the
+ * backend's stream, so that a step captured in a CUDA graph (graph.cu)
+ * records it as an allocation node rather than failing on cudaMalloc. */
+enum { LT_MAX_WORKSPACE = 4 << 20 };
+
+static mx_status lt_describe(lt_call *c, const mx_lt_linear_case *lc, cudaDataType_t type, cublasComputeType_t compute,
+                             const void *bias) {
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_RELU_BIAS;
+  cublasOperation_t trans_a = lc->a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t trans_b = lc->b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+  size_t workspace = LT_MAX_WORKSPACE;
+  const mx_lt_operand *ops[3] = {&lc->a, &lc->b, &lc->d};
+  MX_CUBLAS_CHECK(cublasLtMatmulDescCreate(&c->desc, compute, CUDA_R_32F));
+  MX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof trans_a));
+  MX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof trans_b));
+  MX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+  MX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+  for (int i = 0; i < 3; i++)
+    MX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c->layout[i], type, (uint64_t)ops[i]->rows, (uint64_t)ops[i]->cols,
+                                               ops[i]->ld));
+  MX_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&c->preference));
+  MX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(c->preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                       &workspace, sizeof workspace));
+  /* the heuristic assumes 256-byte aligned operands unless told: views may start anywhere */
+  static const cublasLtMatmulPreferenceAttributes_t alignment_of[3] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 3; i++)
+    MX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(c->preference, alignment_of[i], &ops[i]->alignment,
+                                                         sizeof ops[i]->alignment));
+  uint32_t c_alignment = lc->d.alignment;
+  MX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(c->preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                       &c_alignment, sizeof c_alignment));
+  return MX_OK;
+}
+
+mx_status mx__cuda_linear_relu(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias) {
+  mx_lt_linear_case lc;
+  cudaDataType_t type;
+  cublasComputeType_t compute;
+  if (!mx__lt_linear_case_of(out, a, b, bias, &lc) || !blas_dtype(out->dtype, &type, &compute))
+    return MX_NOT_SUPPORTED;
+  lt_call c = {};
+  /* a cuBLAS handle serves as cuBLASLt's (the cuBLAS documentation's cublasLtHandle_t) */
+  cublasLtHandle_t lt = (cublasLtHandle_t)mx__cuda_blas();
+  mx_status status = lt_describe(&c, &lc, type, compute, bias->data);
+  cublasLtMatmulHeuristicResult_t heuristic;
+  int found = 0;
+  if (status == MX_OK) {
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(lt, c.desc, c.layout[0], c.layout[1], c.layout[2], c.layout[2],
+                                                      c.preference, 1, &heuristic, &found);
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED || (s == CUBLAS_STATUS_SUCCESS && found == 0))
+      status = MX_NOT_SUPPORTED; /* no algorithm with this epilogue here: the op's fallback, no error */
+    else
+      status = MX_CUBLAS_STATUS(s);
+  }
+  void *workspace = NULL;
+  if (status == MX_OK && heuristic.workspaceSize > 0)
+    status = MX_CUDA_STATUS(cudaMallocAsync(&workspace, heuristic.workspaceSize, mx__cuda_stream()));
+  float one = 1, zero = 0;
+  if (status == MX_OK)
+    status = MX_CUBLAS_STATUS(cublasLtMatmul(lt, c.desc, &one, b->data, c.layout[0], a->data, c.layout[1], &zero,
+                                             out->data, c.layout[2], out->data, c.layout[2], &heuristic.algo,
+                                             workspace, heuristic.workspaceSize, mx__cuda_stream()));
+  if (workspace) cudaFreeAsync(workspace, mx__cuda_stream()); /* stream-ordered: after the product */
+  lt_call_free(&c);
+  return status;
 }

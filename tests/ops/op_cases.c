@@ -623,6 +623,8 @@ FN(batch_norm_relu_train, mx_batch_norm_relu(a, RUNNING_MEAN(a), RUNNING_VAR(a),
 FN(batch_norm_relu_eval, mx_batch_norm_relu(a, RUNNING_MEAN(a), RUNNING_VAR(a), b, c, false, 0.1, 1e-5))
 /* the copy into channels-last strides */
 FN(to_channels_last, mx_to_channels_last(a))
+/* linear + ReLU as one op (x 3-d: its rows folded into one product) */
+FN(linear_relu, mx_linear_relu(a, b, c))
 
 #define GC OP_GRADCHECK
 #define GG (OP_GRADCHECK | OP_GRADGRAD)
@@ -1102,6 +1104,8 @@ const op_case op_cases[] = {
     CASE3(batch_norm_relu_train, SH(4, 3, 2), ANY, SH(3), ANY, SH(3), ANY, GG | NF),
     CASE3(batch_norm_relu_eval, SH(2, 3, 2), ANY, SH(3), ANY, SH(3), ANY, GC | NF),
     CASE1(to_channels_last, SH(2, 3, 2, 2), ANY, GG | NF),
+    /* linear_relu (tests/ops/test_linear_relu.c: the bits of linear then relu) */
+    CASE3(linear_relu, SH(2, 3, 4), ANY, SH(5, 4), ANY, SH(5), ANY, GG | NF),
 };
 
 const int op_case_count = (int)(sizeof op_cases / sizeof op_cases[0]);
