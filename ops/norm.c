@@ -59,25 +59,7 @@ static double per_channel_count(mx_shape s) {
   return n;
 }
 
-/* Whether t is channels-last and not also row-major (C > 1 and planes of
- * more than one pixel, where the two orders differ): batch norm's kernels
- * then read it, and write its output and gradient, channels-last. */
-static bool keeps_channels_last(const mx_tensor *t) { return mx__is_channels_last(t) && !mx_is_contiguous(t); }
-
-/* t as the kernels take it, channels-last or row-major: t itself (a new
- * reference) where it already is, else a copy. */
-static mx_tensor *in_layout(const char *op, const mx_tensor *t, bool channels_last) {
-  if (!channels_last || !t) return mx__tensor_contiguous(t);
-  if (mx__is_channels_last(t)) return mx__tensor_view(t, t->ndim, t->shape, t->strides, t->offset);
-  mx_tensor *copy = mx__tensor_alloc_channels_last(op, mx_shape_get(t), t->dtype, t->device);
-  if (copy && mx_copy_(copy, t) != MX_OK) {
-    mx_release(copy);
-    return NULL;
-  }
-  return copy;
-}
-
-/* The kernels' view of t, in the layout in_layout gave it: a channels-last
+/* The kernels' view of t, in the layout mx__tensor_in_layout gave it: a channels-last
  * (N, C, H, W) tensor as the contiguous (N H W, C) matrix its memory is,
  * which the per-channel kernels read as a batch of N H W vectors of C
  * (every backend's kernels take that shape as they are). */
@@ -109,9 +91,10 @@ static mx_tensor *channel_affine(mx_op op, mx_tensor *x, mx_tensor *center, mx_t
   if (be->channel_affine && !mx_is_grad_enabled() && mx_dtype_is_floating(x->dtype) && x->dtype == dtype &&
       scale->dtype == stats && shift->dtype == stats && (!center || center->dtype == stats) && mask_fits(mask, x)) {
     const char *name = mx__ops[op].api_name;
-    bool cl = keeps_channels_last(like) && x->ndim == 4;
-    mx_tensor *xc = in_layout(name, x, cl), *sc = mx__tensor_contiguous(scale), *sh = mx__tensor_contiguous(shift);
-    mx_tensor *cc = center ? mx__tensor_contiguous(center) : NULL, *mc = mask ? in_layout(name, mask, cl) : NULL;
+    bool cl = mx__suggests_channels_last(like) && x->ndim == 4;
+    mx_tensor *xc = mx__tensor_in_layout(name, x, cl), *mc = mask ? mx__tensor_in_layout(name, mask, cl) : NULL;
+    mx_tensor *sc = mx__tensor_contiguous(scale), *sh = mx__tensor_contiguous(shift);
+    mx_tensor *cc = center ? mx__tensor_contiguous(center) : NULL;
     mx_tensor *y = NULL;
     if (xc && sc && sh && (!center || cc) && (!mask || mc))
       y = cl ? mx__tensor_alloc_channels_last(name, mx_shape_get(x), dtype, x->device)
@@ -151,9 +134,9 @@ static bool channel_sums(mx_op op, const mx_tensor *a, const mx_tensor *b, const
     return false;
   const char *name = mx__ops[op].api_name;
   /* one layout for the three: channels-last where a or b is */
-  bool cl = a->ndim == 4 && (keeps_channels_last(a) || (dot && keeps_channels_last(b)));
-  mx_tensor *ac = in_layout(name, a, cl), *bc = dot ? in_layout(name, b, cl) : NULL;
-  mx_tensor *mc = a_mask ? in_layout(name, a_mask, cl) : NULL;
+  bool cl = a->ndim == 4 && (mx__suggests_channels_last(a) || (dot && mx__suggests_channels_last(b)));
+  mx_tensor *ac = mx__tensor_in_layout(name, a, cl), *bc = dot ? mx__tensor_in_layout(name, b, cl) : NULL;
+  mx_tensor *mc = a_mask ? mx__tensor_in_layout(name, a_mask, cl) : NULL;
   mx_tensor *s = sum ? mx__tensor_alloc(name, MX_SHAPE(a->shape[1]), dtype, a->device) : NULL;
   mx_tensor *d = dot ? mx__tensor_alloc(name, MX_SHAPE(a->shape[1]), dtype, a->device) : NULL;
   if (ac && (!dot || (bc && d)) && (!sum || s) && (!a_mask || mc)) {
@@ -179,8 +162,8 @@ mx_status mx__fwd_batch_norm_stats(mx__call *c) {
   if (!be) return mx_last_status();
   if (be->channel_moments) { /* a forward records nothing: no graph to build */
     const char *name = mx__ops[c->op].api_name;
-    bool cl = keeps_channels_last(x);
-    mx_tensor *xc = in_layout(name, x, cl);
+    bool cl = mx__suggests_channels_last(x);
+    mx_tensor *xc = mx__tensor_in_layout(name, x, cl);
     c->out[0] = mx__tensor_alloc(name, MX_SHAPE(x->shape[1]), stats_dtype(x->dtype), x->device);
     c->out[1] = mx__tensor_alloc(name, MX_SHAPE(x->shape[1]), stats_dtype(x->dtype), x->device);
     if (!xc || !c->out[0] || !c->out[1]) return mx_last_status();

@@ -39,29 +39,10 @@ static mx_status pooled_shape(const char *op, const mx_tensor *x, const mx_pool_
   return MX_OK;
 }
 
-/* Whether t is channels-last and not also row-major (C > 1 and planes of
- * more than one pixel, where the two orders differ): the pooling kernels
- * then take every tensor of the call channels-last, and the outputs keep
- * that layout. */
-static bool keeps_channels_last(const mx_tensor *t) { return mx__is_channels_last(t) && !mx_is_contiguous(t); }
-
 /* The forward's input layout, recorded by the public functions in args.i[0]
  * for the backward: its input gradient keeps it even where the output
  * gradient cannot tell (one-pixel planes, as after ResNet's last pooling). */
 #define INPUT_CHANNELS_LAST(args) ((args)->i[0])
-
-/* t as a kernel takes it, channels-last or row-major: t itself (a new
- * reference) where it already is, else a copy. */
-static mx_tensor *in_layout(const char *op, const mx_tensor *t, bool channels_last) {
-  if (!channels_last || !t) return mx__tensor_contiguous(t);
-  if (mx__is_channels_last(t)) return mx__tensor_view(t, t->ndim, t->shape, t->strides, t->offset);
-  mx_tensor *copy = mx__tensor_alloc_channels_last(op, mx_shape_get(t), t->dtype, t->device);
-  if (copy && mx_copy_(copy, t) != MX_OK) {
-    mx_release(copy);
-    return NULL;
-  }
-  return copy;
-}
 
 /* A new output of op, channels-last when asked (4-d shapes only) or row-major. */
 static mx_tensor *alloc_in_layout(const char *op, mx_shape shape, mx_dtype dtype, mx_device device,
@@ -129,8 +110,8 @@ static mx_tensor *flat_indices(const mx_tensor *indices, const mx_pool_params *p
 mx_status mx__fwd_max_pool(mx__call *c) {
   mx_shape shape;
   if (pooled_shape("mx_max_pool", c->in[0], &c->args->pool, &shape)) return mx_last_status();
-  bool channels_last = keeps_channels_last(c->in[0]);
-  mx_tensor *x = in_layout("mx_max_pool", c->in[0], channels_last);
+  bool channels_last = mx__suggests_channels_last(c->in[0]);
+  mx_tensor *x = mx__tensor_in_layout("mx_max_pool", c->in[0], channels_last);
   const mx_backend *be = x ? mx__kernel_backend(c->op, x->device, MX_KERNEL_MAX_POOL, x->dtype) : NULL;
   if (!be) return mx_last_status();
   /* uint8 offsets in the window where the kernel allows: the graph saves
@@ -149,10 +130,10 @@ mx_status mx__fwd_max_pool(mx__call *c) {
  * kernel's other tensors, into *in, in dx's. */
 static mx_tensor *backward_in_layout(mx__call *c, const mx_tensor *given_as_input, int n, mx_tensor **in) {
   const char *op = mx__ops[c->op].api_name;
-  bool wanted = INPUT_CHANNELS_LAST(c->args) || keeps_channels_last(given_as_input);
+  bool wanted = INPUT_CHANNELS_LAST(c->args) || mx__suggests_channels_last(given_as_input);
   mx_tensor *dx = alloc_in_layout(op, c->args->shape, c->in[0]->dtype, c->in[0]->device, wanted);
-  bool channels_last = dx && keeps_channels_last(dx); /* one-pixel planes: both orders are one */
-  for (int i = 0; i < n; i++) in[i] = dx ? in_layout(op, c->in[i], channels_last) : NULL;
+  bool channels_last = dx && mx__suggests_channels_last(dx); /* one-pixel planes: both orders are one */
+  for (int i = 0; i < n; i++) in[i] = dx ? mx__tensor_in_layout(op, c->in[i], channels_last) : NULL;
   return dx;
 }
 
@@ -190,8 +171,8 @@ mx_status mx__bwd_max_pool_backward(mx__bw *bw) {
 mx_status mx__fwd_avg_pool(mx__call *c) {
   mx_shape shape;
   if (pooled_shape("mx_avg_pool", c->in[0], &c->args->pool, &shape)) return mx_last_status();
-  bool channels_last = keeps_channels_last(c->in[0]);
-  mx_tensor *x = in_layout("mx_avg_pool", c->in[0], channels_last);
+  bool channels_last = mx__suggests_channels_last(c->in[0]);
+  mx_tensor *x = mx__tensor_in_layout("mx_avg_pool", c->in[0], channels_last);
   const mx_backend *be = x ? mx__kernel_backend(c->op, x->device, MX_KERNEL_AVG_POOL, x->dtype) : NULL;
   if (!be) return mx_last_status();
   c->out[0] = alloc_in_layout("mx_avg_pool", shape, x->dtype, x->device, channels_last);
@@ -266,7 +247,7 @@ mx_status mx_max_pool_with_indices(const mx_tensor *x, int spatial, mx_shape ker
   if (spatial < 1 || spatial > 3 || kernel.ndim < 1)
     return mx__error(MX_INVALID_ARGUMENT, "mx_max_pool: %d spatial dims (1 to 3) and a kernel size are needed", spatial);
   mx__args args = {.pool = pool_params(spatial, kernel, stride, padding, dilation)};
-  INPUT_CHANNELS_LAST(&args) = x && keeps_channels_last(x);
+  INPUT_CHANNELS_LAST(&args) = x && mx__suggests_channels_last(x);
   mx_tensor *out[MX__MAX_OUTPUTS] = {0};
   const mx_tensor *in[1] = {x};
   mx_status status = mx__dispatch(MX_OP_MAX_POOL, 1, in, &args, out);
@@ -295,7 +276,7 @@ mx_tensor *mx_avg_pool(const mx_tensor *x, int spatial, mx_shape kernel, mx_shap
   }
   mx__args args = {.pool = pool_params(spatial, kernel, stride, padding, MX_DIMS(1))};
   args.pool.count_include_pad = count_include_pad;
-  INPUT_CHANNELS_LAST(&args) = x && keeps_channels_last(x);
+  INPUT_CHANNELS_LAST(&args) = x && mx__suggests_channels_last(x);
   return mx__call1(MX_OP_AVG_POOL, x, &args);
 }
 

@@ -101,6 +101,12 @@ mx_tensor *mx__tensor_contiguous(const mx_tensor *t) {
   return copy_as("mx_contiguous", t, t->dtype, t->device, false);
 }
 
+mx_tensor *mx__tensor_in_layout(const char *op, const mx_tensor *t, bool channels_last) {
+  if (!channels_last || !t) return mx__tensor_contiguous(t);
+  if (mx__is_channels_last(t)) return mx__tensor_view(t, t->ndim, t->shape, t->strides, t->offset);
+  return copy_as(op, t, t->dtype, t->device, true);
+}
+
 mx_tensor *mx__tensor_to_channels_last(const mx_tensor *t) {
   if (!t) {
     mx__null_input("mx_to_channels_last", "t");

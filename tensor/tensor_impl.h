@@ -100,6 +100,9 @@ mx_tensor *mx__tensor_expand(const mx_tensor *t, mx_shape shape);
 mx_tensor *mx__tensor_broadcast_to(const mx_tensor *t, mx_shape shape);
 mx_tensor *mx__tensor_flatten(const mx_tensor *t, int start_dim, int end_dim);
 mx_tensor *mx__tensor_contiguous(const mx_tensor *t);
+/* t as a kernel takes it, channels-last (4-d) or row-major: a new handle on
+ * t where it already is, else a copy; errors name op. */
+mx_tensor *mx__tensor_in_layout(const char *op, const mx_tensor *t, bool channels_last);
 mx_tensor *mx__tensor_to_channels_last(const mx_tensor *t);
 mx_tensor *mx__tensor_clone(const mx_tensor *t);
 mx_tensor *mx__tensor_to_dtype(const mx_tensor *t, mx_dtype dtype);
