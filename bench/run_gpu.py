@@ -31,7 +31,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-CONFIGS = [("mlp", 128), ("cnn", 128), ("resnet9", 64)]
+# "-cl": the batch (and PyTorch's weights) channels-last, cuDNN's NHWC kernels (issue #32, item 5)
+CONFIGS = [("mlp", 128), ("cnn", 128), ("resnet9", 64), ("resnet9-cl", 64)]
 AMPS = ["off", "bf16", "f16"]
 STEP_TARGET = 1.0  # mixgrad/PyTorch step time, every model and precision (issue #32, item 6)
 # racecheck's tests: the kernels whose threads share memory within a block
@@ -168,7 +169,8 @@ def sanitizer(args, budget, log, tool, filters, cap):
 # --- the training steps ---------------------------------------------------------------------------
 
 def step_command(args, impl, model, amp, batch):
-    flags = ["--model", model, "--amp", amp, "--batch", str(batch), "--device", args.device,
+    layout = ["--channels-last"] if model.endswith("-cl") else []
+    flags = layout + ["--model", model.removesuffix("-cl"), "--amp", amp, "--batch", str(batch), "--device", args.device,
              "--warmup", str(args.warmup), "--repeat", str(args.repeat), "--seconds", str(args.seconds)]
     if impl == "mixgrad":
         return [os.path.join(args.bundle, "bin", "train_step")] + flags
