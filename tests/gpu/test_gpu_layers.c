@@ -312,3 +312,45 @@ Test(gpu, module_to_cuda_and_back) {
   mx_module_free(m);
   mx_scope_end(scope);
 }
+
+/* The layers of a channels-last CNN step, on a batch made channels-last
+ * first: conv2d (cuDNN with NHWC descriptors and a KRSC filter copy),
+ * conv2d + ReLU, max pooling and batch norm. */
+static mx_tensor *channels_last_config(const mx_tensor *x, const mx_tensor *w, const mx_tensor *b, int config) {
+  mx_tensor *xl = mx_to_channels_last(x);
+  switch (config) {
+  case 0: return mx_conv2d(xl, w, b, MX_SHAPE(1), MX_SHAPE(1), MX_DEFAULT, 1);
+  case 1: return mx_conv2d_relu(xl, w, b, MX_SHAPE(2), MX_SHAPE(1), MX_DEFAULT, 1);
+  case 2: return mx_max_pool(xl, 2, MX_SHAPE(2), MX_DEFAULT, MX_SHAPE(0));
+  default: return bn_config(xl, w, b, 0);
+  }
+}
+
+/* Each layer's output stays channels-last on CUDA as on the CPU, and its
+ * values and gradients agree with the CPU's within the bounds of the
+ * row-major tests above (convolutions and batch norm: their sums' order;
+ * pooling: the same bits). The input's gradient comes back channels-last. */
+Test(gpu, channels_last_layers_match_cpu) {
+  require_gpu();
+  mx_dtype dtypes[3] = {MX_F32, MX_F16, MX_BF16};
+  for (int d = 0; d < 3; d++) {
+    mx_dtype dtype = dtypes[d];
+    for (int config = 0; config < 4; config++) {
+      double rel = config == 2 ? 0 : dtype == MX_F32 ? 1e-5 : config == 3 ? (dtype == MX_F16 ? 0x1p-7 : 0x1p-4)
+                                                                           : dtype == MX_F16 ? 0x1p-9 : 0x1p-6;
+      mx_scope *scope = mx_scope_begin();
+      mx_shape ws = config == 3 ? MX_SHAPE(16) : config == 2 ? MX_DEFAULT : MX_SHAPE(24, 16, 3, 3);
+      layer_results r = run_layer(channels_last_config, config, MX_SHAPE(4, 16, 10, 9), ws, config != 2, dtype,
+                                  1300 + (uint64_t)(10 * d + config));
+      char what[64];
+      snprintf(what, sizeof what, "channels-last config %d, %s", config, mx_dtype_name(dtype));
+      for (int dev = 0; dev < 2; dev++) {
+        cr_expect(mx_is_channels_last(r.y[dev]), "%s: the %s output is channels-last", what, dev ? "cuda" : "cpu");
+        cr_expect(mx_is_channels_last(r.dx[dev]), "%s: the %s input gradient is channels-last", what,
+                  dev ? "cuda" : "cpu");
+      }
+      expect_layer_results(&r, rel, rel ? 1.0 : 0, rel ? rel : 0, what);
+      mx_scope_end(scope);
+    }
+  }
+}
