@@ -6,13 +6,25 @@
  *
  * The tests hold for any number of ranks (tests/dist/meson.build runs 2 and
  * 3; 1 to 8 are checked by hand); a test that needs more ranks says so in
- * min_ranks and is skipped, with a "skip" line, below that. */
+ * min_ranks and is skipped, with a "skip" line, below that.
+ *
+ * A rank whose test failed may have left the others waiting for it, in a
+ * collective it will never join or for a message. So it prints its
+ * message, then gives the others MPI_FAIL_GRACE_S seconds to finish the
+ * test; if they have not, it prints "FAIL <test> (rank N; ...)" and ends
+ * the whole job with MPI_Abort (the remaining tests do not run) rather
+ * than leave it to hang (or to the process group's 60 s watchdog, which
+ * does not see a rank waiting for a message). A test that fails on every
+ * rank alike is only counted, and the next one runs. */
 #ifndef MX_TESTS_DIST_MPI_HARNESS_H
 #define MX_TESTS_DIST_MPI_HARNESS_H
 
 #include <stdio.h>
 
 #include "mixgrad.h"
+
+/* How long a rank whose test failed waits for the others to finish it. */
+#define MPI_FAIL_GRACE_S 10
 
 /* One test's body on one rank; a failed check writes msg (CHECK). */
 typedef void (*mpi_test_fn)(mx_process_group *g, int rank, int world, char *msg, size_t size);
