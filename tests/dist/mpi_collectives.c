@@ -80,8 +80,9 @@ static void keeps_the_layout(mx_process_group *g, int rank, int world, char *msg
   uint64_t v0 = mx_version(w);
   CHECK(mx_dist_all_reduce(g, w, MX_DIST_AVG) == MX_OK, "a parameter: %s", mx_last_error());
   CHECK(mx_at(w, MX_SHAPE(3)) == (world + 1) / 2.0, "the parameter's average is %g", mx_at(w, MX_SHAPE(3)));
-  CHECK((mx_version(w) > v0) == (world > 1) && mx_requires_grad(w) && !mx_grad_fn_name(w), "version %llu -> %llu, grad_fn %s",
-        (unsigned long long)v0, (unsigned long long)mx_version(w), mx_grad_fn_name(w));
+  CHECK((mx_version(w) > v0) == (world > 1) && mx_requires_grad(w) && !mx_grad_fn_name(w),
+        "version %llu -> %llu, grad_fn %s", (unsigned long long)v0, (unsigned long long)mx_version(w),
+        mx_grad_fn_name(w));
 done:;
 }
 

@@ -4,8 +4,8 @@
  * test, and rank 0 prints one line per test and "N passed, N failed"
  * (scripts/count-tests adds those up).
  *
- * The tests hold for any number of ranks (tests/dist/meson.build runs 2 and
- * 3; 1 to 8 are checked by hand); a test that needs more ranks says so in
+ * The tests hold for 1 to 8 ranks (tests/dist/meson.build runs 2, 3 and 5;
+ * the others are checked by hand); a test that needs more ranks says so in
  * min_ranks and is skipped, with a "skip" line, below that.
  *
  * A rank whose test failed may have left the others waiting for it, in a
