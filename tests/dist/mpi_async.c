@@ -42,7 +42,7 @@ done:
  * tensor moved, and no rank is left waiting for another's second start:
  * rank 1 broadcasts only once rank 0 has started both, so rank 0 has posted
  * an agreement that rank 1, broken at once, never posts (the group's drain
- * must end it). */
+ * must end it). 2 ranks or more. */
 static void mismatched_asynchronous(mx_process_group *g, int rank, int world, char *msg, size_t size) {
   (void)g, (void)world;
   for (int broadcast_on_1 = 0; broadcast_on_1 < 2; broadcast_on_1++) {
@@ -128,8 +128,8 @@ done:;
 }
 
 const mpi_test async_tests[] = {
-    {"an asynchronous all-reduce starts without waiting for the other ranks", starting_does_not_wait},
-    {"an asynchronous all-reduce that differs fails at its wait naming both", mismatched_asynchronous},
-    {"a rank may wait at once for what another starts asynchronously", waited_at_once_and_asynchronous},
+    {"an asynchronous all-reduce starts without waiting for the other ranks", starting_does_not_wait, 1},
+    {"an asynchronous all-reduce that differs fails at its wait naming both", mismatched_asynchronous, 2},
+    {"a rank may wait at once for what another starts asynchronously", waited_at_once_and_asynchronous, 1},
 };
 const int n_async_tests = sizeof async_tests / sizeof *async_tests;

@@ -1,4 +1,4 @@
-/* The collectives over the ranks mpirun started (2 or 3): sums of every
+/* The collectives over the ranks mpirun started (any number): sums of every
  * dtype, layouts, averages that are the same bits everywhere, max and min
  * with NaN, broadcasts, gathers, reduce-scatter, asynchronous all-reduces,
  * and calls that differ between the ranks. */
@@ -9,7 +9,8 @@
 #include "mpi_tests.h"
 
 /* Rank r holds (r + 1) * (i % 5 + 1) at i: the sum over w ranks is
- * w(w + 1)/2 * (i % 5 + 1), exact in every dtype (at most 30 for w = 3). */
+ * w(w + 1)/2 * (i % 5 + 1), exact in every dtype up to 8 ranks (at most
+ * 180, 8 significant bits). */
 static void sums_every_dtype(mx_process_group *g, int rank, int world, char *msg, size_t size) {
   const mx_dtype dtypes[] = {MX_F32, MX_F64, MX_F16, MX_BF16, MX_I64, MX_I32, MX_U8};
   const int64_t sizes[] = {0, 1, 2, 7, 4099};
@@ -44,14 +45,15 @@ done:;
 /* 16-bit floats are summed in float32 and rounded once: rank 0 holds 2048
  * and the others 1 (float16's step at 2048 is 2), so over 3 ranks float16
  * partial sums lose a 1 (2048 + 1 rounds to 2048, even) unless 1 + 1 comes
- * first; rounded once, the sum is the exact 2050. */
+ * first; rounded once, the sum is the exact 2050. Over w ranks the exact
+ * sum 2048 + w - 1 (below 4096) rounded to a multiple of 2, halves to even. */
 static void halves_sum_in_float32(mx_process_group *g, int rank, int world, char *msg, size_t size) {
   const mx_dtype dtypes[] = {MX_F16, MX_BF16};
   for (int d = 0; d < 2; d++) {
     double big = dtypes[d] == MX_F16 ? 2048 : 256; /* bfloat16's step at 256 is 2 */
     mx_tensor *t = mx_full(MX_SHAPE(3), rank == 0 ? big : 1, dtypes[d], MX_CPU);
     CHECK(mx_dist_all_reduce(g, t, MX_DIST_SUM) == MX_OK, "%s", mx_last_error());
-    double want = big + 2 * ((world - 1) / 2); /* the exact sum, rounded to even */
+    double want = 2 * nearbyint((big + world - 1) / 2); /* the default rounding: halves to even */
     CHECK(mx_at(t, MX_SHAPE(2)) == want, "%s sum %.9g, not %.9g", mx_dtype_name(dtypes[d]), mx_at(t, MX_SHAPE(2)),
           want);
   }
@@ -71,14 +73,16 @@ static void keeps_the_layout(mx_process_group *g, int rank, int world, char *msg
       CHECK(mx_at(base, MX_SHAPE(i, j)) == (3 * i + j) * factors, "base[%d][%d] = %g, not %g", i, j,
             mx_at(base, MX_SHAPE(i, j)), (3 * i + j) * factors);
   /* A parameter, reduced in place in grad mode: it stays a leaf that
-   * requires grad, and its version moves on like any in-place write's. */
+   * requires grad, and its version moves on like any in-place write's
+   * (one rank writes nothing: every op of one rank is the identity). */
   mx_tensor *w = mx_full(MX_SHAPE(4), rank + 1, MX_F32, MX_CPU);
   CHECK(w && mx_set_requires_grad(w, true) == MX_OK, "%s", mx_last_error());
   uint64_t v0 = mx_version(w);
   CHECK(mx_dist_all_reduce(g, w, MX_DIST_AVG) == MX_OK, "a parameter: %s", mx_last_error());
   CHECK(mx_at(w, MX_SHAPE(3)) == (world + 1) / 2.0, "the parameter's average is %g", mx_at(w, MX_SHAPE(3)));
-  CHECK(mx_version(w) > v0 && mx_requires_grad(w) && !mx_grad_fn_name(w), "version %llu -> %llu, grad_fn %s",
-        (unsigned long long)v0, (unsigned long long)mx_version(w), mx_grad_fn_name(w));
+  CHECK((mx_version(w) > v0) == (world > 1) && mx_requires_grad(w) && !mx_grad_fn_name(w),
+        "version %llu -> %llu, grad_fn %s", (unsigned long long)v0, (unsigned long long)mx_version(w),
+        mx_grad_fn_name(w));
 done:;
 }
 
@@ -110,15 +114,16 @@ done:
   mx_generator_free(gen);
 }
 
-/* Root 1: every rank ends with root's 10 + i, in float64 and int64. */
+/* Root 1 (0 alone): every rank ends with root's 10 * root + i, in float64
+ * and int64. */
 static void broadcasts(mx_process_group *g, int rank, int world, char *msg, size_t size) {
-  (void)world;
   const mx_dtype dtypes[] = {MX_F64, MX_I64};
+  int root = world > 1 ? 1 : 0;
   for (int d = 0; d < 2; d++) {
     mx_tensor *t = mx_reshape(mx_arange(rank * 10, rank * 10 + 6, 1, dtypes[d], MX_CPU), MX_SHAPE(3, 2));
-    CHECK(mx_dist_broadcast(g, t, 1) == MX_OK, "%s", mx_last_error());
+    CHECK(mx_dist_broadcast(g, t, root) == MX_OK, "%s", mx_last_error());
     for (int i = 0; i < 6; i++)
-      CHECK(mx_at(t, MX_SHAPE(i / 2, i % 2)) == 10 + i, "%s element %d: %g", mx_dtype_name(dtypes[d]), i,
+      CHECK(mx_at(t, MX_SHAPE(i / 2, i % 2)) == 10 * root + i, "%s element %d: %g", mx_dtype_name(dtypes[d]), i,
             mx_at(t, MX_SHAPE(i / 2, i % 2)));
   }
   CHECK(mx_dist_barrier(g) == MX_OK, "barrier: %s", mx_last_error());
@@ -128,9 +133,10 @@ done:;
 
 /* Rank r holds ((i + r) % 3 - 1) * (r + 1) at i; float32 and float64 get
  * NaNs on some ranks only (rank 1 at 5, the last rank at 7, rank 0 at 9,
- * a positive and a negative NaN): the maximum and minimum over the ranks,
- * in 6 dtypes, against the same fold on the host, NaNs surviving, and
- * the same bits on every rank (-0 and +0 included). */
+ * a positive and a negative NaN; no NaN at 5 on one rank): the maximum and
+ * minimum over the ranks, in 6 dtypes, against the same fold on the host,
+ * NaNs surviving, and the same bits on every rank (-0 and +0 included).
+ * uint8 holds the values plus world, which held never goes below. */
 static double held(int r, int i) { return ((i + r) % 3 - 1) * (double)(r + 1); }
 
 static void extremes(mx_process_group *g, int rank, int world, char *msg, size_t size) {
@@ -139,7 +145,7 @@ static void extremes(mx_process_group *g, int rank, int world, char *msg, size_t
     for (int how = MX_DIST_MAX; how <= MX_DIST_MIN; how++) {
       bool unsigned8 = dtypes[d] == MX_U8, with_nan = dtypes[d] == MX_F32 || dtypes[d] == MX_F64;
       double v[12];
-      for (int i = 0; i < 11; i++) v[i] = unsigned8 ? held(rank, i) + 3 : held(rank, i);
+      for (int i = 0; i < 11; i++) v[i] = unsigned8 ? held(rank, i) + world : held(rank, i);
       v[11] = unsigned8 ? 0 : rank % 2 ? 0.0 : -0.0;
       if (with_nan && rank == 1) v[5] = NAN;
       if (with_nan && rank == world - 1) v[7] = -NAN;
@@ -150,9 +156,9 @@ static void extremes(mx_process_group *g, int rank, int world, char *msg, size_t
       for (int i = 0; i < 11; i++) {
         double want = held(0, i);
         for (int r = 1; r < world; r++) want = how == MX_DIST_MAX ? fmax(want, held(r, i)) : fmin(want, held(r, i));
-        if (unsigned8) want += 3; /* held is in [-3, 3] */
+        if (unsigned8) want += world; /* held is in [-world, world] */
         double got = mx_at(t, MX_SHAPE(i));
-        if (with_nan && (i == 5 || i == 7 || i == 9))
+        if (with_nan && ((i == 5 && world > 1) || i == 7 || i == 9))
           CHECK(isnan(got), "%s %s: the NaN at %d was lost (%g)", mx_dtype_name(dtypes[d]),
                 how == MX_DIST_MAX ? "max" : "min", i, got);
         else
@@ -172,13 +178,13 @@ static void extremes(mx_process_group *g, int rank, int world, char *msg, size_t
 done:;
 }
 
-/* Each rank gathers a transposed (3, 2) view of rank * 100 + i, in float64
- * and bfloat16, and an empty int32 tensor; the result stacks them in rank
- * order. */
+/* Each rank gathers a transposed (3, 2) view of rank * 10 + i, in float64
+ * and bfloat16 (exact up to 25 ranks), and an empty int32 tensor; the
+ * result stacks them in rank order. */
 static void gathers(mx_process_group *g, int rank, int world, char *msg, size_t size) {
   const mx_dtype dtypes[] = {MX_F64, MX_BF16};
   for (int d = 0; d < 2; d++) {
-    mx_tensor *base = mx_reshape(mx_arange(rank * 100, rank * 100 + 6, 1, dtypes[d], MX_CPU), MX_SHAPE(2, 3));
+    mx_tensor *base = mx_reshape(mx_arange(rank * 10, rank * 10 + 6, 1, dtypes[d], MX_CPU), MX_SHAPE(2, 3));
     mx_tensor *all = mx_dist_all_gather(g, mx_transpose(base, 0, 1));
     CHECK(all, "%s: %s", mx_dtype_name(dtypes[d]), mx_last_error());
     CHECK(mx_ndim(all) == 3 && mx_size(all, 0) == world && mx_size(all, 1) == 3 && mx_size(all, 2) == 2 &&
@@ -187,7 +193,7 @@ static void gathers(mx_process_group *g, int rank, int world, char *msg, size_t 
     for (int r = 0; r < world; r++)
       for (int i = 0; i < 3; i++)
         for (int j = 0; j < 2; j++) {
-          double want = r * 100 + 3 * j + i, got = mx_at(all, MX_SHAPE(r, i, j));
+          double want = r * 10 + 3 * j + i, got = mx_at(all, MX_SHAPE(r, i, j));
           CHECK(got == want, "%s: [%d][%d][%d] is %g, not %g", mx_dtype_name(dtypes[d]), r, i, j, got, want);
         }
   }
@@ -196,16 +202,17 @@ static void gathers(mx_process_group *g, int rank, int world, char *msg, size_t 
 done:;
 }
 
-/* Rank r holds t[k][j] = (r + 1) * (10k + j), shape (world, 3): rank k gets
- * the sum over the ranks of their t[k], in float32 and bfloat16, and the
- * maximum in int32. */
+/* Rank r holds t[k][j] = (r + 1) * (k + j + 1), shape (world, 3): rank k
+ * gets the sum over the ranks of their t[k] in float32, their average in
+ * bfloat16 and their maximum in int32 (small numbers: every input, sum and
+ * average is exact in bfloat16 up to 8 ranks). */
 static void reduce_scatters(mx_process_group *g, int rank, int world, char *msg, size_t size) {
   const mx_dtype dtypes[] = {MX_F32, MX_BF16, MX_I32};
   const mx_dist_reduce_op ops[] = {MX_DIST_SUM, MX_DIST_AVG, MX_DIST_MAX};
   for (int d = 0; d < 3; d++) {
     mx_tensor *t = mx_zeros(MX_SHAPE(world, 3), dtypes[d], MX_CPU);
     for (int k = 0; k < world; k++)
-      for (int j = 0; j < 3; j++) mx_set(t, MX_SHAPE(k, j), (rank + 1) * (10.0 * k + j));
+      for (int j = 0; j < 3; j++) mx_set(t, MX_SHAPE(k, j), (rank + 1) * (k + j + 1.0));
     mx_tensor *mine = mx_dist_reduce_scatter(g, t, ops[d]);
     CHECK(mine, "%s: %s", mx_dtype_name(dtypes[d]), mx_last_error());
     CHECK(mx_ndim(mine) == 1 && mx_size(mine, 0) == 3 && mx_dtype_of(mine) == dtypes[d], "%s: shape or dtype",
@@ -214,8 +221,8 @@ static void reduce_scatters(mx_process_group *g, int rank, int world, char *msg,
                     : ops[d] == MX_DIST_AVG ? (world + 1) / 2.0
                                             : world;
     for (int j = 0; j < 3; j++)
-      CHECK(mx_at(mine, MX_SHAPE(j)) == factor * (10.0 * rank + j), "%s: element %d is %g, not %g",
-            mx_dtype_name(dtypes[d]), j, mx_at(mine, MX_SHAPE(j)), factor * (10.0 * rank + j));
+      CHECK(mx_at(mine, MX_SHAPE(j)) == factor * (rank + j + 1.0), "%s: element %d is %g, not %g",
+            mx_dtype_name(dtypes[d]), j, mx_at(mine, MX_SHAPE(j)), factor * (rank + j + 1.0));
   }
   CHECK(!mx_dist_reduce_scatter(g, mx_zeros(MX_SHAPE(world + 1, 2), MX_F32, MX_CPU), MX_DIST_SUM),
         "a bad shape passed");
@@ -254,7 +261,7 @@ done:
 
 /* Rank 0 sums 4 floats; rank 1 sums, broadcasts or gathers 5: both fail
  * naming both calls, and the group stays broken; ranks past 1 call what
- * rank 0 calls and name rank 1. */
+ * rank 0 calls and name rank 1. 2 ranks or more. */
 static void mismatched(mx_process_group *g, int rank, int world, char *msg, size_t size) {
   (void)world;
   static const char *const calls[] = {"all_reduce(sum) on 5 float32 elements",
@@ -288,15 +295,15 @@ done:;
 }
 
 const mpi_test collective_tests[] = {
-    {"all_reduce sums every dtype", sums_every_dtype},
-    {"float16 sums in float32, rounded once", halves_sum_in_float32},
-    {"all_reduce on strided views and parameters", keeps_the_layout},
-    {"an average is the same bits on every rank", averages_are_the_same_bits},
-    {"broadcast copies the root's tensor", broadcasts},
-    {"max and min propagate NaN, the same bits everywhere", extremes},
-    {"all_gather stacks every rank's tensor", gathers},
-    {"reduce_scatter gives rank k the reduction of every t[k]", reduce_scatters},
-    {"asynchronous all-reduces waited in any order", asynchronous},
-    {"calls that differ fail on every rank naming both", mismatched},
+    {"all_reduce sums every dtype", sums_every_dtype, 1},
+    {"float16 sums in float32, rounded once", halves_sum_in_float32, 1},
+    {"all_reduce on strided views and parameters", keeps_the_layout, 1},
+    {"an average is the same bits on every rank", averages_are_the_same_bits, 1},
+    {"broadcast copies the root's tensor", broadcasts, 1},
+    {"max and min propagate NaN, the same bits everywhere", extremes, 1},
+    {"all_gather stacks every rank's tensor", gathers, 1},
+    {"reduce_scatter gives rank k the reduction of every t[k]", reduce_scatters, 1},
+    {"asynchronous all-reduces waited in any order", asynchronous, 1},
+    {"calls that differ fail on every rank naming both", mismatched, 2},
 };
 const int n_collective_tests = sizeof collective_tests / sizeof *collective_tests;

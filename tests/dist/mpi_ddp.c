@@ -4,12 +4,12 @@
  * every rank skip the step; and the mistakes (gradients on some ranks
  * only, modules that differ) are errors on every rank. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mpi_tests.h"
 
-#define ROWS_PER_RANK 4
-#define MAX_ROWS 16
+#define ROWS 4 /* each rank's share of the batch */
 
 /* Linear(4, 8), ReLU, Linear(8, 3), drawn from seed: 67 parameters. */
 static mx_module *tiny_net(uint64_t seed) {
@@ -20,16 +20,19 @@ static mx_module *tiny_net(uint64_t seed) {
   return net;
 }
 
-/* Rows lo..hi-1 of a batch: x[i][j] = sin(4i + j), y[i] = i % 3. */
+/* Rows lo..hi-1 of a batch (as many as the ranks share): x[i][j] =
+ * sin(4i + j), y[i] = i % 3 (NULLs, which the ops refuse, when out of memory). */
 static void rows(int64_t lo, int64_t hi, mx_tensor **x, mx_tensor **y) {
-  float xs[MAX_ROWS * 4];
-  int64_t ys[MAX_ROWS];
-  for (int64_t i = lo; i < hi; i++) {
+  float *xs = malloc((size_t)(hi - lo) * 4 * sizeof *xs);
+  int64_t *ys = malloc((size_t)(hi - lo) * sizeof *ys);
+  for (int64_t i = lo; xs && ys && i < hi; i++) {
     for (int j = 0; j < 4; j++) xs[(i - lo) * 4 + j] = sinf((float)(4 * i + j));
     ys[i - lo] = i % 3;
   }
-  *x = mx_from_data(xs, MX_SHAPE(hi - lo, 4), MX_F32, MX_CPU);
-  *y = mx_from_data(ys, MX_SHAPE(hi - lo), MX_I64, MX_CPU);
+  *x = xs && ys ? mx_from_data(xs, MX_SHAPE(hi - lo, 4), MX_F32, MX_CPU) : NULL;
+  *y = xs && ys ? mx_from_data(ys, MX_SHAPE(hi - lo), MX_I64, MX_CPU) : NULL;
+  free(xs);
+  free(ys);
 }
 
 static int flat_params(const mx_module *net, double *out) {
@@ -83,16 +86,16 @@ static const char *train(mx_module *net, mx_process_group *g, int64_t lo, int64_
 
 /* Rank r starts from its own seed, takes rank 0's weights and trains on
  * its 4 rows; one process (here, on every rank) trains from rank 0's seed
- * on all of them. */
+ * on all of them (4 per rank). */
 static void ranks_step_as_one_process(mx_process_group *g, int rank, int world, char *msg, size_t size) {
   double got[67], want[67], before[67];
   mx_module *net = tiny_net(100 + (uint64_t)rank), *alone = tiny_net(100);
   CHECK(net && alone, "net: %s", mx_last_error());
   CHECK(mx_ddp_broadcast_module(g, net, 0) == MX_OK, "broadcast: %s", mx_last_error());
-  const char *failed = train(net, g, ROWS_PER_RANK * rank, ROWS_PER_RANK * (rank + 1), got);
+  const char *failed = train(net, g, ROWS * rank, ROWS * (rank + 1), got);
   CHECK(!failed, "%s: %s", failed, mx_last_error());
   flat_params(alone, before);
-  failed = train(alone, NULL, 0, ROWS_PER_RANK * world, want);
+  failed = train(alone, NULL, 0, ROWS * world, want);
   CHECK(!failed, "alone: %s: %s", failed, mx_last_error());
   double moved = 0;
   for (int i = 0; i < 67; i++) {
@@ -134,10 +137,10 @@ static void buckets_filled_during_backward(mx_process_group *g, int rank, int wo
   for (int step = 0; step < 3; step++) {
     mx_optimizer_zero_grad(opt, true);
     mx_optimizer_zero_grad(opt_alone, true);
-    CHECK(backward(net, off, 4 * rank, 4 * rank + 4) == MX_OK, "backward: %s", mx_last_error());
+    CHECK(backward(net, off, ROWS * rank, ROWS * (rank + 1)) == MX_OK, "backward: %s", mx_last_error());
     CHECK(mx_ddp_average_gradients(g, net) == MX_OK, "step %d: average: %s", step, mx_last_error());
     CHECK(mx_optimizer_step(opt) == MX_OK, "%s", mx_last_error());
-    CHECK(backward(alone, off, 0, 4 * world) == MX_OK && mx_optimizer_step(opt_alone) == MX_OK, "alone: %s",
+    CHECK(backward(alone, off, 0, ROWS * world) == MX_OK && mx_optimizer_step(opt_alone) == MX_OK, "alone: %s",
           mx_last_error());
   }
   for (int i = 0; i < 4; i++) {
@@ -158,16 +161,17 @@ done:
  * collectives: on the second step, rank 0 calls a barrier after its
  * backward, where the others call mx_ddp_average_gradients. Had the
  * buckets waited for the average, the barrier would meet the first
- * bucket's all-reduce; it meets the gradient check that follows them. */
+ * bucket's all-reduce; it meets the gradient check that follows them.
+ * 2 ranks or more. */
 static void buckets_start_during_backward(mx_process_group *g, int rank, int world, char *msg, size_t size) {
   (void)g, (void)world;
   mx_module *net = wide_net(200);
   mx_scaler *off = mx_scaler_new(&(mx_scaler_opts){.enabled = false});
   mx_process_group *h = mx_dist_init(60);
   CHECK(net && off && h, "init: %s", mx_last_error());
-  CHECK(backward(net, off, 4 * rank, 4 * rank + 4) == MX_OK && mx_ddp_average_gradients(h, net) == MX_OK,
+  CHECK(backward(net, off, ROWS * rank, ROWS * (rank + 1)) == MX_OK && mx_ddp_average_gradients(h, net) == MX_OK,
         "first step: %s", mx_last_error());
-  CHECK(backward(net, off, 4 * rank, 4 * rank + 4) == MX_OK, "backward: %s", mx_last_error());
+  CHECK(backward(net, off, ROWS * rank, ROWS * (rank + 1)) == MX_OK, "backward: %s", mx_last_error());
   mx_status st = rank == 0 ? mx_dist_barrier(h) : mx_ddp_average_gradients(h, net);
   CHECK(st == MX_INVALID_ARGUMENT, "status %d: %s", st, mx_last_error());
   const char *want = rank == 0 ? "mx_dist_barrier: rank 0 calls barrier, but rank 1 calls all_reduce(sum) on 5 int32"
@@ -181,7 +185,7 @@ done:
 }
 
 /* Rank 1's first gradient overflows: every rank skips, halves the scale,
- * and steps together on the next, clean, batch. */
+ * and steps together on the next, clean, batch. 2 ranks or more. */
 static void an_overflow_on_one_rank_skips_everywhere(mx_process_group *g, int rank, int world, char *msg,
                                                       size_t size) {
   (void)world;
@@ -192,7 +196,7 @@ static void an_overflow_on_one_rank_skips_everywhere(mx_process_group *g, int ra
   CHECK(opt && scaler, "init: %s", mx_last_error());
   for (int step = 0; step < 2; step++) {
     mx_optimizer_zero_grad(opt, true);
-    CHECK(backward(net, scaler, 4 * rank, 4 * rank + 4) == MX_OK, "backward: %s", mx_last_error());
+    CHECK(backward(net, scaler, ROWS * rank, ROWS * (rank + 1)) == MX_OK, "backward: %s", mx_last_error());
     if (step == 0 && rank == 1)
       CHECK(mx_set(mx_grad_of(mx_module_parameter(net, 0, NULL)), MX_SHAPE(0, 0), INFINITY) == MX_OK, "%s",
             mx_last_error());
@@ -224,7 +228,7 @@ static void found_inf_is_agreed_across_ranks(mx_process_group *g, int rank, int 
   mx_scaler *scaler = mx_scaler_new(NULL);
   double before[67], after[67];
   CHECK(opt && scaler, "init: %s", mx_last_error());
-  CHECK(backward(net, scaler, 4 * rank, 4 * rank + 4) == MX_OK, "backward: %s", mx_last_error());
+  CHECK(backward(net, scaler, ROWS * rank, ROWS * (rank + 1)) == MX_OK, "backward: %s", mx_last_error());
   CHECK(mx_ddp_average_gradients(g, net) == MX_OK, "average: %s", mx_last_error());
   if (rank == world - 1)
     CHECK(mx_set(mx_grad_of(mx_module_parameter(net, 2, NULL)), MX_SHAPE(1, 1), INFINITY) == MX_OK, "%s",
@@ -248,12 +252,12 @@ done:
 }
 
 /* Rank 0 runs a backward, the others do not; then rank 1's model has one
- * layer fewer. Every rank fails with the same words. */
+ * layer fewer. Every rank fails with the same words. 2 ranks or more. */
 static void mistakes_are_errors_everywhere(mx_process_group *g, int rank, int world, char *msg, size_t size) {
   mx_scaler *off = mx_scaler_new(&(mx_scaler_opts){.enabled = false});
   mx_module *net = tiny_net(100);
   CHECK(net && off, "init: %s", mx_last_error());
-  CHECK(rank != 0 || backward(net, off, 0, 4) == MX_OK, "backward: %s", mx_last_error());
+  CHECK(rank != 0 || backward(net, off, 0, ROWS) == MX_OK, "backward: %s", mx_last_error());
   CHECK(mx_ddp_average_gradients(g, net) == MX_STATE_ERROR, "average: %s", mx_last_error());
   char want[200];
   snprintf(want, sizeof want,
@@ -278,11 +282,11 @@ done:
 }
 
 const mpi_test ddp_tests[] = {
-    {"ddp: ranks on shares of the batch step as one process on the whole", ranks_step_as_one_process},
-    {"ddp: two buckets, averaged from backward's hooks, step as one process", buckets_filled_during_backward},
-    {"ddp: the buckets start during backward", buckets_start_during_backward},
-    {"ddp: an overflow on one rank skips the step on every rank", an_overflow_on_one_rank_skips_everywhere},
-    {"ddp: the found-inf flag is agreed by a max all-reduce", found_inf_is_agreed_across_ranks},
-    {"ddp: gradients on some ranks only, or modules that differ, are errors", mistakes_are_errors_everywhere},
+    {"ddp: ranks on shares of the batch step as one process on the whole", ranks_step_as_one_process, 1},
+    {"ddp: two buckets, averaged from backward's hooks, step as one process", buckets_filled_during_backward, 1},
+    {"ddp: the buckets start during backward", buckets_start_during_backward, 2},
+    {"ddp: an overflow on one rank skips the step on every rank", an_overflow_on_one_rank_skips_everywhere, 2},
+    {"ddp: the found-inf flag is agreed by a max all-reduce", found_inf_is_agreed_across_ranks, 1},
+    {"ddp: gradients on some ranks only, or modules that differ, are errors", mistakes_are_errors_everywhere, 2},
 };
 const int n_ddp_tests = sizeof ddp_tests / sizeof *ddp_tests;
