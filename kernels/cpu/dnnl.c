@@ -8,8 +8,6 @@
  * holds linear_relu's products: float32 with a bias and a ReLU post-op. */
 #include "kernels/cpu/dnnl.h"
 
-#include <math.h>
-#include <pthread.h>
 #include <string.h>
 
 #include "kernels/cpu/dnnl_common.h"
@@ -28,10 +26,6 @@ static dnnl_status_t matmul_pd(dnnl_primitive_desc_t *pd, const mx__dnnl_md *src
                                const mx__dnnl_md *bias, const mx__dnnl_md *dst, const_dnnl_primitive_attr_t attr) {
   return dnnl_matmul_primitive_desc_create(pd, mx__dnnl_engine(), *src, *wei, bias ? *bias : NULL, *dst, attr);
 }
-
-static dnnl_status_t append_relu(dnnl_post_ops_t ops) {
-  return dnnl_post_ops_append_eltwise(ops, dnnl_eltwise_clip, 0.f, INFINITY);
-}
 #else
 static dnnl_status_t matmul_pd(dnnl_primitive_desc_t *pd, const mx__dnnl_md *src, const mx__dnnl_md *wei,
                                const mx__dnnl_md *bias, const mx__dnnl_md *dst, const_dnnl_primitive_attr_t attr) {
@@ -39,30 +33,7 @@ static dnnl_status_t matmul_pd(dnnl_primitive_desc_t *pd, const mx__dnnl_md *src
   dnnl_status_t s = dnnl_matmul_desc_init(&desc, src, wei, bias, dst);
   return s != dnnl_success ? s : dnnl_primitive_desc_create(pd, &desc, attr, mx__dnnl_engine(), NULL);
 }
-
-static dnnl_status_t append_relu(dnnl_post_ops_t ops) {
-  return dnnl_post_ops_append_eltwise(ops, 1.f, dnnl_eltwise_clip, 0.f, INFINITY);
-}
 #endif
-
-/* The ReLU post-op as the convolutions have it (dnnl_conv.c): clip to
- * [0, inf], a +0 for every negative sum as the ReLU kernel writes
- * (eltwise_relu's alpha * s gave -0 in 2.6's GEMM post-ops); a NaN sum
- * becomes 0 where relu keeps NaN (tests/ops/test_linear_relu.c). The
- * attribute is made once; NULL when oneDNN refused it. */
-static dnnl_primitive_attr_t relu_attr;
-static pthread_once_t relu_attr_once = PTHREAD_ONCE_INIT;
-
-static void make_relu_attr(void) {
-  dnnl_post_ops_t ops = NULL;
-  dnnl_primitive_attr_t attr = NULL;
-  bool ok = dnnl_post_ops_create(&ops) == dnnl_success && append_relu(ops) == dnnl_success &&
-            dnnl_primitive_attr_clone(&attr, mx__dnnl_attr()) == dnnl_success &&
-            dnnl_primitive_attr_set_post_ops(attr, ops) == dnnl_success;
-  if (ops) dnnl_post_ops_destroy(ops);
-  if (!ok && attr) dnnl_primitive_attr_destroy(attr);
-  relu_attr = ok ? attr : NULL;
-}
 
 static mx_status fail(const char *what, dnnl_status_t s) {
   return mx__error(MX_BACKEND_ERROR, "mx_matmul: oneDNN matmul: %s failed (%s)", what, dnnl_status2str(s));
@@ -151,7 +122,7 @@ static mx_status entry_create(void *p, const void *k) {
     if (s == dnnl_invalid_arguments || s == dnnl_unimplemented) return MX_NOT_SUPPORTED;
     if (s != dnnl_success) return fail("describing an operand", s);
   }
-  const_dnnl_primitive_attr_t attr = key->bias_relu ? relu_attr : mx__dnnl_attr();
+  const_dnnl_primitive_attr_t attr = key->bias_relu ? mx__dnnl_relu_attr() : mx__dnnl_attr();
   if (!attr) return MX_NOT_SUPPORTED;
   if (key->bias_relu) {
     int64_t n = key->dims[ROLE_OUT][2];
@@ -216,7 +187,6 @@ static mx_status matmul(const mx_kview *out, const mx_kview *a, const mx_kview *
   matmul_key key;
   if (!make_key(&key, v)) return MX_NOT_SUPPORTED;
   if (bias) {
-    pthread_once(&relu_attr_once, make_relu_attr);
     if (bias->ndim != 1 || bias->dtype != out->dtype || bias->shape[0] != out->shape[2] ||
         (bias->shape[0] > 1 && bias->strides[0] != 1))
       return MX_NOT_SUPPORTED;

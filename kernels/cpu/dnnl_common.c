@@ -4,6 +4,7 @@
 #include "kernels/cpu/parallel.h"
 
 #if MX_HAVE_DNNL
+#include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,33 @@ bool mx__dnnl_runs(mx_dtype dt) {
 
 dnnl_engine_t mx__dnnl_engine(void) { return engine; }
 const_dnnl_primitive_attr_t mx__dnnl_attr(void) { return attr; }
+
+static dnnl_primitive_attr_t relu_attr;
+static pthread_once_t relu_attr_once = PTHREAD_ONCE_INIT;
+
+static dnnl_status_t append_clip_to_positive(dnnl_post_ops_t ops) {
+#if DNNL_VERSION_MAJOR >= 3
+  return dnnl_post_ops_append_eltwise(ops, dnnl_eltwise_clip, 0.f, INFINITY);
+#else
+  return dnnl_post_ops_append_eltwise(ops, 1.f, dnnl_eltwise_clip, 0.f, INFINITY);
+#endif
+}
+
+static void make_relu_attr(void) {
+  dnnl_post_ops_t ops = NULL;
+  dnnl_primitive_attr_t made = NULL;
+  bool ok = attr && dnnl_post_ops_create(&ops) == dnnl_success && append_clip_to_positive(ops) == dnnl_success &&
+            dnnl_primitive_attr_clone(&made, attr) == dnnl_success &&
+            dnnl_primitive_attr_set_post_ops(made, ops) == dnnl_success;
+  if (ops) dnnl_post_ops_destroy(ops);
+  if (!ok && made) dnnl_primitive_attr_destroy(made);
+  relu_attr = ok ? made : NULL;
+}
+
+const_dnnl_primitive_attr_t mx__dnnl_relu_attr(void) {
+  pthread_once(&relu_attr_once, make_relu_attr);
+  return relu_attr;
+}
 
 /* --- per thread --------------------------------------------------------------------- */
 

@@ -38,6 +38,12 @@ bool mx__dnnl_runs(mx_dtype dt);
 dnnl_engine_t mx__dnnl_engine(void);
 /* Scratchpad mode user: every primitive descriptor is made with it. */
 const_dnnl_primitive_attr_t mx__dnnl_attr(void);
+/* mx__dnnl_attr with a ReLU post-op, for the fused convolution and
+ * matmul: clip to [0, inf], which writes +0 for every negative sum as
+ * mixgrad's ReLU does (eltwise_relu's alpha * s gave -0 in 2.6's GEMM
+ * post-ops); a NaN sum becomes 0 where relu keeps NaN. Made once; NULL when
+ * oneDNN refused it (the fused kernels then decline). */
+const_dnnl_primitive_attr_t mx__dnnl_relu_attr(void);
 
 /* --- per thread --------------------------------------------------------------------- */
 

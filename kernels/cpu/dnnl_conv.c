@@ -16,7 +16,6 @@
  * any thread, at once on several. */
 #include "kernels/cpu/dnnl.h"
 
-#include <math.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -117,34 +116,6 @@ static dnnl_status_t reorder_pd(dnnl_primitive_desc_t *pd, const md_t *from, con
   return dnnl_reorder_primitive_desc_create(pd, from, mx__dnnl_engine(), to, mx__dnnl_engine(), mx__dnnl_attr());
 }
 #endif
-
-/* ReLU as an eltwise post-op: clip to [0, inf], which every implementation
- * computes as max(s, 0), a +0 for every negative s like the ReLU kernel
- * (eltwise_relu's alpha * s, in the GEMM-based convolution's post-ops,
- * makes it -0). 2.x also takes a scale. */
-static dnnl_status_t append_relu(dnnl_post_ops_t ops) {
-#if DNNL_VERSION_MAJOR >= 3
-  return dnnl_post_ops_append_eltwise(ops, dnnl_eltwise_clip, 0.f, INFINITY);
-#else
-  return dnnl_post_ops_append_eltwise(ops, 1.f, dnnl_eltwise_clip, 0.f, INFINITY);
-#endif
-}
-
-/* The forward's attribute with a ReLU post-op (made once; NULL when oneDNN
- * could not: the fused forward then declines). */
-static dnnl_primitive_attr_t relu_attr;
-static pthread_once_t relu_attr_once = PTHREAD_ONCE_INIT;
-
-static void make_relu_attr(void) {
-  dnnl_post_ops_t ops = NULL;
-  dnnl_primitive_attr_t attr = NULL;
-  bool ok = dnnl_post_ops_create(&ops) == dnnl_success && append_relu(ops) == dnnl_success &&
-            dnnl_primitive_attr_clone(&attr, mx__dnnl_attr()) == dnnl_success &&
-            dnnl_primitive_attr_set_post_ops(attr, ops) == dnnl_success;
-  if (ops) dnnl_post_ops_destroy(ops);
-  if (!ok && attr) dnnl_primitive_attr_destroy(attr);
-  relu_attr = ok ? attr : NULL;
-}
 
 /* --- the cache ----------------------------------------------------------------------- */
 
@@ -306,7 +277,7 @@ static mx_status create(void *p, const void *k) {
   const dnnl_dims_t channels = {key->dims[ROLE_Y][1]};
   if (key->bias && mx__dnnl_md_tag(&e->bias_md, 1, channels, dt, dnnl_a) != dnnl_success) return MX_NOT_SUPPORTED;
   const md_t *bias = key->bias ? &e->bias_md : NULL;
-  const_dnnl_primitive_attr_t attr = key->relu ? relu_attr : mx__dnnl_attr();
+  const_dnnl_primitive_attr_t attr = key->relu ? mx__dnnl_relu_attr() : mx__dnnl_attr();
   if (!attr) return MX_NOT_SUPPORTED;
   mx_status status = MX_OK;
   dnnl_primitive_desc_t pd = NULL;
@@ -605,7 +576,6 @@ static mx_status conv(int kind, const mx_kview *const *v, const mx_kview *bias, 
   if (!mx__dnnl_runs(v[ROLE_X]->dtype)) return MX_NOT_SUPPORTED;
   mx__dnnl_thread *t = mx__dnnl_thread_get();
   if (!t) return MX_NOT_BUILT;
-  if (relu) pthread_once(&relu_attr_once, make_relu_attr);
   conv_key key;
   if (!make_key(&key, kind, v, bias != NULL, relu, p)) return MX_NOT_SUPPORTED;
   mx_status status = MX_OK;
