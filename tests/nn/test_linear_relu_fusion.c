@@ -7,6 +7,8 @@
 
 #include <mixgrad.h>
 
+#include "fusion_case.h"
+
 /* linear, relu, linear (no bias), relu, linear, tanh, relu (after a kind that does not fuse), linear, relu (the last
  * pair: the output's node says which ran) */
 static mx_module *make_net(mx_generator *gen) {
@@ -14,46 +16,6 @@ static mx_module *make_net(mx_generator *gen) {
                                               mx_linear_new(32, 16, false, gen), mx_relu_new(),
                                               mx_linear_new(16, 16, true, gen), mx_tanh_new(), mx_relu_new(),
                                               mx_linear_new(16, 8, true, gen), mx_relu_new()});
-}
-
-/* The children run one by one, as Sequential did before it fused. */
-static mx_tensor *children_in_turn(mx_module *net, const mx_tensor *x) {
-  mx_tensor *y = (mx_tensor *)x;
-  for (int i = 0; i < mx_module_num_children(net) && y; i++) y = mx_module_forward(mx_module_child(net, i, NULL), y);
-  return y;
-}
-
-static void expect_same_bits(const mx_tensor *a, const mx_tensor *b, const char *what) {
-  cr_assert(a && b, "%s: %s", what, mx_last_error());
-  size_t n = (size_t)mx_numel(a) * mx_dtype_size(mx_dtype_of(a));
-  cr_assert_eq(mx_numel(a), mx_numel(b), "%s", what);
-  cr_assert_eq(mx_dtype_of(a), mx_dtype_of(b), "%s", what);
-  char *ba = malloc(n + 1), *bb = malloc(n + 1);
-  cr_assert(ba && bb);
-  cr_assert_eq(mx_to_host(a, ba, n), MX_OK);
-  cr_assert_eq(mx_to_host(b, bb, n), MX_OK);
-  cr_expect(!memcmp(ba, bb, n), "%s: fused and unfused differ", what);
-  free(ba);
-  free(bb);
-}
-
-/* The output of the net (fused or its children in turn) and the gradients of sum(out * r) for x and every
- * parameter, into grads[0..1 + parameters). */
-static mx_tensor *run(mx_module *net, mx_tensor *x, bool fused, mx_dtype autocast, mx_tensor **grads) {
-  mx_tensor *out = NULL;
-  MX_AUTOCAST(MX_CPU, autocast, autocast != MX_DTYPE_COUNT, true) {
-    out = fused ? mx_module_forward(net, x) : children_in_turn(net, x);
-  }
-  cr_assert(out, "%s", mx_last_error());
-  mx_generator *gen = mx_generator_new(5);
-  mx_tensor *r = mx_to_dtype(mx_randn(mx_shape_get(out), MX_F32, MX_CPU, gen), mx_dtype_of(out));
-  mx_generator_free(gen);
-  mx_tensor *loss = mx_sum(mx_mul(out, r), MX_ALL_DIMS, false);
-  int n = mx_module_num_parameters(net);
-  mx_tensor *inputs[16] = {x};
-  for (int i = 0; i < n; i++) inputs[1 + i] = mx_module_parameter(net, i, NULL);
-  cr_assert_eq(mx_grad(1, &loss, 1 + n, inputs, NULL, false, false, false, grads), MX_OK, "%s", mx_last_error());
-  return out;
 }
 
 /* x of shape (rows..., 12): fused and in turn give the same bits, and the last pair ran fused. */
@@ -64,7 +26,7 @@ static void check_fused_against_children(mx_shape shape, mx_dtype autocast) {
   mx_tensor *x = mx_randn(shape, MX_F32, MX_CPU, gen);
   cr_assert(net && x && mx_set_requires_grad(x, true) == MX_OK, "%s", mx_last_error());
   mx_tensor *grads[2][16] = {{NULL}};
-  mx_tensor *fused = run(net, x, true, autocast, grads[0]), *plain = run(net, x, false, autocast, grads[1]);
+  mx_tensor *fused = fusion_run(net, x, true, autocast, grads[0]), *plain = fusion_run(net, x, false, autocast, grads[1]);
   cr_expect_str_eq(mx_grad_fn_name(plain), "RELUBackward");
   cr_expect_str_eq(mx_grad_fn_name(fused), "LINEAR_RELUBackward");
   expect_same_bits(fused, plain, "output");

@@ -1,0 +1,47 @@
+/* The helpers of fusion_case.h. */
+#include "fusion_case.h"
+
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+mx_tensor *children_in_turn(mx_module *net, const mx_tensor *x) {
+  mx_tensor *y = (mx_tensor *)x;
+  for (int i = 0; i < mx_module_num_children(net) && y; i++) y = mx_module_forward(mx_module_child(net, i, NULL), y);
+  return y;
+}
+
+void expect_same_bits(const mx_tensor *a, const mx_tensor *b, const char *what) {
+  cr_assert(a && b, "%s: %s", what, mx_last_error());
+  size_t n = (size_t)mx_numel(a) * mx_dtype_size(mx_dtype_of(a));
+  cr_assert_eq(mx_numel(a), mx_numel(b), "%s", what);
+  cr_assert_eq(mx_dtype_of(a), mx_dtype_of(b), "%s", what);
+  char *ba = malloc(n + 1), *bb = malloc(n + 1);
+  cr_assert(ba && bb);
+  cr_assert_eq(mx_to_host(a, ba, n), MX_OK);
+  cr_assert_eq(mx_to_host(b, bb, n), MX_OK);
+  cr_expect(!memcmp(ba, bb, n), "%s: fused and unfused differ", what);
+  free(ba);
+  free(bb);
+}
+
+mx_tensor *fusion_run(mx_module *net, mx_tensor *x, bool fused, mx_dtype autocast, mx_tensor **grads) {
+  mx_tensor *out = NULL;
+  MX_AUTOCAST(MX_CPU, autocast, autocast != MX_DTYPE_COUNT, true) {
+    out = fused ? mx_module_forward(net, x) : children_in_turn(net, x);
+  }
+  cr_assert(out, "%s", mx_last_error());
+  mx_generator *gen = mx_generator_new(5);
+  mx_tensor *r = mx_to_dtype(mx_randn(mx_shape_get(out), MX_F32, MX_CPU, gen), mx_dtype_of(out));
+  mx_generator_free(gen);
+  mx_tensor *loss = mx_sum(mx_mul(out, r), MX_ALL_DIMS, false);
+  int n = mx_module_num_parameters(net);
+  mx_tensor *inputs[16] = {x};
+  cr_assert(n < 16, "fusion_run: %d parameters, at most 15", n);
+  for (int i = 0; i < n; i++) inputs[1 + i] = mx_module_parameter(net, i, NULL);
+  cr_assert_eq(mx_grad(1, &loss, 1 + n, inputs, NULL, false, false, false, grads), MX_OK, "%s", mx_last_error());
+  return out;
+}
+
+/* Runs net fused and as its children in turn (ending in a plain ReLU), expects the same output and gradients bit
+ * for bit, and returns the fused output (its node says which op ran last). */
