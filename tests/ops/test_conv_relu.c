@@ -8,6 +8,7 @@
 #include <mixgrad.h>
 
 #include "../common/expect_error.h"
+#include "fused_case.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/dnnl.h"
 #include "mx_config.h"
@@ -26,47 +27,22 @@ static const conv_case cases[] = {
     {3, 4, 5, 5, 6, 1, 1, 0, 1, 1, true},    {1, 16, 10, 10, 16, 5, 2, 2, 1, 4, false},
 };
 
-/* t's bytes, malloc'ed. */
-static void *bytes_of(const mx_tensor *t, size_t *size) {
-  *size = (size_t)mx_numel(t) * mx_dtype_size(mx_dtype_of(t));
-  void *buf = malloc(*size ? *size : 1);
-  cr_assert(buf);
-  cr_assert_eq(mx_to_host(t, buf, *size), MX_OK, "%s", mx_last_error());
-  return buf;
-}
-
-static void expect_same_bits(const mx_tensor *a, const mx_tensor *b, const char *what, int k, mx_dtype dt) {
-  cr_assert(a && b, "case %d %s (%s): %s", k, what, mx_dtype_name(dt), mx_last_error());
-  size_t na, nb;
-  void *ba = bytes_of(a, &na), *bb = bytes_of(b, &nb);
-  cr_expect(na == nb && !memcmp(ba, bb, na), "case %d %s (%s): fused and unfused differ", k, what, mx_dtype_name(dt));
-  free(ba);
-  free(bb);
-}
-
-/* A leaf of dtype drawn from [-1, 1) (scaled so some sums are negative, some positive). */
-static mx_tensor *leaf(mx_shape shape, mx_dtype dt, mx_generator *gen) {
-  mx_tensor *u = mx_rand(shape, MX_F32, MX_CPU, gen);
-  mx_tensor *t = mx_detach(mx_to_dtype(mx_sub_scalar(mx_mul_scalar(u, 2), 1), dt));
-  cr_assert(t && mx_set_requires_grad(t, true) == MX_OK, "%s", mx_last_error());
-  return t;
-}
 
 /* One case in one dtype: the output, then the gradients of sum(y * r) for x, weight and bias, fused and not. */
 static void check_case(int k, mx_dtype dt, mx_dtype autocast) {
   const conv_case *c = &cases[k];
   mx_scope *scope = mx_scope_begin();
   mx_generator *gen = mx_generator_new(38 + (uint64_t)k);
-  mx_tensor *x = leaf(MX_SHAPE(c->n, c->c_in, c->h, c->w), dt, gen);
-  mx_tensor *w = leaf(MX_SHAPE(c->c_out, c->c_in / c->groups, c->k, c->k), dt, gen);
-  mx_tensor *b = c->bias ? leaf(MX_SHAPE(c->c_out), dt, gen) : NULL;
+  mx_tensor *x = fused_case_leaf(MX_SHAPE(c->n, c->c_in, c->h, c->w), dt, gen);
+  mx_tensor *w = fused_case_leaf(MX_SHAPE(c->c_out, c->c_in / c->groups, c->k, c->k), dt, gen);
+  mx_tensor *b = c->bias ? fused_case_leaf(MX_SHAPE(c->c_out), dt, gen) : NULL;
   mx_shape stride = MX_SHAPE(c->stride), padding = MX_SHAPE(c->padding), dilation = MX_SHAPE(c->dilation);
   mx_tensor *y[2];
   MX_AUTOCAST(MX_CPU, autocast, autocast != MX_DTYPE_COUNT, true) {
     y[0] = mx_relu(mx_conv2d(x, w, b, stride, padding, dilation, c->groups));
     y[1] = mx_conv2d_relu(x, w, b, stride, padding, dilation, c->groups);
   }
-  expect_same_bits(y[0], y[1], "output", k, dt);
+  fused_case_same_bits(y[0], y[1], "output", k, dt);
   cr_expect_str_eq(mx_grad_fn_name(y[1]), "CONV2D_RELUBackward");
   mx_tensor *r = mx_to_dtype(mx_randn(mx_shape_get(y[0]), MX_F32, MX_CPU, gen), mx_dtype_of(y[0]));
   mx_tensor *inputs[3] = {x, w, b}, *grads[2][3] = {{NULL}};
@@ -76,7 +52,7 @@ static void check_case(int k, mx_dtype dt, mx_dtype autocast) {
     cr_assert_eq(mx_grad(1, &loss, n_in, inputs, NULL, false, false, false, grads[f]), MX_OK, "%s", mx_last_error());
   }
   static const char *names[3] = {"grad of x", "grad of weight", "grad of bias"};
-  for (int i = 0; i < n_in; i++) expect_same_bits(grads[0][i], grads[1][i], names[i], k, dt);
+  for (int i = 0; i < n_in; i++) fused_case_same_bits(grads[0][i], grads[1][i], names[i], k, dt);
   mx_generator_free(gen);
   mx_scope_end(scope);
 }
@@ -110,9 +86,9 @@ Test(conv2d_relu, the_cpu_runs_the_relu_as_a_onednn_post_op) {
     const conv_case *c = &cases[1];
     mx_scope *scope = mx_scope_begin();
     mx_generator *gen = mx_generator_new(7);
-    mx_tensor *x = leaf(MX_SHAPE(c->n, c->c_in, c->h, c->w), dtypes[d], gen);
-    mx_tensor *w = leaf(MX_SHAPE(c->c_out, c->c_in, c->k, c->k), dtypes[d], gen);
-    mx_tensor *b = leaf(MX_SHAPE(c->c_out), dtypes[d], gen);
+    mx_tensor *x = fused_case_leaf(MX_SHAPE(c->n, c->c_in, c->h, c->w), dtypes[d], gen);
+    mx_tensor *w = fused_case_leaf(MX_SHAPE(c->c_out, c->c_in, c->k, c->k), dtypes[d], gen);
+    mx_tensor *b = fused_case_leaf(MX_SHAPE(c->c_out), dtypes[d], gen);
     mx_tensor *fused = mx_empty(MX_SHAPE(c->n, c->c_out, c->h, c->w), dtypes[d], MX_CPU);
     mx_tensor *plain = mx_empty(MX_SHAPE(c->n, c->c_out, c->h, c->w), dtypes[d], MX_CPU);
     mx_conv_params p = {.spatial = 2, .stride = {1, 1}, .padding = {1, 1}, .dilation = {1, 1}, .groups = 1};
@@ -120,7 +96,7 @@ Test(conv2d_relu, the_cpu_runs_the_relu_as_a_onednn_post_op) {
     mx_kview fv = mx__kview_of(fused), pv = mx__kview_of(plain);
     cr_expect_eq(mx__dnnl_conv_forward_relu(&fv, &xv, &wv, &bv, &p), MX_OK, "%s", mx_last_error());
     cr_expect_eq(mx__dnnl_conv_forward(&pv, &xv, &wv, &bv, &p), MX_OK, "%s", mx_last_error());
-    expect_same_bits(fused, mx_relu(plain), "kernel output", 1, dtypes[d]);
+    fused_case_same_bits(fused, mx_relu(plain), "kernel output", 1, dtypes[d]);
     mx_tensor *negative = mx_lt_scalar(plain, 0);
     cr_expect_gt(mx_item(mx_sum(negative, MX_ALL_DIMS, false)), 0, "no negative sum: the ReLU did nothing");
     mx_generator_free(gen);

@@ -9,6 +9,7 @@
 #include <mixgrad.h>
 
 #include "../common/expect_error.h"
+#include "fused_case.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/dnnl.h"
 #include "mx_config.h"
@@ -29,32 +30,6 @@ static const linear_case cases[] = {
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
-/* t's bytes, malloc'ed. */
-static void *bytes_of(const mx_tensor *t, size_t *size) {
-  *size = (size_t)mx_numel(t) * mx_dtype_size(mx_dtype_of(t));
-  void *buf = malloc(*size ? *size : 1);
-  cr_assert(buf);
-  cr_assert_eq(mx_to_host(t, buf, *size), MX_OK, "%s", mx_last_error());
-  return buf;
-}
-
-static void expect_same_bits(const mx_tensor *a, const mx_tensor *b, const char *what, int k, mx_dtype dt) {
-  cr_assert(a && b, "case %d %s (%s): %s", k, what, mx_dtype_name(dt), mx_last_error());
-  cr_assert_eq(mx_dtype_of(a), mx_dtype_of(b), "case %d %s", k, what);
-  size_t na, nb;
-  void *ba = bytes_of(a, &na), *bb = bytes_of(b, &nb);
-  cr_expect(na == nb && !memcmp(ba, bb, na), "case %d %s (%s): fused and unfused differ", k, what, mx_dtype_name(dt));
-  free(ba);
-  free(bb);
-}
-
-/* A leaf of dtype drawn from [-1, 1) (some sums negative, some positive). */
-static mx_tensor *leaf(mx_shape shape, mx_dtype dt, mx_generator *gen) {
-  mx_tensor *u = mx_rand(shape, MX_F32, MX_CPU, gen);
-  mx_tensor *t = mx_detach(mx_to_dtype(mx_sub_scalar(mx_mul_scalar(u, 2), 1), dt));
-  cr_assert(t && mx_set_requires_grad(t, true) == MX_OK, "%s", mx_last_error());
-  return t;
-}
 
 /* One case in one dtype: the output, then the gradients of sum(y * r) for x, weight and bias, fused and not. */
 static void check_case(int k, mx_dtype dt, mx_dtype autocast) {
@@ -62,16 +37,16 @@ static void check_case(int k, mx_dtype dt, mx_dtype autocast) {
   mx_scope *scope = mx_scope_begin();
   mx_generator *gen = mx_generator_new(32 + (uint64_t)k);
   int64_t in = c->x.d[c->x.ndim - 1];
-  mx_tensor *x = c->transposed_x ? leaf(MX_SHAPE(c->x.d[1], c->x.d[0]), dt, gen) : leaf(c->x, dt, gen);
+  mx_tensor *x = c->transposed_x ? fused_case_leaf(MX_SHAPE(c->x.d[1], c->x.d[0]), dt, gen) : fused_case_leaf(c->x, dt, gen);
   mx_tensor *x_used = c->transposed_x ? mx_transpose(x, 0, 1) : x;
-  mx_tensor *w = leaf(MX_SHAPE(c->out, in), dt, gen);
-  mx_tensor *b = c->bias ? leaf(MX_SHAPE(c->out), dt, gen) : NULL;
+  mx_tensor *w = fused_case_leaf(MX_SHAPE(c->out, in), dt, gen);
+  mx_tensor *b = c->bias ? fused_case_leaf(MX_SHAPE(c->out), dt, gen) : NULL;
   mx_tensor *y[2];
   MX_AUTOCAST(MX_CPU, autocast, autocast != MX_DTYPE_COUNT, true) {
     y[0] = mx_relu(mx_linear(x_used, w, b));
     y[1] = mx_linear_relu(x_used, w, b);
   }
-  expect_same_bits(y[0], y[1], "output", k, dt);
+  fused_case_same_bits(y[0], y[1], "output", k, dt);
   cr_expect_str_eq(mx_grad_fn_name(y[1]), "LINEAR_RELUBackward");
   mx_tensor *r = mx_to_dtype(mx_randn(mx_shape_get(y[0]), MX_F32, MX_CPU, gen), mx_dtype_of(y[0]));
   mx_tensor *inputs[3] = {x, w, b}, *grads[2][3] = {{NULL}};
@@ -81,7 +56,7 @@ static void check_case(int k, mx_dtype dt, mx_dtype autocast) {
     cr_assert_eq(mx_grad(1, &loss, n_in, inputs, NULL, false, false, false, grads[f]), MX_OK, "%s", mx_last_error());
   }
   static const char *names[3] = {"grad of x", "grad of weight", "grad of bias"};
-  for (int i = 0; i < n_in; i++) expect_same_bits(grads[0][i], grads[1][i], names[i], k, dt);
+  for (int i = 0; i < n_in; i++) fused_case_same_bits(grads[0][i], grads[1][i], names[i], k, dt);
   mx_generator_free(gen);
   mx_scope_end(scope);
 }
@@ -107,15 +82,15 @@ Test(linear_relu, the_cpu_runs_bias_and_relu_inside_onednn_matmul) {
   if (!MX_HAVE_DNNL || !mx__dnnl_native(MX_F32)) cr_skip_test("built without oneDNN");
   mx_scope *scope = mx_scope_begin();
   mx_generator *gen = mx_generator_new(7);
-  mx_tensor *x = leaf(MX_SHAPE(1, 33, 24), MX_F32, gen), *w = leaf(MX_SHAPE(1, 24, 40), MX_F32, gen);
-  mx_tensor *b = leaf(MX_SHAPE(40), MX_F32, gen);
+  mx_tensor *x = fused_case_leaf(MX_SHAPE(1, 33, 24), MX_F32, gen), *w = fused_case_leaf(MX_SHAPE(1, 24, 40), MX_F32, gen);
+  mx_tensor *b = fused_case_leaf(MX_SHAPE(40), MX_F32, gen);
   mx_tensor *fused = mx_empty(MX_SHAPE(1, 33, 40), MX_F32, MX_CPU), *plain = mx_empty(MX_SHAPE(1, 33, 40), MX_F32, MX_CPU);
   mx_kview xv = mx__kview_of(x), wv = mx__kview_of(w), bv = mx__kview_of(b);
   mx_kview fv = mx__kview_of(fused), pv = mx__kview_of(plain);
   cr_assert_eq(mx__dnnl_linear_relu(&fv, &xv, &wv, &bv), MX_OK, "%s", mx_last_error());
   cr_assert_eq(mx__dnnl_matmul(&pv, &xv, &wv), MX_OK, "%s", mx_last_error());
   mx_tensor *sums = mx_add(plain, b);
-  expect_same_bits(fused, mx_relu(sums), "kernel output", 0, MX_F32);
+  fused_case_same_bits(fused, mx_relu(sums), "kernel output", 0, MX_F32);
   cr_expect_gt(mx_item(mx_sum(mx_lt_scalar(sums, 0), MX_ALL_DIMS, false)), 0, "no negative sum: the ReLU did nothing");
   /* 16 bits: declined (one rounding of product plus bias where linear rounds twice) */
   mx_tensor *h[3] = {mx_to_dtype(x, MX_BF16), mx_to_dtype(w, MX_BF16), mx_to_dtype(b, MX_BF16)};

@@ -1,0 +1,32 @@
+/* The helpers of fused_case.h. */
+#include "fused_case.h"
+
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* t's bytes, malloc'ed. */
+static void *bytes_of(const mx_tensor *t, size_t *size) {
+  *size = (size_t)mx_numel(t) * mx_dtype_size(mx_dtype_of(t));
+  void *buf = malloc(*size ? *size : 1);
+  cr_assert(buf);
+  cr_assert_eq(mx_to_host(t, buf, *size), MX_OK, "%s", mx_last_error());
+  return buf;
+}
+
+void fused_case_same_bits(const mx_tensor *a, const mx_tensor *b, const char *what, int k, mx_dtype dt) {
+  cr_assert(a && b, "case %d %s (%s): %s", k, what, mx_dtype_name(dt), mx_last_error());
+  cr_assert_eq(mx_dtype_of(a), mx_dtype_of(b), "case %d %s", k, what);
+  size_t na, nb;
+  void *ba = bytes_of(a, &na), *bb = bytes_of(b, &nb);
+  cr_expect(na == nb && !memcmp(ba, bb, na), "case %d %s (%s): fused and unfused differ", k, what, mx_dtype_name(dt));
+  free(ba);
+  free(bb);
+}
+
+mx_tensor *fused_case_leaf(mx_shape shape, mx_dtype dt, mx_generator *gen) {
+  mx_tensor *u = mx_rand(shape, MX_F32, MX_CPU, gen);
+  mx_tensor *t = mx_detach(mx_to_dtype(mx_sub_scalar(mx_mul_scalar(u, 2), 1), dt));
+  cr_assert(t && mx_set_requires_grad(t, true) == MX_OK, "%s", mx_last_error());
+  return t;
+}

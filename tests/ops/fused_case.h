@@ -1,0 +1,14 @@
+/* What the fused-op tests share (test_conv_relu.c, test_linear_relu.c):
+ * leaves drawn from [-1, 1), and a bitwise comparison of the fused op's
+ * results with the unfused ops'. */
+#ifndef MX_TESTS_OPS_FUSED_CASE_H
+#define MX_TESTS_OPS_FUSED_CASE_H
+
+#include <mixgrad.h>
+
+/* A leaf of dtype dt drawn from [-1, 1) (so some sums are negative, some positive), requiring grad. */
+mx_tensor *fused_case_leaf(mx_shape shape, mx_dtype dt, mx_generator *gen);
+/* a and b hold the same dtype and bits; a failure names case k, what and dt. */
+void fused_case_same_bits(const mx_tensor *a, const mx_tensor *b, const char *what, int k, mx_dtype dt);
+
+#endif
