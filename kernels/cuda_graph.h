@@ -40,8 +40,8 @@
  *
  * One capture at a time in the process; a step must not capture, replay or
  * free a graph. */
-#ifndef MX_KERNELS_CUDA_GRAPH_API_H
-#define MX_KERNELS_CUDA_GRAPH_API_H
+#ifndef MX_KERNELS_GRAPH_CAPTURE_API_H
+#define MX_KERNELS_GRAPH_CAPTURE_API_H
 
 #include <stdbool.h>
 
