@@ -30,3 +30,16 @@ mx_tensor *fused_case_leaf(mx_shape shape, mx_dtype dt, mx_generator *gen) {
   cr_assert(t && mx_set_requires_grad(t, true) == MX_OK, "%s", mx_last_error());
   return t;
 }
+
+void fused_case_same_gradients(mx_tensor *const y[2], mx_tensor *x, mx_tensor *w, mx_tensor *b, mx_generator *gen,
+                               int k, mx_dtype dt) {
+  mx_tensor *r = mx_to_dtype(mx_randn(mx_shape_get(y[0]), MX_F32, MX_CPU, gen), mx_dtype_of(y[0]));
+  mx_tensor *inputs[3] = {x, w, b}, *grads[2][3] = {{NULL}};
+  int n_in = b ? 3 : 2;
+  for (int f = 0; f < 2; f++) {
+    mx_tensor *loss = mx_sum(mx_mul(y[f], r), MX_ALL_DIMS, false);
+    cr_assert_eq(mx_grad(1, &loss, n_in, inputs, NULL, false, false, false, grads[f]), MX_OK, "%s", mx_last_error());
+  }
+  static const char *names[3] = {"grad of x", "grad of weight", "grad of bias"};
+  for (int i = 0; i < n_in; i++) fused_case_same_bits(grads[0][i], grads[1][i], names[i], k, dt);
+}

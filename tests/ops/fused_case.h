@@ -10,5 +10,9 @@
 mx_tensor *fused_case_leaf(mx_shape shape, mx_dtype dt, mx_generator *gen);
 /* a and b hold the same dtype and bits; a failure names case k, what and dt. */
 void fused_case_same_bits(const mx_tensor *a, const mx_tensor *b, const char *what, int k, mx_dtype dt);
+/* The gradients of sum(y[f] * r) for x, w and b (b may be NULL), r drawn from gen, hold the same bits for the
+ * fused output y[1] as for the unfused y[0]. */
+void fused_case_same_gradients(mx_tensor *const y[2], mx_tensor *x, mx_tensor *w, mx_tensor *b, mx_generator *gen,
+                               int k, mx_dtype dt);
 
 #endif

@@ -48,15 +48,7 @@ static void check_case(int k, mx_dtype dt, mx_dtype autocast) {
   }
   fused_case_same_bits(y[0], y[1], "output", k, dt);
   cr_expect_str_eq(mx_grad_fn_name(y[1]), "LINEAR_RELUBackward");
-  mx_tensor *r = mx_to_dtype(mx_randn(mx_shape_get(y[0]), MX_F32, MX_CPU, gen), mx_dtype_of(y[0]));
-  mx_tensor *inputs[3] = {x, w, b}, *grads[2][3] = {{NULL}};
-  int n_in = b ? 3 : 2;
-  for (int f = 0; f < 2; f++) {
-    mx_tensor *loss = mx_sum(mx_mul(y[f], r), MX_ALL_DIMS, false);
-    cr_assert_eq(mx_grad(1, &loss, n_in, inputs, NULL, false, false, false, grads[f]), MX_OK, "%s", mx_last_error());
-  }
-  static const char *names[3] = {"grad of x", "grad of weight", "grad of bias"};
-  for (int i = 0; i < n_in; i++) fused_case_same_bits(grads[0][i], grads[1][i], names[i], k, dt);
+  fused_case_same_gradients(y, x, w, b, gen, k, dt);
   mx_generator_free(gen);
   mx_scope_end(scope);
 }
