@@ -3,10 +3,10 @@
  * refused with a message): every test on every rank (those that need more
  * ranks skipped), and rank 0 prints "dist over N ranks: N passed, N failed".
  *
- * With --scenario, a rank misbehaves instead and test_dist_jobs.c checks
- * how the job ends: "kill" (rank 1 dies by SIGKILL after a first sum),
- * "stop" (rank 1 stops itself with SIGSTOP; the others wait past the
- * timeout that MX_DIST_TIMEOUT gives). */
+ * With --scenario, a rank misbehaves instead and test_dist.c's dist_jobs
+ * tests check how the job ends: "kill" (rank 1 dies by SIGKILL after a
+ * first sum), "stop" (rank 1 stops itself with SIGSTOP; the others wait
+ * past the timeout that MX_DIST_TIMEOUT gives). */
 #include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
