@@ -1,7 +1,8 @@
 /* The process group in one process (Criterion): a world of one without any
  * launcher, its arguments and the launchers' environment, the "built
  * without MPI" error; and, with MPI, whole jobs started by mpirun as child
- * processes: a rank that dies or stops ends the job (the many-rank cases
+ * processes: a rank that dies or stops ends the job, and ranks that
+ * scripts/launch started listen on no TCP port (the many-rank cases
  * themselves are mpi_main.c's, run by meson under mpirun). */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -177,5 +178,24 @@ Test(dist_jobs, a_stopped_rank_ends_the_job_after_the_timeout) {
   cr_expect(strstr(r.err, "past the process group's timeout of 2 s (a rank died, stopped or calls something else); "
                           "ending the job with MPI_Abort"),
             "stderr:\n%s", r.err);
+  child_run_free(&r);
+}
+
+/* scripts/launch on one machine: the ranks talk through shared memory and
+ * listen on no TCP port (Open MPI's TCP transport would listen on every
+ * interface, and a connection that never finishes its handshake stalls
+ * the rank that accepted it: scripts/launch says more). */
+Test(dist_jobs, ranks_under_the_launcher_listen_on_no_tcp_port) {
+  const char *launch = getenv("MX_LAUNCH"), *ranks = getenv("MX_MPI_RANKS");
+  if (!launch || !*launch || !ranks || !*ranks) {
+    remove_tmp_dir();
+    cr_skip_test("built without MPI: no job to start");
+  }
+  unsetenv("OMPI_MCA_btl"); /* the launcher's choice, not the caller's */
+  const char *argv[] = {launch, "2", ranks, "--scenario", "ports", NULL};
+  child_run r = child_run_argv(argv, RUNNING_ON_VALGRIND ? 120 : 30);
+  cr_expect_eq(r.status, 0, "stderr:\n%s", r.err);
+  cr_expect(strstr(r.out, "rank 0: 0 listening TCP sockets\n"), "stdout:\n%s\nstderr:\n%s", r.out, r.err);
+  cr_expect(strstr(r.out, "rank 1: 0 listening TCP sockets\n"), "stdout:\n%s\nstderr:\n%s", r.out, r.err);
   child_run_free(&r);
 }
