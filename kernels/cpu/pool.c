@@ -76,10 +76,12 @@ static float select_f32(uint32_t mask, float a, float b) {
 
 static float f32_of_f32(float v) { return v; }
 static float f32_of_bf16(uint16_t v) { return mx_bf16_to_f32(v); }
-/* max_pool_relu's loads: relu as kernels/elementwise.def's (-0 and NaN stay), so the search meets the values the
- * unfused ReLU would have stored (a 16-bit value's relu is exact in float32) */
-static float relu_of_f32(float v) { return mx_relu_f32(v); }
-static float relu_of_bf16(uint16_t v) { return mx_relu_f32(mx_bf16_to_f32(v)); }
+/* max_pool_relu's loads: mx_relu_f32 (kernels/elementwise.def's relu: -0 and NaN stay), so the search meets the
+ * values the unfused ReLU would have stored (a 16-bit value's relu is exact in float32), as a mask on the bits:
+ * GCC does not vectorise the search around `v < 0 ? 0 : v` (measured: 15% of a bfloat16 CNN step, against 1%). */
+static float relu_bits(float v) { return mx_bits_f32(mx_f32_bits(v) & ~-(uint32_t)(v < 0)); }
+static float relu_of_f32(float v) { return relu_bits(v); }
+static float relu_of_bf16(uint16_t v) { return relu_bits(mx_bf16_to_f32(v)); }
 static float f32_store(float v) { return v; }
 /* v is a bfloat16 value, so rounding is truncation; a NaN is made quiet as
  * mx_f32_to_bf16 makes it, without its branch, so the row loop vectorises. */
@@ -486,7 +488,7 @@ static void max_pool_pixel_cl(const mx_pool_geom *g, const void *image, int64_t 
         if (p < 0) continue;
         const float *v = pixel_f32(image, p, C, c0, m, bf16, buf);
         if (relu) {
-          for (int64_t c = 0; c < m; c++) buf[c] = mx_relu_f32(v[c]);
+          for (int64_t c = 0; c < m; c++) buf[c] = relu_bits(v[c]);
           v = buf;
         }
         int32_t r = (int32_t)(kh * g->k[2] + kw);
