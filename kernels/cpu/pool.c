@@ -298,47 +298,20 @@ static void zero_uncovered(char *plane, int64_t H, int64_t W, int64_t rows, int6
   memset(plane + rows * W * size, 0, (size_t)((H - rows) * W * size));
 }
 
-/* The 2x2 stride-2 windows of one float32 plane (D = 1) with offsets:
- * each window's four elements written once, 0 + dy (scatter_one's value:
- * -0 becomes +0) at the max and +0 at the other three, so no zero-fill
- * pass runs before; only what no window covers (an odd last row or
- * column) is zeroed. */
-static void max_pool_backward_plane_2x2_f32(const mx_pool_geom *g, float *restrict dx, const float *restrict dy,
-                                            const uint8_t *restrict offset) {
-  const int64_t H = g->in[1], W = g->in[2], OH = g->out[1], OW = g->out[2];
-  for (int64_t oh = 0; oh < OH; oh++) {
-    float *top = dx + 2 * oh * W, *bottom = top + W;
-    const float *grad = dy + oh * OW;
-    const uint8_t *at = offset + oh * OW;
-    for (int64_t ow = 0; ow < OW; ow++) {
-      float v = 0.0f + grad[ow];
-      top[2 * ow] = select_f32(-(uint32_t)(at[ow] == 0), v, 0.0f);
-      top[2 * ow + 1] = select_f32(-(uint32_t)(at[ow] == 1), v, 0.0f);
-      bottom[2 * ow] = select_f32(-(uint32_t)(at[ow] == 2), v, 0.0f);
-      bottom[2 * ow + 1] = select_f32(-(uint32_t)(at[ow] == 3), v, 0.0f);
+/* The 2x2 stride-2 windows of one float32, bfloat16 or float16 plane
+ * (D = 1) with offsets: the scatter with the offset decoded in place. The
+ * windows are disjoint, so each store is 0 + dy (-0 becomes +0, a NaN
+ * quiet) and nothing is read from dx. */
+static void max_pool_backward_plane_2x2(const mx_pool_geom *g, void *dx, const void *dy, const uint8_t *offset,
+                                        mx_dtype dt) {
+  const int64_t W = g->in[2], OH = g->out[1], OW = g->out[2];
+  for (int64_t oh = 0, o = 0; oh < OH; oh++)
+    for (int64_t ow = 0; ow < OW; ow++, o++) {
+      int64_t flat = 2 * oh * W + 2 * ow + (offset[o] & 1) + (offset[o] >> 1) * W;
+      if (dt == MX_BF16) ((uint16_t *)dx)[flat] = bf16_plus_zero(((const uint16_t *)dy)[o]);
+      else if (dt == MX_F16) ((uint16_t *)dx)[flat] = f16_plus_zero(((const uint16_t *)dy)[o]);
+      else ((float *)dx)[flat] = 0.0f + ((const float *)dy)[o];
     }
-  }
-  zero_uncovered((char *)dx, H, W, 2 * OH, 2 * OW, sizeof(float));
-}
-
-/* The same for a bfloat16 or float16 plane, on the bits (bf16_plus_zero,
- * f16_plus_zero). */
-static void max_pool_backward_plane_2x2_16bit(const mx_pool_geom *g, uint16_t *restrict dx,
-                                              const uint16_t *restrict dy, const uint8_t *restrict offset, bool bf16) {
-  const int64_t H = g->in[1], W = g->in[2], OH = g->out[1], OW = g->out[2];
-  for (int64_t oh = 0; oh < OH; oh++) {
-    uint16_t *top = dx + 2 * oh * W, *bottom = top + W;
-    const uint16_t *grad = dy + oh * OW;
-    const uint8_t *at = offset + oh * OW;
-    for (int64_t ow = 0; ow < OW; ow++) {
-      uint16_t v = bf16 ? bf16_plus_zero(grad[ow]) : f16_plus_zero(grad[ow]);
-      top[2 * ow] = at[ow] == 0 ? v : 0;
-      top[2 * ow + 1] = at[ow] == 1 ? v : 0;
-      bottom[2 * ow] = at[ow] == 2 ? v : 0;
-      bottom[2 * ow + 1] = at[ow] == 3 ? v : 0;
-    }
-  }
-  zero_uncovered((char *)dx, H, W, 2 * OH, 2 * OW, sizeof(uint16_t));
 }
 
 mx_status mx__cpu_max_pool_backward(const mx_kview *dx, const mx_kview *dy, const mx_kview *indices,
@@ -360,18 +333,14 @@ mx_status mx__cpu_max_pool_backward(const mx_kview *dx, const mx_kview *dy, cons
   MX_PARALLEL_FOR(g.planes * out_plane)
   for (int64_t pl = 0; pl < g.planes; pl++) { /* planes never share elements */
     char *dp = (char *)dx->data + pl * in_plane * (int64_t)size;
+    memset(dp, 0, (size_t)in_plane * size); /* plane by plane: the scatter finds it in cache */
     const char *gp = (const char *)dy->data + pl * out_plane * (int64_t)dy_size;
     const uint8_t *window_offsets = (const uint8_t *)indices->data + pl * out_plane;
     const int64_t *flat_indices = (const int64_t *)indices->data + pl * out_plane;
-    if (windows_2x2 && dx->dtype == MX_F32) {
-      max_pool_backward_plane_2x2_f32(&g, (float *)dp, (const float *)gp, window_offsets);
-      continue;
-    }
     if (windows_2x2) {
-      max_pool_backward_plane_2x2_16bit(&g, (uint16_t *)dp, (const uint16_t *)gp, window_offsets, dx->dtype == MX_BF16);
+      max_pool_backward_plane_2x2(&g, dp, gp, window_offsets, dx->dtype);
       continue;
     }
-    memset(dp, 0, (size_t)in_plane * size); /* plane by plane: the scatter finds it in cache */
     int64_t o = 0;
     for (int64_t o0 = 0; o0 < g.out[0]; o0++)
       for (int64_t o1 = 0; o1 < g.out[1]; o1++) {
