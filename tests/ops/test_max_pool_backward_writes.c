@@ -1,7 +1,7 @@
-/* The CPU's max-pool backward kernel where windows tile the input (kernel = stride, no padding): it writes every
- * element of dx itself, the gradient at each window's max and +0 elsewhere, with no zero-fill pass first, so a dx
- * handed over full of NaN comes back right, uncovered last rows and columns included, row-major and channels-last,
- * in float32, bfloat16 and float16. */
+/* The CPU's max-pool backward kernel on a dx handed over full of NaN: every element comes back right (the gradient
+ * at each window's max, +0 elsewhere), uncovered last rows and columns included, in float32, bfloat16 and float16.
+ * Channels-last windows that tile the image (kernel = stride, no padding) are written without a zero-fill pass
+ * first, so this is what checks they reach every element; row-major planes are zero-filled, then scattered. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -70,7 +70,7 @@ static void check(int64_t N, int64_t C, int64_t H, int64_t W, int64_t k, mx_dtyp
   mx_scope_end(scope);
 }
 
-Test(max_pool_backward, two_by_two_tiles_write_every_element_row_major) {
+Test(max_pool_backward, two_by_two_windows_overwrite_every_element_row_major) {
   mx_dtype dtypes[3] = {MX_F32, MX_BF16, MX_F16};
   for (int d = 0; d < 3; d++) {
     check(2, 3, 6, 8, 2, dtypes[d], false);
