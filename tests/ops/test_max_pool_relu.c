@@ -46,12 +46,13 @@ static void expect_same_bits(const mx_tensor *a, const mx_tensor *b, const char 
 
 /* One (1, 1, 4, 4) plane in 2x2 windows: relu then max gives
  *   window (0,0) {1, -2, 3, 3}:      3, the first of the tie (row 1, col 0)
- *   window (0,1) {-1, -3, -4, -0.5}: +0, relu's zeros tie and the first wins (it was negative)
+ *   window (0,1) {-1, -3, -4, -0}:   +0, relu's zeros tie and the first wins (relu(-1); relu after the max
+ *                                    would give relu(-0) = -0)
  *   window (1,0) {-0, -6, -7, -5}:   -0, the first zero is relu(-0) = -0
  *   window (1,1) {NaN, 2, 5, NaN}:   NaN, the last one (row 3, col 3)
  * and the gradient of sum(y * g) for g = (1, 2, 3, 4) is 1 at (1, 0), 4 at (3, 3) (relu passes a NaN's gradient,
  * as PyTorch's threshold_backward) and +0 elsewhere. */
-static const double hand_input[16] = {1, -2, -1, -3, 3, 3, -4, -0.5, -0.0, -6, NAN, 2, -7, -5, 5, NAN};
+static const double hand_input[16] = {1, -2, -1, -3, 3, 3, -4, -0.0, -0.0, -6, NAN, 2, -7, -5, 5, NAN};
 
 Test(max_pool_relu, hand_computed_values_nan_signed_zero_and_ties) {
   for (int d = 0; d < 4; d++) {
