@@ -42,7 +42,10 @@ static mx_tensor *sequential_forward(mx_module *m, const mx_tensor *x) {
     const mx_tensor *in = i ? y : x;
     mx_module *owner = next; /* the module whose fused forward runs: the pool after a ReLU child */
     mx__forward_relu_fn fused = pool_after_relu(child, next);
-    if (!fused && next && !pool_after_relu(next, after)) fused = fused_with_relu(child, next), owner = child;
+    if (!fused && next && !pool_after_relu(next, after)) { /* no pool takes next (a ReLU) from child */
+      fused = fused_with_relu(child, next);
+      owner = child;
+    }
     if (fused && (y = fused(owner, in))) {
       i++; /* the second module ran too */
       continue;
