@@ -36,6 +36,7 @@ typedef struct {
   int spatial;
   int64_t kernel[3], stride[3], padding[3], dilation[3];
   bool count_include_pad; /* average pooling: the padding counts in the mean */
+  bool relu;              /* max pooling: the search sees relu(x), max_pool_relu's */
 } mx_pool_params;
 
 /* One parameter of an optimizer step; the pointers are the device's memory.

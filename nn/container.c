@@ -21,16 +21,33 @@ static mx__forward_relu_fn fused_with_relu(const mx_module *first, const mx_modu
   return NULL;
 }
 
+/* The ReLU relu and the MaxPool pool after it (the next child, or NULL) as one max_pool_relu, under
+ * fused_with_relu's rules; NULL: run them in turn. This fusion wins over the ReLU's with the child before it: that
+ * child runs plain, and the ReLU's full-resolution output is neither stored nor masked in backward. The saved
+ * tensors differ from the children's (the ReLU's output is not among them), so saved-tensor hooks see fewer; the
+ * choice depends on the modules alone, so activation checkpointing's recomputation saves what its forward did. */
+static mx__forward_relu_fn pool_after_relu(const mx_module *relu, const mx_module *pool) {
+  if (!pool || !mx__module_is_relu(relu) || mx__module_observed(relu) || mx__module_observed(pool)) return NULL;
+  return mx__max_pool_relu_forward(pool);
+}
+
 static mx_tensor *sequential_forward(mx_module *m, const mx_tensor *x) {
   int n = mx_module_num_children(m);
   if (n == 0) return mx_reshape(x, mx_shape_get(x)); /* an empty Sequential is the identity */
   mx_tensor *y = NULL;
   for (int i = 0; i < n; i++) {
     mx_module *child = mx_module_child(m, i, NULL);
+    mx_module *next = i + 1 < n ? mx_module_child(m, i + 1, NULL) : NULL;
+    mx_module *after = i + 2 < n ? mx_module_child(m, i + 2, NULL) : NULL;
     const mx_tensor *in = i ? y : x;
-    mx__forward_relu_fn fused = i + 1 < n ? fused_with_relu(child, mx_module_child(m, i + 1, NULL)) : NULL;
-    if (fused && (y = fused(child, in))) {
-      i++; /* the ReLU ran too */
+    mx_module *owner = next; /* the module whose fused forward runs: the pool after a ReLU child */
+    mx__forward_relu_fn fused = pool_after_relu(child, next);
+    if (!fused && next && !pool_after_relu(next, after)) { /* no pool takes next (a ReLU) from child */
+      fused = fused_with_relu(child, next);
+      owner = child;
+    }
+    if (fused && (y = fused(owner, in))) {
+      i++; /* the second module ran too */
       continue;
     }
     if (fused) mx_clear_error(); /* the children in turn fail as they would have, naming the layer */

@@ -26,6 +26,10 @@ typedef mx_tensor *(*mx__forward_relu_fn)(mx_module *m, const mx_tensor *x);
 mx__forward_relu_fn mx__conv_forward_relu(const mx_module *m);
 mx__forward_relu_fn mx__batch_norm_forward_relu(const mx_module *m); /* BatchNorm1d/2d/3d: batch_norm_relu */
 mx__forward_relu_fn mx__linear_forward_relu(const mx_module *m);     /* Linear: linear_relu */
+/* A ReLU followed by a MaxPool (1d/2d/3d) in Sequential: the pool's forward of relu(x) as one call (max_pool_relu),
+ * bit for bit; NULL for a module that is not a MaxPool. It takes precedence over the fusion of the ReLU with the
+ * module before it. */
+mx__forward_relu_fn mx__max_pool_relu_forward(const mx_module *m);
 /* Whether m is the ReLU module (mx_relu_new). */
 bool mx__module_is_relu(const mx_module *m);
 

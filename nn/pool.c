@@ -16,6 +16,15 @@ static mx_tensor *max_pool_forward(mx_module *m, const mx_tensor *x) {
   return y;
 }
 
+static mx_tensor *max_pool_relu_forward(mx_module *m, const mx_tensor *x) {
+  const pool_self *s = mx_module_self(m);
+  return mx_max_pool_relu(x, s->spatial, s->kernel, s->stride, s->padding, s->dilation);
+}
+
+mx__forward_relu_fn mx__max_pool_relu_forward(const mx_module *m) {
+  return mx_module_type_of(m)->forward == max_pool_forward ? max_pool_relu_forward : NULL;
+}
+
 static mx_tensor *avg_pool_forward(mx_module *m, const mx_tensor *x) {
   const pool_self *s = mx_module_self(m);
   return mx_avg_pool(x, s->spatial, s->kernel, s->stride, s->padding, s->count_include_pad);

@@ -197,6 +197,12 @@ mx_tensor *mx_multinomial(const mx_tensor *probs, int64_t num_samples, bool repl
 mx_tensor *mx_max_pool(const mx_tensor *x, int spatial, mx_shape kernel, mx_shape stride, mx_shape padding);
 mx_status mx_max_pool_with_indices(const mx_tensor *x, int spatial, mx_shape kernel, mx_shape stride, mx_shape padding,
                                    mx_shape dilation, mx_tensor **values, mx_tensor **indices);
+/* mx_max_pool(mx_relu(x), ...) as one op, the same bits forward and
+ * backward: the search takes each input's relu as it reads it, and the
+ * backward masks the pooled gradient, not the full-resolution one. nn's
+ * Sequential runs a ReLU followed by a MaxPool through it. */
+mx_tensor *mx_max_pool_relu(const mx_tensor *x, int spatial, mx_shape kernel, mx_shape stride, mx_shape padding,
+                            mx_shape dilation);
 mx_tensor *mx_avg_pool(const mx_tensor *x, int spatial, mx_shape kernel, mx_shape stride, mx_shape padding,
                        bool count_include_pad);
 mx_tensor *mx_adaptive_avg_pool2d(const mx_tensor *x, int64_t out_h, int64_t out_w);

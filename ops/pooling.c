@@ -107,23 +107,31 @@ static mx_tensor *flat_indices(const mx_tensor *indices, const mx_pool_params *p
   return flat;
 }
 
-mx_status mx__fwd_max_pool(mx__call *c) {
+/* Max pooling (relu false), or max pooling of relu(x) (max_pool_relu), whose kernel takes each input's relu as
+ * it searches: the maxima and indices of the unfused pair, bit for bit. */
+static mx_status max_pool_forward(mx__call *c, bool relu) {
+  const char *op = mx__ops[c->op].api_name;
   mx_shape shape;
-  if (pooled_shape("mx_max_pool", c->in[0], &c->args->pool, &shape)) return mx_last_status();
+  if (pooled_shape(op, c->in[0], &c->args->pool, &shape)) return mx_last_status();
   bool channels_last = mx__suggests_channels_last(c->in[0]);
-  mx_tensor *x = mx__tensor_in_layout("mx_max_pool", c->in[0], channels_last);
+  mx_tensor *x = mx__tensor_in_layout(op, c->in[0], channels_last);
   const mx_backend *be = x ? mx__kernel_backend(c->op, x->device, MX_KERNEL_MAX_POOL, x->dtype) : NULL;
   if (!be) return mx_last_status();
   /* uint8 offsets in the window where the kernel allows: the graph saves
    * them for backward, where int64 positions would outweigh bf16
    * activations 4:1. The public function hands out PyTorch's int64. */
   mx_dtype index_dtype = window_offsets_fit(&c->args->pool) ? MX_U8 : MX_I64;
-  c->out[0] = alloc_in_layout("mx_max_pool", shape, x->dtype, x->device, channels_last);
-  c->out[1] = alloc_in_layout("mx_max_pool", shape, index_dtype, x->device, channels_last);
+  c->out[0] = alloc_in_layout(op, shape, x->dtype, x->device, channels_last);
+  c->out[1] = alloc_in_layout(op, shape, index_dtype, x->device, channels_last);
   if (!c->out[0] || !c->out[1]) return mx_last_status();
   mx_kview ov = mx__kview_of(c->out[0]), iv = mx__kview_of(c->out[1]), xv = mx__kview_of(x);
-  return be->max_pool(&ov, &iv, &xv, &c->args->pool);
+  mx_pool_params p = c->args->pool;
+  p.relu = relu;
+  return be->max_pool(&ov, &iv, &xv, &p);
 }
+
+mx_status mx__fwd_max_pool(mx__call *c) { return max_pool_forward(c, false); }
+mx_status mx__fwd_max_pool_relu(mx__call *c) { return max_pool_forward(c, true); }
 
 /* dx, the input gradient of a pooling backward op, in the forward input's
  * layout (from args, or from the tensor the op was given in it); the
@@ -151,11 +159,25 @@ mx_status mx__fwd_max_pool_backward(mx__call *c) {
 static mx_tensor *max_pool_backward(const mx_tensor *g, const mx_tensor *indices, const mx__args *forward, mx_shape in) {
   mx__args args = *forward;
   args.shape = in;
+  args.pool.relu = false;
   return mx__call2(MX_OP_MAX_POOL_BACKWARD, g, indices, &args);
 }
 
 mx_status mx__bwd_max_pool(mx__bw *bw) {
   GRAD(0, max_pool_backward(G, mx__saved_out(bw, 1), bw->args, mx__in_shape(bw, 0)));
+  return MX_OK;
+}
+
+/* The pair's backward on the pooled side: relu's mask on the output (y > 0
+ * exactly where the ReLU passed the window's max), then max_pool's scatter.
+ * The pair scatters first and masks the full-resolution gradient; both
+ * give 0 + g at each window's max where y > 0 (or NaN) and +0 elsewhere,
+ * the same bits, and a window's sum over overlapping windows adds the
+ * same values in the same order (a max's y decides every window it wins). */
+mx_status mx__bwd_max_pool_relu(mx__bw *bw) {
+  mx_tensor *g = mx_relu_backward(G, mx__saved_out(bw, 0));
+  if (!g) return mx_last_status();
+  GRAD(0, max_pool_backward(g, mx__saved_out(bw, 1), bw->args, mx__in_shape(bw, 0)));
   return MX_OK;
 }
 
@@ -242,15 +264,23 @@ static mx_pool_params pool_params(int spatial, mx_shape kernel, mx_shape stride,
   return p;
 }
 
+/* Dispatches max pooling op (MAX_POOL or MAX_POOL_RELU) on x; its two outputs (values, offsets or positions). */
+static mx_status max_pool_dispatch(mx_op op, const mx_tensor *x, int spatial, mx_shape kernel, mx_shape stride,
+                                   mx_shape padding, mx_shape dilation, mx__args *args, mx_tensor **out) {
+  if (spatial < 1 || spatial > 3 || kernel.ndim < 1)
+    return mx__error(MX_INVALID_ARGUMENT, "%s: %d spatial dims (1 to 3) and a kernel size are needed",
+                     mx__ops[op].api_name, spatial);
+  args->pool = pool_params(spatial, kernel, stride, padding, dilation);
+  INPUT_CHANNELS_LAST(args) = x && mx__suggests_channels_last(x);
+  const mx_tensor *in[1] = {x};
+  return mx__dispatch(op, 1, in, args, out);
+}
+
 mx_status mx_max_pool_with_indices(const mx_tensor *x, int spatial, mx_shape kernel, mx_shape stride, mx_shape padding,
                                    mx_shape dilation, mx_tensor **values, mx_tensor **indices) {
-  if (spatial < 1 || spatial > 3 || kernel.ndim < 1)
-    return mx__error(MX_INVALID_ARGUMENT, "mx_max_pool: %d spatial dims (1 to 3) and a kernel size are needed", spatial);
-  mx__args args = {.pool = pool_params(spatial, kernel, stride, padding, dilation)};
-  INPUT_CHANNELS_LAST(&args) = x && mx__suggests_channels_last(x);
+  mx__args args = {0};
   mx_tensor *out[MX__MAX_OUTPUTS] = {0};
-  const mx_tensor *in[1] = {x};
-  mx_status status = mx__dispatch(MX_OP_MAX_POOL, 1, in, &args, out);
+  mx_status status = max_pool_dispatch(MX_OP_MAX_POOL, x, spatial, kernel, stride, padding, dilation, &args, out);
   if (values) *values = out[0];
   else mx_release(out[0]);
   if (indices) {
@@ -260,6 +290,15 @@ mx_status mx_max_pool_with_indices(const mx_tensor *x, int spatial, mx_shape ker
   }
   mx_release(out[1]);
   return status;
+}
+
+mx_tensor *mx_max_pool_relu(const mx_tensor *x, int spatial, mx_shape kernel, mx_shape stride, mx_shape padding,
+                            mx_shape dilation) {
+  mx__args args = {0};
+  mx_tensor *out[MX__MAX_OUTPUTS] = {0};
+  max_pool_dispatch(MX_OP_MAX_POOL_RELU, x, spatial, kernel, stride, padding, dilation, &args, out);
+  mx_release(out[1]);
+  return out[0];
 }
 
 mx_tensor *mx_max_pool(const mx_tensor *x, int spatial, mx_shape kernel, mx_shape stride, mx_shape padding) {

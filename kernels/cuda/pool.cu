@@ -40,6 +40,7 @@ MX_HD static inline void output_coords(const mx_pool_geom &g, int64_t e, int64_t
 struct max_pool_op {
   mx_pool_geom g;
   mx_kview out, indices, x;
+  bool relu; /* max_pool_relu: the search sees relu of each input, as the CPU's */
   MX_HD void operator()(int64_t e) const {
     int64_t plane, o[3];
     output_coords(g, e, &plane, o);
@@ -47,6 +48,7 @@ struct max_pool_op {
     int64_t where = -1, offset = 0;
     MX_POOL_FOR_WINDOW(g, o[0], o[1], o[2], {
       double v = mx_element_load(at(x.data, element_offset(x, plane, i0, i1, i2), x.dtype), x.dtype);
+      if (relu) v = mx_relu_f64(v);
       if (where < 0 || v > best || isnan(v)) {
         best = v;
         where = flat;
@@ -142,7 +144,7 @@ struct avg_pool_backward_op {
 
 mx_status mx__cuda_max_pool(const mx_kview *out, const mx_kview *indices, const mx_kview *x,
                             const mx_pool_params *p) {
-  max_pool_op op = {mx_pool_geom_of(x, out, p), *out, *indices, *x};
+  max_pool_op op = {mx_pool_geom_of(x, out, p), *out, *indices, *x, p->relu};
   return launch_elementwise("launch of kernel max_pool", mx__kview_numel(out), op);
 }
 
