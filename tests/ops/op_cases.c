@@ -625,6 +625,19 @@ FN(batch_norm_relu_eval, mx_batch_norm_relu(a, RUNNING_MEAN(a), RUNNING_VAR(a), 
 FN(to_channels_last, mx_to_channels_last(a))
 /* linear + ReLU as one op (x 3-d: its rows folded into one product) */
 FN(linear_relu, mx_linear_relu(a, b, c))
+/* the weight's and the bias's gradients of a convolution (one op, conv_backward_weight_bias) as functions of x and
+ * of the output's gradient gy, dw flattened and db after it: gradcheck differentiates both outputs */
+static mx_tensor *f_conv_backward_weight_bias(int n, mx_tensor *const *in, void *ctx) {
+  (void)n, (void)ctx;
+  mx_tensor *x = in[0], *gy = in[1], *w = zero_leaf(MX_SHAPE(3, 2, 3, 3), x), *b = zero_leaf(MX_SHAPE(3), x);
+  if (!w || !b) return NULL;
+  bool create = mx_is_grad_enabled(), previous = mx_set_grad_enabled(true);
+  mx_tensor *y = mx_conv2d(x, w, b, MX_SHAPE(2), MX_SHAPE(1), MX_DEFAULT, 1), *leaves[2] = {w, b}, *g[2] = {0};
+  mx_status status = y ? mx_grad(1, &y, 2, leaves, &gy, create, create, false, g) : mx_last_status();
+  mx_set_grad_enabled(previous);
+  mx_tensor *parts[2] = {status == MX_OK ? mx_flatten(g[0], 0, -1) : NULL, g[1]};
+  return parts[0] && parts[1] ? mx_cat(2, parts, 0) : NULL;
+}
 
 #define GC OP_GRADCHECK
 #define GG (OP_GRADCHECK | OP_GRADGRAD)
@@ -1106,6 +1119,8 @@ const op_case op_cases[] = {
     CASE1(to_channels_last, SH(2, 3, 2, 2), ANY, GG | NF),
     /* linear_relu (tests/ops/test_linear_relu.c: the bits of linear then relu) */
     CASE3(linear_relu, SH(2, 3, 4), ANY, SH(5, 4), ANY, SH(5), ANY, GG | NF),
+    /* conv_backward_weight_bias: x, then the gradient of conv2d's output (stride 2, padding 1) */
+    CASE2(conv_backward_weight_bias, SH(2, 2, 5, 5), ANY, SH(2, 3, 3, 3), ANY, GG | NF),
 };
 
 const int op_case_count = (int)(sizeof op_cases / sizeof op_cases[0]);
