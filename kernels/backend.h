@@ -60,7 +60,8 @@ typedef struct {
   X(AVG_POOL, avg_pool) X(AVG_POOL_BACKWARD, avg_pool_backward) X(AMP_UNSCALE, amp_unscale)                \
   X(AMP_UPDATE_SCALE, amp_update_scale) X(AMP_HISTOGRAM, amp_histogram)                                    \
   X(AMP_UNSCALE_HISTOGRAM, amp_unscale_histogram) X(SGD_STEP, sgd_step) X(ADAM_STEP, adam_step)           \
-  X(CONV_FORWARD_RELU, conv_forward_relu) X(LINEAR_RELU, linear_relu)
+  X(CONV_FORWARD_RELU, conv_forward_relu) X(LINEAR_RELU, linear_relu)                                        \
+  X(CONV_BACKWARD_WEIGHT_BIAS, conv_backward_weight_bias)
 
 typedef enum {
 #define MX__KERNEL_ENUM(E, slot) MX_KERNEL_##E,
@@ -219,6 +220,12 @@ typedef struct mx_backend {
    * set, where it declines the case (the op then runs matmul, add and
    * relu); NULL: always declined. Appended, as conv_forward_relu. */
   mx_status (*linear_relu)(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias);
+  /* conv_backward_weight's dw and the bias's gradient db (C_out, contiguous,
+   * dy's dtype) = dy summed per output channel, in the one pass over dy
+   * (oneDNN's diff_bias, cuDNN's backward bias); NULL: the op runs
+   * conv_backward_weight, then a sum. Appended, as conv_forward_relu. */
+  mx_status (*conv_backward_weight_bias)(const mx_kview *dw, const mx_kview *db, const mx_kview *dy,
+                                         const mx_kview *x, const mx_conv_params *p);
 } mx_backend;
 
 /* The backend for a device, or NULL with the error set. */

@@ -15,7 +15,8 @@ typedef enum { MX_CONV_FORWARD, MX_CONV_BACKWARD_DATA, MX_CONV_BACKWARD_WEIGHT }
  * kernel and output sizes, one floating dtype; the forward's bias NULL or a
  * contiguous (C_out) vector of that dtype): MX_OK or the error set. x, w
  * and y are in their forward roles (dx, dw and dy for the backward kinds);
- * bias is NULL except for the forward. */
+ * bias is the forward's, or the backward weights' bias gradient db (checked
+ * alike), else NULL. */
 mx_status mx__conv_check(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, const mx_kview *y,
                          const mx_kview *bias, const mx_conv_params *p);
 

@@ -1,7 +1,9 @@
 /* Convolution over 1-3 spatial dims: the forward (with its optional bias,
  * added inside the kernel as oneDNN and cuDNN fuse it) and its two
  * gradients are primitives, each the others' backward, so gradients of
- * gradients work; conv1d/2d/3d and the transposed convolutions are
+ * gradients work (the weight's gradient with the bias's, when the bias
+ * needs one, is one primitive too: one pass over the output's gradient);
+ * conv1d/2d/3d and the transposed convolutions are
  * composites; conv2d_relu, a primitive, runs the ReLU that follows a
  * convolution inside its kernel. */
 #include "ops/op_table.h"
@@ -140,6 +142,32 @@ mx_status mx__fwd_conv_backward_weight(mx__call *c) {
   return be->conv_backward_weight(&dv, &gv, &xv, &c->args->conv);
 }
 
+/* (dw, db): the backend's fused kernel where it has one, else its weight
+ * gradient and a per-channel sum. */
+mx_status mx__fwd_conv_backward_weight_bias(mx__call *c) {
+  mx_tensor *g = c->in[0], *x = c->in[1];
+  if (same_dtype("mx_conv", g, x)) return mx_last_status();
+  if (g->ndim < 2) /* the kernels check the rest; the bias's length needs the channels */
+    return mx__error(MX_SHAPE_ERROR, "mx_conv: a gradient of %d dims (expected (N, C_out, ...))", g->ndim);
+  const mx_backend *be = mx__backend_of(c->op, g->device);
+  bool fused = be && mx__backend_supports(be, MX_KERNEL_CONV_BACKWARD_WEIGHT_BIAS, g->dtype) != MX_KERNEL_NOT_BUILT;
+  if (!be || !mx__kernel_usable(c->op, be, fused ? MX_KERNEL_CONV_BACKWARD_WEIGHT_BIAS : MX_KERNEL_CONV_BACKWARD_WEIGHT,
+                                g->dtype))
+    return mx_last_status();
+  mx_tensor *dw = c->out[0] = mx__tensor_alloc("mx_conv", c->args->shape, g->dtype, g->device);
+  mx_tensor *db = c->out[1] = fused ? mx__tensor_alloc("mx_conv", MX_SHAPE(g->shape[1]), g->dtype, g->device) : NULL;
+  if (!dw || (fused && !db)) return mx_last_status();
+  mx_kview dv = mx__kview_of(dw), gv = mx__kview_of(g), xv = mx__kview_of(x);
+  if (fused) {
+    mx_kview bv = mx__kview_of(db);
+    return be->conv_backward_weight_bias(&dv, &bv, &gv, &xv, &c->args->conv);
+  }
+  mx_status status = be->conv_backward_weight(&dv, &gv, &xv, &c->args->conv);
+  if (status != MX_OK) return status;
+  c->out[1] = mx_sum(g, mx__all_but_channels(g->ndim), false);
+  return c->out[1] ? MX_OK : mx_last_status();
+}
+
 /* dx = B(g, w) of shape x_shape, laid out as layout says (DX_*). */
 static mx_tensor *backward_data(const mx_tensor *g, const mx_tensor *w, mx_shape x_shape, const mx_conv_params *p,
                                 int layout) {
@@ -160,13 +188,28 @@ static mx_tensor *convolution(const mx_tensor *x, const mx_tensor *w, const mx_t
   return bias ? mx__call3(MX_OP_CONVOLUTION, x, w, bias, &args) : mx__call2(MX_OP_CONVOLUTION, x, w, &args);
 }
 
+/* The gradients of a convolution's weight and bias, given its output's g:
+ * both from one kernel when the bias needs one (it then sums g per channel
+ * in the pass that reads g for the weight), else the weight's alone. */
+static mx_status weight_and_bias_grads(mx__bw *bw, mx_tensor *g, mx_tensor *x, const mx_conv_params *p) {
+  if (!mx__needs_grad(bw, 2)) { /* no bias, or one that needs no gradient */
+    GRAD(1, backward_weight(g, x, mx__in_shape(bw, 1), p));
+    return MX_OK;
+  }
+  mx__args args = {.shape = mx__in_shape(bw, 1), .conv = *p};
+  const mx_tensor *in[2] = {g, x};
+  mx_tensor *out[MX__MAX_OUTPUTS] = {0};
+  if (!g || !x || mx__dispatch(MX_OP_CONV_BACKWARD_WEIGHT_BIAS, 2, in, &args, out) != MX_OK) return mx_last_status();
+  if (mx__needs_grad(bw, 1)) bw->grad_in[1] = out[0];
+  bw->grad_in[2] = out[1];
+  return MX_OK;
+}
+
 mx_status mx__bwd_convolution(mx__bw *bw) {
   const mx_conv_params *p = &bw->args->conv;
   mx_tensor *x = mx__saved_in(bw, 0), *w = mx__saved_in(bw, 1);
   GRAD(0, backward_data(G, w, mx__in_shape(bw, 0), p, layout_of_input(x)));
-  GRAD(1, backward_weight(G, x, mx__in_shape(bw, 1), p));
-  GRAD(2, mx_sum(G, mx__all_but_channels(G->ndim), false)); /* the bias: g summed per channel */
-  return MX_OK;
+  return weight_and_bias_grads(bw, G, x, p);
 }
 
 /* relu(convolution): the backend's fused kernel where it has one (the CPU:
@@ -199,9 +242,7 @@ mx_status mx__bwd_conv2d_relu(mx__bw *bw) {
   mx_tensor *x = mx__saved_in(bw, 0), *w = mx__saved_in(bw, 1), *g = mx_relu_backward(G, mx__saved_out(bw, 0));
   if (!g) return mx_last_status();
   GRAD(0, backward_data(g, w, mx__in_shape(bw, 0), p, layout_of_input(x)));
-  GRAD(1, backward_weight(g, x, mx__in_shape(bw, 1), p));
-  GRAD(2, mx_sum(g, mx__all_but_channels(g->ndim), false));
-  return MX_OK;
+  return weight_and_bias_grads(bw, g, x, p);
 }
 
 /* dx = B(g, w), linear in each: the adjoint in g is the forward, in w the
@@ -219,6 +260,18 @@ mx_status mx__bwd_conv_backward_weight(mx__bw *bw) {
   mx_tensor *g = mx__saved_in(bw, 0), *x = mx__saved_in(bw, 1);
   GRAD(0, convolution(x, G, NULL, p));
   GRAD(1, backward_data(g, G, mx__in_shape(bw, 1), p, DX_LIKE_G));
+  return MX_OK;
+}
+
+/* (dw, db) = (W(g, x), g summed per channel): the adjoint in g is the
+ * forward of x with dw's cotangent as the weight and db's as the bias (the
+ * per-channel sum's adjoint broadcasts it), in x the input's gradient with
+ * dw's cotangent as the weight. */
+mx_status mx__bwd_conv_backward_weight_bias(mx__bw *bw) {
+  const mx_conv_params *p = &bw->args->conv;
+  mx_tensor *g = mx__saved_in(bw, 0), *x = mx__saved_in(bw, 1), *gw = bw->grad_out[0], *gb = bw->grad_out[1];
+  GRAD(0, convolution(x, gw, gb, p));
+  GRAD(1, backward_data(g, gw, mx__in_shape(bw, 1), p, DX_LIKE_G));
   return MX_OK;
 }
 

@@ -203,7 +203,8 @@ static mx_status cpu_bernoulli(const mx_kview *out, const mx_kview *p, const mx_
  * work computes each element in float32 and rounds it, as a GPU does. */
 static mx_kernel_support cpu_supports(mx_kernel kernel, mx_dtype dtype) {
   bool gemm = kernel == MX_KERNEL_MATMUL || kernel == MX_KERNEL_CONV_FORWARD || kernel == MX_KERNEL_CONV_FORWARD_RELU ||
-              kernel == MX_KERNEL_CONV_BACKWARD_DATA || kernel == MX_KERNEL_CONV_BACKWARD_WEIGHT;
+              kernel == MX_KERNEL_CONV_BACKWARD_DATA || kernel == MX_KERNEL_CONV_BACKWARD_WEIGHT ||
+              kernel == MX_KERNEL_CONV_BACKWARD_WEIGHT_BIAS;
   if (!gemm || (dtype != MX_F16 && dtype != MX_BF16)) return MX_KERNEL_NATIVE;
   return dtype == MX_BF16 && mx__dnnl_native(MX_BF16) ? MX_KERNEL_NATIVE : MX_KERNEL_VIA_F32;
 }
@@ -238,6 +239,7 @@ const mx_backend mx__cpu_backend = {
     .conv_backward_data = mx__cpu_conv_backward_data,
     .conv_backward_weight = mx__cpu_conv_backward_weight,
     .conv_forward_relu = mx__cpu_conv_forward_relu,
+    .conv_backward_weight_bias = mx__cpu_conv_backward_weight_bias,
     .linear_relu = mx__cpu_linear_relu,
     .channel_affine = mx__cpu_channel_affine,
     .channel_sums = mx__cpu_channel_sums,

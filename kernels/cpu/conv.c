@@ -12,6 +12,7 @@
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/via_f32.h"
 #include "kernels/elementwise.h"
+#include "kernels/math.h"
 
 /* The three operands in their forward roles: x (or dx), w (or dw), y (or dy). */
 enum { ROLE_X, ROLE_W, ROLE_Y };
@@ -145,6 +146,39 @@ mx_status mx__cpu_conv_backward_data(const mx_kview *dx, const mx_kview *dy, con
 mx_status mx__cpu_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
                                        const mx_conv_params *p) {
   return run(MX_CONV_BACKWARD_WEIGHT, x, dw, dy, NULL, p, false, false);
+}
+
+/* db[c] = dy summed over the batch and the spatial dims, in double and rounded once: the bias's gradient where
+ * oneDNN does not write it (float64, float16, the loops' cases). */
+static void channel_sums(const mx_kview *db, const mx_kview *dy) {
+  int64_t size[3] = {1, 1, 1}, stride[3] = {0, 0, 0};
+  for (int d = 2; d < dy->ndim; d++) size[d - 2] = dy->shape[d], stride[d - 2] = dy->strides[d];
+  const char *base = dy->data;
+  size_t bytes = mx_dtype_size(dy->dtype);
+  MX_PARALLEL_FOR(mx__kview_numel(dy))
+  for (int64_t c = 0; c < dy->shape[1]; c++) {
+    double sum = 0;
+    for (int64_t n = 0; n < dy->shape[0]; n++)
+      for (int64_t i = 0; i < size[0]; i++)
+        for (int64_t j = 0; j < size[1]; j++)
+          for (int64_t k = 0; k < size[2]; k++) {
+            int64_t at = n * dy->strides[0] + c * dy->strides[1] + i * stride[0] + j * stride[1] + k * stride[2];
+            sum += mx_element_load(base + at * (int64_t)bytes, dy->dtype);
+          }
+    mx_element_store((char *)db->data + c * (int64_t)bytes, db->dtype, sum);
+  }
+}
+
+mx_status mx__cpu_conv_backward_weight_bias(const mx_kview *dw, const mx_kview *db, const mx_kview *dy,
+                                            const mx_kview *x, const mx_conv_params *p) {
+  mx_status status = mx__conv_check(MX_CONV_BACKWARD_WEIGHT, x, dw, dy, db, p);
+  if (status != MX_OK) return status;
+  bool empty = mx__kview_numel(x) == 0 || mx__kview_numel(dw) == 0 || mx__kview_numel(dy) == 0;
+  bool dnnl = !empty && (x->dtype == MX_F32 || x->dtype == MX_BF16);
+  if (dnnl && !mx__dnnl_declined(status = mx__dnnl_conv_backward_weight_bias(dw, db, dy, x, p))) return status;
+  if ((status = run(MX_CONV_BACKWARD_WEIGHT, x, dw, dy, NULL, p, false, false)) != MX_OK) return status;
+  channel_sums(db, dy);
+  return MX_OK;
 }
 
 mx_status mx__cpu_conv_forward_reference(const mx_kview *y, const mx_kview *x, const mx_kview *w,

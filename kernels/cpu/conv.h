@@ -50,6 +50,13 @@ mx_status mx__cpu_conv_backward_data(const mx_kview *dx, const mx_kview *dy, con
 /* dw = the gradient of w given dy and x; every element of dw is written. */
 mx_status mx__cpu_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
                                        const mx_conv_params *p);
+/* dw as mx__cpu_conv_backward_weight's and db (a contiguous (C_out) vector of
+ * dy's dtype) = dy summed per output channel: in float32, and bfloat16 where
+ * oneDNN runs it natively, oneDNN's backward weights writes db in the same
+ * pass over dy (diff_bias, its float32 sums rounded once); elsewhere dw as
+ * above, then db summed in double and rounded once. */
+mx_status mx__cpu_conv_backward_weight_bias(const mx_kview *dw, const mx_kview *db, const mx_kview *dy,
+                                            const mx_kview *x, const mx_conv_params *p);
 
 /* The plain loops (direct convolution), accumulating in double for f64 and in
  * float otherwise: used for f64, as the fallback, and as the reference in

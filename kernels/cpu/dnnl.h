@@ -48,6 +48,10 @@ mx_status mx__dnnl_conv_backward_data(const mx_kview *dx, const mx_kview *dy, co
                                       const mx_conv_params *p);
 mx_status mx__dnnl_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
                                         const mx_conv_params *p);
+/* dw and db (C_out, contiguous) = dy summed per channel: the backward
+ * weights with oneDNN's diff_bias, in the same pass over dy. */
+mx_status mx__dnnl_conv_backward_weight_bias(const mx_kview *dw, const mx_kview *db, const mx_kview *dy,
+                                             const mx_kview *x, const mx_conv_params *p);
 
 /* How many operand reorders the convolutions have run since the process
  * started (oneDNN's, and the bfloat16 channel-block transposes; an input

@@ -64,7 +64,7 @@ typedef mx__dnnl_md md_t;
 #define MD_NONE MX__DNNL_MD_NONE
 
 /* --- the two API generations ------------------------------------------------------ */
-/* md[ROLE_*] and, for the forward, bias (NULL: none). */
+/* md[ROLE_*] and bias (NULL: none): the forward's, or the backward weights' diff_bias. */
 #if DNNL_VERSION_MAJOR >= 3
 static dnnl_status_t conv_pd(dnnl_primitive_desc_t *pd, int kind, const md_t *md, const md_t *bias,
                              const dnnl_dims_t strides, const dnnl_dims_t dil, const dnnl_dims_t pad_l,
@@ -82,8 +82,8 @@ static dnnl_status_t conv_pd(dnnl_primitive_desc_t *pd, int kind, const md_t *md
                                                                 hint, attr);
   default:
     return dnnl_convolution_backward_weights_primitive_desc_create(pd, engine, dnnl_convolution_direct, md[ROLE_X],
-                                                                   md[ROLE_W], NULL, md[ROLE_Y], strides, dil, pad_l,
-                                                                   pad_r, hint, attr);
+                                                                   md[ROLE_W], bias ? *bias : NULL, md[ROLE_Y],
+                                                                   strides, dil, pad_l, pad_r, hint, attr);
   }
 }
 static dnnl_status_t reorder_pd(dnnl_primitive_desc_t *pd, const md_t *from, const md_t *to) {
@@ -107,7 +107,7 @@ static dnnl_status_t conv_pd(dnnl_primitive_desc_t *pd, int kind, const md_t *md
     break;
   default:
     s = dnnl_dilated_convolution_backward_weights_desc_init(&desc, dnnl_convolution_direct, &md[ROLE_X], &md[ROLE_W],
-                                                            NULL, &md[ROLE_Y], strides, dil, pad_l, pad_r);
+                                                            bias, &md[ROLE_Y], strides, dil, pad_l, pad_r);
     break;
   }
   return s != dnnl_success ? s : dnnl_primitive_desc_create(pd, &desc, attr, mx__dnnl_engine(), hint);
@@ -122,7 +122,8 @@ static dnnl_status_t reorder_pd(dnnl_primitive_desc_t *pd, const md_t *from, con
 typedef struct {
   int kind;
   mx_dtype dtype;
-  int bias;                              /* forward: whether it adds one */
+  int bias;                              /* forward: whether it adds one; backward weights: whether it writes
+                                          * the bias's gradient (diff_bias) too */
   int threads;                           /* oneDNN sizes a primitive's work split for the threads it was made on */
   int relu;                              /* forward: whether a ReLU post-op follows */
   int nhwc;                              /* 2-d, an activation channels-last: LAYOUT_NHWC */
@@ -293,8 +294,8 @@ static mx_status create(void *p, const void *k) {
     e->hint = NULL;
     s = ok ? dnnl_success : dnnl_unimplemented;
     if (s == dnnl_success && kind != KIND_FWD)
-      s = conv_pd(&e->hint, KIND_FWD, conv_md, NULL, key->stride, key->dil, key->pad_l, key->pad_r, NULL,
-                  mx__dnnl_attr());
+      s = conv_pd(&e->hint, KIND_FWD, conv_md, bias, key->stride, key->dil, key->pad_l, key->pad_r, NULL,
+                  mx__dnnl_attr()); /* with the diff_bias's bias, as PyTorch's hint */
     if (s == dnnl_success)
       s = conv_pd(&pd, kind, conv_md, bias, key->stride, key->dil, key->pad_l, key->pad_r, e->hint, attr);
     for (int r = 0; r < 3; r++) mx__dnnl_md_free(conv_md[r]);
@@ -488,8 +489,9 @@ static void channel_blocks(const conv_key *key, int r, void *blocked, void *plai
 }
 
 /* Reorders the inputs whose layouts differ into the workspace (or finds
- * them kept), runs the convolution (with the forward's bias, NULL for
- * none), and reorders its output back into the view when needed. */
+ * them kept), runs the convolution (with the forward's bias, or the
+ * backward weights' diff_bias written in the same pass; NULL for none), and
+ * reorders its output back into the view when needed. */
 static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx_kview *const *v,
                      const mx_kview *bias) {
   int out = output_role[kind];
@@ -544,7 +546,7 @@ static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx
   if (status == MX_OK) {
     dnnl_exec_arg_t args[5]; /* and the scratchpad, added by mx__dnnl_execute */
     for (int r = 0; r < 3; r++) args[r] = (dnnl_exec_arg_t){exec_arg[kind][r], prim[r] ? prim[r] : user[r]};
-    if (bias_mem) args[3] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, bias_mem};
+    if (bias_mem) args[3] = (dnnl_exec_arg_t){kind == KIND_FWD ? DNNL_ARG_BIAS : DNNL_ARG_DIFF_BIAS, bias_mem};
     s = mx__dnnl_execute(t->stream, e->primitive, bias_mem ? 4 : 3, args, &e->scratch_md, e->scratch_size,
                          scratch);
     if (s != dnnl_success) status = fail(kind, "executing", s);
@@ -610,6 +612,12 @@ mx_status mx__dnnl_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, 
   return conv(KIND_BWD_WEIGHTS, v, NULL, false, p);
 }
 
+mx_status mx__dnnl_conv_backward_weight_bias(const mx_kview *dw, const mx_kview *db, const mx_kview *dy,
+                                             const mx_kview *x, const mx_conv_params *p) {
+  const mx_kview *v[3] = {x, dw, dy};
+  return conv(KIND_BWD_WEIGHTS, v, db, false, p);
+}
+
 #else /* built without oneDNN */
 
 uint64_t mx__dnnl_conv_reorders(void) { return 0; }
@@ -629,6 +637,10 @@ mx_status mx__dnnl_conv_backward_data(const mx_kview *dx, const mx_kview *dy, co
 }
 mx_status mx__dnnl_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
                                         const mx_conv_params *p) {
+  return MX_NOT_BUILT;
+}
+mx_status mx__dnnl_conv_backward_weight_bias(const mx_kview *dw, const mx_kview *db, const mx_kview *dy,
+                                             const mx_kview *x, const mx_conv_params *p) {
   return MX_NOT_BUILT;
 }
 

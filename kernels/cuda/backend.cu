@@ -203,6 +203,7 @@ static mx_status cuda_init(void) {
   b->conv_forward = mx__cuda_conv_forward;
   b->conv_backward_data = mx__cuda_conv_backward_data;
   b->conv_backward_weight = mx__cuda_conv_backward_weight;
+  b->conv_backward_weight_bias = mx__cuda_conv_backward_weight_bias;
   b->channel_affine = mx__cuda_channel_affine;
   b->channel_sums = mx__cuda_channel_sums;
   b->channel_moments = mx__cuda_channel_moments;

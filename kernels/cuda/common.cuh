@@ -51,6 +51,8 @@ mx_status mx__cuda_conv_backward_data(const mx_kview *dx, const mx_kview *dy, co
                                       const mx_conv_params *p);
 mx_status mx__cuda_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
                                         const mx_conv_params *p);
+mx_status mx__cuda_conv_backward_weight_bias(const mx_kview *dw, const mx_kview *db, const mx_kview *dy,
+                                             const mx_kview *x, const mx_conv_params *p);
 mx_status mx__cuda_channel_affine(const mx_kview *y, const mx_kview *x, const mx_kview *center, const mx_kview *scale,
                                   const mx_kview *shift, const mx_kview *mask, bool relu);
 mx_status mx__cuda_channel_sums(const mx_kview *sum, const mx_kview *dot, const mx_kview *a, const mx_kview *b,

@@ -126,6 +126,23 @@ struct backward_weight_op {
   }
 };
 
+/* db[oc]: dy summed over the batch and the spatial dims, in that order. */
+template <class A>
+struct backward_bias_op {
+  mx_conv_geom g;
+  mx_dtype dtype;
+  void *db;
+  MX_HD void operator()(int64_t oc) const {
+    A acc = 0;
+    for (int64_t n = 0; n < g.N; n++)
+      for (int64_t od = 0; od < g.out[0]; od++)
+        for (int64_t oh = 0; oh < g.out[1]; oh++)
+          for (int64_t ow = 0; ow < g.out[2]; ow++) acc += load5<A>(g.y, g.ys, dtype, n, oc, od, oh, ow);
+    const int64_t unit[5] = {0, 1, 0, 0, 0};
+    store5(db, unit, dtype, 0, oc, 0, 0, 0, (double)acc);
+  }
+};
+
 template <template <class> class Op>
 static mx_status launch(const char *what, const mx_kview *x, const mx_kview *w, const mx_kview *y,
                         const mx_kview *bias, const mx_conv_params *p, int64_t outputs) {
@@ -169,4 +186,24 @@ mx_status mx__cuda_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, 
   if (!declined) return MX_OK;
   return launch<backward_weight_op>("launch of kernel conv_backward_weight", x, dw, dy, NULL, p,
                                     mx__kview_numel(dw));
+}
+
+/* dw as above, and db by cuDNN's backward bias (a pass of its own over dy:
+ * cuDNN's convolution API has no fused one), or the direct kernel where
+ * cuDNN does not take the case. */
+mx_status mx__cuda_conv_backward_weight_bias(const mx_kview *dw, const mx_kview *db, const mx_kview *dy,
+                                             const mx_kview *x, const mx_conv_params *p) {
+  MX__RETURN_IF_FAILED(mx__conv_check(MX_CONV_BACKWARD_WEIGHT, x, dw, dy, db, p));
+  MX__RETURN_IF_FAILED(mx__cuda_conv_backward_weight(dw, dy, x, p));
+  if (mx__kview_numel(db) == 0) return MX_OK;
+  bool declined;
+  MX__RETURN_IF_FAILED(mx__cudnn_conv_backward_bias(db, dy, x, dw, p, &declined));
+  if (!declined) return MX_OK;
+  mx_conv_geom g = mx_conv_geom_of(x, dw, dy, p);
+  if (x->dtype == MX_F64) {
+    backward_bias_op<double> op = {g, x->dtype, db->data};
+    return launch_elementwise("launch of kernel conv_backward_bias", mx__kview_numel(db), op);
+  }
+  backward_bias_op<float> op = {g, x->dtype, db->data};
+  return launch_elementwise("launch of kernel conv_backward_bias", mx__kview_numel(db), op);
 }

@@ -628,6 +628,19 @@ FN(linear_relu, mx_linear_relu(a, b, c))
 /* max pooling of relu(x) as one op: overlapping windows reaching into the padding, and the CNNs' 2x2 tiles */
 FN(max_pool_relu, mx_max_pool_relu(a, 2, MX_SHAPE(3, 2), MX_SHAPE(2, 1), MX_SHAPE(1, 0), MX_DEFAULT))
 FN(max_pool_relu_2x2, mx_max_pool_relu(a, 2, MX_SHAPE(2), MX_DEFAULT, MX_DEFAULT, MX_DEFAULT))
+/* the weight's and the bias's gradients of a convolution (one op, conv_backward_weight_bias) as functions of x and
+ * of the output's gradient gy, dw flattened and db after it: gradcheck differentiates both outputs */
+static mx_tensor *f_conv_backward_weight_bias(int n, mx_tensor *const *in, void *ctx) {
+  (void)n, (void)ctx;
+  mx_tensor *x = in[0], *gy = in[1], *w = zero_leaf(MX_SHAPE(3, 2, 3, 3), x), *b = zero_leaf(MX_SHAPE(3), x);
+  if (!w || !b) return NULL;
+  bool create = mx_is_grad_enabled(), previous = mx_set_grad_enabled(true);
+  mx_tensor *y = mx_conv2d(x, w, b, MX_SHAPE(2), MX_SHAPE(1), MX_DEFAULT, 1), *leaves[2] = {w, b}, *g[2] = {0};
+  mx_status status = y ? mx_grad(1, &y, 2, leaves, &gy, create, create, false, g) : mx_last_status();
+  mx_set_grad_enabled(previous);
+  mx_tensor *parts[2] = {status == MX_OK ? mx_flatten(g[0], 0, -1) : NULL, g[1]};
+  return parts[0] && parts[1] ? mx_cat(2, parts, 0) : NULL;
+}
 
 #define GC OP_GRADCHECK
 #define GG (OP_GRADCHECK | OP_GRADGRAD)
@@ -1112,6 +1125,8 @@ const op_case op_cases[] = {
     /* max_pool_relu (tests/ops/test_max_pool_relu.c: the bits of relu then max_pool) */
     CASE1(max_pool_relu, SH(1, 2, 5, 5), AWAY, GG | NF),
     CASE1(max_pool_relu_2x2, SH(2, 3, 4, 6), AWAY, GC | NF),
+    /* conv_backward_weight_bias: x, then the gradient of conv2d's output (stride 2, padding 1) */
+    CASE2(conv_backward_weight_bias, SH(2, 2, 5, 5), ANY, SH(2, 3, 3, 3), ANY, GG | NF),
 };
 
 const int op_case_count = (int)(sizeof op_cases / sizeof op_cases[0]);
