@@ -342,13 +342,18 @@ static mx__dnnl_cache cache = MX__DNNL_CACHE_INIT("mx_conv", conv_key, conv_entr
  * instead of reordering again: a weight serves every call that wants it in
  * that layout until its version changes (an optimizer's step; the slot is
  * then refilled in place), an activation the two kernels that read it (dy:
- * both gradients; x: the forward and the weight's gradient). Weights are kept
- * within KEPT_WEIGHT_BYTES, activations within KEPT_ACTIVATION_BYTES (the
- * least recently used give way): a training step's activations are copied
- * where they fit, which costs memory, not time. */
+ * both gradients; x: the forward and the weight's gradient). The weight's
+ * gradient is an activation's last reader, so its copy goes when that kernel
+ * is done; without that, dead copies filled the budget over a run's first
+ * steps (a page-faulting allocation each) and, at batch 512, pushed out the
+ * live ones. Weights are kept within KEPT_WEIGHT_BYTES, activations within
+ * KEPT_ACTIVATION_BYTES (the least recently used give way): a training
+ * step's activations are copied where they fit, which costs memory, not
+ * time; 64 MiB holds the demo CNN's largest pair (an input and its output's
+ * gradient) at batch 512. */
 #define KEPT_SLOTS 64
 #define KEPT_WEIGHT_BYTES ((size_t)128 << 20)
-#define KEPT_ACTIVATION_BYTES ((size_t)32 << 20)
+#define KEPT_ACTIVATION_BYTES ((size_t)64 << 20)
 
 typedef struct {
   uint64_t origin, version;
@@ -376,6 +381,13 @@ static atomic_ullong reorders_run, weight_reorders_run;
 
 uint64_t mx__dnnl_conv_reorders(void) { return atomic_load(&reorders_run); }
 uint64_t mx__dnnl_conv_weight_reorders(void) { return atomic_load(&weight_reorders_run); }
+
+size_t mx__dnnl_conv_kept_activation_bytes(void) {
+  pthread_mutex_lock(&kept.lock);
+  size_t bytes = kept.bytes[false];
+  pthread_mutex_unlock(&kept.lock);
+  return bytes;
+}
 
 static void count_reorder(int r) {
   atomic_fetch_add(&reorders_run, 1);
@@ -469,12 +481,13 @@ static kept_operand *kept_acquire(const conv_entry *e, int r, const mx_kview *v,
 }
 
 /* After the convolution: filled says whether a slot this call filled holds
- * the operand now (false: the reorder failed, the slot is emptied). */
-static void kept_release(kept_operand *k, bool filling, bool filled) {
+ * the operand now (false: the reorder failed, the slot is emptied); an
+ * activation's last reader (last_use) empties it too once no one reads it. */
+static void kept_release(kept_operand *k, bool filling, bool filled, bool last_use) {
   pthread_mutex_lock(&kept.lock);
   k->users--;
   if (filling && filled) k->ready = true;
-  if (filling && !filled) kept_drop(k);
+  if ((filling && !filled) || (last_use && !k->weight && k->users == 0)) kept_drop(k);
   pthread_mutex_unlock(&kept.lock);
 }
 
@@ -565,7 +578,7 @@ static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx
   /* the kept inputs are filled once the stream is done: wait before marking them ready */
   if ((s = dnnl_stream_wait(t->stream)) != dnnl_success && status == MX_OK) status = fail(kind, "waiting", s);
   for (int r = 0; r < 3; r++) {
-    if (keep[r]) kept_release(keep[r], fill[r], reordered[r] && s == dnnl_success);
+    if (keep[r]) kept_release(keep[r], fill[r], reordered[r] && s == dnnl_success, kind == KIND_BWD_WEIGHTS);
     if (user[r]) dnnl_memory_destroy(user[r]);
     if (prim[r]) dnnl_memory_destroy(prim[r]);
   }

@@ -80,6 +80,34 @@ Test(conv_reorders, a_bfloat16_step_reorders_each_activation_once) {
                 (unsigned long long)reorders);
 }
 
+/* A kept activation goes once the weight's gradient, its last reader, has
+ * read it: after forward the input's copy is held, after backward nothing. */
+Test(conv_reorders, kept_activations_go_with_their_last_reader) {
+  if (!mx__dnnl_native(MX_F32)) cr_skip_test("oneDNN is not built in");
+  mx_generator *gen = mx_generator_new(5);
+  mx_tensor *x = mx_randn(MX_SHAPE(2, 32, 6, 6), MX_F32, MX_CPU, gen);
+  mx_tensor *w = mx_randn(MX_SHAPE(32, 32, 3, 3), MX_F32, MX_CPU, gen);
+  cr_assert(x && w, "%s", mx_last_error());
+  OK(mx_set_requires_grad(x, true));
+  OK(mx_set_requires_grad(w, true));
+  size_t before = mx__dnnl_conv_kept_activation_bytes();
+  mx_tensor *y = mx_conv2d(x, w, NULL, MX_DEFAULT, MX_DIMS(1), MX_DEFAULT, 1);
+  cr_assert(y, "%s", mx_last_error());
+  size_t after_forward = mx__dnnl_conv_kept_activation_bytes();
+  mx_tensor *loss = mx_sum(mx_mul(y, y), MX_ALL_DIMS, false);
+  cr_assert(loss, "%s", mx_last_error());
+  OK(mx_backward(loss, NULL, false));
+  /* the row-major input went into oneDNN's blocks for the forward: its copy waits for the weight's gradient */
+  cr_expect_gt(after_forward, before, "the forward kept no copy of x");
+  cr_expect_eq(mx__dnnl_conv_kept_activation_bytes(), before, "%zu bytes of activations outlived the backward",
+               mx__dnnl_conv_kept_activation_bytes() - before);
+  mx_release(loss);
+  mx_release(y);
+  mx_release(x);
+  mx_release(w);
+  mx_generator_free(gen);
+}
+
 /* conv2d(x, w) next to the same on a fresh copy of w (another storage: nothing kept). */
 static void expect_as_fresh(const mx_tensor *x, const mx_tensor *w, const char *when) {
   mx_tensor *fresh = mx_clone(w);
