@@ -341,12 +341,24 @@ static bool same_module(const struct mx__ddp_reducer *r, const mx_module *m) {
   return true;
 }
 
+/* Whether any of m's parameters lives on CUDA. */
+static bool has_cuda_parameter(const mx_module *m) {
+  for (int i = 0; i < mx_module_num_parameters(m); i++)
+    if (mx_device_of(mx_module_parameter(m, i, NULL)) == MX_CUDA) return true;
+  return false;
+}
+
 mx_status mx_ddp_average_gradients(mx_process_group *g, mx_module *m) {
   const char *op = "mx_ddp_average_gradients";
   mx_status st = mx__dist_usable(g, op);
   if (st != MX_OK) return st;
   if (!m) return mx__null_input(op, "m");
-  if (mx_dist_world_size(g) == 1) return MX_OK; /* nothing to average */
+  /* One rank has nothing to average. On the CPU that ends it (a program run
+   * without a launcher packs no buckets); CUDA parameters still go through
+   * the buckets and NCCL, as PyTorch's reducer does at world size 1: one
+   * GPU allows only one NCCL rank, so a world of one is where a one-GPU
+   * machine tests that path. */
+  if (mx_dist_world_size(g) == 1 && !has_cuda_parameter(m)) return MX_OK;
   for (int k = 0; k < g->n_reducers; k++)
     if (same_module(g->reducers[k], m)) return reducer_finish(g->reducers[k], op, m);
   if ((st = average_after_backward(g, op, m)) != MX_OK) return st;

@@ -120,7 +120,10 @@ mx_status mx_ddp_broadcast_module(mx_process_group *g, mx_module *m, int root);
  * backward as soon as its gradients are in, and this call only starts
  * what backward left, waits and copies the averages out. So after the
  * first call, each backward through the module must be followed by this
- * call before the next backward. */
+ * call before the next backward. With one rank it returns at once, unless
+ * the module has CUDA parameters: those still go through the buckets and
+ * NCCL (an average over one rank leaves them as they were), as PyTorch's
+ * DDP does at world size 1, and the rule above holds for them too. */
 mx_status mx_ddp_average_gradients(mx_process_group *g, mx_module *m);
 /* The GradScaler across ranks: unscales opt's gradients (mx_scaler_unscale)
  * and agrees whether any rank found inf or NaN with a max all-reduce of the
