@@ -214,7 +214,8 @@ static int train_step(run_state *r, const mx_tensor *x, const mx_tensor *y, mx_d
   }
   mx_scaler_step_info info = {.stepped = true, .scale = 1.0};
   bool stepped = loss && mx_backward(mx_scaler_scale(r->scaler, loss), NULL, false) == MX_OK &&
-                 mx_ddp_average_gradients(r->group, r->task->model) == MX_OK &&
+                 /* alone, no averaging: a one-GPU run needs no NCCL (mx_ddp_average_gradients would start it) */
+                 (r->world == 1 || mx_ddp_average_gradients(r->group, r->task->model) == MX_OK) &&
                  mx_ddp_unscale(r->group, r->scaler, r->opt) == MX_OK &&
                  mx_scaler_step(r->scaler, r->opt, &info) == MX_OK;
   if (stepped) r->skips_in_a_row = info.stepped ? 0 : r->skips_in_a_row + 1;
