@@ -52,7 +52,8 @@ SCALING_BATCHES = [32, 64, 128, 256, 512]
 
 # The PyTorch settings (bench/train_step.py's flags) and the models each runs.
 PEERS = {"pytorch": [], "pytorch2": [], "pytorch2-cl": ["--channels-last"]}
-PEER_MODELS = {"pytorch2-cl": {"cnn", "resnet9"}}  # channels-last is a convolution layout
+CONV_MODELS = {"cnn", "resnet9"}  # channels-last is a convolution layout
+PEER_MODELS = {"pytorch2-cl": CONV_MODELS}
 
 # The targets of issue #38: step over its FLOP floor (2 threads), per model and amp.
 FLOOR_TARGET = {("mlp", "off"): 1.15, ("mlp", "bf16"): 1.15, ("cnn", "off"): 1.3, ("cnn", "bf16"): 1.5,
@@ -101,7 +102,8 @@ def command(impl, cfg, args):
     flags = ["--model", model, "--amp", amp, "--batch", str(batch),
              "--warmup", str(args.warmup), "--repeat", str(args.repeat), "--seconds", str(args.seconds)]
     if impl == "mixgrad":
-        return [args.mixgrad] + flags
+        return [args.mixgrad] + flags + (["--channels-last"] if args.mixgrad_channels_last and model in CONV_MODELS
+                                         else [])
     return [peer_python(impl, args), args.torch_script] + flags + PEERS[impl]
 
 
@@ -494,6 +496,8 @@ class Report:
                 "only); mixgrad runs with "
                 + (f"OMP_WAIT_POLICY={a.mixgrad_wait_policy}." if a.mixgrad_wait_policy else
                    "OMP_WAIT_POLICY unset (libgomp's default).") +
+                (" mixgrad's cnn and resnet9 run channels-last (--mixgrad-channels-last)." if a.mixgrad_channels_last
+                 else "") +
                 " Ratios are mixgrad's median over the best PyTorch setting's (below 1: mixgrad is faster or "
                 "smaller); each verdict compares a ratio of medians with the target of issue #8 or #38.", "",
                 "### Targets", ""]
@@ -624,6 +628,8 @@ def parse_args():
     p.add_argument("--repeat", type=int, help="timed steps per process (default 30)")
     p.add_argument("--mixgrad-wait-policy", choices=["ACTIVE", "PASSIVE"],
                    help="OMP_WAIT_POLICY for mixgrad (default: unset)")
+    p.add_argument("--mixgrad-channels-last", action="store_true",
+                   help="mixgrad's convolutional models run channels-last (train_step --channels-last)")
     p.add_argument("--seconds", type=int, default=30,
                    help="cap on a process's timed steps (at least 3; warm-up: a quarter of it), for what a CPU "
                         "runs in seconds a step, such as PyTorch's bfloat16 without AVX-512 (default 30; 0: none)")
@@ -665,7 +671,7 @@ def main():
             "peers": peers, "versions": versions, "rounds": args.rounds, "warmup": args.warmup,
             "repeat": args.repeat, "quick": args.quick, "scheduling": scheduling_note(),
             "pytorch_env": "OMP_WAIT_POLICY=PASSIVE or unset, the faster per configuration",
-            "mixgrad_wait_policy": args.mixgrad_wait_policy}
+            "mixgrad_wait_policy": args.mixgrad_wait_policy, "mixgrad_channels_last": args.mixgrad_channels_last}
     report = Report(summary, args, floor, floor_note, versions)
     text = report.render(meta, [r for r in raw if "error" in r])
     print(text)
