@@ -19,6 +19,12 @@ mx_status mx__cudnn_conv(mx_conv_kind, const mx_kview *, const mx_kview *, const
   return MX_OK;
 }
 
+mx_status mx__cudnn_conv_backward_bias(const mx_kview *, const mx_kview *, const mx_kview *, const mx_kview *,
+                                       const mx_conv_params *, bool *declined) {
+  *declined = true;
+  return MX_OK;
+}
+
 static layout any_layout(rng &r, bool input) { return (layout)r.range(0, input ? LAYOUT_COUNT - 1 : BROADCAST - 1); }
 
 /* in's shape with size 1 along the dims of mask. */
@@ -282,6 +288,13 @@ void test_conv_matmul(rng &r) {
       check_status(cpu.conv_backward_weight(&a.v, &dy.v, &x.v, &p),
                    mx__cuda_conv_backward_weight(&b.v, &dy.v, &x.v, &p), "conv_backward_weight");
       same_values(a, b, 0, 0, "conv_backward_weight");
+      /* the weight's and the bias's gradients in one call (small integers: every sum exact) */
+      host_tensor db_a = make_tensor(dtype, 1, &ys[1], CONTIGUOUS, r), db_b = db_a;
+      a = make_tensor(dtype, nd, ws, CONTIGUOUS, r), b = a;
+      check_status(cpu.conv_backward_weight_bias(&a.v, &db_a.v, &dy.v, &x.v, &p),
+                   mx__cuda_conv_backward_weight_bias(&b.v, &db_b.v, &dy.v, &x.v, &p), "conv_backward_weight_bias");
+      same_values(a, b, 0, 0, "conv_backward_weight_bias: dw");
+      same_values(db_a, db_b, 0, 0, "conv_backward_weight_bias: db");
     }
   /* integer matmuls run the reference kernel (floats go to cuBLAS) */
   static const mx_dtype int_dtypes[] = {MX_I64, MX_I32, MX_U8};
