@@ -45,3 +45,46 @@ mx_tensor *fusion_run(mx_module *net, mx_tensor *x, bool fused, mx_dtype autocas
 
 /* Runs net fused and as its children in turn (ending in a plain ReLU), expects the same output and gradients bit
  * for bit, and returns the fused output (its node says which op ran last). */
+
+static void *pack(mx_tensor *t, void *ctx) {
+  fusion_pack_log *log = ctx;
+  log->packs++;
+  log->elements += mx_numel(t);
+  log->sum += mx_item(mx_sum(mx_to_dtype(t, MX_F64), MX_ALL_DIMS, false));
+  return mx_detach_unscoped(t);
+}
+static mx_tensor *unpack(void *packed) { return mx_detach(packed); }
+static void free_packed(void *packed) { mx_release(packed); }
+static const mx_saved_tensor_hooks logging_hooks = {"logging", pack, unpack, free_packed};
+
+void fusion_run_logging_packs(mx_module *net, mx_tensor *x, fusion_pack_log log[2], mx_tensor *grads[2][16]) {
+  for (int f = 0; f < 2; f++) {
+    log[f] = (fusion_pack_log){0};
+    cr_assert_eq(mx_saved_tensor_hooks_push(&logging_hooks, &log[f]), MX_OK);
+    fusion_run(net, x, f == 0, MX_DTYPE_COUNT, grads[f]);
+    cr_assert_eq(mx_saved_tensor_hooks_pop(), MX_OK);
+  }
+}
+
+static mx_status net_block(void *user, int n_in, mx_tensor *const *in, int n_out, mx_tensor **out) {
+  out[0] = mx_module_forward(user, in[0]);
+  return out[0] ? MX_OK : mx_last_status();
+}
+
+void expect_checkpointing_as(mx_module *net, mx_tensor *x, mx_tensor *plain) {
+  mx_tensor *out[2] = {NULL, plain};
+  cr_assert_eq(mx_activation_checkpoint(net_block, net, 1, &x, 1, &out[0], NULL), MX_OK, "%s", mx_last_error());
+  int n = mx_module_num_parameters(net);
+  cr_assert(n < 16, "expect_checkpointing_as: %d parameters, at most 15", n);
+  mx_tensor *inputs[16] = {x}, *grads[2][16] = {{NULL}};
+  for (int i = 0; i < n; i++) inputs[1 + i] = mx_module_parameter(net, i, NULL);
+  for (int f = 0; f < 2; f++) {
+    mx_tensor *loss = mx_sum(mx_mul(out[f], out[f]), MX_ALL_DIMS, false);
+    cr_assert_eq(mx_grad(1, &loss, 1 + n, inputs, NULL, false, false, false, grads[f]), MX_OK, "%s",
+                 mx_last_error());
+  }
+  expect_same_bits(out[0], out[1], "output");
+  for (int i = 0; i <= n; i++) expect_same_bits(grads[0][i], grads[1][i], "gradient");
+}
+
+void count_output(const char *name, const char *type, const mx_tensor *out, void *ctx) { (*(int *)ctx)++; }

@@ -50,7 +50,6 @@ Test(linear_relu_fusion, linear_relu_pairs_give_the_same_bits_fused_under_bf16_a
   check_fused_against_children(MX_SHAPE(2, 5, 12), MX_BF16);
 }
 
-static void count_output(const char *name, const char *type, const mx_tensor *out, void *ctx) { (*(int *)ctx)++; }
 
 /* A hook on either child keeps the pair apart. */
 Test(linear_relu_fusion, a_hook_on_either_child_keeps_the_pair_apart) {

@@ -58,7 +58,6 @@ Test(pool_relu_fusion, relu_pool_pairs_give_the_same_bits_fused_channels_last) {
   check_fused_against_children(MX_BF16, true);
 }
 
-static void count_output(const char *name, const char *type, const mx_tensor *out, void *ctx) { (*(int *)ctx)++; }
 
 /* A hook on the pool keeps it apart (the ReLU then fuses with the conv before it), one on the ReLU keeps all three
  * apart; without a hook the pair fuses again. */
@@ -106,21 +105,6 @@ Test(pool_relu_fusion, a_leading_pair_fuses_and_a_failing_one_fails_as_its_pool_
 
 /* --- what autograd saves: the pair keeps the pooled output and its indices, not the ReLU's output ---------- */
 
-typedef struct {
-  int packs;
-  int64_t elements; /* of every packed tensor */
-} pack_log;
-
-static void *pack(mx_tensor *t, void *ctx) {
-  pack_log *log = ctx;
-  log->packs++;
-  log->elements += mx_numel(t);
-  return mx_detach_unscoped(t);
-}
-static mx_tensor *unpack(void *packed) { return mx_detach(packed); }
-static void free_packed(void *packed) { mx_release(packed); }
-static const mx_saved_tensor_hooks logging_hooks = {"logging", pack, unpack, free_packed};
-
 /* The hooks see one tensor fewer per pair, the ReLU's full-resolution output (2 x 8 x 16 x 16, 2 x 16 x 8 x 8 and
  * 2 x 16 x 4 x 4 elements here), and what they hand back gives the plain gradients. */
 Test(pool_relu_fusion, saved_tensor_hooks_see_the_relu_outputs_no_more) {
@@ -129,13 +113,9 @@ Test(pool_relu_fusion, saved_tensor_hooks_see_the_relu_outputs_no_more) {
   mx_module *net = make_net(gen);
   mx_tensor *x = mx_randn(MX_SHAPE(2, 3, 16, 16), MX_F32, MX_CPU, gen);
   cr_assert(mx_set_requires_grad(x, true) == MX_OK);
-  pack_log log[2] = {{0}};
+  fusion_pack_log log[2];
   mx_tensor *grads[2][16] = {{NULL}};
-  for (int f = 0; f < 2; f++) {
-    cr_assert_eq(mx_saved_tensor_hooks_push(&logging_hooks, &log[f]), MX_OK);
-    fusion_run(net, x, f == 0, MX_DTYPE_COUNT, grads[f]);
-    cr_assert_eq(mx_saved_tensor_hooks_pop(), MX_OK);
-  }
+  fusion_run_logging_packs(net, x, log, grads);
   cr_expect_eq(log[0].packs + 3, log[1].packs, "fused %d packs, unfused %d", log[0].packs, log[1].packs);
   cr_expect_eq(log[0].elements + 2 * 8 * 16 * 16 + 2 * 16 * 8 * 8 + 2 * 16 * 4 * 4, log[1].elements,
                "fused %lld elements, unfused %lld", (long long)log[0].elements, (long long)log[1].elements);
@@ -143,11 +123,6 @@ Test(pool_relu_fusion, saved_tensor_hooks_see_the_relu_outputs_no_more) {
   mx_module_free(net);
   mx_generator_free(gen);
   mx_scope_end(scope);
-}
-
-static mx_status net_block(void *user, int n_in, mx_tensor *const *in, int n_out, mx_tensor **out) {
-  out[0] = mx_module_forward(user, in[0]);
-  return out[0] ? MX_OK : mx_last_status();
 }
 
 /* The recomputation fuses as the forward did (the choice depends on the modules alone), so checkpointing saves
@@ -158,19 +133,7 @@ Test(pool_relu_fusion, activation_checkpointing_gives_the_plain_gradients) {
   mx_module *net = make_net(gen);
   mx_tensor *x = mx_randn(MX_SHAPE(2, 3, 16, 16), MX_F32, MX_CPU, gen);
   cr_assert(mx_set_requires_grad(x, true) == MX_OK);
-  mx_tensor *out[2] = {NULL};
-  cr_assert_eq(mx_activation_checkpoint(net_block, net, 1, &x, 1, &out[0], NULL), MX_OK, "%s", mx_last_error());
-  out[1] = children_in_turn(net, x);
-  int n = mx_module_num_parameters(net);
-  mx_tensor *inputs[16] = {x}, *grads[2][16] = {{NULL}};
-  for (int i = 0; i < n; i++) inputs[1 + i] = mx_module_parameter(net, i, NULL);
-  for (int f = 0; f < 2; f++) {
-    mx_tensor *loss = mx_sum(mx_mul(out[f], out[f]), MX_ALL_DIMS, false);
-    cr_assert_eq(mx_grad(1, &loss, 1 + n, inputs, NULL, false, false, false, grads[f]), MX_OK, "%s",
-                 mx_last_error());
-  }
-  expect_same_bits(out[0], out[1], "output");
-  for (int i = 0; i <= n; i++) expect_same_bits(grads[0][i], grads[1][i], "gradient");
+  expect_checkpointing_as(net, x, children_in_turn(net, x));
   mx_module_free(net);
   mx_generator_free(gen);
   mx_scope_end(scope);

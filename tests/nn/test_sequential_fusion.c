@@ -57,7 +57,6 @@ Test(sequential_fusion, conv_relu_pairs_give_the_same_bits_fused_under_bf16_auto
   check_fused_against_children(MX_BF16);
 }
 
-static void count_output(const char *name, const char *type, const mx_tensor *out, void *ctx) { (*(int *)ctx)++; }
 
 /* A hook on either child, or on the Sequential (it sees every child's output), keeps the pair apart. */
 Test(sequential_fusion, a_hook_keeps_the_pair_apart) {
@@ -100,34 +99,15 @@ Test(sequential_fusion, a_failing_pair_fails_as_its_conv_would) {
 
 /* --- what autograd saves: the same tensors, fused or not --------------------------------------------------- */
 
-typedef struct {
-  int packs;
-  double sum; /* of every packed tensor's values */
-} pack_log;
-
-static void *pack(mx_tensor *t, void *ctx) {
-  pack_log *log = ctx;
-  log->packs++;
-  log->sum += mx_item(mx_sum(mx_to_dtype(t, MX_F64), MX_ALL_DIMS, false));
-  return mx_detach_unscoped(t);
-}
-static mx_tensor *unpack(void *packed) { return mx_detach(packed); }
-static void free_packed(void *packed) { mx_release(packed); }
-static const mx_saved_tensor_hooks logging_hooks = {"logging", pack, unpack, free_packed};
-
 Test(sequential_fusion, saved_tensor_hooks_see_the_same_tensors) {
   mx_scope *scope = mx_scope_begin();
   mx_generator *gen = mx_generator_new(3);
   mx_module *net = make_net(gen);
   mx_tensor *x = mx_randn(MX_SHAPE(2, 3, 8, 8), MX_F32, MX_CPU, gen);
   cr_assert(mx_set_requires_grad(x, true) == MX_OK);
-  pack_log log[2] = {{0}};
+  fusion_pack_log log[2];
   mx_tensor *grads[2][16] = {{NULL}};
-  for (int f = 0; f < 2; f++) {
-    cr_assert_eq(mx_saved_tensor_hooks_push(&logging_hooks, &log[f]), MX_OK);
-    fusion_run(net, x, f == 0, MX_DTYPE_COUNT, grads[f]);
-    cr_assert_eq(mx_saved_tensor_hooks_pop(), MX_OK);
-  }
+  fusion_run_logging_packs(net, x, log, grads);
   cr_expect_gt(log[0].packs, 0);
   cr_expect_eq(log[0].packs, log[1].packs, "fused %d packs, unfused %d", log[0].packs, log[1].packs);
   cr_expect_eq(log[0].sum, log[1].sum);
@@ -137,11 +117,6 @@ Test(sequential_fusion, saved_tensor_hooks_see_the_same_tensors) {
   mx_scope_end(scope);
 }
 
-static mx_status net_block(void *user, int n_in, mx_tensor *const *in, int n_out, mx_tensor **out) {
-  out[0] = mx_module_forward(user, in[0]);
-  return out[0] ? MX_OK : mx_last_status();
-}
-
 /* The recomputation fuses as the forward did, so checkpointing gives the plain gradients. */
 Test(sequential_fusion, activation_checkpointing_gives_the_plain_gradients) {
   mx_scope *scope = mx_scope_begin();
@@ -149,19 +124,7 @@ Test(sequential_fusion, activation_checkpointing_gives_the_plain_gradients) {
   mx_module *net = make_net(gen);
   mx_tensor *x = mx_randn(MX_SHAPE(2, 3, 8, 8), MX_F32, MX_CPU, gen);
   cr_assert(mx_set_requires_grad(x, true) == MX_OK);
-  mx_tensor *out[2] = {NULL};
-  cr_assert_eq(mx_activation_checkpoint(net_block, net, 1, &x, 1, &out[0], NULL), MX_OK, "%s", mx_last_error());
-  out[1] = mx_module_forward(net, x);
-  int n = mx_module_num_parameters(net);
-  mx_tensor *inputs[16] = {x}, *grads[2][16] = {{NULL}};
-  for (int i = 0; i < n; i++) inputs[1 + i] = mx_module_parameter(net, i, NULL);
-  for (int f = 0; f < 2; f++) {
-    mx_tensor *loss = mx_sum(mx_mul(out[f], out[f]), MX_ALL_DIMS, false);
-    cr_assert_eq(mx_grad(1, &loss, 1 + n, inputs, NULL, false, false, false, grads[f]), MX_OK, "%s",
-                 mx_last_error());
-  }
-  expect_same_bits(out[0], out[1], "output");
-  for (int i = 0; i <= n; i++) expect_same_bits(grads[0][i], grads[1][i], "gradient");
+  expect_checkpointing_as(net, x, mx_module_forward(net, x));
   mx_module_free(net);
   mx_generator_free(gen);
   mx_scope_end(scope);
