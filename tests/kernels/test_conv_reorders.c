@@ -84,6 +84,7 @@ Test(conv_reorders, a_bfloat16_step_reorders_each_activation_once) {
  * read it: after forward the input's copy is held, after backward nothing. */
 Test(conv_reorders, kept_activations_go_with_their_last_reader) {
   if (!mx__dnnl_native(MX_F32)) cr_skip_test("oneDNN is not built in");
+  mx_scope *scope = mx_scope_begin();
   mx_generator *gen = mx_generator_new(5);
   mx_tensor *x = mx_randn(MX_SHAPE(2, 32, 6, 6), MX_F32, MX_CPU, gen);
   mx_tensor *w = mx_randn(MX_SHAPE(32, 32, 3, 3), MX_F32, MX_CPU, gen);
@@ -101,11 +102,8 @@ Test(conv_reorders, kept_activations_go_with_their_last_reader) {
   cr_expect_gt(after_forward, before, "the forward kept no copy of x");
   cr_expect_eq(mx__dnnl_conv_kept_activation_bytes(), before, "%zu bytes of activations outlived the backward",
                mx__dnnl_conv_kept_activation_bytes() - before);
-  mx_release(loss);
-  mx_release(y);
-  mx_release(x);
-  mx_release(w);
   mx_generator_free(gen);
+  mx_scope_end(scope);
 }
 
 /* conv2d(x, w) next to the same on a fresh copy of w (another storage: nothing kept). */
