@@ -7,6 +7,7 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/strided.h"
+#include "kernels/cpu/wide_clones.h"
 #include "kernels/elementwise.h"
 #include "kernels/math.h"
 
@@ -38,23 +39,7 @@ typedef struct {
 #define ROW_INT 0
 #include "kernels/cpu/elementwise_rows.inc"
 
-/* The 16-bit float rows are built for AVX-512 and AVX2 as well, picked at
- * load time. The AVX-512 build is x86-64-v4's whole set, not avx512f alone:
- * without VL and BW the compiler keeps to 16 ymm registers and spills, and
- * a bf16 relu ran 2.5x slower (bench/NOTES.md, round 9). Not under
- * ThreadSanitizer: the clones' ifunc resolvers run while the dynamic loader
- * relocates the library, before TSan's runtime is set up, and their
- * instrumentation crashed the process at start-up. */
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer) /* clang's way of saying it */
-#define __SANITIZE_THREAD__ 1
-#endif
-#endif
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_THREAD__)
-#define WIDE_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-#else
-#define WIDE_CLONES
-#endif
+/* The 16-bit float rows are built for AVX-512 and AVX2 as well (MX_WIDE_CLONES). */
 
 /* float16 goes through blocks (elementwise_rows.inc): F16C widens and
  * narrows them, and the float loop between runs at the clone's width. */
@@ -65,7 +50,7 @@ typedef struct {
 #define ROW_NAME f16
 #define ROW_WIDEN(p, dst, n) mx__f16_to_f32_n((const uint16_t *)(p), dst, n)
 #define ROW_NARROW(src, p, n) mx__f32_to_f16_n(src, (uint16_t *)(p), n)
-#define ROW_CLONES WIDE_CLONES
+#define ROW_CLONES MX_WIDE_CLONES
 #define ROW_INT 0
 #include "kernels/cpu/elementwise_rows.inc"
 
@@ -77,7 +62,7 @@ typedef struct {
 #define ROW_STORE(p, v) STORE_BF16(p, v)
 #define ROW_SIZE 2
 #define ROW_NAME bf16
-#define ROW_CLONES WIDE_CLONES
+#define ROW_CLONES MX_WIDE_CLONES
 #define ROW_INT 0
 #include "kernels/cpu/elementwise_rows.inc"
 

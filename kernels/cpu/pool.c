@@ -9,6 +9,7 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/pool.h"
+#include "kernels/cpu/wide_clones.h"
 #include "kernels/pool_geom.h"
 
 /* Max pooling's indices come in two encodings, told apart by dtype (see
@@ -519,7 +520,7 @@ static void max_pool_pixel_cl_general(const mx_pool_geom *g, const char *image, 
  * right), c (below a) and d, four loads and three steps per output as
  * max_pool_row_2x2's, the offset an int32 so the loop vectorises. */
 #define MX__MAX_POOL_PIXEL_2X2(name, type, load, store)                                                       \
-  static void name(const type *restrict a, const type *restrict b, const type *restrict c_,                  \
+  MX_WIDE_CLONES static void name(const type *restrict a, const type *restrict b, const type *restrict c_,   \
                    const type *restrict d, type *restrict out, int32_t *restrict offset, int64_t n) {        \
     for (int64_t i = 0; i < n; i++) {                                                                        \
       float best = load(a[i]), vb = load(b[i]), vc = load(c_[i]), vd = load(d[i]);                          \
@@ -600,7 +601,7 @@ static void max_pool_cl(const mx_pool_geom *g, const mx_kview *out, const mx_kvi
  * 0 + dy where a channel's max came from r (scatter_one's and
  * max_pool_backward_plane_2x2's value), the rest stays +0: a select across
  * the row. */
-static void select_row(void *dx, const void *dy, const uint8_t *offset, int r, int64_t C, mx_dtype dt) {
+MX_WIDE_CLONES static void select_row(void *dx, const void *dy, const uint8_t *offset, int r, int64_t C, mx_dtype dt) {
   if (dt == MX_F32) {
     for (int64_t c = 0; c < C; c++)
       ((float *)dx)[c] = select_f32(-(uint32_t)(offset[c] == r), 0.0f + ((const float *)dy)[c], 0.0f);
