@@ -9,6 +9,7 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/pool.h"
+#include "kernels/cpu/pool_search.h"
 #include "kernels/cpu/wide_clones.h"
 #include "kernels/pool_geom.h"
 
@@ -59,38 +60,6 @@ static void store_f32_or_bf16(void *out, int64_t i, float v, bool bf16) {
   else ((float *)out)[i] = v;
 }
 
-/* a where mask is all ones, b elsewhere: a float select the compiler
- * cannot turn into a branch (it does for `take ? a : b` outside vector
- * loops, and random data mispredicts it). */
-static float select_f32(uint32_t mask, float a, float b) {
-  return mx_bits_f32((mx_f32_bits(a) & mask) | (mx_f32_bits(b) & ~mask));
-}
-
-/* The search's step: v at flat index i replaces the best so far when it is
- * larger or NaN (a NaN wins, the last one; a tie keeps the first). */
-#define MX__MAX_STEP(v, i)                                      \
-  do {                                                          \
-    uint32_t take_ = -(uint32_t)(((v) > best) | ((v) != (v)));  \
-    best = select_f32(take_, (v), best);                        \
-    where = take_ ? (i) : where;                                \
-  } while (0)
-
-static float f32_of_f32(float v) { return v; }
-static float f32_of_bf16(uint16_t v) { return mx_bf16_to_f32(v); }
-/* max_pool_relu's loads: mx_relu_f32 (kernels/elementwise.def's relu: -0 and NaN stay), so the search meets the
- * values the unfused ReLU would have stored (a 16-bit value's relu is exact in float32), as a mask on the bits:
- * GCC does not vectorise the search around `v < 0 ? 0 : v` (measured: 15% of a bfloat16 CNN step, against 1%). */
-static float relu_bits(float v) { return mx_bits_f32(mx_f32_bits(v) & ~-(uint32_t)(v < 0)); }
-static float relu_of_f32(float v) { return relu_bits(v); }
-static float relu_of_bf16(uint16_t v) { return relu_bits(mx_bf16_to_f32(v)); }
-static float f32_store(float v) { return v; }
-/* v is a bfloat16 value, so rounding is truncation; a NaN is made quiet as
- * mx_f32_to_bf16 makes it, without its branch, so the row loop vectorises. */
-static uint16_t bf16_store(float v) {
-  uint32_t bits = mx_f32_bits(v);
-  return (uint16_t)((bits >> 16) | (uint32_t)((bits & 0x7fffffffu) > 0x7f800000u) << 6);
-}
-
 /* 2x2 windows with stride 2 and no padding, the CNNs' pooling: one row of
  * outputs from input rows top and top + W, four loads and three steps per
  * output. The max's offset in the window (0 to 3) is an int32 in the loop,
@@ -110,10 +79,10 @@ static uint16_t bf16_store(float v) {
       offset[ow] = where;                                                                            \
     }                                                                                                \
   }
-MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_f32_search, float, f32_of_f32, f32_store)
-MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_bf16_search, uint16_t, f32_of_bf16, bf16_store)
-MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_f32_relu_search, float, relu_of_f32, f32_store)
-MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_bf16_relu_search, uint16_t, relu_of_bf16, bf16_store)
+MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_f32_search, float, mx__pool_f32_of_f32, mx__pool_f32_store)
+MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_bf16_search, uint16_t, mx__pool_f32_of_bf16, mx__pool_bf16_store)
+MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_f32_relu_search, float, mx__pool_relu_of_f32, mx__pool_f32_store)
+MX__MAX_POOL_ROW_2X2(max_pool_row_2x2_bf16_relu_search, uint16_t, mx__pool_relu_of_bf16, mx__pool_bf16_store)
 
 /* Indices o.. of a row of 2x2 windows whose first input is at first. */
 static void store_row_indices(const int32_t *offset, int64_t n, void *indices, int64_t o, int64_t first, int64_t W,
@@ -263,7 +232,7 @@ mx_status mx__cpu_max_pool(const mx_kview *out, const mx_kview *indices, const m
 /* dx[flat] += dy[o]. Adding in float32 rounds as the generic path's add in
  * double does: the double sum of two floats rounds to the same float. When
  * windows are disjoint each sum is 0 + dy[o], exact, so bfloat16 needs no
- * rounding, only the quiet NaN (bf16_store), and nothing is read. */
+ * rounding, only the quiet NaN (mx__pool_bf16_store), and nothing is read. */
 static inline void scatter_one(char *dx, int64_t flat, const char *dy, int64_t o, mx_dtype dx_dtype,
                                mx_dtype dy_dtype, bool typed, bool disjoint) {
   if (typed && dx_dtype == MX_F32) {
@@ -272,23 +241,13 @@ static inline void scatter_one(char *dx, int64_t flat, const char *dy, int64_t o
   } else if (typed) {
     uint16_t *d = (uint16_t *)dx;
     float sum = (disjoint ? 0.0f : mx_bf16_to_f32(d[flat])) + mx_bf16_to_f32(((const uint16_t *)dy)[o]);
-    d[flat] = disjoint ? bf16_store(sum) : mx_f32_to_bf16(sum);
+    d[flat] = disjoint ? mx__pool_bf16_store(sum) : mx_f32_to_bf16(sum);
   } else {
     size_t size = mx_dtype_size(dx_dtype);
     char *target = dx + flat * (int64_t)size;
     double grad = mx_element_load(dy + o * (int64_t)mx_dtype_size(dy_dtype), dy_dtype);
     mx_element_store(target, dx_dtype, mx_element_load(target, dx_dtype) + grad);
   }
-}
-
-/* 0 + d in bfloat16 or float16, on the bits: d itself, but -0 becomes +0
- * and a NaN gets its quiet bit. */
-static uint16_t bf16_plus_zero(uint16_t d) {
-  return d == 0x8000u ? 0u : (uint16_t)(d | (uint32_t)((d & 0x7fffu) > 0x7f80u) << 6);
-}
-
-static uint16_t f16_plus_zero(uint16_t d) {
-  return d == 0x8000u ? 0u : (uint16_t)(d | (uint32_t)((d & 0x7fffu) > 0x7c00u) << 9);
 }
 
 /* Zeroes what no window covers in a plane of H rows of W elements of size bytes whose windows cover the top left
@@ -309,8 +268,8 @@ static void max_pool_backward_plane_2x2(const mx_pool_geom *g, void *dx, const v
   for (int64_t oh = 0, o = 0; oh < OH; oh++)
     for (int64_t ow = 0; ow < OW; ow++, o++) {
       int64_t flat = 2 * oh * W + 2 * ow + (offset[o] & 1) + (offset[o] >> 1) * W;
-      if (dt == MX_BF16) ((uint16_t *)dx)[flat] = bf16_plus_zero(((const uint16_t *)dy)[o]);
-      else if (dt == MX_F16) ((uint16_t *)dx)[flat] = f16_plus_zero(((const uint16_t *)dy)[o]);
+      if (dt == MX_BF16) ((uint16_t *)dx)[flat] = mx__pool_bf16_plus_zero(((const uint16_t *)dy)[o]);
+      else if (dt == MX_F16) ((uint16_t *)dx)[flat] = mx__pool_f16_plus_zero(((const uint16_t *)dy)[o]);
       else ((float *)dx)[flat] = 0.0f + ((const float *)dy)[o];
     }
 }
@@ -458,7 +417,7 @@ static void max_pool_pixel_cl(const mx_pool_geom *g, const void *image, int64_t 
         if (p < 0) continue;
         const float *v = pixel_f32(image, p, C, c0, m, bf16, buf);
         if (relu) {
-          for (int64_t c = 0; c < m; c++) buf[c] = relu_bits(v[c]);
+          for (int64_t c = 0; c < m; c++) buf[c] = mx__pool_relu_bits(v[c]);
           v = buf;
         }
         int32_t r = (int32_t)(kh * g->k[2] + kw);
@@ -469,13 +428,13 @@ static void max_pool_pixel_cl(const mx_pool_geom *g, const void *image, int64_t 
         }
         for (int64_t c = 0; c < m; c++) {
           uint32_t take = -(uint32_t)((v[c] > best[c]) | (v[c] != v[c]));
-          best[c] = select_f32(take, v[c], best[c]);
+          best[c] = mx__pool_select_f32(take, v[c], best[c]);
           where[c] = take ? r : where[c];
         }
       }
     for (int64_t c = 0; !found && c < m; c++) best[c] = -INFINITY, where[c] = 0; /* a window all padding */
     if (bf16)
-      for (int64_t c = 0; c < m; c++) ((uint16_t *)out)[o + c0 + c] = bf16_store(best[c]);
+      for (int64_t c = 0; c < m; c++) ((uint16_t *)out)[o + c0 + c] = mx__pool_bf16_store(best[c]);
     else
       memcpy((float *)out + o + c0, best, (size_t)m * sizeof(float));
     if (offsets) {
@@ -532,10 +491,10 @@ static void max_pool_pixel_cl_general(const mx_pool_geom *g, const char *image, 
       offset[i] = where;                                                                                     \
     }                                                                                                        \
   }
-MX__MAX_POOL_PIXEL_2X2(max_pool_pixel_2x2_f32, float, f32_of_f32, f32_store)
-MX__MAX_POOL_PIXEL_2X2(max_pool_pixel_2x2_bf16, uint16_t, f32_of_bf16, bf16_store)
-MX__MAX_POOL_PIXEL_2X2(max_pool_pixel_2x2_f32_relu, float, relu_of_f32, f32_store)
-MX__MAX_POOL_PIXEL_2X2(max_pool_pixel_2x2_bf16_relu, uint16_t, relu_of_bf16, bf16_store)
+MX__MAX_POOL_PIXEL_2X2(max_pool_pixel_2x2_f32, float, mx__pool_f32_of_f32, mx__pool_f32_store)
+MX__MAX_POOL_PIXEL_2X2(max_pool_pixel_2x2_bf16, uint16_t, mx__pool_f32_of_bf16, mx__pool_bf16_store)
+MX__MAX_POOL_PIXEL_2X2(max_pool_pixel_2x2_f32_relu, float, mx__pool_relu_of_f32, mx__pool_f32_store)
+MX__MAX_POOL_PIXEL_2X2(max_pool_pixel_2x2_bf16_relu, uint16_t, mx__pool_relu_of_bf16, mx__pool_bf16_store)
 
 /* The hardware prefetcher falls behind the two input rows a row of 2x2
  * windows reads: on a (128, 32, 28, 28) float32 input, one thread, the
@@ -604,13 +563,13 @@ static void max_pool_cl(const mx_pool_geom *g, const mx_kview *out, const mx_kvi
 MX_WIDE_CLONES static void select_row(void *dx, const void *dy, const uint8_t *offset, int r, int64_t C, mx_dtype dt) {
   if (dt == MX_F32) {
     for (int64_t c = 0; c < C; c++)
-      ((float *)dx)[c] = select_f32(-(uint32_t)(offset[c] == r), 0.0f + ((const float *)dy)[c], 0.0f);
+      ((float *)dx)[c] = mx__pool_select_f32(-(uint32_t)(offset[c] == r), 0.0f + ((const float *)dy)[c], 0.0f);
     return;
   }
   bool bf16 = dt == MX_BF16;
   for (int64_t c = 0; c < C; c++) {
     uint16_t d = ((const uint16_t *)dy)[c];
-    ((uint16_t *)dx)[c] = offset[c] == r ? (bf16 ? bf16_plus_zero(d) : f16_plus_zero(d)) : 0;
+    ((uint16_t *)dx)[c] = offset[c] == r ? (bf16 ? mx__pool_bf16_plus_zero(d) : mx__pool_f16_plus_zero(d)) : 0;
   }
 }
 
