@@ -101,14 +101,17 @@ enum { ROW_CHUNK = 1024 }; /* outputs per search, the offsets' stack buffer */
 
 /* A row of n 2x2 windows from input rows top and top + W (float32, or
  * bfloat16 searched as is), in chunks of ROW_CHUNK; indices from o. relu:
- * the search sees relu of each input. */
+ * the search sees relu of each input. readable, writable: the plane's room
+ * past the row for the AVX-512 loop (pool_avx512.h). */
 static void max_pool_row_2x2(const void *top, int64_t W, void *out, void *indices, int64_t o, int64_t n, int64_t first,
-                             bool offsets, bool bf16, bool relu) {
+                             int64_t readable, int64_t writable, bool offsets, bool bf16, bool relu) {
 #ifdef MX__POOL_AVX512
   if (offsets && mx__pool_avx512()) {
-    mx__pool_row_2x2_avx512(top, W, out, (uint8_t *)indices + o, n, bf16, relu);
+    mx__pool_row_2x2_avx512(top, W, out, (uint8_t *)indices + o, n, readable, writable, bf16, relu);
     return;
   }
+#else
+  (void)readable, (void)writable;
 #endif
   int32_t offset[ROW_CHUNK];
   for (int64_t c = 0; c < n; c += ROW_CHUNK) {
@@ -132,14 +135,15 @@ static void max_pool_row_2x2(const void *top, int64_t W, void *out, void *indice
  * pairs as they are), search in bfloat16 (float16 ones are not planar). */
 static void max_pool_plane_2x2_16bit(const mx_pool_geom *g, const uint16_t *x, uint16_t *out, void *indices,
                                      bool offsets, mx_dtype dt, bool relu) {
-  const int64_t W = g->in[2], OW = g->out[2], OH = g->out[1];
+  const int64_t H = g->in[1], W = g->in[2], OW = g->out[2], OH = g->out[1];
   int64_t rows = WIDE_BLOCK / (2 * W);
 #ifdef MX__POOL_AVX512
   if (dt == MX_BF16 && offsets && mx__pool_avx512()) rows = 0; /* its bfloat16 search needs no float32 rows */
 #endif
   if (rows == 0) {
     for (int64_t oh = 0; oh < OH; oh++)
-      max_pool_row_2x2(x + 2 * oh * W, W, out + oh * OW, indices, oh * OW, OW, 2 * oh * W, offsets, true, relu);
+      max_pool_row_2x2(x + 2 * oh * W, W, out + oh * OW, indices, oh * OW, OW, 2 * oh * W, (H - 2 * oh) * W,
+                       (OH - oh) * OW, offsets, true, relu);
     return;
   }
   float in[WIDE_BLOCK], maxima[WIDE_BLOCK / 2];
@@ -149,7 +153,8 @@ static void max_pool_plane_2x2_16bit(const mx_pool_geom *g, const uint16_t *x, u
     else mx__bf16_to_f32_n(x + 2 * oh0 * W, in, 2 * n * W);
     for (int64_t r = 0; r < n; r++) {
       int64_t oh = oh0 + r;
-      max_pool_row_2x2(in + 2 * r * W, W, maxima + r * OW, indices, oh * OW, OW, 2 * oh * W, offsets, false, relu);
+      max_pool_row_2x2(in + 2 * r * W, W, maxima + r * OW, indices, oh * OW, OW, 2 * oh * W, 2 * (n - r) * W,
+                       (n - r) * OW, offsets, false, relu);
     }
     if (dt == MX_F16) mx__f32_to_f16_n(maxima, out + oh0 * OW, n * OW);
     else mx__f32_to_bf16_n(maxima, out + oh0 * OW, n * OW);
@@ -162,10 +167,10 @@ static void max_pool_plane_2x2(const mx_pool_geom *g, const void *x, void *out, 
     max_pool_plane_2x2_16bit(g, x, out, indices, offsets, dt, relu);
     return;
   }
-  const int64_t W = g->in[2], OW = g->out[2];
-  for (int64_t oh = 0; oh < g->out[1]; oh++)
+  const int64_t H = g->in[1], W = g->in[2], OH = g->out[1], OW = g->out[2];
+  for (int64_t oh = 0; oh < OH; oh++)
     max_pool_row_2x2((const float *)x + 2 * oh * W, W, (float *)out + oh * OW, indices, oh * OW, OW, 2 * oh * W,
-                     offsets, false, relu);
+                     (H - 2 * oh) * W, (OH - oh) * OW, offsets, false, relu);
 }
 
 static void max_pool_plane(const mx_pool_geom *g, const void *x, void *out, void *indices, mx_dtype dt, bool offsets,
@@ -289,15 +294,16 @@ static void max_pool_backward_plane_2x2(const mx_pool_geom *g, void *dx, const v
 
 #ifdef MX__POOL_AVX512
 /* The same with every element of the windows' block written once (0 + dy
- * at the max, +0 elsewhere) a row pair at a time, and the uncovered right
- * column and bottom row zeroed. */
+ * at the max, +0 elsewhere) a row pair at a time, then the uncovered right
+ * column and bottom row zeroed (the rows' last vectors may run into them). */
 static void max_pool_backward_plane_2x2_avx512(const mx_pool_geom *g, void *dx, const void *dy, const uint8_t *offset,
                                                mx_dtype dt) {
   const int64_t H = g->in[1], W = g->in[2], OH = g->out[1], OW = g->out[2], size = (int64_t)mx_dtype_size(dt);
-  zero_uncovered(dx, H, W, 2 * OH, 2 * OW, size);
   for (int64_t oh = 0; oh < OH; oh++)
     mx__pool_row_2x2_backward_avx512((char *)dx + 2 * oh * W * size, W, (const char *)dy + oh * OW * size,
-                                     offset + oh * OW, OW, (int)(8 * size), dt == MX_BF16);
+                                     offset + oh * OW, OW, (OH - oh) * OW, (H - 2 * oh) * W, (int)(8 * size),
+                                     dt == MX_BF16);
+  zero_uncovered(dx, H, W, 2 * OH, 2 * OW, size);
 }
 #endif
 
