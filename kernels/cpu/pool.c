@@ -101,18 +101,9 @@ enum { ROW_CHUNK = 1024 }; /* outputs per search, the offsets' stack buffer */
 
 /* A row of n 2x2 windows from input rows top and top + W (float32, or
  * bfloat16 searched as is), in chunks of ROW_CHUNK; indices from o. relu:
- * the search sees relu of each input. readable, writable: the plane's room
- * past the row for the AVX-512 loop (pool_avx512.h). */
+ * the search sees relu of each input. */
 static void max_pool_row_2x2(const void *top, int64_t W, void *out, void *indices, int64_t o, int64_t n, int64_t first,
-                             int64_t readable, int64_t writable, bool offsets, bool bf16, bool relu) {
-#ifdef MX__POOL_AVX512
-  if (offsets && mx__pool_avx512()) {
-    mx__pool_row_2x2_avx512(top, W, out, (uint8_t *)indices + o, n, readable, writable, bf16, relu);
-    return;
-  }
-#else
-  (void)readable, (void)writable;
-#endif
+                             bool offsets, bool bf16, bool relu) {
   int32_t offset[ROW_CHUNK];
   for (int64_t c = 0; c < n; c += ROW_CHUNK) {
     int64_t m = n - c < ROW_CHUNK ? n - c : ROW_CHUNK;
@@ -124,6 +115,26 @@ static void max_pool_row_2x2(const void *top, int64_t W, void *out, void *indice
     else max_pool_row_2x2_f32_search(top32, W, (float *)out + c, offset, m);
     store_row_indices(offset, m, indices, o + c, first + 2 * c, W, offsets);
   }
+}
+
+/* rows rows of n windows, each row's input pair 2 W past the last one's,
+ * its outputs n past; first: top's flat position in the plane; readable:
+ * the input elements from top that the AVX-512 loop (when the CPU has it
+ * and the indices are offsets) may read. */
+static void max_pool_rows_2x2(const void *top, int64_t W, void *out, void *indices, int64_t o, int64_t rows, int64_t n,
+                              int64_t first, int64_t readable, bool offsets, bool bf16, bool relu) {
+#ifdef MX__POOL_AVX512
+  if (offsets && mx__pool_avx512()) {
+    mx__pool_rows_2x2_avx512(top, W, out, (uint8_t *)indices + o, rows, n, readable, bf16, relu);
+    return;
+  }
+#else
+  (void)readable;
+#endif
+  const int64_t size = bf16 ? 2 : 4;
+  for (int64_t r = 0; r < rows; r++)
+    max_pool_row_2x2((const char *)top + 2 * r * W * size, W, (char *)out + r * n * size, indices, o + r * n, n,
+                     first + 2 * r * W, offsets, bf16, relu);
 }
 
 /* bfloat16 and float16 planes go through float32 rows: a block of input
@@ -141,9 +152,7 @@ static void max_pool_plane_2x2_16bit(const mx_pool_geom *g, const uint16_t *x, u
   if (dt == MX_BF16 && offsets && mx__pool_avx512()) rows = 0; /* its bfloat16 search needs no float32 rows */
 #endif
   if (rows == 0) {
-    for (int64_t oh = 0; oh < OH; oh++)
-      max_pool_row_2x2(x + 2 * oh * W, W, out + oh * OW, indices, oh * OW, OW, 2 * oh * W, (H - 2 * oh) * W,
-                       (OH - oh) * OW, offsets, true, relu);
+    max_pool_rows_2x2(x, W, out, indices, 0, OH, OW, 0, H * W, offsets, true, relu);
     return;
   }
   float in[WIDE_BLOCK], maxima[WIDE_BLOCK / 2];
@@ -151,11 +160,7 @@ static void max_pool_plane_2x2_16bit(const mx_pool_geom *g, const uint16_t *x, u
     int64_t n = OH - oh0 < rows ? OH - oh0 : rows;
     if (dt == MX_F16) mx__f16_to_f32_n(x + 2 * oh0 * W, in, 2 * n * W);
     else mx__bf16_to_f32_n(x + 2 * oh0 * W, in, 2 * n * W);
-    for (int64_t r = 0; r < n; r++) {
-      int64_t oh = oh0 + r;
-      max_pool_row_2x2(in + 2 * r * W, W, maxima + r * OW, indices, oh * OW, OW, 2 * oh * W, 2 * (n - r) * W,
-                       (n - r) * OW, offsets, false, relu);
-    }
+    max_pool_rows_2x2(in, W, maxima, indices, oh0 * OW, n, OW, 2 * oh0 * W, 2 * n * W, offsets, false, relu);
     if (dt == MX_F16) mx__f32_to_f16_n(maxima, out + oh0 * OW, n * OW);
     else mx__f32_to_bf16_n(maxima, out + oh0 * OW, n * OW);
   }
@@ -167,10 +172,7 @@ static void max_pool_plane_2x2(const mx_pool_geom *g, const void *x, void *out, 
     max_pool_plane_2x2_16bit(g, x, out, indices, offsets, dt, relu);
     return;
   }
-  const int64_t H = g->in[1], W = g->in[2], OH = g->out[1], OW = g->out[2];
-  for (int64_t oh = 0; oh < OH; oh++)
-    max_pool_row_2x2((const float *)x + 2 * oh * W, W, (float *)out + oh * OW, indices, oh * OW, OW, 2 * oh * W,
-                     (H - 2 * oh) * W, (OH - oh) * OW, offsets, false, relu);
+  max_pool_rows_2x2(x, g->in[2], out, indices, 0, g->out[1], g->out[2], 0, g->in[1] * g->in[2], offsets, false, relu);
 }
 
 static void max_pool_plane(const mx_pool_geom *g, const void *x, void *out, void *indices, mx_dtype dt, bool offsets,
@@ -299,10 +301,7 @@ static void max_pool_backward_plane_2x2(const mx_pool_geom *g, void *dx, const v
 static void max_pool_backward_plane_2x2_avx512(const mx_pool_geom *g, void *dx, const void *dy, const uint8_t *offset,
                                                mx_dtype dt) {
   const int64_t H = g->in[1], W = g->in[2], OH = g->out[1], OW = g->out[2], size = (int64_t)mx_dtype_size(dt);
-  for (int64_t oh = 0; oh < OH; oh++)
-    mx__pool_row_2x2_backward_avx512((char *)dx + 2 * oh * W * size, W, (const char *)dy + oh * OW * size,
-                                     offset + oh * OW, OW, (OH - oh) * OW, (H - 2 * oh) * W, (int)(8 * size),
-                                     dt == MX_BF16);
+  mx__pool_rows_2x2_backward_avx512(dx, W, dy, offset, OH, OW, H * W, (int)(8 * size), dt == MX_BF16);
   zero_uncovered(dx, H, W, 2 * OH, 2 * OW, size);
 }
 #endif

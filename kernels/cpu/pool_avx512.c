@@ -112,12 +112,25 @@ WIDE_INLINE void row_bf16(const uint16_t *top, int64_t W, uint16_t *out, uint8_t
   }
 }
 
-WIDE void mx__pool_row_2x2_avx512(const void *top, int64_t W, void *out, uint8_t *offset, int64_t n,
-                                  int64_t readable, int64_t writable, bool bf16, bool relu) {
-  if (bf16 && relu) row_bf16(top, W, out, offset, n, readable, writable, true);
-  else if (bf16) row_bf16(top, W, out, offset, n, readable, writable, false);
-  else if (relu) row_f32(top, W, out, offset, n, readable, writable, true);
-  else row_f32(top, W, out, offset, n, readable, writable, false);
+/* Row r reads from 2 r W past top and writes from r n past out; later rows write again what it writes past its end. */
+WIDE_INLINE void rows_f32(const float *top, int64_t W, float *out, uint8_t *offset, int64_t rows, int64_t n,
+                          int64_t readable, bool with_relu) {
+  for (int64_t r = 0; r < rows; r++)
+    row_f32(top + 2 * r * W, W, out + r * n, offset + r * n, n, readable - 2 * r * W, (rows - r) * n, with_relu);
+}
+
+WIDE_INLINE void rows_bf16(const uint16_t *top, int64_t W, uint16_t *out, uint8_t *offset, int64_t rows, int64_t n,
+                           int64_t readable, bool with_relu) {
+  for (int64_t r = 0; r < rows; r++)
+    row_bf16(top + 2 * r * W, W, out + r * n, offset + r * n, n, readable - 2 * r * W, (rows - r) * n, with_relu);
+}
+
+WIDE void mx__pool_rows_2x2_avx512(const void *top, int64_t W, void *out, uint8_t *offset, int64_t rows, int64_t n,
+                                   int64_t readable, bool bf16, bool relu) {
+  if (bf16 && relu) rows_bf16(top, W, out, offset, rows, n, readable, true);
+  else if (bf16) rows_bf16(top, W, out, offset, rows, n, readable, false);
+  else if (relu) rows_f32(top, W, out, offset, rows, n, readable, true);
+  else rows_f32(top, W, out, offset, rows, n, readable, false);
 }
 
 /* 0 + d on 16-bit bits in 32-bit lanes (mx__pool_bf16_plus_zero, mx__pool_f16_plus_zero). */
@@ -175,14 +188,18 @@ WIDE_INLINE void backward_row(void *top, int64_t W, const void *dy, const uint8_
   }
 }
 
-WIDE void mx__pool_row_2x2_backward_avx512(void *top, int64_t W, const void *dy, const uint8_t *offset, int64_t n,
-                                           int64_t readable, int64_t writable, int dt_bits, bool bf16) {
-  if (dt_bits == 32) {
-    backward_row(top, W, dy, offset, n, readable, writable, 32, bf16, 0);
-    backward_row(top, W, dy, offset, n, readable, writable, 32, bf16, 1);
-  } else {
-    backward_row(top, W, dy, offset, n, readable, writable, 16, bf16, 0);
-    backward_row(top, W, dy, offset, n, readable, writable, 16, bf16, 1);
+/* Row pair r writes from 2 r W past top, reads from r n past dy and offset. */
+WIDE void mx__pool_rows_2x2_backward_avx512(void *top, int64_t W, const void *dy, const uint8_t *offset, int64_t rows,
+                                            int64_t n, int64_t writable, int dt_bits, bool bf16) {
+  const int64_t size = dt_bits / 8;
+  for (int64_t r = 0; r < rows; r++) {
+    char *pair = (char *)top + 2 * r * W * size;
+    const char *g = (const char *)dy + r * n * size;
+    const int64_t readable = (rows - r) * n, room = writable - 2 * r * W;
+    for (int row = 0; row < 2; row++) {
+      if (dt_bits == 32) backward_row(pair, W, g, offset + r * n, n, readable, room, 32, bf16, row);
+      else backward_row(pair, W, g, offset + r * n, n, readable, room, 16, bf16, row);
+    }
   }
 }
 

@@ -24,22 +24,22 @@ enum { MX__POOL_PREFETCH_AHEAD = 8192 };
 /* Whether this CPU runs the loops below (valgrind's does not: it hides AVX-512). */
 bool mx__pool_avx512(void);
 
-/* Row-major forward: n windows from input rows top and top + W (elements),
- * maxima to out, offsets (0 to 3) to offset. bf16: the values are bfloat16.
- * The plane's room past the row (pool_avx512.c): readable input elements
- * from top, and writable outputs from out and offset, which rows after this
- * one write again (so one thread's rows of one plane, in order). */
-void mx__pool_row_2x2_avx512(const void *top, int64_t W, void *out, uint8_t *offset, int64_t n, int64_t readable,
-                             int64_t writable, bool bf16, bool relu);
+/* Row-major forward: rows output rows of n windows, row r's from input
+ * rows top + 2 r W and top + 2 r W + W (W elements a row), its maxima to
+ * out + r n and offsets (0 to 3) to offset + r n. bf16: the values are
+ * bfloat16. readable: the input elements from top that may be read (the
+ * rows' last vectors run on past a row where there is room, pool_avx512.c). */
+void mx__pool_rows_2x2_avx512(const void *top, int64_t W, void *out, uint8_t *offset, int64_t rows, int64_t n,
+                              int64_t readable, bool bf16, bool relu);
 
-/* Row-major backward: the first 2 n elements of dx rows top and top + W from
- * n gradients and their offsets; dt_bits 32 (float32) or 16 with bf16
- * telling bfloat16 from float16. The room past the row: readable dy values
- * and offsets from dy and offset, writable dx elements from top, which later
- * rows (or the caller's zeroing of the uncovered edges, after the rows)
- * write again. */
-void mx__pool_row_2x2_backward_avx512(void *top, int64_t W, const void *dy, const uint8_t *offset, int64_t n,
-                                      int64_t readable, int64_t writable, int dt_bits, bool bf16);
+/* Row-major backward: the first 2 n elements of dx rows 2 r and 2 r + 1
+ * from top (W elements a row) for r < rows, from the n gradients and
+ * offsets r n past dy and offset; dt_bits 32 (float32) or 16 with bf16
+ * telling bfloat16 from float16. writable: the dx elements from top that
+ * may be written; the caller zeroes the uncovered right column and bottom
+ * row afterwards, as the rows' last vectors may run into them. */
+void mx__pool_rows_2x2_backward_avx512(void *top, int64_t W, const void *dy, const uint8_t *offset, int64_t rows,
+                                       int64_t n, int64_t writable, int dt_bits, bool bf16);
 
 /* Channels-last forward: the OW output pixels of one output row, their C
  * values each; top is the first of the two input rows, W pixels wide. */
