@@ -69,8 +69,11 @@ WIDE_INLINE void row_f32(const float *top, int64_t W, float *out, uint8_t *offse
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   for (int64_t i = 0; i < n; i += 16) {
     const float *t = top + 2 * i, *b = t + W;
+    const bool short_tail = n - i <= 8; /* one vector of each row holds it, half a vector its outputs */
     __m512 t0, t1, b0, b1;
-    if (W + 2 * i + 32 <= readable) {
+    if (short_tail && W + 2 * i + 16 <= readable) {
+      t0 = t1 = _mm512_loadu_ps(t), b0 = b1 = _mm512_loadu_ps(b);
+    } else if (W + 2 * i + 32 <= readable) {
       t0 = _mm512_loadu_ps(t), t1 = _mm512_loadu_ps(t + 16), b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
     } else {
       __mmask16 lo = first16(2 * (n - i)), hi = first16(2 * (n - i) - 16);
@@ -80,7 +83,10 @@ WIDE_INLINE void row_f32(const float *top, int64_t W, float *out, uint8_t *offse
     __m128i where;
     __m512 best = search(_mm512_permutex2var_ps(t0, even, t1), _mm512_permutex2var_ps(t0, odd, t1),
                          _mm512_permutex2var_ps(b0, even, b1), _mm512_permutex2var_ps(b0, odd, b1), with_relu, &where);
-    if (i + 16 <= writable) {
+    if (short_tail && i + 8 <= writable) {
+      _mm256_storeu_ps(out + i, _mm512_castps512_ps256(best));
+      _mm_storel_epi64((__m128i *)(offset + i), where);
+    } else if (i + 16 <= writable) {
       _mm512_storeu_ps(out + i, best);
       _mm_storeu_si128((__m128i *)(offset + i), where);
     } else {
@@ -93,8 +99,12 @@ WIDE_INLINE void row_f32(const float *top, int64_t W, float *out, uint8_t *offse
 WIDE_INLINE void row_bf16(const uint16_t *top, int64_t W, uint16_t *out, uint8_t *offset, int64_t n,
                           int64_t readable, int64_t writable, bool with_relu) {
   for (int64_t i = 0; i < n; i += 16) {
+    const bool short_tail = n - i <= 8;
     __m512i t, b;
-    if (W + 2 * i + 32 <= readable) {
+    if (short_tail && W + 2 * i + 16 <= readable) {
+      t = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(top + 2 * i)));
+      b = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(top + W + 2 * i)));
+    } else if (W + 2 * i + 32 <= readable) {
       t = _mm512_loadu_si512(top + 2 * i), b = _mm512_loadu_si512(top + W + 2 * i);
     } else {
       t = _mm512_maskz_loadu_epi32(first16(n - i), top + 2 * i);
@@ -102,7 +112,10 @@ WIDE_INLINE void row_bf16(const uint16_t *top, int64_t W, uint16_t *out, uint8_t
     }
     __m128i where;
     __m512 best = search(low_bf16(t), high_bf16(t), low_bf16(b), high_bf16(b), with_relu, &where);
-    if (i + 16 <= writable) {
+    if (short_tail && i + 8 <= writable) {
+      _mm_storeu_si128((__m128i *)(out + i), _mm256_castsi256_si128(_mm512_cvtepi32_epi16(bf16_store(best))));
+      _mm_storel_epi64((__m128i *)(offset + i), where);
+    } else if (i + 16 <= writable) {
       _mm256_storeu_si256((__m256i *)(out + i), _mm512_cvtepi32_epi16(bf16_store(best)));
       _mm_storeu_si128((__m128i *)(offset + i), where);
     } else {
@@ -159,18 +172,24 @@ WIDE_INLINE void backward_row(void *top, int64_t W, const void *dy, const uint8_
   const __m512i high_half = _mm512_add_epi32(low_half, _mm512_set1_epi32(8));
   const __m128i even_r = _mm_set1_epi8((char)(2 * row)), odd_r = _mm_set1_epi8((char)(2 * row + 1));
   for (int64_t i = 0; i < n; i += 16) {
-    bool whole_in = i + 16 <= readable, whole_out = row * W + 2 * i + 32 <= writable;
+    const int64_t span = n - i <= 8 ? 8 : 16; /* outputs a vector covers: a short tail takes half */
+    const bool whole_in = i + span <= readable, whole_out = row * W + 2 * (i + span) <= writable;
     __mmask16 k = first16(n - i);
-    __m128i off = whole_in ? _mm_loadu_si128((const __m128i *)(offset + i)) : _mm_maskz_loadu_epi8(k, offset + i);
+    __m128i off = !whole_in      ? _mm_maskz_loadu_epi8(k, offset + i)
+                  : span == 8    ? _mm_loadl_epi64((const __m128i *)(offset + i))
+                                 : _mm_loadu_si128((const __m128i *)(offset + i));
     __mmask16 at_even = _mm_cmpeq_epi8_mask(off, even_r), at_odd = _mm_cmpeq_epi8_mask(off, odd_r);
     if (dt_bits == 32) {
       const float *g_at = (const float *)dy + i;
-      __m512 g = _mm512_add_ps(_mm512_setzero_ps(), whole_in ? _mm512_loadu_ps(g_at) : _mm512_maskz_loadu_ps(k, g_at));
+      __m512 g = !whole_in   ? _mm512_maskz_loadu_ps(k, g_at)
+                 : span == 8 ? _mm512_zextps256_ps512(_mm256_loadu_ps(g_at))
+                             : _mm512_loadu_ps(g_at);
+      g = _mm512_add_ps(_mm512_setzero_ps(), g);
       __m512 even = _mm512_maskz_mov_ps(at_even, g), odd = _mm512_maskz_mov_ps(at_odd, g);
       float *d = (float *)top + row * W + 2 * i;
       if (whole_out) {
         _mm512_storeu_ps(d, _mm512_permutex2var_ps(even, low_half, odd));
-        _mm512_storeu_ps(d + 16, _mm512_permutex2var_ps(even, high_half, odd));
+        if (span == 16) _mm512_storeu_ps(d + 16, _mm512_permutex2var_ps(even, high_half, odd));
       } else {
         _mm512_mask_storeu_ps(d, first16(2 * (n - i)), _mm512_permutex2var_ps(even, low_half, odd));
         _mm512_mask_storeu_ps(d + 16, first16(2 * (n - i) - 16), _mm512_permutex2var_ps(even, high_half, odd));
@@ -178,12 +197,15 @@ WIDE_INLINE void backward_row(void *top, int64_t W, const void *dy, const uint8_
       continue;
     }
     const uint16_t *g_at = (const uint16_t *)dy + i;
-    __m512i g = plus_zero32(
-        _mm512_cvtepu16_epi32(whole_in ? _mm256_loadu_si256((const __m256i *)g_at) : _mm256_maskz_loadu_epi16(k, g_at)),
-        bf16);
-    __m512i pairs = _mm512_or_si512(_mm512_maskz_mov_epi32(at_even, g), _mm512_slli_epi32(_mm512_maskz_mov_epi32(at_odd, g), 16));
+    __m256i g16 = !whole_in   ? _mm256_maskz_loadu_epi16(k, g_at)
+                  : span == 8 ? _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)g_at))
+                              : _mm256_loadu_si256((const __m256i *)g_at);
+    __m512i g = plus_zero32(_mm512_cvtepu16_epi32(g16), bf16);
+    __m512i pairs = _mm512_or_si512(_mm512_maskz_mov_epi32(at_even, g),
+                                    _mm512_slli_epi32(_mm512_maskz_mov_epi32(at_odd, g), 16));
     uint16_t *d = (uint16_t *)top + row * W + 2 * i;
-    if (whole_out) _mm512_storeu_si512(d, pairs);
+    if (whole_out && span == 8) _mm256_storeu_si256((__m256i *)d, _mm512_castsi512_si256(pairs));
+    else if (whole_out) _mm512_storeu_si512(d, pairs);
     else _mm512_mask_storeu_epi32(d, k, pairs);
   }
 }
