@@ -330,8 +330,9 @@ mx_status mx__cpu_max_pool_backward(const mx_kview *dx, const mx_kview *dy, cons
     const int64_t *flat_indices = (const int64_t *)indices->data + pl * out_plane;
     if (windows_2x2) {
 #ifdef MX__POOL_AVX512
-      /* narrower planes: the memset and the scatter were faster (one thread, (32, 512, 8, 8) float32: 0.27 ms
-       * against 0.42; 12 wide: equal; 14 wide: 0.39 against 0.34) */
+      /* planes under 12 wide keep the memset and the scatter, faster there (one thread, float32, memset and
+       * scatter against the AVX-512 rows: (32, 512, 8, 8) 0.27 ms against 0.42; 12 wide even; 14 wide 0.39
+       * against 0.34) */
       if (g.out[2] >= 6 && mx__pool_avx512()) {
         max_pool_backward_plane_2x2_avx512(&g, dp, gp, window_offsets, dx->dtype);
         continue;
