@@ -1,9 +1,10 @@
 /* Kernel benchmarks, mixgrad's side (bench/kernels.py is PyTorch's; bench/run_kernels.py runs both in
  * turns and writes the tables): GEMM next to oneDNN's own matmul (the ceiling), convolutions forward and
  * backward, elementwise ops and casts next to memcpy (the copy bandwidth), softmax and cross-entropy, the
- * GradScaler's unscale and the optimizer steps, and the dispatcher's cost per op on tiny tensors.
+ * GradScaler's unscale and the optimizer steps, the dispatcher's cost per op on tiny tensors, and 2x2 max
+ * pooling forward and backward.
  *
- *     kernels [--quick] [--only GROUP,...]     groups: gemm conv elementwise softmax amp dispatch
+ *     kernels [--quick] [--only GROUP,...]     groups: gemm conv elementwise softmax amp dispatch pool
  *
  * One JSON line per measurement on stdout, the value from the median time:
  *
@@ -32,8 +33,17 @@
 #define KBENCH_BUILD "unknown"
 #endif
 
-enum { GROUP_GEMM = 1, GROUP_CONV = 2, GROUP_ELEMENTWISE = 4, GROUP_SOFTMAX = 8, GROUP_AMP = 16, GROUP_DISPATCH = 32 };
-static const char *const group_names[] = {"gemm", "conv", "elementwise", "softmax", "amp", "dispatch"};
+enum {
+  GROUP_GEMM = 1,
+  GROUP_CONV = 2,
+  GROUP_ELEMENTWISE = 4,
+  GROUP_SOFTMAX = 8,
+  GROUP_AMP = 16,
+  GROUP_DISPATCH = 32,
+  GROUP_POOL = 64
+};
+static const char *const group_names[] = {"gemm", "conv", "elementwise", "softmax", "amp", "dispatch", "pool"};
+enum { GROUP_COUNT = sizeof group_names / sizeof group_names[0] };
 
 #define MAX_REPEATS 50
 
@@ -612,6 +622,55 @@ static void bench_dispatch(void) {
   }
 }
 
+/* --- 7. max pooling ------------------------------------------------------------------------------- */
+
+/* The CNN's two poolings, 2x2 windows with stride 2, in both layouts: the forward (values, and the indices
+ * backward needs: mixgrad's uint8 offsets in the window, PyTorch's int64 positions) and the forward with
+ * `backward` to dx. GB/s counts the values only, each once: x read and y written, and for the backward dy
+ * read and dx written too (the indices are left out, their sizes differ). */
+static const int64_t pool_shapes[][4] = {{128, 32, 28, 28}, {128, 64, 14, 14}};
+
+typedef struct {
+  mx_tensor *x, *gy;
+  bool backward;
+} pool_ctx;
+
+static void pool_setup(void *p) { mx_zero_grad(((pool_ctx *)p)->x); }
+
+static void pool_body(void *p) {
+  const pool_ctx *c = p;
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *y = need(mx_max_pool(c->x, 2, MX_DIMS(2), MX_DIMS(2), MX_DIMS(0)));
+  if (c->backward) ok(mx_backward(y, c->gy, false));
+  mx_scope_end(s);
+}
+
+static void bench_pool_case(const int64_t *shape, mx_dtype dtype, bool channels_last) {
+  int64_t n = cfg.quick ? 8 : shape[0], c = shape[1], h = shape[2], w = shape[3];
+  mx_scope *s = mx_scope_begin();
+  pool_ctx ctx = {randn_as(MX_SHAPE(n, c, h, w), dtype), need(mx_ones(MX_SHAPE(n, c, h / 2, w / 2), dtype, MX_CPU)),
+                  false};
+  if (channels_last) ctx.x = need(mx_to_channels_last(ctx.x)), ctx.gy = need(mx_to_channels_last(ctx.gy));
+  double size = dtype == MX_F32 ? 4 : 2, in_bytes = size * (double)(n * c * h * w), out_bytes = in_bytes / 4;
+  result_id id = {"mixgrad", "max_pool2d_fwd", dtype_label(dtype), "GB/s", channels_last ? "channels_last" : "nchw",
+                  "", in_bytes + out_bytes};
+  snprintf(id.shape, sizeof id.shape, "%lldx%lldx%lldx%lld", (long long)n, (long long)c, (long long)h, (long long)w);
+  measure(&id, (workload){NULL, pool_body, &ctx}, 2);
+
+  ok(mx_set_requires_grad(ctx.x, true));
+  ctx.backward = true;
+  id.bench = "max_pool2d_fwdbwd";
+  id.work = 2 * (in_bytes + out_bytes);
+  measure(&id, (workload){pool_setup, pool_body, &ctx}, 2);
+  mx_scope_end(s);
+}
+
+static void bench_pool(void) {
+  for (size_t i = 0; i < sizeof pool_shapes / sizeof pool_shapes[0]; i++)
+    for (int d = 0; d < 2; d++)
+      for (int layout = 0; layout < 2; layout++) bench_pool_case(pool_shapes[i], d ? MX_BF16 : MX_F32, layout);
+}
+
 /* --- main ------------------------------------------------------------------------------------------- */
 
 static unsigned parse_groups(const char *list) {
@@ -620,9 +679,9 @@ static unsigned parse_groups(const char *list) {
   snprintf(buf, sizeof buf, "%s", list);
   for (char *name = strtok(buf, ","); name; name = strtok(NULL, ",")) {
     unsigned before = groups;
-    for (int g = 0; g < 6; g++)
+    for (int g = 0; g < GROUP_COUNT; g++)
       if (!strcmp(name, group_names[g])) groups |= 1u << g;
-    if (groups == before) die("unknown group '%s' (gemm conv elementwise softmax amp dispatch)", name);
+    if (groups == before) die("unknown group '%s' (gemm conv elementwise softmax amp dispatch pool)", name);
   }
   return groups;
 }
@@ -658,7 +717,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--only") && i + 1 < argc)
       cfg.groups = parse_groups(argv[++i]);
     else
-      die("usage: kernels [--quick] [--only gemm,conv,elementwise,softmax,amp,dispatch]");
+      die("usage: kernels [--quick] [--only gemm,conv,elementwise,softmax,amp,dispatch,pool]");
   }
   if (cfg.quick) cfg.budget_ms = 50, cfg.min_repeats = 2, cfg.max_repeats = 5;
   mx_manual_seed(0);
@@ -672,5 +731,6 @@ int main(int argc, char **argv) {
   if (cfg.groups & GROUP_SOFTMAX) bench_softmax();
   if (cfg.groups & GROUP_AMP) bench_amp();
   if (cfg.groups & GROUP_DISPATCH) bench_dispatch();
+  if (cfg.groups & GROUP_POOL) bench_pool();
   return 0;
 }

@@ -3,7 +3,7 @@ same repeat rule and printing the same one-line JSON results with "impl":"pytorc
 
     /usr/bin/python3 bench/kernels.py [--quick] [--only GROUP,...]
 
-Groups: gemm conv elementwise softmax amp dispatch. Threads: OMP_NUM_THREADS (default 2). What
+Groups: gemm conv elementwise softmax amp dispatch pool. Threads: OMP_NUM_THREADS (default 2). What
 kernels.c says about each measurement holds here; where PyTorch 1.13 has no CPU kernel for something,
 the line says so in "note" or the measurement is left out.
 """
@@ -17,7 +17,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-GROUPS = ("gemm", "conv", "elementwise", "softmax", "amp", "dispatch")
+GROUPS = ("gemm", "conv", "elementwise", "softmax", "amp", "dispatch", "pool")
 
 # The repeat rule of kernels.c: after the warmup, as many calls as fit in the budget at the warmup's
 # pace, within [min_repeats, max_repeats].
@@ -223,6 +223,45 @@ def bench_dispatch():
         measure("dispatch_add", "4", "f32", "ns/op", ops, body, 2, mode=mode)
 
 
+# --- 7. max pooling ---------------------------------------------------------------------------------------
+
+# kernels.c's poolings: 2x2 windows with stride 2, forward with indices and forward + backward, in both
+# layouts; GB/s counts the values only (x, y, and dy, dx with the backward), each once.
+POOL_SHAPES = ((128, 32, 28, 28), (128, 64, 14, 14))
+
+
+def bench_pool_case(shape, label, mode):
+    n, c, h, w = shape
+    n = 8 if cfg["quick"] else n
+    x = randn_as((n, c, h, w), label)
+    gy = torch.ones(n, c, h // 2, w // 2, dtype=DTYPES[label])
+    if mode == "channels_last":
+        x, gy = x.contiguous(memory_format=torch.channels_last), gy.contiguous(memory_format=torch.channels_last)
+    size = 4 if label == "f32" else 2
+    nbytes = size * n * c * h * w * 1.25
+    name = "%dx%dx%dx%d" % (n, c, h, w)
+    try:
+        F.max_pool2d(x, 2, return_indices=True)
+    except RuntimeError as e:
+        print("kernels.py: max_pool2d %s %s skipped: %s" % (label, mode, e), file=sys.stderr)
+        return
+    measure("max_pool2d_fwd", name, label, "GB/s", nbytes, lambda: F.max_pool2d(x, 2, return_indices=True), 2,
+            mode=mode)
+    x.requires_grad_(True)
+
+    def setup():
+        x.grad = None
+    measure("max_pool2d_fwdbwd", name, label, "GB/s", 2 * nbytes,
+            lambda: F.max_pool2d(x, 2, return_indices=True)[0].backward(gy), 2, setup, mode=mode)
+
+
+def bench_pool():
+    for shape in POOL_SHAPES:
+        for label in ("f32", "bf16"):
+            for mode in ("nchw", "channels_last"):
+                bench_pool_case(shape, label, mode)
+
+
 def config_field(name):
     m = re.search(r"%s=([^,\s]+)" % name, torch.__config__.show())
     return m.group(1) if m else "unknown"
@@ -247,7 +286,8 @@ def main():
                       "cpu_capability": capability.group(1) if capability else "unknown", "quick": args.quick},
                      separators=(",", ":")), flush=True)
     for name, fn in (("gemm", bench_gemm), ("conv", bench_conv), ("elementwise", bench_elementwise),
-                     ("softmax", bench_softmax), ("amp", bench_amp), ("dispatch", bench_dispatch)):
+                     ("softmax", bench_softmax), ("amp", bench_amp), ("dispatch", bench_dispatch),
+                     ("pool", bench_pool)):
         if name in groups:
             fn()
 

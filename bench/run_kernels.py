@@ -183,6 +183,22 @@ def conv_section(stats):
                    "time mixgrad/PyTorch", "mixgrad GFLOP/s", "PyTorch GFLOP/s"], rows))
 
 
+def pool_section(stats):
+    rows = []
+    for (bench, shape, dtype, mode) in ordered_keys(stats, {"max_pool2d_fwd", "max_pool2d_fwdbwd"}):
+        mine, torch = stats.get(("mixgrad", bench, shape, dtype, mode)), stats.get(("pytorch", bench, shape, dtype, mode))
+        rows.append([shape, mode, "forward" if bench == "max_pool2d_fwd" else "fwd + bwd", dtype, cell(mine, "ms"),
+                     cell(torch, "ms"), time_ratio(mine, torch), fmt(mine.value if mine else None),
+                     fmt(torch.value if torch else None)])
+    if not rows:
+        return ""
+    return ("## Max pooling (2x2, stride 2)\n\nforward: values and the indices backward needs (mixgrad's uint8 "
+            "offsets, PyTorch's int64); fwd + bwd adds `backward` to dx. GB/s counts the values only, each once "
+            "(x, y; dy, dx).\n\n" +
+            table(["input (N x C x H x W)", "layout", "pass", "dtype", "mixgrad ms", "PyTorch ms",
+                   "time mixgrad/PyTorch", "mixgrad GB/s", "PyTorch GB/s"], rows))
+
+
 def copy_bandwidth(stats):
     """The faster memcpy (one thread, or split over the threads), as (GB/s, its name)."""
     best = None
@@ -334,7 +350,7 @@ def report(args, metas, stats, threads):
                     "size, between buffers touched beforehand, %s.\n" %
                     (fmt(copy_bw), copy[1], "on one thread" if copy[1] == "memcpy_1t" else "split over the threads"))
     body += [elementwise_section(stats, copy_bw, verdicts), softmax_section(stats, copy_bw),
-             amp_section(stats, copy_bw, verdicts), dispatch_section(stats, verdicts)]
+             amp_section(stats, copy_bw, verdicts), dispatch_section(stats, verdicts), pool_section(stats)]
     return header(args, metas, threads) + summary(verdicts) + "\n" + "\n".join(s for s in body if s)
 
 
@@ -345,7 +361,7 @@ def main():
     ap.add_argument("--python", default="/usr/bin/python3", help="the Python with torch (default: /usr/bin/python3)")
     ap.add_argument("--rounds", type=int, help="alternating rounds (default 3; 1 with --quick)")
     ap.add_argument("--quick", action="store_true", help="smoke test: small shapes, few repeats")
-    ap.add_argument("--only", help="comma-separated groups: gemm conv elementwise softmax amp dispatch")
+    ap.add_argument("--only", help="comma-separated groups: gemm conv elementwise softmax amp dispatch pool")
     ap.add_argument("--out", default="kernels.md", help="markdown tables (default kernels.md)")
     ap.add_argument("--json", default="kernels.json", help="raw results, one JSON object per line")
     ap.add_argument("--from-json", metavar="FILE",

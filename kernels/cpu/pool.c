@@ -9,6 +9,7 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/pool.h"
+#include "kernels/cpu/pool_avx512.h"
 #include "kernels/cpu/pool_search.h"
 #include "kernels/cpu/wide_clones.h"
 #include "kernels/pool_geom.h"
@@ -116,18 +117,42 @@ static void max_pool_row_2x2(const void *top, int64_t W, void *out, void *indice
   }
 }
 
+/* rows rows of n windows, each row's input pair 2 W past the last one's,
+ * its outputs n past; first: top's flat position in the plane; readable:
+ * the input elements from top that the AVX-512 loop (when the CPU has it
+ * and the indices are offsets) may read. */
+static void max_pool_rows_2x2(const void *top, int64_t W, void *out, void *indices, int64_t o, int64_t rows, int64_t n,
+                              int64_t first, int64_t readable, bool offsets, bool bf16, bool relu) {
+#ifdef MX__POOL_AVX512
+  if (offsets && mx__pool_avx512()) {
+    mx__pool_rows_2x2_avx512(top, W, out, (uint8_t *)indices + o, rows, n, readable, bf16, relu);
+    return;
+  }
+#else
+  (void)readable;
+#endif
+  const int64_t size = bf16 ? 2 : 4;
+  for (int64_t r = 0; r < rows; r++)
+    max_pool_row_2x2((const char *)top + 2 * r * W * size, W, (char *)out + r * n * size, indices, o + r * n, n,
+                     first + 2 * r * W, offsets, bf16, relu);
+}
+
 /* bfloat16 and float16 planes go through float32 rows: a block of input
  * rows widened in one vectorised pass, the float32 search (its vector loop
  * covers more of a short row than the 16-bit one, which leaves a 14-wide
  * row to its scalar tail), the maxima narrowed back in one pass: exact,
- * since each is one of the inputs. bfloat16 rows wider than the block
- * search in bfloat16 (float16 ones are not planar). */
+ * since each is one of the inputs. bfloat16 rows wider than the block,
+ * and every bfloat16 row where the AVX-512 search runs (it reads bfloat16
+ * pairs as they are), search in bfloat16 (float16 ones are not planar). */
 static void max_pool_plane_2x2_16bit(const mx_pool_geom *g, const uint16_t *x, uint16_t *out, void *indices,
                                      bool offsets, mx_dtype dt, bool relu) {
-  const int64_t W = g->in[2], OW = g->out[2], OH = g->out[1], rows = WIDE_BLOCK / (2 * W);
+  const int64_t H = g->in[1], W = g->in[2], OW = g->out[2], OH = g->out[1];
+  int64_t rows = WIDE_BLOCK / (2 * W);
+#ifdef MX__POOL_AVX512
+  if (dt == MX_BF16 && offsets && mx__pool_avx512()) rows = 0; /* its bfloat16 search needs no float32 rows */
+#endif
   if (rows == 0) {
-    for (int64_t oh = 0; oh < OH; oh++)
-      max_pool_row_2x2(x + 2 * oh * W, W, out + oh * OW, indices, oh * OW, OW, 2 * oh * W, offsets, true, relu);
+    max_pool_rows_2x2(x, W, out, indices, 0, OH, OW, 0, H * W, offsets, true, relu);
     return;
   }
   float in[WIDE_BLOCK], maxima[WIDE_BLOCK / 2];
@@ -135,10 +160,7 @@ static void max_pool_plane_2x2_16bit(const mx_pool_geom *g, const uint16_t *x, u
     int64_t n = OH - oh0 < rows ? OH - oh0 : rows;
     if (dt == MX_F16) mx__f16_to_f32_n(x + 2 * oh0 * W, in, 2 * n * W);
     else mx__bf16_to_f32_n(x + 2 * oh0 * W, in, 2 * n * W);
-    for (int64_t r = 0; r < n; r++) {
-      int64_t oh = oh0 + r;
-      max_pool_row_2x2(in + 2 * r * W, W, maxima + r * OW, indices, oh * OW, OW, 2 * oh * W, offsets, false, relu);
-    }
+    max_pool_rows_2x2(in, W, maxima, indices, oh0 * OW, n, OW, 2 * oh0 * W, 2 * n * W, offsets, false, relu);
     if (dt == MX_F16) mx__f32_to_f16_n(maxima, out + oh0 * OW, n * OW);
     else mx__f32_to_bf16_n(maxima, out + oh0 * OW, n * OW);
   }
@@ -150,10 +172,7 @@ static void max_pool_plane_2x2(const mx_pool_geom *g, const void *x, void *out, 
     max_pool_plane_2x2_16bit(g, x, out, indices, offsets, dt, relu);
     return;
   }
-  const int64_t W = g->in[2], OW = g->out[2];
-  for (int64_t oh = 0; oh < g->out[1]; oh++)
-    max_pool_row_2x2((const float *)x + 2 * oh * W, W, (float *)out + oh * OW, indices, oh * OW, OW, 2 * oh * W,
-                     offsets, false, relu);
+  max_pool_rows_2x2(x, g->in[2], out, indices, 0, g->out[1], g->out[2], 0, g->in[1] * g->in[2], offsets, false, relu);
 }
 
 static void max_pool_plane(const mx_pool_geom *g, const void *x, void *out, void *indices, mx_dtype dt, bool offsets,
@@ -265,6 +284,7 @@ static void zero_uncovered(char *plane, int64_t H, int64_t W, int64_t rows, int6
 static void max_pool_backward_plane_2x2(const mx_pool_geom *g, void *dx, const void *dy, const uint8_t *offset,
                                         mx_dtype dt) {
   const int64_t W = g->in[2], OH = g->out[1], OW = g->out[2];
+  memset(dx, 0, (size_t)(g->in[1] * W) * mx_dtype_size(dt)); /* plane by plane: the scatter finds it in cache */
   for (int64_t oh = 0, o = 0; oh < OH; oh++)
     for (int64_t ow = 0; ow < OW; ow++, o++) {
       int64_t flat = 2 * oh * W + 2 * ow + (offset[o] & 1) + (offset[o] >> 1) * W;
@@ -273,6 +293,18 @@ static void max_pool_backward_plane_2x2(const mx_pool_geom *g, void *dx, const v
       else ((float *)dx)[flat] = 0.0f + ((const float *)dy)[o];
     }
 }
+
+#ifdef MX__POOL_AVX512
+/* The same with every element of the windows' block written once (0 + dy
+ * at the max, +0 elsewhere) a row pair at a time, then the uncovered right
+ * column and bottom row zeroed (the rows' last vectors may run into them). */
+static void max_pool_backward_plane_2x2_avx512(const mx_pool_geom *g, void *dx, const void *dy, const uint8_t *offset,
+                                               mx_dtype dt) {
+  const int64_t H = g->in[1], W = g->in[2], OH = g->out[1], OW = g->out[2], size = (int64_t)mx_dtype_size(dt);
+  mx__pool_rows_2x2_backward_avx512(dx, W, dy, offset, OH, OW, H * W, (int)(8 * size), dt == MX_BF16);
+  zero_uncovered(dx, H, W, 2 * OH, 2 * OW, size);
+}
+#endif
 
 mx_status mx__cpu_max_pool_backward(const mx_kview *dx, const mx_kview *dy, const mx_kview *indices,
                                     const mx_pool_params *params) {
@@ -293,14 +325,23 @@ mx_status mx__cpu_max_pool_backward(const mx_kview *dx, const mx_kview *dy, cons
   MX_PARALLEL_FOR(g.planes * out_plane)
   for (int64_t pl = 0; pl < g.planes; pl++) { /* planes never share elements */
     char *dp = (char *)dx->data + pl * in_plane * (int64_t)size;
-    memset(dp, 0, (size_t)in_plane * size); /* plane by plane: the scatter finds it in cache */
     const char *gp = (const char *)dy->data + pl * out_plane * (int64_t)dy_size;
     const uint8_t *window_offsets = (const uint8_t *)indices->data + pl * out_plane;
     const int64_t *flat_indices = (const int64_t *)indices->data + pl * out_plane;
     if (windows_2x2) {
+#ifdef MX__POOL_AVX512
+      /* planes under 12 wide keep the memset and the scatter, faster there (one thread, float32, memset and
+       * scatter against the AVX-512 rows: (32, 512, 8, 8) 0.27 ms against 0.42; 12 wide even; 14 wide 0.39
+       * against 0.34) */
+      if (g.out[2] >= 6 && mx__pool_avx512()) {
+        max_pool_backward_plane_2x2_avx512(&g, dp, gp, window_offsets, dx->dtype);
+        continue;
+      }
+#endif
       max_pool_backward_plane_2x2(&g, dp, gp, window_offsets, dx->dtype);
       continue;
     }
+    memset(dp, 0, (size_t)in_plane * size); /* plane by plane: the scatter finds it in cache */
     int64_t o = 0;
     for (int64_t o0 = 0; o0 < g.out[0]; o0++)
       for (int64_t o1 = 0; o1 < g.out[1]; o1++) {
@@ -496,13 +537,6 @@ MX__MAX_POOL_PIXEL_2X2(max_pool_pixel_2x2_bf16, uint16_t, mx__pool_f32_of_bf16, 
 MX__MAX_POOL_PIXEL_2X2(max_pool_pixel_2x2_f32_relu, float, mx__pool_relu_of_f32, mx__pool_f32_store)
 MX__MAX_POOL_PIXEL_2X2(max_pool_pixel_2x2_bf16_relu, uint16_t, mx__pool_relu_of_bf16, mx__pool_bf16_store)
 
-/* The hardware prefetcher falls behind the two input rows a row of 2x2
- * windows reads: on a (128, 32, 28, 28) float32 input, one thread, the
- * search ran at half the row-major loop's speed (2.0 ms against 0.9);
- * asking for the bytes this far ahead in both rows makes it 0.75 ms (4 KiB
- * ahead: 1.0 ms, 16 KiB: 0.65). */
-enum { PREFETCH_AHEAD = 8192 };
-
 /* Output pixel (oh, ow) of 2x2 windows, its C values from element o of
  * out and indices, in chunks of ROW_CHUNK channels. */
 static void max_pool_pixel_cl_2x2(const mx_pool_geom *g, const void *image, int64_t C, int64_t oh, int64_t ow,
@@ -512,7 +546,8 @@ static void max_pool_pixel_cl_2x2(const mx_pool_geom *g, const void *image, int6
   const int64_t size = bf16 ? 2 : 4;
   for (int64_t c0 = 0; c0 < C; c0 += ROW_CHUNK) {
     int64_t n = C - c0 < ROW_CHUNK ? C - c0 : ROW_CHUNK, at = first * C + c0;
-    const char *ahead = (const char *)image + at * size + PREFETCH_AHEAD;
+    /* the prefetcher falls behind the two rows (MX__POOL_PREFETCH_AHEAD) */
+    const char *ahead = (const char *)image + at * size + MX__POOL_PREFETCH_AHEAD;
     for (int64_t byte = 0; byte < 2 * n * size; byte += 64) { /* a prefetch never faults, even past the end */
       __builtin_prefetch(ahead + byte);
       __builtin_prefetch(ahead + W * C * size + byte);
@@ -541,10 +576,21 @@ static void max_pool_cl(const mx_pool_geom *g, const mx_kview *out, const mx_kvi
   bool offsets = indices->dtype == MX_U8;
   bool typed = (x->dtype == MX_F32 || x->dtype == MX_BF16) && g->k[1] * g->k[2] <= INT32_MAX;
   bool windows_2x2 = is_2x2(g);
+#ifdef MX__POOL_AVX512
+  bool wide = typed && windows_2x2 && offsets && mx__pool_avx512();
+#endif
   MX_PARALLEL_FOR(N * OH * OW * C * mx_pool_volume(g->k))
   for (int64_t row = 0; row < N * OH; row++) { /* a row of output pixels */
     int64_t n = row / OH, oh = row % OH;
     const char *xn = (const char *)x->data + n * image * size;
+#ifdef MX__POOL_AVX512
+    if (wide) {
+      mx__pool_cl_row_2x2_avx512(xn + 2 * oh * g->in[2] * C * size, g->in[2], C, OW,
+                                 (char *)out->data + row * OW * C * size, (uint8_t *)indices->data + row * OW * C,
+                                 x->dtype == MX_BF16, relu);
+      continue;
+    }
+#endif
     for (int64_t ow = 0; ow < OW; ow++) {
       int64_t o = (row * OW + ow) * C;
       if (typed && windows_2x2)
@@ -590,6 +636,9 @@ static void max_pool_backward_cl(const mx_pool_geom *g, const mx_kview *dx, cons
                g->d[2] == 1;
   int64_t delta[256];
   if (offsets) mx_pool_window_deltas(g, delta);
+#ifdef MX__POOL_AVX512
+  bool wide = tiles && is_2x2(g) && mx__pool_avx512(); /* a row of output pixels a call, dx's rows written once */
+#endif
   MX_PARALLEL_FOR(N * out_pixels * C)
   for (int64_t n = 0; n < N; n++) { /* images never share elements */
     char *dn = (char *)dx->data + n * in_pixels * C * size;
@@ -598,6 +647,15 @@ static void max_pool_backward_cl(const mx_pool_geom *g, const mx_kview *dx, cons
     const char *gn = (const char *)dy->data + n * out_pixels * C * dy_size;
     const uint8_t *window_offsets = (const uint8_t *)indices->data + n * out_pixels * C;
     const int64_t *flat_indices = (const int64_t *)indices->data + n * out_pixels * C;
+#ifdef MX__POOL_AVX512
+    if (wide) {
+      for (int64_t oh = 0; oh < OH; oh++)
+        mx__pool_cl_row_2x2_backward_avx512(dn + 2 * oh * g->in[2] * C * size, g->in[2], C, OW,
+                                            gn + oh * OW * C * dy_size, window_offsets + oh * OW * C,
+                                            (int)(8 * size), dx->dtype == MX_BF16);
+      continue;
+    }
+#endif
     for (int64_t oh = 0, q = 0; oh < OH; oh++)
       for (int64_t ow = 0; ow < OW; ow++, q++) {
         if (select) {
