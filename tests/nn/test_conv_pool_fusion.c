@@ -111,8 +111,9 @@ Test(conv_pool_fusion, saved_tensor_hooks_see_inputs_and_indices_but_no_full_res
   for (int f = 0; f < 2; f++) {
     mx_tensor *x = mx_mul_scalar(leaf, 1); /* not a leaf: the hooks see it */
     cr_assert_eq(mx_saved_tensor_hooks_push(&hooks, &log[f]), MX_OK);
-    fusion_run(net, x, f == 0, MX_DTYPE_COUNT, grads[f]);
+    mx_tensor *out = fusion_run(net, x, f == 0, MX_DTYPE_COUNT, grads[f]);
     cr_assert_eq(mx_saved_tensor_hooks_pop(), MX_OK);
+    cr_expect_str_eq(mx_grad_fn_name(out), f == 0 ? "CONV2D_MAX_POOL_RELUBackward" : "MAX_POOLBackward");
   }
   cr_expect_eq(log[0].full_resolution, 0, "the fused blocks saved %d full-resolution tensors", log[0].full_resolution);
   cr_expect_eq(log[1].full_resolution, 2, "the children saved %d full-resolution tensors", log[1].full_resolution);
