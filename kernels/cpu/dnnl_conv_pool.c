@@ -153,7 +153,7 @@ mx_status mx__cpu_conv_max_pool_relu(const mx_kview *y, const mx_kview *indices,
 
 /* --- backward: the scatter ---------------------------------------------------------------------------------- */
 
-/* One row of windows of the gradient's layout: pixel pw of the row gets, channel by channel (0 .. block, those
+/* One row of windows of the gradient's layout: each pixel of the row gets, channel by channel (0 .. block, those
  * past the channels zeros), 0 + gradient where the window's max came from that pixel's offset r, else 0. The
  * gradient and the offsets of the row's windows are gathered in grad and offset (window ow's at ow * block). */
 #define MX__CONV_POOL_SCATTER(name, type, plus_zero)                                                               \
