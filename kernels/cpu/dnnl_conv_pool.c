@@ -67,59 +67,99 @@ static geometry geometry_of(const mx_kview *full, const mx_kview *pooled, const 
                     .KH = pp->kernel[0], .KW = pp->kernel[1]};
 }
 
-enum { TILE = 64 }; /* channels searched at once */
+enum { LANES = 2048 }; /* window-channel pairs searched or scattered at once: a block's channels at most */
 
 /* --- forward: the search ------------------------------------------------------------------------------------ */
 
-/* The window at `window` (its first element's first channel; rows W * block apart, pixels block apart), channels
- * 0 .. n: max_pool_relu's search (relu on load, MX__MAX_STEP in row-major order over the window, the first
- * element the start) into best and where (the max's offset in the window). */
-#define MX__CONV_POOL_SEARCH(name, type, load)                                                                     \
-  MX_WIDE_CLONES static void name(const type *restrict window, int64_t block, int64_t W, int64_t KH, int64_t KW,   \
-                                  int64_t n, float *restrict bests, int32_t *restrict wheres) {                  \
-    for (int64_t b = 0; b < n; b++) bests[b] = load(window[b]), wheres[b] = 0;                                    \
-    for (int64_t kh = 0; kh < KH; kh++)                                                                            \
-      for (int64_t kw = kh == 0; kw < KW; kw++) {                                                                  \
-        const type *pixel = window + (kh * W + kw) * block;                                                        \
-        int32_t r = (int32_t)(kh * KW + kw);                                                                       \
-        for (int64_t b = 0; b < n; b++) {                                                                          \
-          float best = bests[b], v = load(pixel[b]);                                                               \
-          int32_t where = wheres[b];                                                                               \
-          MX__MAX_STEP(v, r);                                                                                      \
-          bests[b] = best;                                                                                         \
-          wheres[b] = where;                                                                                       \
+/* count windows side by side from src (the first one's first channel; the next KW pixels on, pixels block apart,
+ * rows W pixels apart), channels 0 .. n of each: max_pool_relu's search (relu on load, MX__MAX_STEP in row-major
+ * order over the window, its first element the start) into best and where (the max's offset in the window),
+ * window ow's channel b at ow * n + b. */
+#define MX__CONV_POOL_SEARCH(name, type, load, channels)                                                           \
+  MX_WIDE_CLONES static void name(const type *restrict src, int64_t block, int64_t W, int64_t KH, int64_t KW,      \
+                                  int64_t count, int64_t lanes, float *restrict bests, int32_t *restrict wheres) { \
+    const int64_t n = channels;                                                                                    \
+    for (int64_t ow = 0; ow < count; ow++) {                                                                       \
+      const type *window = src + ow * KW * block;                                                                  \
+      float *best_of = bests + ow * n;                                                                             \
+      int32_t *where_of = wheres + ow * n;                                                                         \
+      for (int64_t b = 0; b < n; b++) best_of[b] = load(window[b]), where_of[b] = 0;                               \
+      for (int64_t kh = 0; kh < KH; kh++)                                                                          \
+        for (int64_t kw = kh == 0; kw < KW; kw++) {                                                                \
+          const type *pixel = window + (kh * W + kw) * block;                                                      \
+          int32_t r = (int32_t)(kh * KW + kw);                                                                     \
+          for (int64_t b = 0; b < n; b++) {                                                                        \
+            float best = best_of[b], v = load(pixel[b]);                                                           \
+            int32_t where = where_of[b];                                                                           \
+            MX__MAX_STEP(v, r);                                                                                    \
+            best_of[b] = best;                                                                                     \
+            where_of[b] = where;                                                                                   \
+          }                                                                                                        \
         }                                                                                                          \
-      }                                                                                                            \
+    }                                                                                                              \
   }
-MX__CONV_POOL_SEARCH(search_f32, float, mx__pool_relu_of_f32)
-MX__CONV_POOL_SEARCH(search_bf16, uint16_t, mx__pool_relu_of_bf16)
+/* any number of channels (lanes), and whole blocks of 16 (oneDNN's nChw16c), whose loops the compiler unrolls */
+MX__CONV_POOL_SEARCH(search_f32, float, mx__pool_relu_of_f32, lanes)
+MX__CONV_POOL_SEARCH(search_bf16, uint16_t, mx__pool_relu_of_bf16, lanes)
+MX__CONV_POOL_SEARCH(search16_f32, float, mx__pool_relu_of_f32, 16)
+MX__CONV_POOL_SEARCH(search16_bf16, uint16_t, mx__pool_relu_of_bf16, 16)
+
+/* Stores count windows of m channels (window ow's channel b at ow * m + b of best and where) into y from element o
+ * and indices from element i, along the windows (y's unit stride) or along the channels. */
+static void store(const mx_kview *y, const mx_kview *indices, int64_t o, int64_t i, const float *best,
+                  const int32_t *where, int64_t count, int64_t m, bool along_windows) {
+  int64_t ys = y->strides[1], yw = y->strides[3], is = indices->strides[1], iw = indices->strides[3];
+  uint8_t *index = (uint8_t *)indices->data + i;
+  if (y->dtype == MX_BF16) {
+    uint16_t *out = (uint16_t *)y->data + o;
+    if (along_windows)
+      for (int64_t b = 0; b < m; b++)
+        for (int64_t ow = 0; ow < count; ow++)
+          out[b * ys + ow * yw] = mx__pool_bf16_store(best[ow * m + b]), index[b * is + ow * iw] = (uint8_t)where[ow * m + b];
+    else
+      for (int64_t ow = 0; ow < count; ow++)
+        for (int64_t b = 0; b < m; b++)
+          out[b * ys + ow * yw] = mx__pool_bf16_store(best[ow * m + b]), index[b * is + ow * iw] = (uint8_t)where[ow * m + b];
+    return;
+  }
+  float *out = (float *)y->data + o;
+  if (along_windows)
+    for (int64_t b = 0; b < m; b++)
+      for (int64_t ow = 0; ow < count; ow++)
+        out[b * ys + ow * yw] = best[ow * m + b], index[b * is + ow * iw] = (uint8_t)where[ow * m + b];
+  else
+    for (int64_t ow = 0; ow < count; ow++)
+      for (int64_t b = 0; b < m; b++)
+        out[b * ys + ow * yw] = best[ow * m + b], index[b * is + ow * iw] = (uint8_t)where[ow * m + b];
+}
 
 /* Pools the full-resolution output src (g's layout) into y and indices (any strides). */
 static void pool(const geometry *g, const void *src, const mx_kview *y, const mx_kview *indices) {
   bool bf16 = y->dtype == MX_BF16;
-  size_t size = bf16 ? 2 : 4;
-  int64_t rows = g->N * g->blocks * g->OH;
+  int64_t size = bf16 ? 2 : 4, rows = g->N * g->blocks * g->OH;
+  /* the stores run along the output's unit stride: the windows in a row-major output, the channels otherwise */
+  bool along_windows = y->strides[3] == 1;
   MX_PARALLEL_FOR(rows * g->OW * g->block * g->KH * g->KW)
   for (int64_t row = 0; row < rows; row++) {
     int64_t oh = row % g->OH, nb = row / g->OH, cb = nb % g->blocks, n = nb / g->blocks;
-    const char *plane = (const char *)src + (size_t)(nb * g->H * g->W * g->block) * size;
-    for (int64_t ow = 0; ow < g->OW; ow++) {
-      const char *window = plane + (size_t)(((oh * g->KH) * g->W + ow * g->KW) * g->block) * size;
-      for (int64_t b0 = 0; b0 < g->block && cb * g->block + b0 < g->C; b0 += TILE) {
-        int64_t c0 = cb * g->block + b0, m = g->block - b0 < TILE ? g->block - b0 : TILE;
-        if (m > g->C - c0) m = g->C - c0; /* the padding channels of the last block */
-        float best[TILE];
-        int32_t where[TILE];
-        if (bf16) search_bf16((const uint16_t *)window + b0, g->block, g->W, g->KH, g->KW, m, best, where);
-        else search_f32((const float *)window + b0, g->block, g->W, g->KH, g->KW, m, best, where);
-        int64_t o = n * y->strides[0] + c0 * y->strides[1] + oh * y->strides[2] + ow * y->strides[3];
+    const char *first = (const char *)src + ((nb * g->H + oh * g->KH) * g->W * g->block) * size;
+    float best[LANES];
+    int32_t where[LANES];
+    for (int64_t b0 = 0; b0 < g->block && cb * g->block + b0 < g->C; b0 += LANES) {
+      int64_t c0 = cb * g->block + b0, m = g->block - b0 < LANES ? g->block - b0 : LANES;
+      if (m > g->C - c0) m = g->C - c0; /* not the padding channels of the last block */
+      int64_t windows = LANES / m;
+      for (int64_t ow0 = 0; ow0 < g->OW; ow0 += windows) {
+        int64_t count = g->OW - ow0 < windows ? g->OW - ow0 : windows;
+        const char *at = first + ((ow0 * g->KW) * g->block + b0) * size;
+        if (m == 16 && bf16) search16_bf16((const uint16_t *)at, g->block, g->W, g->KH, g->KW, count, m, best, where);
+        else if (m == 16) search16_f32((const float *)at, g->block, g->W, g->KH, g->KW, count, m, best, where);
+        else if (bf16) search_bf16((const uint16_t *)at, g->block, g->W, g->KH, g->KW, count, m, best, where);
+        else search_f32((const float *)at, g->block, g->W, g->KH, g->KW, count, m, best, where);
+        int64_t o = n * y->strides[0] + c0 * y->strides[1] + oh * y->strides[2] + ow0 * y->strides[3];
         int64_t i = n * indices->strides[0] + c0 * indices->strides[1] + oh * indices->strides[2] +
-                    ow * indices->strides[3];
-        for (int64_t b = 0; b < m; b++) {
-          if (bf16) ((uint16_t *)y->data)[o + b * y->strides[1]] = mx__pool_bf16_store(best[b]);
-          else ((float *)y->data)[o + b * y->strides[1]] = mx__pool_f32_store(best[b]);
-          ((uint8_t *)indices->data)[i + b * indices->strides[1]] = (uint8_t)where[b];
-        }
+                    ow0 * indices->strides[3];
+        store(y, indices, o, i, best, where, count, m, along_windows);
       }
     }
   }
@@ -154,60 +194,89 @@ mx_status mx__cpu_conv_max_pool_relu(const mx_kview *y, const mx_kview *indices,
 /* --- backward: the scatter ---------------------------------------------------------------------------------- */
 
 /* One row of windows of the gradient's layout: each pixel of the row gets, channel by channel (0 .. block, those
- * past the channels zeros), 0 + gradient where the window's max came from that pixel's offset r, else 0. The
- * gradient and the offsets of the row's windows are gathered in grad and offset (window ow's at ow * block). */
-#define MX__CONV_POOL_SCATTER(name, type, plus_zero)                                                               \
+ * past the channels zeros), 0 + gradient where the window's max came from that pixel's offset r, else 0, as a
+ * select on the bits (a conditional float add is not if-converted: it could trap). The gradient and the offsets of
+ * the row's windows are gathered in grad and offset (window ow's at ow * block). */
+#define MX__CONV_POOL_SCATTER(name, type, plus_zero, select, channels)                                             \
   MX_WIDE_CLONES static void name(type *restrict dst, const type *restrict grad, const uint8_t *restrict offset,   \
-                                  int64_t OW, int64_t KW, int64_t kh, int64_t block) {                           \
-    for (int64_t ow = 0; ow < OW; ow++)                                                                            \
+                                  int64_t count, int64_t KW, int64_t kh, int64_t lanes) {                        \
+    const int64_t block = channels;                                                                                \
+    for (int64_t ow = 0; ow < count; ow++)                                                                         \
       for (int64_t kw = 0; kw < KW; kw++) {                                                                        \
         uint8_t r = (uint8_t)(kh * KW + kw);                                                                       \
         type *pixel = dst + (ow * KW + kw) * block;                                                                \
-        for (int64_t b = 0; b < block; b++)                                                                        \
-          pixel[b] = offset[ow * block + b] == r ? plus_zero(grad[ow * block + b]) : (type)0;                     \
+        const type *from = grad + ow * block;                                                                      \
+        const uint8_t *at = offset + ow * block;                                                                   \
+        for (int64_t b = 0; b < block; b++) pixel[b] = select(at[b] == r, plus_zero(from[b]));                    \
       }                                                                                                            \
   }
 static inline float plus_zero_f32(float d) { return 0.0f + d; }
-MX__CONV_POOL_SCATTER(scatter_f32, float, plus_zero_f32)
-MX__CONV_POOL_SCATTER(scatter_bf16, uint16_t, mx__pool_bf16_plus_zero)
+static inline float select_f32(bool take, float v) { return mx__pool_select_f32(-(uint32_t)take, v, 0.0f); }
+static inline uint16_t select_bf16(bool take, uint16_t v) { return (uint16_t)(v & -(uint32_t)take); }
+MX__CONV_POOL_SCATTER(scatter_f32, float, plus_zero_f32, select_f32, lanes)
+MX__CONV_POOL_SCATTER(scatter_bf16, uint16_t, mx__pool_bf16_plus_zero, select_bf16, lanes)
+MX__CONV_POOL_SCATTER(scatter16_f32, float, plus_zero_f32, select_f32, 16)
+MX__CONV_POOL_SCATTER(scatter16_bf16, uint16_t, mx__pool_bf16_plus_zero, select_bf16, 16)
 
-enum { GATHER_LANES = 2048 }; /* the most channels (window by channel) gathered at once; a block's at most */
+/* count windows of m channels of g and indices, from elements gi and ii, into grad (g's dtype) and offset, window
+ * ow's channel b at ow * block + b, along the windows (g's unit stride) or along the channels. */
+#define MX__CONV_POOL_GATHER(type)                                                                                 \
+  do {                                                                                                             \
+    const type *from = (const type *)g->data + gi;                                                                 \
+    type *to = grad;                                                                                               \
+    if (along_windows)                                                                                             \
+      for (int64_t b = 0; b < m; b++)                                                                              \
+        for (int64_t ow = 0; ow < count; ow++)                                                                     \
+          offset[ow * block + b] = index[b * is + ow * iw], to[ow * block + b] = from[b * gs + ow * gw];           \
+    else                                                                                                           \
+      for (int64_t ow = 0; ow < count; ow++)                                                                       \
+        for (int64_t b = 0; b < m; b++)                                                                            \
+          offset[ow * block + b] = index[b * is + ow * iw], to[ow * block + b] = from[b * gs + ow * gw];           \
+  } while (0)
+static void gather(const mx_kview *g, const mx_kview *indices, int64_t gi, int64_t ii, int64_t count, int64_t m,
+                   int64_t block, bool along_windows, void *grad, uint8_t *offset) {
+  int64_t gs = g->strides[1], gw = g->strides[3], is = indices->strides[1], iw = indices->strides[3];
+  const uint8_t *index = (const uint8_t *)indices->data + ii;
+  if (g->dtype == MX_BF16) MX__CONV_POOL_GATHER(uint16_t);
+  else MX__CONV_POOL_GATHER(float);
+}
 
 /* The pooled gradient g (with indices, any strides) scattered into dst, the full-resolution gradient in the
  * layout of geometry's block: max_pool_backward's values, and zeros in the padding channels oneDNN expects. */
 static void scatter(const geometry *geo, void *dst, const mx_kview *g, const mx_kview *indices) {
   bool bf16 = g->dtype == MX_BF16;
   int64_t size = bf16 ? 2 : 4, rows = geo->N * geo->blocks * geo->OH, row_bytes = geo->W * geo->block * size;
-  int64_t windows = GATHER_LANES / geo->block; /* at once */
+  int64_t windows = LANES / geo->block; /* at once */
+  bool along_windows = g->strides[3] == 1; /* the gather runs along g's unit stride */
   MX_PARALLEL_FOR(rows * geo->KH * geo->W * geo->block)
   for (int64_t row = 0; row < rows; row++) {
     int64_t oh = row % geo->OH, nb = row / geo->OH, cb = nb % geo->blocks, n = nb / geo->blocks;
     char *plane = (char *)dst + nb * geo->H * row_bytes;
     union {
-      float f32[GATHER_LANES];
-      uint16_t bf16[GATHER_LANES];
+      float f32[LANES];
+      uint16_t bf16[LANES];
     } grad;
-    uint8_t offset[GATHER_LANES];
+    uint8_t offset[LANES];
+    /* the channels of this block that exist; the padding ones get zeros (0 + 0 wherever their offset is found) */
+    int64_t real = geo->C - cb * geo->block < geo->block ? geo->C - cb * geo->block : geo->block;
     for (int64_t ow0 = 0; ow0 < geo->OW; ow0 += windows) {
       int64_t count = geo->OW - ow0 < windows ? geo->OW - ow0 : windows;
-      for (int64_t ow = 0; ow < count; ow++)
-        for (int64_t b = 0; b < geo->block; b++) {
-          int64_t c = cb * geo->block + b, lane = ow * geo->block + b;
-          if (c >= geo->C) { /* a padding channel: zeros (0 + 0 wherever its offset is found) */
-            offset[lane] = 0;
-            if (bf16) grad.bf16[lane] = 0;
-            else grad.f32[lane] = 0;
-            continue;
-          }
-          int64_t at[4] = {n, c, oh, ow0 + ow}, gi = 0, ii = 0;
-          for (int d = 0; d < 4; d++) gi += at[d] * g->strides[d], ii += at[d] * indices->strides[d];
-          offset[lane] = ((const uint8_t *)indices->data)[ii];
-          if (bf16) grad.bf16[lane] = ((const uint16_t *)g->data)[gi];
-          else grad.f32[lane] = ((const float *)g->data)[gi];
+      int64_t gi = n * g->strides[0] + cb * geo->block * g->strides[1] + oh * g->strides[2] + ow0 * g->strides[3];
+      int64_t ii = n * indices->strides[0] + cb * geo->block * indices->strides[1] + oh * indices->strides[2] +
+                   ow0 * indices->strides[3];
+      gather(g, indices, gi, ii, count, real, geo->block, along_windows, grad.f32, offset);
+      for (int64_t ow = 0; ow < count && real < geo->block; ow++)
+        for (int64_t b = real; b < geo->block; b++) {
+          offset[ow * geo->block + b] = 0;
+          if (bf16) grad.bf16[ow * geo->block + b] = 0;
+          else grad.f32[ow * geo->block + b] = 0;
         }
       for (int64_t kh = 0; kh < geo->KH; kh++) {
         char *line = plane + (oh * geo->KH + kh) * row_bytes + ow0 * geo->KW * geo->block * size;
-        if (bf16) scatter_bf16((uint16_t *)line, grad.bf16, offset, count, geo->KW, kh, geo->block);
+        bool sixteen = geo->block == 16;
+        if (bf16 && sixteen) scatter16_bf16((uint16_t *)line, grad.bf16, offset, count, geo->KW, kh, 16);
+        else if (sixteen) scatter16_f32((float *)line, grad.f32, offset, count, geo->KW, kh, 16);
+        else if (bf16) scatter_bf16((uint16_t *)line, grad.bf16, offset, count, geo->KW, kh, geo->block);
         else scatter_f32((float *)line, grad.f32, offset, count, geo->KW, kh, geo->block);
       }
     }
@@ -232,7 +301,7 @@ mx_status mx__cpu_conv_max_pool_relu_backward(const mx_kview *dx, const mx_kview
   mx_status status = mx__dnnl_conv_plan_begin(&weights, MX__DNNL_CONV_BACKWARD_WEIGHTS, x, dw, &full, db != NULL, cp);
   if (status == MX_OK && dx) status = mx__dnnl_conv_plan_begin(&data, MX__DNNL_CONV_BACKWARD_DATA, dx, w, &full,
                                                                false, cp);
-  bool fits = weights.block && weights.block <= GATHER_LANES && (!dx || (data.block && data.block <= GATHER_LANES));
+  bool fits = weights.block && weights.block <= LANES && (!dx || (data.block && data.block <= LANES));
   if (status == MX_OK && !fits) status = MX_NOT_SUPPORTED;
   bool shared = dx && status == MX_OK && mx__dnnl_conv_plans_share_y(&weights, &data);
   void *buf = NULL, *data_buf = NULL;
