@@ -9,7 +9,9 @@
  * scatter are pool_search.h's steps, so values and indices are those of conv2d and max_pool_relu run in turn, bit
  * for bit. Windows: 2-d, stride equal to the kernel, no padding or dilation (each full-resolution element in at
  * most one window, so the scatter writes each once); other cases, and dtypes oneDNN does not run, decline
- * (MX_NOT_SUPPORTED, no error) and the op runs the unfused kernels. */
+ * (MX_NOT_SUPPORTED, no error) and the op runs the unfused kernels. So do channels-last activations: their
+ * convolutions read and write nhwc as it lies, so there is no reorder to save, and pool.c's channels-last kernels
+ * pool faster than this loop (the demo CNN's float32 channels-last step took 1.09x as long fused). */
 #include "kernels/cpu/dnnl_conv_pool.h"
 
 #include <stdatomic.h>
@@ -46,17 +48,13 @@ static bool covered(const mx_kview *x, const mx_kview *y, const mx_kview *indice
 }
 
 /* A view of the convolution's output as the unfused op would have made it (its data never read): its shape from
- * x, w and the params, laid out as x (channels_last) or row-major, so the primitives are the unfused call's. */
-static mx_kview full_view(const mx_kview *x, const mx_kview *w, const mx_conv_params *cp, bool channels_last) {
+ * x, w and the params, row-major, so the primitives are the unfused call's. */
+static mx_kview full_view(const mx_kview *x, const mx_kview *w, const mx_conv_params *cp) {
   mx_kview v = {.data = x->data, .dtype = x->dtype, .ndim = 4, .shape = {x->shape[0], w->shape[0]}};
   for (int i = 0; i < 2; i++)
     v.shape[2 + i] = (x->shape[2 + i] + 2 * cp->padding[i] - (w->shape[2 + i] - 1) - 1) / cp->stride[i] + 1;
-  if (channels_last) {
-    mx__channels_last_strides(v.shape, v.strides);
-  } else {
-    v.strides[3] = 1;
-    for (int d = 2; d >= 0; d--) v.strides[d] = v.strides[d + 1] * v.shape[d + 1];
-  }
+  v.strides[3] = 1;
+  for (int d = 2; d >= 0; d--) v.strides[d] = v.strides[d + 1] * v.shape[d + 1];
   return v;
 }
 
@@ -168,8 +166,8 @@ static void pool(const geometry *g, const void *src, const mx_kview *y, const mx
 mx_status mx__cpu_conv_max_pool_relu(const mx_kview *y, const mx_kview *indices, const mx_kview *x, const mx_kview *w,
                                      const mx_kview *bias, const mx_conv_params *cp, const mx_pool_params *pp,
                                      bool channels_last) {
-  if (!covered(x, y, indices, cp, pp)) return MX_NOT_SUPPORTED;
-  mx_kview full = full_view(x, w, cp, channels_last);
+  if (channels_last || !covered(x, y, indices, cp, pp)) return MX_NOT_SUPPORTED;
+  mx_kview full = full_view(x, w, cp);
   mx__dnnl_conv_plan plan;
   mx_status status = mx__dnnl_conv_plan_begin(&plan, MX__DNNL_CONV_FORWARD, x, w, &full, bias != NULL, cp);
   if (status != MX_OK) return status == MX_NOT_BUILT ? MX_NOT_SUPPORTED : status;
@@ -293,10 +291,8 @@ mx_status mx__cpu_conv_max_pool_relu_backward(const mx_kview *dx, const mx_kview
                                               const mx_kview *g, const mx_kview *indices, const mx_kview *x,
                                               const mx_kview *w, const mx_conv_params *cp, const mx_pool_params *pp,
                                               bool channels_last) {
-  if (!covered(x, g, indices, cp, pp)) return MX_NOT_SUPPORTED;
-  /* the unfused backward sums a float32 channels-last gradient's bias apart (kernels/cpu/conv.c) */
-  if (db && x->dtype == MX_F32 && channels_last) return MX_NOT_SUPPORTED;
-  mx_kview full = full_view(x, w, cp, channels_last);
+  if (channels_last || !covered(x, g, indices, cp, pp)) return MX_NOT_SUPPORTED;
+  mx_kview full = full_view(x, w, cp);
   mx__dnnl_conv_plan weights = {0}, data = {0};
   mx_status status = mx__dnnl_conv_plan_begin(&weights, MX__DNNL_CONV_BACKWARD_WEIGHTS, x, dw, &full, db != NULL, cp);
   if (status == MX_OK && dx) status = mx__dnnl_conv_plan_begin(&data, MX__DNNL_CONV_BACKWARD_DATA, dx, w, &full,
