@@ -61,7 +61,8 @@ typedef struct {
   X(AMP_UPDATE_SCALE, amp_update_scale) X(AMP_HISTOGRAM, amp_histogram)                                    \
   X(AMP_UNSCALE_HISTOGRAM, amp_unscale_histogram) X(SGD_STEP, sgd_step) X(ADAM_STEP, adam_step)           \
   X(CONV_FORWARD_RELU, conv_forward_relu) X(LINEAR_RELU, linear_relu)                                        \
-  X(CONV_BACKWARD_WEIGHT_BIAS, conv_backward_weight_bias)
+  X(CONV_BACKWARD_WEIGHT_BIAS, conv_backward_weight_bias) X(CONV_MAX_POOL_RELU, conv_max_pool_relu)           \
+  X(CONV_MAX_POOL_RELU_BACKWARD, conv_max_pool_relu_backward)
 
 typedef enum {
 #define MX__KERNEL_ENUM(E, slot) MX_KERNEL_##E,
@@ -226,6 +227,22 @@ typedef struct mx_backend {
    * conv_backward_weight, then a sum. Appended, as conv_forward_relu. */
   mx_status (*conv_backward_weight_bias)(const mx_kview *dw, const mx_kview *db, const mx_kview *dy,
                                          const mx_kview *x, const mx_conv_params *p);
+  /* y and indices (uint8 window offsets) = max_pool with relu (pp, pp->relu ignored) of conv(x, w) + bias (cp),
+   * the convolution's full-resolution output never in a view: laid out as x (channels_last) or row-major where
+   * the kernel keeps one of its own. y and indices are those of conv_forward then max_pool, bit for bit.
+   * MX_NOT_SUPPORTED, with no error set, where it declines the case; NULL: always declined (the op then runs
+   * conv_forward and max_pool). Appended, as conv_forward_relu. */
+  mx_status (*conv_max_pool_relu)(const mx_kview *y, const mx_kview *indices, const mx_kview *x, const mx_kview *w,
+                                  const mx_kview *bias, const mx_conv_params *cp, const mx_pool_params *pp,
+                                  bool channels_last);
+  /* Its backward from the pooled gradient g (relu's mask applied) and the indices: the full-resolution gradient
+   * max_pool_backward would give, never in a view, then dx = conv_backward_data (dx NULL: not wanted), dw and db
+   * = conv_backward_weight_bias (db NULL: conv_backward_weight alone), bit for bit those kernels'. Declines as
+   * conv_max_pool_relu. */
+  mx_status (*conv_max_pool_relu_backward)(const mx_kview *dx, const mx_kview *dw, const mx_kview *db,
+                                           const mx_kview *g, const mx_kview *indices, const mx_kview *x,
+                                           const mx_kview *w, const mx_conv_params *cp, const mx_pool_params *pp,
+                                           bool channels_last);
 } mx_backend;
 
 /* The backend for a device, or NULL with the error set. */

@@ -31,6 +31,17 @@ static mx__forward_relu_fn pool_after_relu(const mx_module *relu, const mx_modul
   return mx__max_pool_relu_forward(pool);
 }
 
+/* The Conv2d conv, the ReLU relu and the MaxPool2d pool after it as one conv2d_max_pool_relu, under
+ * fused_with_relu's rules; NULL: the other fusions decide. It wins over both of the ReLU's: the convolution's
+ * full-resolution output and its gradient never become tensors. The saved tensors are the convolution's inputs,
+ * the pooled output and its indices: fewer than the children's, as pool_after_relu's. */
+static mx__conv_pool_fn conv_relu_pool(const mx_module *conv, const mx_module *relu, const mx_module *pool) {
+  if (!relu || !pool || !mx__module_is_relu(relu) || mx__module_observed(conv) || mx__module_observed(relu) ||
+      mx__module_observed(pool))
+    return NULL;
+  return mx__conv_max_pool_relu_forward(conv, pool);
+}
+
 static mx_tensor *sequential_forward(mx_module *m, const mx_tensor *x) {
   int n = mx_module_num_children(m);
   if (n == 0) return mx_reshape(x, mx_shape_get(x)); /* an empty Sequential is the identity */
@@ -40,6 +51,12 @@ static mx_tensor *sequential_forward(mx_module *m, const mx_tensor *x) {
     mx_module *next = i + 1 < n ? mx_module_child(m, i + 1, NULL) : NULL;
     mx_module *after = i + 2 < n ? mx_module_child(m, i + 2, NULL) : NULL;
     const mx_tensor *in = i ? y : x;
+    mx__conv_pool_fn three = conv_relu_pool(child, next, after);
+    if (three && (y = three(child, after, in))) {
+      i += 2; /* the ReLU and the pool ran too */
+      continue;
+    }
+    if (three) mx_clear_error(); /* the other fusions or the children in turn fail as they would have */
     mx_module *owner = next; /* the module whose fused forward runs: the pool after a ReLU child */
     mx__forward_relu_fn fused = pool_after_relu(child, next);
     if (!fused && next && !pool_after_relu(next, after)) { /* no pool takes next (a ReLU) from child */

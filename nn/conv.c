@@ -2,6 +2,7 @@
 #include <stdlib.h>
 
 #include "nn/nn_internal.h"
+#include "ops/conv_pool.h"
 
 typedef struct {
   int spatial;
@@ -59,6 +60,28 @@ static const mx_module_type conv_types[2][3] = {
 
 mx__forward_relu_fn mx__conv_forward_relu(const mx_module *m) {
   return mx_module_type_of(m) == &conv_types[0][1] ? conv2d_relu_forward : NULL; /* Conv2d */
+}
+
+/* A Conv2d, a ReLU and a MaxPool2d in a Sequential (nn_internal.h): their parameters passed to
+ * mx__conv2d_max_pool_relu. */
+static mx_tensor *conv2d_max_pool_relu_forward(mx_module *conv, mx_module *pool, const mx_tensor *x) {
+  const conv_self *s = mx_module_self(conv);
+  int spatial;
+  mx_shape kernel, stride, padding, dilation;
+  mx_tensor *y = NULL;
+  if (mx__max_pool_params(pool, &spatial, &kernel, &stride, &padding, &dilation))
+    mx__conv2d_max_pool_relu(x, s->weight, s->bias, s->stride, s->padding, s->dilation, s->groups, kernel, stride,
+                             padding, dilation, &y, NULL);
+  return y;
+}
+
+mx__conv_pool_fn mx__conv_max_pool_relu_forward(const mx_module *conv, const mx_module *pool) {
+  int spatial;
+  mx_shape kernel, stride, padding, dilation;
+  if (mx_module_type_of(conv) != &conv_types[0][1] ||
+      !mx__max_pool_params(pool, &spatial, &kernel, &stride, &padding, &dilation) || spatial != 2)
+    return NULL;
+  return conv2d_max_pool_relu_forward;
 }
 
 static mx_status check_args(const char *fn, int spatial, bool transposed, int64_t in, int64_t out, mx_shape kernel,

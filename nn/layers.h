@@ -27,7 +27,8 @@
 MX_API_BEGIN
 
 /* --- containers -------------------------------------------------------------------------------------------------- */
-/* The modules applied in turn; children named "0", "1", ... A ReLU followed by a MaxPool runs as mx_max_pool_relu,
+/* The modules applied in turn; children named "0", "1", ... A Conv2d, a ReLU and a MaxPool2d run as one op (the
+ * convolution's full-resolution output never stored), a ReLU followed by a MaxPool otherwise as mx_max_pool_relu,
  * and otherwise a Conv2d, a BatchNorm or a Linear followed by a ReLU runs as one fused op (mx_conv2d_relu,
  * mx_batch_norm_relu, mx_linear_relu): the same bits, fewer passes over memory (on CUDA mx_linear_relu is within
  * rounding: ops/ops.h), unless a hook or a summary watches one of the children fused. (oneDNN's fused convolution and

@@ -30,6 +30,14 @@ mx__forward_relu_fn mx__linear_forward_relu(const mx_module *m);     /* Linear: 
  * bit for bit; NULL for a module that is not a MaxPool. It takes precedence over the fusion of the ReLU with the
  * module before it. */
 mx__forward_relu_fn mx__max_pool_relu_forward(const mx_module *m);
+/* The parameters of a MaxPool (1d/2d/3d) module as given, for a fused forward that pools; false (nothing set) for
+ * any other module. */
+bool mx__max_pool_params(const mx_module *m, int *spatial, mx_shape *kernel, mx_shape *stride, mx_shape *padding,
+                         mx_shape *dilation);
+/* A Conv2d, a ReLU and a MaxPool2d in turn in Sequential: the three as one call (conv2d_max_pool_relu), bit for bit;
+ * NULL unless conv is a Conv2d and pool a 2-d MaxPool. It takes precedence over the ReLU's fusions with either. */
+typedef mx_tensor *(*mx__conv_pool_fn)(mx_module *conv, mx_module *pool, const mx_tensor *x);
+mx__conv_pool_fn mx__conv_max_pool_relu_forward(const mx_module *conv, const mx_module *pool);
 /* Whether m is the ReLU module (mx_relu_new). */
 bool mx__module_is_relu(const mx_module *m);
 

@@ -25,6 +25,14 @@ mx__forward_relu_fn mx__max_pool_relu_forward(const mx_module *m) {
   return mx_module_type_of(m)->forward == max_pool_forward ? max_pool_relu_forward : NULL;
 }
 
+bool mx__max_pool_params(const mx_module *m, int *spatial, mx_shape *kernel, mx_shape *stride, mx_shape *padding,
+                         mx_shape *dilation) {
+  if (mx_module_type_of(m)->forward != max_pool_forward) return false;
+  const pool_self *s = mx_module_self(m);
+  *spatial = s->spatial, *kernel = s->kernel, *stride = s->stride, *padding = s->padding, *dilation = s->dilation;
+  return true;
+}
+
 static mx_tensor *avg_pool_forward(mx_module *m, const mx_tensor *x) {
   const pool_self *s = mx_module_self(m);
   return mx_avg_pool(x, s->spatial, s->kernel, s->stride, s->padding, s->count_include_pad);

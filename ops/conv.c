@@ -6,6 +6,7 @@
  * conv1d/2d/3d and the transposed convolutions are
  * composites; conv2d_relu, a primitive, runs the ReLU that follows a
  * convolution inside its kernel. */
+#include "ops/conv_pool.h"
 #include "ops/op_table.h"
 
 static mx_status same_dtype(const char *op, const mx_tensor *a, const mx_tensor *b) {
@@ -393,4 +394,166 @@ mx_tensor *mx_conv2d_relu(const mx_tensor *x, const mx_tensor *weight, const mx_
                           mx_shape padding, mx_shape dilation, int64_t groups) {
   mx__args args = {.conv = conv_params(2, stride, padding, dilation, groups)};
   return dispatch_conv(MX_OP_CONV2D_RELU, x, weight, bias, &args);
+}
+
+/* --- conv2d, ReLU and max pooling as one op ----------------------------------------------------------------- */
+/* The convolution's full-resolution output, and its gradient, exist only to be pooled and to come out of the
+ * pooling's scatter: the backend's fused kernels keep both in their own layout (the CPU: oneDNN's blocked one),
+ * and where a backend has none, or declines the case, the op runs the unfused kernels inside (the same bits). */
+
+#define POOL_CHANNELS_LAST(args) ((args)->i[0]) /* x's layout, the full-resolution output's */
+#define WANT_DX(args) ((args)->i[1])
+#define WANT_DB(args) ((args)->i[2])
+
+static const char *const conv_pool_op = "mx_conv2d_max_pool_relu";
+
+mx_status mx__fwd_conv2d_max_pool_relu(mx__call *c) {
+  mx_tensor *x = c->in[0], *w = c->in[1], *bias = c->n_in > 2 ? c->in[2] : NULL;
+  const mx_conv_params *cp = &c->args->conv;
+  mx_pool_params pp = c->args->pool;
+  pp.relu = true;
+  bool channels_last = POOL_CHANNELS_LAST(c->args);
+  mx_shape full, pooled;
+  if (forward_checks(conv_pool_op, x, w, &bias, cp, &full) || mx__pooled_shape(conv_pool_op, full, &pp, &pooled))
+    return mx_last_status();
+  const mx_backend *be = mx__backend_of(c->op, x->device);
+  if (!be || !mx__kernel_usable(c->op, be, MX_KERNEL_CONV_FORWARD, x->dtype) ||
+      !mx__kernel_usable(c->op, be, MX_KERNEL_MAX_POOL, x->dtype))
+    return mx_last_status();
+  mx_dtype index_dtype = mx__window_offsets_fit(&pp) ? MX_U8 : MX_I64;
+  mx_tensor *y = c->out[0] = alloc_activation(conv_pool_op, pooled, x, channels_last);
+  mx_tensor *indices = c->out[1] = channels_last && pooled.ndim == 4
+                                       ? mx__tensor_alloc_channels_last(conv_pool_op, pooled, index_dtype, x->device)
+                                       : mx__tensor_alloc(conv_pool_op, pooled, index_dtype, x->device);
+  if (!y || !indices) return mx_last_status();
+  mx_kview yv = mx__kview_of(y), iv = mx__kview_of(indices), xv = mx__kview_of(x), wv = mx__kview_of(w);
+  mx_kview bv = bias ? mx__kview_of(bias) : xv;
+  if (be->conv_max_pool_relu) {
+    mx_status status = be->conv_max_pool_relu(&yv, &iv, &xv, &wv, bias ? &bv : NULL, cp, &pp, channels_last);
+    if (status != MX_NOT_SUPPORTED) return status;
+  }
+  mx_tensor *t = alloc_activation(conv_pool_op, full, x, channels_last); /* the unfused kernels */
+  if (!t) return mx_last_status();
+  mx_kview tv = mx__kview_of(t);
+  mx_status status = be->conv_forward(&tv, &xv, &wv, bias ? &bv : NULL, cp);
+  return status != MX_OK ? status : be->max_pool(&yv, &iv, &tv, &pp);
+}
+
+/* relu's mask on the pooled gradient (as max_pool_relu's backward), then the rest in the backward op. */
+mx_status mx__bwd_conv2d_max_pool_relu(mx__bw *bw) {
+  mx_tensor *x = mx__saved_in(bw, 0), *w = mx__saved_in(bw, 1), *indices = mx__saved_out(bw, 1);
+  mx_tensor *g = mx_relu_backward(G, mx__saved_out(bw, 0));
+  if (!x || !w || !indices || !g) return mx_last_status();
+  mx__args args = *bw->args;
+  WANT_DX(&args) = mx__needs_grad(bw, 0);
+  WANT_DB(&args) = mx__needs_grad(bw, 2);
+  const mx_tensor *in[4] = {g, indices, x, w};
+  mx_tensor *out[MX__MAX_OUTPUTS] = {0};
+  if (mx__dispatch(MX_OP_CONV2D_MAX_POOL_RELU_BACKWARD, 4, in, &args, out) != MX_OK) return mx_last_status();
+  for (int i = 0; i < 3; i++)
+    if (mx__needs_grad(bw, i)) bw->grad_in[i] = out[i];
+  return MX_OK;
+}
+
+/* The full-resolution gradient of the forward's convolution output: g scattered by the indices. */
+static mx_tensor *full_gradient(const mx_tensor *g, const mx_tensor *indices, const mx__args *forward, mx_shape full) {
+  mx__args args = {.shape = full, .pool = forward->pool, .i = {POOL_CHANNELS_LAST(forward)}};
+  args.pool.relu = false;
+  return mx__call2(MX_OP_MAX_POOL_BACKWARD, g, indices, &args);
+}
+
+/* (dx, dw, db) from the unfused ops (run with grad off, inside the op): max_pool_backward's scatter, then the
+ * convolution's gradients as mx__bwd_convolution takes them. */
+static mx_status conv_pool_backward_unfused(mx__call *c, mx_shape full) {
+  mx_tensor *g = c->in[0], *indices = c->in[1], *x = c->in[2], *w = c->in[3];
+  const mx_conv_params *cp = &c->args->conv;
+  mx_tensor *dy = full_gradient(g, indices, c->args, full);
+  if (!dy) return mx_last_status();
+  mx_shape x_shape = mx_shape_get(x), w_shape = mx_shape_get(w);
+  c->out[0] = WANT_DX(c->args) ? backward_data(dy, w, x_shape, cp, layout_of_input(x))
+                               : mx_zeros(x_shape, x->dtype, x->device);
+  if (WANT_DB(c->args)) {
+    mx__args args = {.shape = w_shape, .conv = *cp};
+    const mx_tensor *in[2] = {dy, x};
+    if (mx__dispatch(MX_OP_CONV_BACKWARD_WEIGHT_BIAS, 2, in, &args, c->out + 1) != MX_OK) return mx_last_status();
+  } else {
+    c->out[1] = backward_weight(dy, x, w_shape, cp);
+    c->out[2] = mx_zeros(MX_SHAPE(w->shape[0]), x->dtype, x->device);
+  }
+  return c->out[0] && c->out[1] && c->out[2] ? MX_OK : mx_last_status();
+}
+
+mx_status mx__fwd_conv2d_max_pool_relu_backward(mx__call *c) {
+  mx_tensor *g = c->in[0], *indices = c->in[1], *x = c->in[2], *w = c->in[3];
+  const mx_conv_params *cp = &c->args->conv;
+  bool channels_last = POOL_CHANNELS_LAST(c->args), want_dx = WANT_DX(c->args), want_db = WANT_DB(c->args);
+  mx_shape full;
+  mx_tensor *no_bias = NULL;
+  if (forward_checks(conv_pool_op, x, w, &no_bias, cp, &full) || same_dtype(conv_pool_op, g, x))
+    return mx_last_status();
+  const mx_backend *be = mx__backend_of(c->op, x->device);
+  if (!be) return mx_last_status();
+  if (!be->conv_max_pool_relu_backward) return conv_pool_backward_unfused(c, full);
+  mx_tensor *dx = c->out[0] = want_dx ? alloc_activation(conv_pool_op, mx_shape_get(x), x, channels_last)
+                                      : mx_zeros(mx_shape_get(x), x->dtype, x->device);
+  mx_tensor *dw = c->out[1] = mx__tensor_alloc(conv_pool_op, mx_shape_get(w), x->dtype, x->device);
+  mx_tensor *db = c->out[2] = want_db ? mx__tensor_alloc(conv_pool_op, MX_SHAPE(w->shape[0]), x->dtype, x->device)
+                                      : mx_zeros(MX_SHAPE(w->shape[0]), x->dtype, x->device);
+  if (!dx || !dw || !db) return mx_last_status();
+  mx_kview dxv = mx__kview_of(dx), dwv = mx__kview_of(dw), dbv = mx__kview_of(db), gv = mx__kview_of(g);
+  mx_kview iv = mx__kview_of(indices), xv = mx__kview_of(x), wv = mx__kview_of(w);
+  mx_status status = be->conv_max_pool_relu_backward(want_dx ? &dxv : NULL, &dwv, want_db ? &dbv : NULL, &gv, &iv,
+                                                      &xv, &wv, cp, &c->args->pool, channels_last);
+  if (status != MX_NOT_SUPPORTED) return status;
+  for (int i = 0; i < 3; i++) c->out[i] = NULL; /* in the call's scope, which frees them */
+  return conv_pool_backward_unfused(c, full);
+}
+
+/* dx = B(S(g), w), dw = W(S(g), x), db = sum of S(g), S max_pool_backward's scatter (linear in g): the adjoint in g
+ * gathers, at the maxima, the forward of dx's cotangent through w plus that of x through dw's cotangent with db's
+ * as the bias (mx__bwd_conv_backward_data's and mx__bwd_conv_backward_weight_bias's); in x and in w as theirs. */
+mx_status mx__bwd_conv2d_max_pool_relu_backward(mx__bw *bw) {
+  const mx_conv_params *cp = &bw->args->conv;
+  mx_tensor *g = mx__saved_in(bw, 0), *indices = mx__saved_in(bw, 1), *x = mx__saved_in(bw, 2);
+  mx_tensor *w = mx__saved_in(bw, 3), *gdx = bw->grad_out[0], *gdw = bw->grad_out[1], *gdb = bw->grad_out[2];
+  if (!g || !indices || !x || !w) return mx_last_status();
+  bool want_dx = WANT_DX(bw->args), want_db = WANT_DB(bw->args);
+  mx_shape full;
+  if (conv_out_shape(conv_pool_op, x, w, cp, &full)) return mx_last_status();
+  if (mx__needs_grad(bw, 0)) {
+    mx_tensor *through_w = convolution(x, gdw, want_db ? gdb : NULL, cp);
+    mx_tensor *sum = want_dx ? mx_add(convolution(gdx, w, NULL, cp), through_w) : through_w;
+    GRAD(0, mx__max_pool_gather(sum, indices, &bw->args->pool, full));
+  }
+  if (!mx__needs_grad(bw, 2) && !mx__needs_grad(bw, 3)) return MX_OK;
+  mx_tensor *dy = full_gradient(g, indices, bw->args, full);
+  GRAD(2, backward_data(dy, gdw, mx_shape_get(x), cp, DX_LIKE_G));
+  GRAD(3, want_dx ? backward_weight(dy, gdx, mx_shape_get(w), cp) : mx_zeros(mx_shape_get(w), w->dtype, w->device));
+  return MX_OK;
+}
+
+mx_status mx__conv2d_max_pool_relu(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias, mx_shape stride,
+                                   mx_shape padding, mx_shape dilation, int64_t groups, mx_shape kernel,
+                                   mx_shape pool_stride, mx_shape pool_padding, mx_shape pool_dilation, mx_tensor **y,
+                                   mx_tensor **indices) {
+  if (y) *y = NULL;
+  if (indices) *indices = NULL;
+  if (kernel.ndim < 1)
+    return mx__error(MX_INVALID_ARGUMENT, "%s: a pooling kernel size is needed", conv_pool_op);
+  mx__args args = {.conv = conv_params(2, stride, padding, dilation, groups), .pool = {.spatial = 2}};
+  for (int i = 0; i < 2; i++) {
+    args.pool.kernel[i] = kernel.d[kernel.ndim == 1 ? 0 : i];
+    args.pool.stride[i] = pool_stride.ndim == 0 ? args.pool.kernel[i] : pool_stride.d[pool_stride.ndim == 1 ? 0 : i];
+    args.pool.padding[i] = pool_padding.ndim == 0 ? 0 : pool_padding.d[pool_padding.ndim == 1 ? 0 : i];
+    args.pool.dilation[i] = pool_dilation.ndim == 0 ? 1 : pool_dilation.d[pool_dilation.ndim == 1 ? 0 : i];
+  }
+  POOL_CHANNELS_LAST(&args) = x && mx__suggests_channels_last(x);
+  const mx_tensor *in[3] = {x, weight, bias};
+  mx_tensor *out[MX__MAX_OUTPUTS] = {0};
+  mx_status status = mx__dispatch(MX_OP_CONV2D_MAX_POOL_RELU, bias ? 3 : 2, in, &args, out);
+  if (y) *y = out[0];
+  else mx_release(out[0]);
+  if (indices) *indices = out[1];
+  else mx_release(out[1]);
+  return status;
 }

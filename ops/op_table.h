@@ -160,4 +160,13 @@ mx_tensor *mx__sum_to(const mx_tensor *t, mx_shape shape);
  * per-channel sum reduces. */
 mx_shape mx__all_but_channels(int ndim);
 
+/* Pooling (ops/pooling.c), for the ops that pool inside them (conv2d_max_pool_relu): the output shape of pooling
+ * an input of shape in, or an error naming op; whether max pooling's indices can be offsets in the window (uint8:
+ * a kernel of at most 256 elements and no dilation, so that every window holds an input element, the padding
+ * being at most half the kernel); and g (the input's shape) gathered at the maxima the indices name: the adjoint
+ * of max_pool_backward's scatter. */
+mx_status mx__pooled_shape(const char *op, mx_shape in, const mx_pool_params *p, mx_shape *out);
+bool mx__window_offsets_fit(const mx_pool_params *p);
+mx_tensor *mx__max_pool_gather(const mx_tensor *g, const mx_tensor *indices, const mx_pool_params *p, mx_shape in);
+
 #endif

@@ -6,12 +6,15 @@
 
 #include "ops/op_table.h"
 
-/* The output shape, or an error naming op. */
 static mx_status pooled_shape(const char *op, const mx_tensor *x, const mx_pool_params *p, mx_shape *out) {
-  if (x->ndim != p->spatial + 2)
+  return mx__pooled_shape(op, mx_shape_get(x), p, out);
+}
+
+mx_status mx__pooled_shape(const char *op, mx_shape in, const mx_pool_params *p, mx_shape *out) {
+  if (in.ndim != p->spatial + 2)
     return mx__error(MX_SHAPE_ERROR, "%s: expected a %d-d input (N, C, %d spatial dims), got %d dims", op,
-                     p->spatial + 2, p->spatial, x->ndim);
-  *out = mx_shape_get(x);
+                     p->spatial + 2, p->spatial, in.ndim);
+  *out = in;
   for (int i = 0; i < p->spatial; i++) {
     int64_t k = p->kernel[i], s = p->stride[i], pad = p->padding[i], d = p->dilation[i] ? p->dilation[i] : 1;
     if (k <= 0 || s <= 0 || pad < 0 || pad > k / 2)
@@ -23,9 +26,9 @@ static mx_status pooled_shape(const char *op, const mx_tensor *x, const mx_pool_
     /* in + 2 * pad - d * (k - 1) - 1, summed so that nothing overflows but d * (k - 1), which is checked:
      * 2 * pad <= k, so the second term is at most 1 */
     int64_t reach, span;
-    if (mx__mul_overflows(d, k - 1, &reach) || (span = (x->shape[2 + i] - 1) + (2 * pad - reach)) < 0)
+    if (mx__mul_overflows(d, k - 1, &reach) || (span = (in.d[2 + i] - 1) + (2 * pad - reach)) < 0)
       return mx__error(MX_SHAPE_ERROR, "%s: input size %lld is smaller than the kernel %lld in spatial dim %d", op,
-                       (long long)x->shape[2 + i], (long long)k, i);
+                       (long long)in.d[2 + i], (long long)k, i);
     out->d[2 + i] = span / s + 1;
   }
   /* the kernels visit every kernel element for every output: that count must fit too */
@@ -51,10 +54,7 @@ static mx_tensor *alloc_in_layout(const char *op, mx_shape shape, mx_dtype dtype
   return mx__tensor_alloc(op, shape, dtype, device);
 }
 
-/* Whether max pooling's indices can be offsets in the window (uint8): a
- * kernel of at most 256 elements, and no dilation, so that every window
- * holds an input element (padding is at most half the kernel). */
-static bool window_offsets_fit(const mx_pool_params *p) {
+bool mx__window_offsets_fit(const mx_pool_params *p) {
   int64_t volume = 1;
   for (int i = 0; i < p->spatial; i++) {
     if (p->dilation[i] > 1) return false;
@@ -120,7 +120,7 @@ static mx_status max_pool_forward(mx__call *c, bool relu) {
   /* uint8 offsets in the window where the kernel allows: the graph saves
    * them for backward, where int64 positions would outweigh bf16
    * activations 4:1. The public function hands out PyTorch's int64. */
-  mx_dtype index_dtype = window_offsets_fit(&c->args->pool) ? MX_U8 : MX_I64;
+  mx_dtype index_dtype = mx__window_offsets_fit(&c->args->pool) ? MX_U8 : MX_I64;
   c->out[0] = alloc_in_layout(op, shape, x->dtype, x->device, channels_last);
   c->out[1] = alloc_in_layout(op, shape, index_dtype, x->device, channels_last);
   if (!c->out[0] || !c->out[1]) return mx_last_status();
@@ -181,12 +181,15 @@ mx_status mx__bwd_max_pool_relu(mx__bw *bw) {
   return MX_OK;
 }
 
+mx_tensor *mx__max_pool_gather(const mx_tensor *g, const mx_tensor *indices, const mx_pool_params *p, mx_shape in) {
+  mx_tensor *flat = indices ? flat_indices(indices, p, in.d + 2) : NULL;
+  if (!flat) return NULL;
+  return mx_reshape(mx_gather(mx_flatten(g, 2, -1), 2, mx_flatten(flat, 2, -1)), mx_shape_get(flat));
+}
+
 /* The adjoint of scattering by indices is gathering by them (at flat positions). */
 mx_status mx__bwd_max_pool_backward(mx__bw *bw) {
-  const mx_shape in = bw->args->shape;
-  mx_tensor *indices = flat_indices(mx__saved_in(bw, 1), &bw->args->pool, in.d + 2);
-  mx_shape out = mx_shape_get(indices);
-  GRAD(0, mx_reshape(mx_gather(mx_flatten(G, 2, -1), 2, mx_flatten(indices, 2, -1)), out));
+  GRAD(0, mx__max_pool_gather(G, mx__saved_in(bw, 1), &bw->args->pool, bw->args->shape));
   return MX_OK;
 }
 

@@ -9,6 +9,7 @@
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/dnnl.h"
+#include "kernels/cpu/dnnl_conv_pool.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/host_cache.h"
 #include "kernels/cpu/indexing.h"
@@ -204,7 +205,8 @@ static mx_status cpu_bernoulli(const mx_kview *out, const mx_kview *p, const mx_
 static mx_kernel_support cpu_supports(mx_kernel kernel, mx_dtype dtype) {
   bool gemm = kernel == MX_KERNEL_MATMUL || kernel == MX_KERNEL_CONV_FORWARD || kernel == MX_KERNEL_CONV_FORWARD_RELU ||
               kernel == MX_KERNEL_CONV_BACKWARD_DATA || kernel == MX_KERNEL_CONV_BACKWARD_WEIGHT ||
-              kernel == MX_KERNEL_CONV_BACKWARD_WEIGHT_BIAS;
+              kernel == MX_KERNEL_CONV_BACKWARD_WEIGHT_BIAS || kernel == MX_KERNEL_CONV_MAX_POOL_RELU ||
+              kernel == MX_KERNEL_CONV_MAX_POOL_RELU_BACKWARD;
   if (!gemm || (dtype != MX_F16 && dtype != MX_BF16)) return MX_KERNEL_NATIVE;
   return dtype == MX_BF16 && mx__dnnl_native(MX_BF16) ? MX_KERNEL_NATIVE : MX_KERNEL_VIA_F32;
 }
@@ -240,6 +242,8 @@ const mx_backend mx__cpu_backend = {
     .conv_backward_weight = mx__cpu_conv_backward_weight,
     .conv_forward_relu = mx__cpu_conv_forward_relu,
     .conv_backward_weight_bias = mx__cpu_conv_backward_weight_bias,
+    .conv_max_pool_relu = mx__cpu_conv_max_pool_relu,
+    .conv_max_pool_relu_backward = mx__cpu_conv_max_pool_relu_backward,
     .linear_relu = mx__cpu_linear_relu,
     .channel_affine = mx__cpu_channel_affine,
     .channel_sums = mx__cpu_channel_sums,

@@ -15,6 +15,7 @@
  * (dnnl_common.h, shared with matmul), so the cached primitives can run on
  * any thread, at once on several. */
 #include "kernels/cpu/dnnl.h"
+#include "kernels/cpu/dnnl_conv_plan.h"
 
 #include <stdatomic.h>
 #include <string.h>
@@ -504,19 +505,26 @@ static void channel_blocks(const conv_key *key, int r, void *blocked, void *plai
 /* Reorders the inputs whose layouts differ into the workspace (or finds
  * them kept), runs the convolution (with the forward's bias, or the
  * backward weights' diff_bias written in the same pass; NULL for none), and
- * reorders its output back into the view when needed. */
+ * reorders its output back into the view when needed. y_prim (NULL: none)
+ * holds role y in the primitive's layout, read as an input or written as
+ * the output there and never reordered: the fused convolution-pooling
+ * kernels' (dnnl_conv_plan.h). */
 static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx_kview *const *v,
-                     const mx_kview *bias) {
+                     const mx_kview *bias, void *y_prim) {
   int out = output_role[kind];
   kept_operand *keep[3] = {NULL, NULL, NULL};
   bool fill[3] = {false, false, false}, reordered[3] = {false, false, false};
+  bool given[3] = {false, false, y_prim != NULL}; /* in the primitive's layout already, at y_prim */
+  bool mv[3];
+  for (int r = 0; r < 3; r++) mv[r] = given[r] || moved(&e->reorder[r]);
   /* the weight's gradient reads its inputs last (after the forward, and
    * after the input's gradient in mx__bwd_convolution): it only looks */
   for (int r = 0; r < 3; r++)
-    if (r != out && moved(&e->reorder[r])) keep[r] = kept_acquire(e, r, v[r], kind != KIND_BWD_WEIGHTS, &fill[r]);
+    if (r != out && !given[r] && moved(&e->reorder[r]))
+      keep[r] = kept_acquire(e, r, v[r], kind != KIND_BWD_WEIGHTS, &fill[r]);
   size_t offset[3] = {0, 0, 0}, total = 0, scratch_max = e->scratch_size;
   for (int r = 0; r < 3; r++)
-    if (moved(&e->reorder[r])) {
+    if (mv[r] && !given[r]) {
       if (e->reorder[r].scratch_size > scratch_max) scratch_max = e->reorder[r].scratch_size;
       if (keep[r]) continue;
       offset[r] = total;
@@ -531,19 +539,19 @@ static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx
   char *scratch = ws ? ws + scratch_at : NULL; /* none at all: no offset from NULL (undefined, even of 0) */
   char *place[3] = {NULL, NULL, NULL};
   for (int r = 0; r < 3; r++)
-    if (moved(&e->reorder[r])) place[r] = keep[r] ? keep[r]->buf : ws ? ws + offset[r] : NULL;
+    if (mv[r]) place[r] = given[r] ? y_prim : keep[r] ? keep[r]->buf : ws ? ws + offset[r] : NULL;
 
   dnnl_memory_t user[3] = {NULL, NULL, NULL}, prim[3] = {NULL, NULL, NULL}, bias_mem = NULL;
   dnnl_status_t s = status != MX_OK ? dnnl_success
                     : bias          ? mx__dnnl_memory_make(&bias_mem, &e->bias_md, bias->data)
                                     : dnnl_success;
   for (int r = 0; r < 3 && s == dnnl_success && status == MX_OK; r++) {
-    s = mx__dnnl_memory_make(&user[r], &e->user_md[r], v[r]->data);
-    if (s == dnnl_success && moved(&e->reorder[r])) s = mx__dnnl_memory_make(&prim[r], &e->prim_md[r], place[r]);
+    if (!given[r]) s = mx__dnnl_memory_make(&user[r], &e->user_md[r], v[r]->data);
+    if (s == dnnl_success && mv[r]) s = mx__dnnl_memory_make(&prim[r], &e->prim_md[r], place[r]);
   }
   if (s != dnnl_success) status = fail(kind, "wrapping an operand", s);
   for (int r = 0; r < 3 && status == MX_OK; r++) { /* inputs into the primitive's layouts */
-    if (r == out || !moved(&e->reorder[r]) || (keep[r] && !fill[r])) continue;
+    if (r == out || !mv[r] || given[r] || (keep[r] && !fill[r])) continue;
     count_reorder(r);
     if (e->reorder[r].channel_blocks) {
       channel_blocks(&e->key, r, place[r], v[r]->data, true);
@@ -564,12 +572,13 @@ static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx
                          scratch);
     if (s != dnnl_success) status = fail(kind, "executing", s);
   }
-  if (status == MX_OK && moved(&e->reorder[out])) count_reorder(out);
-  if (status == MX_OK && e->reorder[out].channel_blocks) { /* the output back into the view, ours */
+  bool back = !given[out]; /* the output goes back into its view */
+  if (status == MX_OK && back && moved(&e->reorder[out])) count_reorder(out);
+  if (status == MX_OK && back && e->reorder[out].channel_blocks) { /* the output back into the view, ours */
     if ((s = dnnl_stream_wait(t->stream)) != dnnl_success) status = fail(kind, "waiting", s);
     else channel_blocks(&e->key, out, place[out], v[out]->data, false);
   }
-  if (status == MX_OK && e->reorder[out].primitive) { /* the output back into the view, oneDNN's */
+  if (status == MX_OK && back && e->reorder[out].primitive) { /* the output back into the view, oneDNN's */
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, prim[out]}, {DNNL_ARG_TO, user[out]}};
     s = mx__dnnl_execute(t->stream, e->reorder[out].primitive, 2, args, &e->reorder[out].scratch_md,
                          e->reorder[out].scratch_size, scratch);
@@ -596,9 +605,65 @@ static mx_status conv(int kind, const mx_kview *const *v, const mx_kview *bias, 
   mx_status status = MX_OK;
   conv_entry *e = mx__dnnl_cache_acquire(&cache, &key, &status);
   if (!e) return status;
-  status = run(t, e, kind, v, bias);
+  status = run(t, e, kind, v, bias, NULL);
   mx__dnnl_cache_release(&cache, e);
   return status;
+}
+
+
+/* --- y in the primitive's layout (dnnl_conv_plan.h) ---------------------------------------------------------- */
+
+/* Channels per block of the entry's y layout (see mx__dnnl_conv_plan); 0: none of those. */
+static int64_t y_channel_block(const conv_entry *e) {
+  const conv_key *key = &e->key;
+  if (key->nd[ROLE_Y] != 4) return 0;
+  static const struct {
+    dnnl_format_tag_t tag;
+    int64_t block; /* 0: all the channels (nhwc) */
+  } forms[] = {{dnnl_aBcd16b, 16}, {dnnl_aBcd8b, 8}, {dnnl_aBcd4b, 4}, {dnnl_abcd, 1}, {dnnl_acdb, 0}};
+  dnnl_data_type_t dt = key->dtype == MX_BF16 ? dnnl_bf16 : dnnl_f32;
+  for (size_t k = 0; k < sizeof forms / sizeof forms[0]; k++) {
+    md_t md = MD_NONE;
+    bool same = mx__dnnl_md_tag(&md, 4, key->dims[ROLE_Y], dt, forms[k].tag) == dnnl_success &&
+                mx__dnnl_md_equal(&md, &e->prim_md[ROLE_Y]);
+    mx__dnnl_md_free(md);
+    if (same) return forms[k].block ? forms[k].block : key->dims[ROLE_Y][1];
+  }
+  return 0;
+}
+
+mx_status mx__dnnl_conv_plan_begin(mx__dnnl_conv_plan *plan, mx__dnnl_conv_kind kind, const mx_kview *x,
+                                   const mx_kview *w, const mx_kview *y, bool bias, const mx_conv_params *p) {
+  memset(plan, 0, sizeof *plan);
+  if (!mx__dnnl_init()) return MX_NOT_BUILT;
+  if (!mx__dnnl_runs(x->dtype)) return MX_NOT_SUPPORTED;
+  mx__dnnl_thread *t = mx__dnnl_thread_get();
+  if (!t) return MX_NOT_BUILT;
+  const mx_kview *v[3] = {x, w, y};
+  conv_key key;
+  if (!make_key(&key, (int)kind, v, bias, false, p)) return MX_NOT_SUPPORTED;
+  mx_status status = MX_OK;
+  conv_entry *e = mx__dnnl_cache_acquire(&cache, &key, &status);
+  if (!e) return status;
+  *plan = (mx__dnnl_conv_plan){.entry = e, .thread = t, .kind = (int)kind, .block = y_channel_block(e),
+                               .bytes = e->prim_size[ROLE_Y]};
+  return MX_OK;
+}
+
+mx_status mx__dnnl_conv_plan_run(const mx__dnnl_conv_plan *plan, const mx_kview *x, const mx_kview *w,
+                                 const mx_kview *y, const mx_kview *bias, void *y_prim) {
+  const mx_kview *v[3] = {x, w, y};
+  return run(plan->thread, plan->entry, plan->kind, v, bias, y_prim);
+}
+
+void mx__dnnl_conv_plan_end(mx__dnnl_conv_plan *plan) {
+  if (plan->entry) mx__dnnl_cache_release(&cache, plan->entry);
+  plan->entry = NULL;
+}
+
+bool mx__dnnl_conv_plans_share_y(const mx__dnnl_conv_plan *a, const mx__dnnl_conv_plan *b) {
+  const conv_entry *ea = a->entry, *eb = b->entry;
+  return mx__dnnl_md_equal(&ea->prim_md[ROLE_Y], &eb->prim_md[ROLE_Y]);
 }
 
 mx_status mx__dnnl_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
@@ -632,6 +697,18 @@ mx_status mx__dnnl_conv_backward_weight_bias(const mx_kview *dw, const mx_kview 
 }
 
 #else /* built without oneDNN */
+
+mx_status mx__dnnl_conv_plan_begin(mx__dnnl_conv_plan *plan, mx__dnnl_conv_kind kind, const mx_kview *x,
+                                   const mx_kview *w, const mx_kview *y, bool bias, const mx_conv_params *p) {
+  memset(plan, 0, sizeof *plan);
+  return MX_NOT_BUILT;
+}
+mx_status mx__dnnl_conv_plan_run(const mx__dnnl_conv_plan *plan, const mx_kview *x, const mx_kview *w,
+                                 const mx_kview *y, const mx_kview *bias, void *y_prim) {
+  return MX_NOT_BUILT;
+}
+void mx__dnnl_conv_plan_end(mx__dnnl_conv_plan *plan) {}
+bool mx__dnnl_conv_plans_share_y(const mx__dnnl_conv_plan *a, const mx__dnnl_conv_plan *b) { return false; }
 
 uint64_t mx__dnnl_conv_reorders(void) { return 0; }
 uint64_t mx__dnnl_conv_weight_reorders(void) { return 0; }

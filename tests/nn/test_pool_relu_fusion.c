@@ -1,7 +1,9 @@
 /* Sequential runs a ReLU followed by a MaxPool as one mx_max_pool_relu, ahead of the fusion of that ReLU with a
- * Conv2d before it: the same output and gradients bit for bit as the children run one by one (float32, bfloat16
- * autocast, channels-last), without the ReLU's full-resolution output among the saved tensors (saved-tensor hooks
- * see two fewer per pair), activation checkpointing as plain, and no fusion where a hook watches the pair. */
+ * Conv2d before it (and behind the fusion of all three, conv2d_max_pool_relu, which the nets here get where no hook
+ * watches the convolution: tests/nn/test_conv_pool_fusion.c): the same output and gradients bit for bit as the
+ * children run one by one (float32, bfloat16 autocast, channels-last), without the ReLU's full-resolution output
+ * among the saved tensors (saved-tensor hooks see two fewer per pair), activation checkpointing as plain, and no
+ * fusion where a hook watches the pair. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +34,7 @@ static void check_fused_against_children(mx_dtype autocast, bool channels_last) 
   mx_tensor *grads[2][16] = {{NULL}};
   mx_tensor *fused = fusion_run(net, x, true, autocast, grads[0]);
   mx_tensor *plain = fusion_run(net, x, false, autocast, grads[1]);
-  cr_expect_str_eq(mx_grad_fn_name(fused), "MAX_POOL_RELUBackward");
+  cr_expect_str_eq(mx_grad_fn_name(fused), "CONV2D_MAX_POOL_RELUBackward");
   cr_expect_str_eq(mx_grad_fn_name(plain), "MAX_POOLBackward");
   expect_same_bits(fused, plain, "output");
   for (int i = 0; i <= mx_module_num_parameters(net); i++) {
@@ -60,7 +62,7 @@ Test(pool_relu_fusion, relu_pool_pairs_give_the_same_bits_fused_channels_last) {
 
 
 /* A hook on the pool keeps it apart (the ReLU then fuses with the conv before it), one on the ReLU keeps all three
- * apart; without a hook the pair fuses again. */
+ * apart, one on the conv leaves the pair to fuse; without a hook all three fuse again. */
 Test(pool_relu_fusion, a_hook_keeps_the_pair_apart) {
   mx_scope *scope = mx_scope_begin();
   mx_generator *gen = mx_generator_new(1);
@@ -77,7 +79,13 @@ Test(pool_relu_fusion, a_hook_keeps_the_pair_apart) {
     cr_expect_str_eq(mx_grad_fn_name(out), "MAX_POOLBackward", "hook %d", k);
     mx_module_set_output_hook(watched[k], NULL, NULL);
   }
+  int calls = 0;
+  mx_module *conv = mx_module_child(net, last - 2, NULL);
+  mx_module_set_output_hook(conv, count_output, &calls);
   cr_expect_str_eq(mx_grad_fn_name(mx_module_forward(net, x)), "MAX_POOL_RELUBackward");
+  cr_expect_eq(calls, 1, "the conv's hook: %d calls", calls);
+  mx_module_set_output_hook(conv, NULL, NULL);
+  cr_expect_str_eq(mx_grad_fn_name(mx_module_forward(net, x)), "CONV2D_MAX_POOL_RELUBackward");
   mx_module_free(net);
   mx_generator_free(gen);
   mx_scope_end(scope);

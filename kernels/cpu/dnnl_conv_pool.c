@@ -1,0 +1,328 @@
+/* max_pool_relu(conv2d(x, w) + bias) on the CPU in one kernel, and its backward: oneDNN's convolution writes its
+ * full-resolution output in the layout its primitive picks (nChw16c for float32: dnnl_conv_plan.h) into a buffer
+ * of ours, and the pooling reads it from there; backward scatters the pooled gradient straight into the backward
+ * primitives' diff_dst layout. Neither the full-resolution output nor its gradient is ever a tensor, so neither
+ * is reordered to or from a plain layout (in the demo CNN's float32 step, four reorders of its largest tensors).
+ *
+ * A blocked layout with B channels a block is, block by block, a channels-last image of B channels, so one loop
+ * pools (and scatters) every layout given B: aBcd16b (B = 16), nhwc (B = C), abcd (B = 1). The search and the
+ * scatter are pool_search.h's steps, so values and indices are those of conv2d and max_pool_relu run in turn, bit
+ * for bit. Windows: 2-d, stride equal to the kernel, no padding or dilation (each full-resolution element in at
+ * most one window, so the scatter writes each once); other cases, and dtypes oneDNN does not run, decline
+ * (MX_NOT_SUPPORTED, no error) and the op runs the unfused kernels. So do channels-last activations: their
+ * convolutions read and write nhwc as it lies, so there is no reorder to save, and pool.c's channels-last kernels
+ * pool faster than this loop (the demo CNN's float32 channels-last step took 1.09x as long fused). */
+#include "kernels/cpu/dnnl_conv_pool.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#include "kernels/cpu/dnnl_conv_plan.h"
+#include "kernels/cpu/host_cache.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/pool_search.h"
+#include "kernels/cpu/wide_clones.h"
+
+static atomic_ullong runs[2]; /* forward, backward */
+
+uint64_t mx__cpu_conv_max_pool_relu_runs(bool backward) { return atomic_load(&runs[backward]); }
+
+/* The pooling over the convolution's output in a layout of `block` channels a block. */
+typedef struct {
+  int64_t N, C, H, W;   /* the convolution's output */
+  int64_t block, blocks; /* channels a block; blocks, the channels rounded up to whole ones */
+  int64_t OH, OW, KH, KW;
+} geometry;
+
+/* Whether the fused kernels cover these operands and params. */
+static bool covered(const mx_kview *x, const mx_kview *y, const mx_kview *indices, const mx_conv_params *cp,
+                    const mx_pool_params *pp) {
+  if (x->dtype != MX_F32 && x->dtype != MX_BF16) return false;
+  if (cp->spatial != 2 || cp->groups != 1 || pp->spatial != 2 || indices->dtype != MX_U8 || x->ndim != 4 ||
+      y->ndim != 4)
+    return false;
+  for (int i = 0; i < 2; i++)
+    if (cp->dilation[i] != 1 || pp->kernel[i] != pp->stride[i] || pp->padding[i] != 0 || pp->dilation[i] != 1)
+      return false;
+  return pp->kernel[0] * pp->kernel[1] <= 256 && mx__kview_numel(x) > 0 && mx__kview_numel(y) > 0;
+}
+
+/* A view of the convolution's output as the unfused op would have made it (its data never read): its shape from
+ * x, w and the params, row-major, so the primitives are the unfused call's. */
+static mx_kview full_view(const mx_kview *x, const mx_kview *w, const mx_conv_params *cp) {
+  mx_kview v = {.data = x->data, .dtype = x->dtype, .ndim = 4, .shape = {x->shape[0], w->shape[0]}};
+  for (int i = 0; i < 2; i++)
+    v.shape[2 + i] = (x->shape[2 + i] + 2 * cp->padding[i] - (w->shape[2 + i] - 1) - 1) / cp->stride[i] + 1;
+  v.strides[3] = 1;
+  for (int d = 2; d >= 0; d--) v.strides[d] = v.strides[d + 1] * v.shape[d + 1];
+  return v;
+}
+
+static geometry geometry_of(const mx_kview *full, const mx_kview *pooled, const mx_pool_params *pp, int64_t block) {
+  int64_t C = full->shape[1];
+  return (geometry){.N = full->shape[0], .C = C, .H = full->shape[2], .W = full->shape[3], .block = block,
+                    .blocks = (C + block - 1) / block, .OH = pooled->shape[2], .OW = pooled->shape[3],
+                    .KH = pp->kernel[0], .KW = pp->kernel[1]};
+}
+
+enum { LANES = 2048 }; /* window-channel pairs searched or scattered at once: a block's channels at most */
+
+/* --- forward: the search ------------------------------------------------------------------------------------ */
+
+/* count windows side by side from src (the first one's first channel; the next KW pixels on, pixels block apart,
+ * rows W pixels apart), channels 0 .. n of each: max_pool_relu's search (relu on load, MX__MAX_STEP in row-major
+ * order over the window, its first element the start) into best and where (the max's offset in the window),
+ * window ow's channel b at ow * n + b. */
+#define MX__CONV_POOL_SEARCH(name, type, load, channels)                                                           \
+  MX_WIDE_CLONES static void name(const type *restrict src, int64_t block, int64_t W, int64_t KH, int64_t KW,      \
+                                  int64_t count, int64_t lanes, float *restrict bests, int32_t *restrict wheres) { \
+    const int64_t n = channels;                                                                                    \
+    for (int64_t ow = 0; ow < count; ow++) {                                                                       \
+      const type *window = src + ow * KW * block;                                                                  \
+      float *best_of = bests + ow * n;                                                                             \
+      int32_t *where_of = wheres + ow * n;                                                                         \
+      for (int64_t b = 0; b < n; b++) best_of[b] = load(window[b]), where_of[b] = 0;                               \
+      for (int64_t kh = 0; kh < KH; kh++)                                                                          \
+        for (int64_t kw = kh == 0; kw < KW; kw++) {                                                                \
+          const type *pixel = window + (kh * W + kw) * block;                                                      \
+          int32_t r = (int32_t)(kh * KW + kw);                                                                     \
+          for (int64_t b = 0; b < n; b++) {                                                                        \
+            float best = best_of[b], v = load(pixel[b]);                                                           \
+            int32_t where = where_of[b];                                                                           \
+            MX__MAX_STEP(v, r);                                                                                    \
+            best_of[b] = best;                                                                                     \
+            where_of[b] = where;                                                                                   \
+          }                                                                                                        \
+        }                                                                                                          \
+    }                                                                                                              \
+  }
+/* any number of channels (lanes), and whole blocks of 16 (oneDNN's nChw16c), whose loops the compiler unrolls */
+MX__CONV_POOL_SEARCH(search_f32, float, mx__pool_relu_of_f32, lanes)
+MX__CONV_POOL_SEARCH(search_bf16, uint16_t, mx__pool_relu_of_bf16, lanes)
+MX__CONV_POOL_SEARCH(search16_f32, float, mx__pool_relu_of_f32, 16)
+MX__CONV_POOL_SEARCH(search16_bf16, uint16_t, mx__pool_relu_of_bf16, 16)
+
+/* Stores count windows of m channels (window ow's channel b at ow * m + b of best and where) into y from element o
+ * and indices from element i, along the windows (y's unit stride) or along the channels. */
+static void store(const mx_kview *y, const mx_kview *indices, int64_t o, int64_t i, const float *best,
+                  const int32_t *where, int64_t count, int64_t m, bool along_windows) {
+  int64_t ys = y->strides[1], yw = y->strides[3], is = indices->strides[1], iw = indices->strides[3];
+  uint8_t *index = (uint8_t *)indices->data + i;
+  if (y->dtype == MX_BF16) {
+    uint16_t *out = (uint16_t *)y->data + o;
+    if (along_windows)
+      for (int64_t b = 0; b < m; b++)
+        for (int64_t ow = 0; ow < count; ow++)
+          out[b * ys + ow * yw] = mx__pool_bf16_store(best[ow * m + b]), index[b * is + ow * iw] = (uint8_t)where[ow * m + b];
+    else
+      for (int64_t ow = 0; ow < count; ow++)
+        for (int64_t b = 0; b < m; b++)
+          out[b * ys + ow * yw] = mx__pool_bf16_store(best[ow * m + b]), index[b * is + ow * iw] = (uint8_t)where[ow * m + b];
+    return;
+  }
+  float *out = (float *)y->data + o;
+  if (along_windows)
+    for (int64_t b = 0; b < m; b++)
+      for (int64_t ow = 0; ow < count; ow++)
+        out[b * ys + ow * yw] = best[ow * m + b], index[b * is + ow * iw] = (uint8_t)where[ow * m + b];
+  else
+    for (int64_t ow = 0; ow < count; ow++)
+      for (int64_t b = 0; b < m; b++)
+        out[b * ys + ow * yw] = best[ow * m + b], index[b * is + ow * iw] = (uint8_t)where[ow * m + b];
+}
+
+/* Pools the full-resolution output src (g's layout) into y and indices (any strides). */
+static void pool(const geometry *g, const void *src, const mx_kview *y, const mx_kview *indices) {
+  bool bf16 = y->dtype == MX_BF16;
+  int64_t size = bf16 ? 2 : 4, rows = g->N * g->blocks * g->OH;
+  /* the stores run along the output's unit stride: the windows in a row-major output, the channels otherwise */
+  bool along_windows = y->strides[3] == 1;
+  MX_PARALLEL_FOR(rows * g->OW * g->block * g->KH * g->KW)
+  for (int64_t row = 0; row < rows; row++) {
+    int64_t oh = row % g->OH, nb = row / g->OH, cb = nb % g->blocks, n = nb / g->blocks;
+    const char *first = (const char *)src + ((nb * g->H + oh * g->KH) * g->W * g->block) * size;
+    float best[LANES];
+    int32_t where[LANES];
+    for (int64_t b0 = 0; b0 < g->block && cb * g->block + b0 < g->C; b0 += LANES) {
+      int64_t c0 = cb * g->block + b0, m = g->block - b0 < LANES ? g->block - b0 : LANES;
+      if (m > g->C - c0) m = g->C - c0; /* not the padding channels of the last block */
+      int64_t windows = LANES / m;
+      for (int64_t ow0 = 0; ow0 < g->OW; ow0 += windows) {
+        int64_t count = g->OW - ow0 < windows ? g->OW - ow0 : windows;
+        const char *at = first + ((ow0 * g->KW) * g->block + b0) * size;
+        if (m == 16 && bf16) search16_bf16((const uint16_t *)at, g->block, g->W, g->KH, g->KW, count, m, best, where);
+        else if (m == 16) search16_f32((const float *)at, g->block, g->W, g->KH, g->KW, count, m, best, where);
+        else if (bf16) search_bf16((const uint16_t *)at, g->block, g->W, g->KH, g->KW, count, m, best, where);
+        else search_f32((const float *)at, g->block, g->W, g->KH, g->KW, count, m, best, where);
+        int64_t o = n * y->strides[0] + c0 * y->strides[1] + oh * y->strides[2] + ow0 * y->strides[3];
+        int64_t i = n * indices->strides[0] + c0 * indices->strides[1] + oh * indices->strides[2] +
+                    ow0 * indices->strides[3];
+        store(y, indices, o, i, best, where, count, m, along_windows);
+      }
+    }
+  }
+}
+
+mx_status mx__cpu_conv_max_pool_relu(const mx_kview *y, const mx_kview *indices, const mx_kview *x, const mx_kview *w,
+                                     const mx_kview *bias, const mx_conv_params *cp, const mx_pool_params *pp,
+                                     bool channels_last) {
+  if (channels_last || !covered(x, y, indices, cp, pp)) return MX_NOT_SUPPORTED;
+  mx_kview full = full_view(x, w, cp);
+  mx__dnnl_conv_plan plan;
+  mx_status status = mx__dnnl_conv_plan_begin(&plan, MX__DNNL_CONV_FORWARD, x, w, &full, bias != NULL, cp);
+  if (status != MX_OK) return status == MX_NOT_BUILT ? MX_NOT_SUPPORTED : status;
+  if (!plan.block) {
+    mx__dnnl_conv_plan_end(&plan);
+    return MX_NOT_SUPPORTED;
+  }
+  void *buf = mx__host_cache_alloc(plan.bytes);
+  if (!buf) status = mx__error(MX_OUT_OF_MEMORY, "mx_conv2d_max_pool_relu: out of memory for a %zu-byte buffer",
+                               plan.bytes);
+  if (status == MX_OK) status = mx__dnnl_conv_plan_run(&plan, x, w, &full, bias, buf);
+  if (status == MX_OK) {
+    geometry g = geometry_of(&full, y, pp, plan.block);
+    pool(&g, buf, y, indices);
+    atomic_fetch_add(&runs[false], 1);
+  }
+  if (buf) mx__host_cache_free(buf, plan.bytes);
+  mx__dnnl_conv_plan_end(&plan);
+  return status;
+}
+
+/* --- backward: the scatter ---------------------------------------------------------------------------------- */
+
+/* One row of windows of the gradient's layout: each pixel of the row gets, channel by channel (0 .. block, those
+ * past the channels zeros), 0 + gradient where the window's max came from that pixel's offset r, else 0, as a
+ * select on the bits (a conditional float add is not if-converted: it could trap). The gradient and the offsets of
+ * the row's windows are gathered in grad and offset (window ow's at ow * block). */
+#define MX__CONV_POOL_SCATTER(name, type, plus_zero, select, channels)                                             \
+  MX_WIDE_CLONES static void name(type *restrict dst, const type *restrict grad, const uint8_t *restrict offset,   \
+                                  int64_t count, int64_t KW, int64_t kh, int64_t lanes) {                        \
+    const int64_t block = channels;                                                                                \
+    for (int64_t ow = 0; ow < count; ow++)                                                                         \
+      for (int64_t kw = 0; kw < KW; kw++) {                                                                        \
+        uint8_t r = (uint8_t)(kh * KW + kw);                                                                       \
+        type *pixel = dst + (ow * KW + kw) * block;                                                                \
+        const type *from = grad + ow * block;                                                                      \
+        const uint8_t *at = offset + ow * block;                                                                   \
+        for (int64_t b = 0; b < block; b++) pixel[b] = select(at[b] == r, plus_zero(from[b]));                    \
+      }                                                                                                            \
+  }
+static inline float plus_zero_f32(float d) { return 0.0f + d; }
+static inline float select_f32(bool take, float v) { return mx__pool_select_f32(-(uint32_t)take, v, 0.0f); }
+static inline uint16_t select_bf16(bool take, uint16_t v) { return (uint16_t)(v & -(uint32_t)take); }
+MX__CONV_POOL_SCATTER(scatter_f32, float, plus_zero_f32, select_f32, lanes)
+MX__CONV_POOL_SCATTER(scatter_bf16, uint16_t, mx__pool_bf16_plus_zero, select_bf16, lanes)
+MX__CONV_POOL_SCATTER(scatter16_f32, float, plus_zero_f32, select_f32, 16)
+MX__CONV_POOL_SCATTER(scatter16_bf16, uint16_t, mx__pool_bf16_plus_zero, select_bf16, 16)
+
+/* count windows of m channels of g and indices, from elements gi and ii, into grad (g's dtype) and offset, window
+ * ow's channel b at ow * block + b, along the windows (g's unit stride) or along the channels. */
+#define MX__CONV_POOL_GATHER(type)                                                                                 \
+  do {                                                                                                             \
+    const type *from = (const type *)g->data + gi;                                                                 \
+    type *to = grad;                                                                                               \
+    if (along_windows)                                                                                             \
+      for (int64_t b = 0; b < m; b++)                                                                              \
+        for (int64_t ow = 0; ow < count; ow++)                                                                     \
+          offset[ow * block + b] = index[b * is + ow * iw], to[ow * block + b] = from[b * gs + ow * gw];           \
+    else                                                                                                           \
+      for (int64_t ow = 0; ow < count; ow++)                                                                       \
+        for (int64_t b = 0; b < m; b++)                                                                            \
+          offset[ow * block + b] = index[b * is + ow * iw], to[ow * block + b] = from[b * gs + ow * gw];           \
+  } while (0)
+static void gather(const mx_kview *g, const mx_kview *indices, int64_t gi, int64_t ii, int64_t count, int64_t m,
+                   int64_t block, bool along_windows, void *grad, uint8_t *offset) {
+  int64_t gs = g->strides[1], gw = g->strides[3], is = indices->strides[1], iw = indices->strides[3];
+  const uint8_t *index = (const uint8_t *)indices->data + ii;
+  if (g->dtype == MX_BF16) MX__CONV_POOL_GATHER(uint16_t);
+  else MX__CONV_POOL_GATHER(float);
+}
+
+/* The pooled gradient g (with indices, any strides) scattered into dst, the full-resolution gradient in the
+ * layout of geometry's block: max_pool_backward's values, and zeros in the padding channels oneDNN expects. */
+static void scatter(const geometry *geo, void *dst, const mx_kview *g, const mx_kview *indices) {
+  bool bf16 = g->dtype == MX_BF16;
+  int64_t size = bf16 ? 2 : 4, rows = geo->N * geo->blocks * geo->OH, row_bytes = geo->W * geo->block * size;
+  int64_t windows = LANES / geo->block; /* at once */
+  bool along_windows = g->strides[3] == 1; /* the gather runs along g's unit stride */
+  MX_PARALLEL_FOR(rows * geo->KH * geo->W * geo->block)
+  for (int64_t row = 0; row < rows; row++) {
+    int64_t oh = row % geo->OH, nb = row / geo->OH, cb = nb % geo->blocks, n = nb / geo->blocks;
+    char *plane = (char *)dst + nb * geo->H * row_bytes;
+    union {
+      float f32[LANES];
+      uint16_t bf16[LANES];
+    } grad;
+    uint8_t offset[LANES];
+    /* the channels of this block that exist; the padding ones get zeros (0 + 0 wherever their offset is found) */
+    int64_t real = geo->C - cb * geo->block < geo->block ? geo->C - cb * geo->block : geo->block;
+    for (int64_t ow0 = 0; ow0 < geo->OW; ow0 += windows) {
+      int64_t count = geo->OW - ow0 < windows ? geo->OW - ow0 : windows;
+      int64_t gi = n * g->strides[0] + cb * geo->block * g->strides[1] + oh * g->strides[2] + ow0 * g->strides[3];
+      int64_t ii = n * indices->strides[0] + cb * geo->block * indices->strides[1] + oh * indices->strides[2] +
+                   ow0 * indices->strides[3];
+      gather(g, indices, gi, ii, count, real, geo->block, along_windows, grad.f32, offset);
+      for (int64_t ow = 0; ow < count && real < geo->block; ow++)
+        for (int64_t b = real; b < geo->block; b++) {
+          offset[ow * geo->block + b] = 0;
+          if (bf16) grad.bf16[ow * geo->block + b] = 0;
+          else grad.f32[ow * geo->block + b] = 0;
+        }
+      for (int64_t kh = 0; kh < geo->KH; kh++) {
+        char *line = plane + (oh * geo->KH + kh) * row_bytes + ow0 * geo->KW * geo->block * size;
+        bool sixteen = geo->block == 16;
+        if (bf16 && sixteen) scatter16_bf16((uint16_t *)line, grad.bf16, offset, count, geo->KW, kh, 16);
+        else if (sixteen) scatter16_f32((float *)line, grad.f32, offset, count, geo->KW, kh, 16);
+        else if (bf16) scatter_bf16((uint16_t *)line, grad.bf16, offset, count, geo->KW, kh, geo->block);
+        else scatter_f32((float *)line, grad.f32, offset, count, geo->KW, kh, geo->block);
+      }
+    }
+    int64_t reached = geo->OW * geo->KW * geo->block * size; /* the columns no window reaches: zeros */
+    for (int64_t kh = 0; kh < geo->KH; kh++)
+      memset(plane + (oh * geo->KH + kh) * row_bytes + reached, 0, (size_t)(row_bytes - reached));
+  }
+  for (int64_t nb = 0; nb < geo->N * geo->blocks && geo->OH * geo->KH < geo->H; nb++) /* the rows no window reaches */
+    memset((char *)dst + (nb * geo->H + geo->OH * geo->KH) * row_bytes, 0,
+           (size_t)((geo->H - geo->OH * geo->KH) * row_bytes));
+}
+
+mx_status mx__cpu_conv_max_pool_relu_backward(const mx_kview *dx, const mx_kview *dw, const mx_kview *db,
+                                              const mx_kview *g, const mx_kview *indices, const mx_kview *x,
+                                              const mx_kview *w, const mx_conv_params *cp, const mx_pool_params *pp,
+                                              bool channels_last) {
+  if (channels_last || !covered(x, g, indices, cp, pp)) return MX_NOT_SUPPORTED;
+  mx_kview full = full_view(x, w, cp);
+  mx__dnnl_conv_plan weights = {0}, data = {0};
+  mx_status status = mx__dnnl_conv_plan_begin(&weights, MX__DNNL_CONV_BACKWARD_WEIGHTS, x, dw, &full, db != NULL, cp);
+  if (status == MX_OK && dx) status = mx__dnnl_conv_plan_begin(&data, MX__DNNL_CONV_BACKWARD_DATA, dx, w, &full,
+                                                               false, cp);
+  bool fits = weights.block && weights.block <= LANES && (!dx || (data.block && data.block <= LANES));
+  if (status == MX_OK && !fits) status = MX_NOT_SUPPORTED;
+  bool shared = dx && status == MX_OK && mx__dnnl_conv_plans_share_y(&weights, &data);
+  void *buf = NULL, *data_buf = NULL;
+  if (status == MX_OK && !(buf = mx__host_cache_alloc(weights.bytes)))
+    status = mx__error(MX_OUT_OF_MEMORY, "mx_conv2d_max_pool_relu: out of memory for a %zu-byte buffer",
+                       weights.bytes);
+  if (status == MX_OK && dx && !shared && !(data_buf = mx__host_cache_alloc(data.bytes)))
+    status = mx__error(MX_OUT_OF_MEMORY, "mx_conv2d_max_pool_relu: out of memory for a %zu-byte buffer",
+                       data.bytes);
+  if (status == MX_OK) {
+    geometry geo = geometry_of(&full, g, pp, weights.block);
+    scatter(&geo, buf, g, indices);
+  }
+  if (status == MX_OK && data_buf) {
+    geometry geo = geometry_of(&full, g, pp, data.block);
+    scatter(&geo, data_buf, g, indices);
+  }
+  /* the input's gradient first, as the unfused backward runs them (the weight's reads x last: kept copies go) */
+  if (status == MX_OK && dx) status = mx__dnnl_conv_plan_run(&data, dx, w, &full, NULL, shared ? buf : data_buf);
+  if (status == MX_OK) status = mx__dnnl_conv_plan_run(&weights, x, dw, &full, db, buf);
+  if (status == MX_OK) atomic_fetch_add(&runs[true], 1);
+  if (status == MX_NOT_BUILT) status = MX_NOT_SUPPORTED; /* oneDNN absent: declined too */
+  if (buf) mx__host_cache_free(buf, weights.bytes);
+  if (data_buf) mx__host_cache_free(data_buf, data.bytes);
+  mx__dnnl_conv_plan_end(&data);
+  mx__dnnl_conv_plan_end(&weights);
+  return status;
+}
