@@ -1,0 +1,188 @@
+/* The fused convolution-pooling op's nChw16c loops in AVX-512 (see conv_pool_avx512.h). A pixel's 16 channels are
+ * one vector, so a 2x2 window is four whole loads and pool_avx512.c's search on masks; the plain NCHW side runs
+ * along the pixels, so 16 pixels' vectors are transposed as a 16x16 tile of 32-bit lanes (a bfloat16 value and its
+ * offset share a lane, so that takes one transpose, float32 two).
+ *
+ * As in pool_avx512.c, loads and stores with a partial mask are slow on this project's AMD EPYC, and the demo CNN's
+ * rows are 14 and 7 outputs: the forward's row stores are whole vectors that run on into the channel's next rows
+ * (written again later by the same call), the backward's loads whole vectors wherever the tensor has room; only a
+ * channel's last rows (forward) or the tensor's end (backward) take masks. */
+#include "kernels/cpu/conv_pool_avx512.h"
+
+#ifdef MX__POOL_AVX512
+#include <immintrin.h>
+
+#define WIDE __attribute__((target("avx512f,avx512bw,avx512vl")))
+#define WIDE_INLINE WIDE static inline __attribute__((always_inline))
+
+/* The first n (clamped to 0..16) lanes. */
+WIDE_INLINE __mmask16 first16(int64_t n) {
+  return n <= 0 ? 0 : n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+}
+
+/* Rows become columns: lane j of v[i] goes to lane i of v[j]. */
+WIDE_INLINE void transpose16(__m512i v[16]) {
+  __m512 t[16], r[16];
+  for (int i = 0; i < 8; i++) { /* t[2i], t[2i + 1]: rows 2i and 2i + 1 interleaved, by pairs of columns */
+    t[2 * i] = _mm512_unpacklo_ps(_mm512_castsi512_ps(v[2 * i]), _mm512_castsi512_ps(v[2 * i + 1]));
+    t[2 * i + 1] = _mm512_unpackhi_ps(_mm512_castsi512_ps(v[2 * i]), _mm512_castsi512_ps(v[2 * i + 1]));
+  }
+  for (int i = 0; i < 4; i++) { /* r[4i + j]'s 128-bit lane k: column 4k + j of rows 4i .. 4i + 3 */
+    __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+    __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  for (int j = 0; j < 4; j++) { /* column 4k + j: lane k of r[j], r[4 + j], r[8 + j], r[12 + j] */
+    __m512 a02 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88), a13 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd);
+    __m512 b02 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88), b13 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);
+    v[j] = _mm512_castps_si512(_mm512_shuffle_f32x4(a02, b02, 0x88));
+    v[4 + j] = _mm512_castps_si512(_mm512_shuffle_f32x4(a13, b13, 0x88));
+    v[8 + j] = _mm512_castps_si512(_mm512_shuffle_f32x4(a02, b02, 0xdd));
+    v[12 + j] = _mm512_castps_si512(_mm512_shuffle_f32x4(a13, b13, 0xdd));
+  }
+}
+
+/* mx__pool_relu_bits: a negative lane becomes +0; -0 and NaN stay. */
+WIDE_INLINE __m512 relu(__m512 v) {
+  return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), _mm512_setzero_ps());
+}
+
+/* MX__MAX_STEP across 16 lanes: v replaces best where it is larger or NaN; where takes r there. */
+WIDE_INLINE __m512 max_step(__m512 best, __m512 v, __m512i *where, int r) {
+  __mmask16 take = _mm512_cmp_ps_mask(best, v, _CMP_LT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  *where = _mm512_mask_mov_epi32(*where, take, _mm512_set1_epi32(r));
+  return _mm512_mask_mov_ps(best, take, v);
+}
+
+/* max_pool_relu's search over the window a b / c d, its offsets (0 to 3) in where's 32-bit lanes. */
+WIDE_INLINE __m512 search(__m512 a, __m512 b, __m512 c, __m512 d, __m512i *where) {
+  *where = _mm512_setzero_si512();
+  __m512 best = max_step(relu(a), relu(b), where, 1);
+  best = max_step(best, relu(c), where, 2);
+  return max_step(best, relu(d), where, 3);
+}
+
+/* 16 bfloat16 values as float32. */
+WIDE_INLINE __m512 load_bf16(const uint16_t *at) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)at)), 16));
+}
+
+/* mx__pool_bf16_store of lanes holding bfloat16 values, in each 32-bit lane's low half. */
+WIDE_INLINE __m512i bf16_store(__m512 v) {
+  __m512i bits = _mm512_srli_epi32(_mm512_castps_si512(v), 16);
+  return _mm512_mask_or_epi32(bits, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), bits, _mm512_set1_epi32(0x40));
+}
+
+/* mx__pool_bf16_plus_zero on 16-bit bits in 32-bit lanes (the high halves zero). */
+WIDE_INLINE __m512i bf16_plus_zero(__m512i d) {
+  __mmask16 negative_zero = _mm512_cmpeq_epi32_mask(d, _mm512_set1_epi32(0x8000));
+  __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(d, _mm512_set1_epi32(0x7fff)), _mm512_set1_epi32(0x7f80));
+  d = _mm512_mask_or_epi32(d, nan, d, _mm512_set1_epi32(0x40));
+  return _mm512_maskz_mov_epi32((__mmask16)~negative_zero, d);
+}
+
+WIDE_INLINE void conv_pool16(const void *plane, int64_t W, int64_t OH, int64_t OW, void *y, uint8_t *offset,
+                             int64_t m, bool bf16) {
+  const int64_t area = OH * OW; /* a channel's outputs */
+  for (int64_t oh = 0; oh < OH; oh++)
+    for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
+      const int64_t count = OW - ow0 < 16 ? OW - ow0 : 16;
+      __m512i values[16], wheres[16]; /* pixel p's channels; after the transposes, channel c's pixels */
+      for (int64_t p = 0; p < 16; p++) {
+        if (p >= count) {
+          values[p] = wheres[p] = _mm512_setzero_si512();
+          continue;
+        }
+        const int64_t a = ((2 * oh) * W + 2 * (ow0 + p)) * 16, c = a + W * 16; /* the window's top left, bottom left */
+        __m512i where;
+        if (bf16) {
+          const uint16_t *at = plane;
+          __m512 best = search(load_bf16(at + a), load_bf16(at + a + 16), load_bf16(at + c), load_bf16(at + c + 16),
+                               &where);
+          values[p] = _mm512_or_si512(bf16_store(best), _mm512_slli_epi32(where, 16));
+        } else {
+          const float *at = plane;
+          __m512 best = search(_mm512_loadu_ps(at + a), _mm512_loadu_ps(at + a + 16), _mm512_loadu_ps(at + c),
+                               _mm512_loadu_ps(at + c + 16), &where);
+          values[p] = _mm512_castps_si512(best), wheres[p] = where;
+        }
+      }
+      transpose16(values);
+      if (!bf16) transpose16(wheres);
+      const int64_t first = oh * OW + ow0;
+      const bool whole = first + 16 <= area; /* the run-on stays in the channel's later rows */
+      const __mmask16 k = first16(count);
+      for (int64_t c = 0; c < m; c++) {
+        const int64_t at = c * area + first;
+        __m512i where = bf16 ? _mm512_srli_epi32(values[c], 16) : wheres[c];
+        if (whole) _mm_storeu_si128((__m128i *)(offset + at), _mm512_cvtepi32_epi8(where));
+        else _mm512_mask_cvtepi32_storeu_epi8(offset + at, k, where);
+        if (bf16 && whole) _mm256_storeu_si256((__m256i *)((uint16_t *)y + at), _mm512_cvtepi32_epi16(values[c]));
+        else if (bf16) _mm512_mask_cvtepi32_storeu_epi16((uint16_t *)y + at, k, values[c]);
+        else if (whole) _mm512_storeu_si512((float *)y + at, values[c]);
+        else _mm512_mask_storeu_epi32((float *)y + at, k, values[c]);
+      }
+    }
+}
+
+WIDE void mx__conv_pool16_avx512(const void *plane, int64_t W, int64_t OH, int64_t OW, void *y, uint8_t *offset,
+                                 int64_t m, bool bf16) {
+  if (bf16) conv_pool16(plane, W, OH, OW, y, offset, m, true);
+  else conv_pool16(plane, W, OH, OW, y, offset, m, false);
+}
+
+WIDE_INLINE void conv_pool16_backward(void *top, int64_t W, int64_t OW, const void *dy, const uint8_t *offset,
+                                      int64_t channel_stride, int64_t m, int64_t readable, bool bf16) {
+  for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
+    const int64_t count = OW - ow0 < 16 ? OW - ow0 : 16;
+    const __mmask16 k = first16(count);
+    __m512i values[16], wheres[16]; /* channel c's pixels; after the transposes, pixel p's channels */
+    for (int64_t c = 0; c < 16; c++) {
+      const int64_t at = c * channel_stride + ow0;
+      if (c >= m) { /* a padding channel: 0 + 0 at offset 0, zeros elsewhere */
+        values[c] = wheres[c] = _mm512_setzero_si512();
+        continue;
+      }
+      const bool whole = at + 16 <= readable;
+      __m512i where = _mm512_cvtepu8_epi32(whole ? _mm_loadu_si128((const __m128i *)(offset + at))
+                                                 : _mm_maskz_loadu_epi8(k, offset + at));
+      if (bf16) {
+        const uint16_t *g = (const uint16_t *)dy + at;
+        __m256i g16 = whole ? _mm256_loadu_si256((const __m256i *)g) : _mm256_maskz_loadu_epi16(k, g);
+        values[c] = _mm512_or_si512(_mm512_cvtepu16_epi32(g16), _mm512_slli_epi32(where, 16));
+      } else {
+        const float *g = (const float *)dy + at;
+        values[c] = whole ? _mm512_loadu_si512(g) : _mm512_maskz_loadu_epi32(k, g);
+        wheres[c] = where;
+      }
+    }
+    transpose16(values);
+    if (!bf16) transpose16(wheres);
+    for (int64_t p = 0; p < count; p++) {
+      const int64_t ow = ow0 + p;
+      __m512i where = bf16 ? _mm512_srli_epi32(values[p], 16) : wheres[p];
+      for (int r = 0; r < 4; r++) {
+        const int64_t pixel = ((r >> 1) * W + 2 * ow + (r & 1)) * 16;
+        const __mmask16 here = _mm512_cmpeq_epi32_mask(where, _mm512_set1_epi32(r));
+        if (bf16) {
+          __m512i g = bf16_plus_zero(_mm512_and_si512(values[p], _mm512_set1_epi32(0xffff)));
+          __m256i kept = _mm512_cvtepi32_epi16(_mm512_maskz_mov_epi32(here, g));
+          _mm256_storeu_si256((__m256i *)((uint16_t *)top + pixel), kept);
+        } else {
+          __m512 g = _mm512_add_ps(_mm512_setzero_ps(), _mm512_castsi512_ps(values[p]));
+          _mm512_storeu_ps((float *)top + pixel, _mm512_maskz_mov_ps(here, g));
+        }
+      }
+    }
+  }
+}
+
+WIDE void mx__conv_pool16_backward_avx512(void *top, int64_t W, int64_t OW, const void *dy, const uint8_t *offset,
+                                          int64_t channel_stride, int64_t m, int64_t readable, bool bf16) {
+  if (bf16) conv_pool16_backward(top, W, OW, dy, offset, channel_stride, m, readable, true);
+  else conv_pool16_backward(top, W, OW, dy, offset, channel_stride, m, readable, false);
+}
+#endif

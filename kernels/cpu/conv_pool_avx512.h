@@ -1,0 +1,32 @@
+/* The fused convolution-pooling op's 2x2 stride-2 loops for oneDNN's nChw16c layout in AVX-512 (F, BW, VL), for
+ * dnnl_conv_pool.c: the forward pools a 16-channel block's plane into plain NCHW values and uint8 offsets, the
+ * backward scatters plain NCHW gradients and offsets into the blocked layout. Bits as pool_search.h's scalar steps
+ * (ReLU on load keeps -0 and NaN, a NaN wins, the last one, a tie keeps the first, a bfloat16 NaN is stored quiet,
+ * the backward stores 0 + dy). Built where pool_avx512.h's loops are (MX__POOL_AVX512); callers ask
+ * mx__pool_avx512() first. */
+#ifndef MX_KERNELS_CPU_CONV_POOL_AVX512_H
+#define MX_KERNELS_CPU_CONV_POOL_AVX512_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kernels/cpu/pool_avx512.h"
+
+#ifdef MX__POOL_AVX512
+/* Forward, one block of one image: plane is the block's full-resolution image (W pixels of 16 channels a row), y
+ * and offset its first real channel's OH x OW output plane (channel c's at c OH OW), m (1 to 16) the real channels.
+ * The output rows are written in order, and a row's last vector runs on into the rows after it (which it writes
+ * again later) where the channel's plane has room, so the planes must be contiguous and written by this call only.
+ * bf16: values in bfloat16, else float32. */
+void mx__conv_pool16_avx512(const void *plane, int64_t W, int64_t OH, int64_t OW, void *y, uint8_t *offset,
+                            int64_t m, bool bf16);
+
+/* Backward, output row oh of one block of one image: from dy and offset (the first real channel's OW elements of
+ * that row, channel c's at c channel_stride; readable elements from each may be read), the pixels of the two
+ * full-resolution rows from top (W pixels of 16 channels a row) that the row's windows cover; the padding channels
+ * past m get zeros. */
+void mx__conv_pool16_backward_avx512(void *top, int64_t W, int64_t OW, const void *dy, const uint8_t *offset,
+                                     int64_t channel_stride, int64_t m, int64_t readable, bool bf16);
+#endif
+
+#endif
