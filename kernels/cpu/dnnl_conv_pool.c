@@ -109,31 +109,30 @@ MX__CONV_POOL_SEARCH(search16_bf16, uint16_t, mx__pool_relu_of_bf16, 16)
 
 /* Stores count windows of m channels (window ow's channel b at ow * m + b of best and where) into y from element o
  * and indices from element i, along the windows (y's unit stride) or along the channels. */
+/* The loops of store for out's element type, convert making a maximum one. */
+#define MX__STORE_WINDOWS(out, convert)                                                                            \
+  do {                                                                                                            \
+    if (along_windows)                                                                                            \
+      for (int64_t b = 0; b < m; b++)                                                                             \
+        for (int64_t ow = 0; ow < count; ow++)                                                                    \
+          out[b * ys + ow * yw] = convert(best[ow * m + b]), index[b * is + ow * iw] = (uint8_t)where[ow * m + b]; \
+    else                                                                                                          \
+      for (int64_t ow = 0; ow < count; ow++)                                                                      \
+        for (int64_t b = 0; b < m; b++)                                                                           \
+          out[b * ys + ow * yw] = convert(best[ow * m + b]), index[b * is + ow * iw] = (uint8_t)where[ow * m + b]; \
+  } while (0)
+
 static void store(const mx_kview *y, const mx_kview *indices, int64_t o, int64_t i, const float *best,
                   const int32_t *where, int64_t count, int64_t m, bool along_windows) {
   int64_t ys = y->strides[1], yw = y->strides[3], is = indices->strides[1], iw = indices->strides[3];
   uint8_t *index = (uint8_t *)indices->data + i;
   if (y->dtype == MX_BF16) {
     uint16_t *out = (uint16_t *)y->data + o;
-    if (along_windows)
-      for (int64_t b = 0; b < m; b++)
-        for (int64_t ow = 0; ow < count; ow++)
-          out[b * ys + ow * yw] = mx__pool_bf16_store(best[ow * m + b]), index[b * is + ow * iw] = (uint8_t)where[ow * m + b];
-    else
-      for (int64_t ow = 0; ow < count; ow++)
-        for (int64_t b = 0; b < m; b++)
-          out[b * ys + ow * yw] = mx__pool_bf16_store(best[ow * m + b]), index[b * is + ow * iw] = (uint8_t)where[ow * m + b];
-    return;
+    MX__STORE_WINDOWS(out, mx__pool_bf16_store);
+  } else {
+    float *out = (float *)y->data + o;
+    MX__STORE_WINDOWS(out, mx__pool_f32_store);
   }
-  float *out = (float *)y->data + o;
-  if (along_windows)
-    for (int64_t b = 0; b < m; b++)
-      for (int64_t ow = 0; ow < count; ow++)
-        out[b * ys + ow * yw] = best[ow * m + b], index[b * is + ow * iw] = (uint8_t)where[ow * m + b];
-  else
-    for (int64_t ow = 0; ow < count; ow++)
-      for (int64_t b = 0; b < m; b++)
-        out[b * ys + ow * yw] = best[ow * m + b], index[b * is + ow * iw] = (uint8_t)where[ow * m + b];
 }
 
 /* Whether v (a pooled tensor of g) lies in plain row-major order, with no gaps. */
