@@ -25,6 +25,15 @@ void expect_same_bits(const mx_tensor *a, const mx_tensor *b, const char *what) 
   free(bb);
 }
 
+void expect_same_run(mx_module *net, const mx_tensor *fused, const mx_tensor *plain, mx_tensor *grads[2][16]) {
+  expect_same_bits(fused, plain, "output");
+  for (int i = 0; i <= mx_module_num_parameters(net); i++) {
+    const char *name = "x";
+    if (i) mx_module_parameter(net, i - 1, &name);
+    expect_same_bits(grads[0][i], grads[1][i], name);
+  }
+}
+
 mx_tensor *fusion_run(mx_module *net, mx_tensor *x, bool fused, mx_dtype autocast, mx_tensor **grads) {
   mx_tensor *out = NULL;
   MX_AUTOCAST(MX_CPU, autocast, autocast != MX_DTYPE_COUNT, true) {

@@ -1,5 +1,6 @@
 /* What the Sequential fusion tests share (test_sequential_fusion.c,
- * test_linear_relu_fusion.c, test_pool_relu_fusion.c): a net's children run
+ * test_linear_relu_fusion.c, test_pool_relu_fusion.c,
+ * test_conv_pool_fusion.c): a net's children run
  * in turn as Sequential did before it fused, a bitwise comparison, one
  * forward + gradient, what saved-tensor hooks see, and checkpointing. */
 #ifndef MX_TESTS_NN_FUSION_CASE_H
@@ -11,6 +12,9 @@
 mx_tensor *children_in_turn(mx_module *net, const mx_tensor *x);
 /* a and b hold the same bits (what names the pair in a failure). */
 void expect_same_bits(const mx_tensor *a, const mx_tensor *b, const char *what);
+/* fused and plain hold the same bits, and so do grads[0][i] and grads[1][i] for x (i = 0) and each of net's
+ * parameters (named in a failure). */
+void expect_same_run(mx_module *net, const mx_tensor *fused, const mx_tensor *plain, mx_tensor *grads[2][16]);
 /* The output of the net (fused or its children in turn; autocast MX_DTYPE_COUNT: none) and the gradients of
  * sum(out * r) for x and every parameter (at most 15), into grads[0..1 + parameters). */
 mx_tensor *fusion_run(mx_module *net, mx_tensor *x, bool fused, mx_dtype autocast, mx_tensor **grads);
