@@ -370,16 +370,20 @@ MX_HD static inline int64_t mx_ipow(int64_t base, int64_t e) {
 
 /* --- strided indexing ------------------------------------------------------ */
 
-/* The element offset of the linear (row-major) index in a strided view. */
+/* The element offset of the linear (row-major) index, 0 <= linear < the
+ * shape's product, in a strided view. What is left after the inner dims is
+ * the first dim's index itself: a 1-d view (a flattened elementwise
+ * operand) costs no division, which on a GPU is a long instruction sequence
+ * for 64-bit integers. */
 MX_HD static inline int64_t mx_strided_offset(int64_t linear, int ndim, const int64_t *shape,
                                               const int64_t *strides) {
+  if (ndim <= 0) return 0;
   int64_t offset = 0;
-  for (int d = ndim - 1; d >= 0; d--) {
-    int64_t i = linear % shape[d];
+  for (int d = ndim - 1; d > 0; d--) {
+    offset += linear % shape[d] * strides[d];
     linear /= shape[d];
-    offset += i * strides[d];
   }
-  return offset;
+  return offset + linear * strides[0];
 }
 
 /* --- AMP: loss scaling -------------------------------------------------------- */

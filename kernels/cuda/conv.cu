@@ -126,23 +126,6 @@ struct backward_weight_op {
   }
 };
 
-/* db[oc]: dy summed over the batch and the spatial dims, in that order. */
-template <class A>
-struct backward_bias_op {
-  mx_conv_geom g;
-  mx_dtype dtype;
-  void *db;
-  MX_HD void operator()(int64_t oc) const {
-    A acc = 0;
-    for (int64_t n = 0; n < g.N; n++)
-      for (int64_t od = 0; od < g.out[0]; od++)
-        for (int64_t oh = 0; oh < g.out[1]; oh++)
-          for (int64_t ow = 0; ow < g.out[2]; ow++) acc += load5<A>(g.y, g.ys, dtype, n, oc, od, oh, ow);
-    const int64_t unit[5] = {0, 1, 0, 0, 0};
-    store5(db, unit, dtype, 0, oc, 0, 0, 0, (double)acc);
-  }
-};
-
 template <template <class> class Op>
 static mx_status launch(const char *what, const mx_kview *x, const mx_kview *w, const mx_kview *y,
                         const mx_kview *bias, const mx_conv_params *p, int64_t outputs) {
@@ -188,22 +171,33 @@ mx_status mx__cuda_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, 
                                     mx__kview_numel(dw));
 }
 
-/* dw as above, and db by cuDNN's backward bias (a pass of its own over dy:
- * cuDNN's convolution API has no fused one), or the direct kernel where
- * cuDNN does not take the case. */
+/* db[c]: dy summed over every dim but the channels, in one pass spread over
+ * the whole device: batch norm's channel sums (kernels/cuda/batch_norm.cu)
+ * for a contiguous or channels-last dy (read as N H W vectors of C), the
+ * reduction kernel for other strides. Sums in double, rounded once. */
+static mx_status bias_gradient(const mx_kview *db, const mx_kview *dy) {
+  mx_kview v = *dy;
+  if (mx__kview_is_channels_last(dy)) {
+    v.ndim = 2;
+    v.shape[0] = dy->shape[0] * dy->shape[2] * dy->shape[3], v.shape[1] = dy->shape[1];
+    v.strides[0] = dy->shape[1], v.strides[1] = 1;
+  }
+  if (mx__kview_is_contiguous(&v) && mx__kview_is_contiguous(db))
+    return mx__cuda_channel_sums(db, NULL, &v, NULL, NULL, NULL, NULL);
+  mx_kview out = *dy; /* db as (1, C, 1, ...) */
+  out.data = db->data, out.dtype = db->dtype;
+  for (int d = 0; d < dy->ndim; d++) {
+    out.shape[d] = d == 1 ? dy->shape[1] : 1;
+    out.strides[d] = d == 1 ? db->strides[0] : 0;
+  }
+  return mx__cuda_reduce(MX_RED_SUM, &out, NULL, dy, ((1u << dy->ndim) - 1) & ~2u);
+}
+
+/* dw as above, and db by one pass of its own over dy (cuDNN's legacy
+ * convolution API has no fused bias gradient). */
 mx_status mx__cuda_conv_backward_weight_bias(const mx_kview *dw, const mx_kview *db, const mx_kview *dy,
                                              const mx_kview *x, const mx_conv_params *p) {
   MX__RETURN_IF_FAILED(mx__conv_check(MX_CONV_BACKWARD_WEIGHT, x, dw, dy, db, p));
   MX__RETURN_IF_FAILED(mx__cuda_conv_backward_weight(dw, dy, x, p));
-  if (mx__kview_numel(db) == 0) return MX_OK;
-  bool declined;
-  MX__RETURN_IF_FAILED(mx__cudnn_conv_backward_bias(db, dy, x, dw, p, &declined));
-  if (!declined) return MX_OK;
-  mx_conv_geom g = mx_conv_geom_of(x, dw, dy, p);
-  if (x->dtype == MX_F64) {
-    backward_bias_op<double> op = {g, x->dtype, db->data};
-    return launch_elementwise("launch of kernel conv_backward_bias", mx__kview_numel(db), op);
-  }
-  backward_bias_op<float> op = {g, x->dtype, db->data};
-  return launch_elementwise("launch of kernel conv_backward_bias", mx__kview_numel(db), op);
+  return mx__kview_numel(db) == 0 ? MX_OK : bias_gradient(db, dy);
 }

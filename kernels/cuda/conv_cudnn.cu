@@ -258,37 +258,6 @@ static mx_status run(cudnnHandle_t h, const mx_cudnn_conv_case *c, descriptors *
   return freed != MX_OK ? freed : freed_filter;
 }
 
-/* db (1, C, 1, ...) = dy summed per channel, with the descriptor of dy that
- * the convolution's case gives (dy's layout included). */
-static mx_status backward_bias(cudnnHandle_t h, const mx_cudnn_conv_case *c, cudnnTensorDescriptor_t *dy_desc,
-                               cudnnTensorDescriptor_t *db_desc, const mx_kview *db, const mx_kview *dy,
-                               bool *declined) {
-  cudnnDataType_t type = dnn_type(c->dtype);
-  int ys[5], bias_dims[5] = {1, c->y[1], 1, 1, 1}, bias_strides[5] = {c->y[1], 1, 1, 1, 1};
-  mx__cudnn_strides(c->nd, c->y, c->y_channels_last, ys);
-  MX_CUDNN_CHECK(cudnnCreateTensorDescriptor(dy_desc));
-  MX_CUDNN_CHECK(cudnnCreateTensorDescriptor(db_desc));
-  DNN_CALL(cudnnSetTensorNdDescriptor(*dy_desc, type, c->nd, c->y, ys));
-  DNN_CALL(cudnnSetTensorNdDescriptor(*db_desc, type, c->nd, bias_dims, bias_strides));
-  const float one = 1.0f, zero = 0.0f; /* float scalars for float, half and bfloat16 data */
-  DNN_CALL(cudnnConvolutionBackwardBias(h, &one, *dy_desc, dy->data, &zero, *db_desc, db->data));
-  return MX_OK;
-}
-
-mx_status mx__cudnn_conv_backward_bias(const mx_kview *db, const mx_kview *dy, const mx_kview *x, const mx_kview *dw,
-                                       const mx_conv_params *p, bool *declined) {
-  mx_cudnn_conv_case c;
-  *declined = !mx_cudnn_conv_case_of(MX_CONV_BACKWARD_WEIGHT, x, dw, dy, p, &c);
-  if (*declined) return MX_OK;
-  cudnnHandle_t h = NULL;
-  MX__RETURN_IF_FAILED(dnn_handle(&h));
-  cudnnTensorDescriptor_t dy_desc = NULL, db_desc = NULL;
-  mx_status st = backward_bias(h, &c, &dy_desc, &db_desc, db, dy, declined);
-  if (dy_desc) (void)cudnnDestroyTensorDescriptor(dy_desc);
-  if (db_desc) (void)cudnnDestroyTensorDescriptor(db_desc);
-  return st;
-}
-
 mx_status mx__cudnn_conv(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, const mx_kview *y,
                          const mx_conv_params *p, bool *declined) {
   mx_cudnn_conv_case c;

@@ -16,11 +16,5 @@
  * (the caller's direct kernels do it). Returns MX_OK or a failure. */
 mx_status mx__cudnn_conv(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, const mx_kview *y,
                          const mx_conv_params *p, bool *declined);
-/* The bias's gradient db (a contiguous (C_out) vector) = dy summed per
- * channel, by cudnnConvolutionBackwardBias, for a convolution of x and dw
- * that cuDNN takes (as mx__cudnn_conv's MX_CONV_BACKWARD_WEIGHT); else
- * *declined, nothing run. */
-mx_status mx__cudnn_conv_backward_bias(const mx_kview *db, const mx_kview *dy, const mx_kview *x, const mx_kview *dw,
-                                       const mx_conv_params *p, bool *declined);
 
 #endif

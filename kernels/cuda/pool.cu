@@ -1,11 +1,13 @@
 /* Max and average pooling on CUDA, with their backward kernels, by the
  * rules of the CPU's general loops (kernels/cpu/pool.c): values through
  * double, a NaN wins the max (the last one) and a tie keeps the first, the
- * indices in either encoding. Forward kernels run one thread per output;
- * backward ones one thread per (n, c) plane, adding the plane's outputs in
- * the CPU's order, so overlapping windows sum to the CPU's bits. Tensors
- * are contiguous (N, C, *S) or channels-last (N, C, H, W), every element
- * found through its view's strides. */
+ * indices in either encoding. Forward kernels run one thread per output,
+ * backward ones one thread per input element: it gathers the gradients of
+ * the windows that cover it, in the order of the CPU's scatter (outputs in
+ * row-major order, each sum rounded to dx's dtype), so overlapping windows
+ * sum to the CPU's bits. Tensors are contiguous (N, C, *S) or channels-last
+ * (N, C, H, W), every element found through its view's strides. */
+#include "kernels/conv_geom.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/pool_geom.h"
 
@@ -62,30 +64,55 @@ struct max_pool_op {
   }
 };
 
-/* dx[flat] += dy[o] for each output of one plane, in order. */
+/* v rounded to dtype, as storing it and loading it back does. */
+MX_HD static inline double rounded(double v, mx_dtype dtype) {
+  uint64_t bits = 0;
+  mx_element_store(&bits, dtype, v);
+  return mx_element_load(&bits, dtype);
+}
+
+/* Input element e of all planes: its plane and coordinates. */
+MX_HD static inline void input_coords(const mx_pool_geom &g, int64_t e, int64_t *plane, int64_t *i) {
+  int64_t in_plane = mx_pool_volume(g.in);
+  *plane = e / in_plane;
+  int64_t r = e % in_plane;
+  i[2] = r % g.in[2], i[1] = r / g.in[2] % g.in[1], i[0] = r / (g.in[2] * g.in[1]);
+}
+
+/* BODY for each window (o0, o1, o2) that covers input (i0, i1, i2) at its
+ * element (k0, k1, k2), the outputs in row-major order (k descending). */
+#define FOR_COVERING_WINDOW(g, i, BODY)                                                                  \
+  for (int64_t k0 = (g).k[0] - 1; k0 >= 0; k0--) {                                                     \
+    int64_t o0, o1, o2;                                                                                \
+    if (!mx_conv_tap_source(i[0], (g).out[0], (g).s[0], k0 * (g).d[0] - (g).p[0], &o0)) continue;       \
+    for (int64_t k1 = (g).k[1] - 1; k1 >= 0; k1--) {                                                   \
+      if (!mx_conv_tap_source(i[1], (g).out[1], (g).s[1], k1 * (g).d[1] - (g).p[1], &o1)) continue;     \
+      for (int64_t k2 = (g).k[2] - 1; k2 >= 0; k2--) {                                                 \
+        if (!mx_conv_tap_source(i[2], (g).out[2], (g).s[2], k2 * (g).d[2] - (g).p[2], &o2)) continue;   \
+        BODY                                                                                           \
+      }                                                                                                \
+    }                                                                                                  \
+  }
+
+/* dx at input e: the sum of dy over the windows whose maximum it is. */
 struct max_pool_backward_op {
   mx_pool_geom g;
   mx_kview dx, dy, indices;
-  MX_HD void operator()(int64_t plane) const {
-    int64_t in_plane = mx_pool_volume(g.in);
-    for (int64_t i = 0; i < in_plane; i++)
-      mx_element_store((char *)at(dx.data, flat_offset(dx, g, plane, i), dx.dtype), dx.dtype, 0.0);
-    for (int64_t o0 = 0; o0 < g.out[0]; o0++)
-      for (int64_t o1 = 0; o1 < g.out[1]; o1++)
-        for (int64_t o2 = 0; o2 < g.out[2]; o2++) {
-          int64_t e = element_offset(indices, plane, o0, o1, o2), flat;
-          if (indices.dtype == MX_U8) { /* the window offset, row-major over the kernel */
-            int64_t r = ((const uint8_t *)indices.data)[e];
-            int64_t k2 = r % g.k[2], k1 = r / g.k[2] % g.k[1], k0 = r / (g.k[2] * g.k[1]);
-            flat = mx_pool_window_corner(&g, o0, o1, o2) + (k0 * g.d[0] * g.in[1] + k1 * g.d[1]) * g.in[2] +
-                   k2 * g.d[2];
-          } else {
-            flat = ((const int64_t *)indices.data)[e];
-          }
-          char *target = (char *)at(dx.data, flat_offset(dx, g, plane, flat), dx.dtype);
-          double grad = mx_element_load(at(dy.data, element_offset(dy, plane, o0, o1, o2), dy.dtype), dy.dtype);
-          mx_element_store(target, dx.dtype, mx_element_load(target, dx.dtype) + grad);
-        }
+  MX_HD void operator()(int64_t e) const {
+    int64_t plane, i[3];
+    input_coords(g, e, &plane, i);
+    int64_t flat = (i[0] * g.in[1] + i[1]) * g.in[2] + i[2];
+    double sum = 0;
+    FOR_COVERING_WINDOW(g, i, {
+      int64_t where = element_offset(indices, plane, o0, o1, o2);
+      bool chosen = indices.dtype == MX_U8 /* the window offset, row-major over the kernel */
+                        ? ((const uint8_t *)indices.data)[where] == (k0 * g.k[1] + k1) * g.k[2] + k2
+                        : ((const int64_t *)indices.data)[where] == flat;
+      if (chosen)
+        sum = rounded(sum + mx_element_load(at(dy.data, element_offset(dy, plane, o0, o1, o2), dy.dtype), dy.dtype),
+                      dx.dtype);
+    })
+    mx_element_store((char *)at(dx.data, element_offset(dx, plane, i[0], i[1], i[2]), dx.dtype), dx.dtype, sum);
   }
 };
 
@@ -122,23 +149,21 @@ struct avg_pool_op {
   }
 };
 
+/* dx at input e: each covering window's dy over its divisor, summed. */
 struct avg_pool_backward_op {
   mx_pool_geom g;
   mx_kview dx, dy;
   bool count_include_pad;
-  MX_HD void operator()(int64_t plane) const {
-    int64_t in_plane = mx_pool_volume(g.in), out_plane = mx_pool_volume(g.out);
-    for (int64_t i = 0; i < in_plane; i++)
-      mx_element_store((char *)at(dx.data, flat_offset(dx, g, plane, i), dx.dtype), dx.dtype, 0.0);
-    for (int64_t o = 0; o < out_plane; o++) {
-      int64_t o2 = o % g.out[2], o1 = o / g.out[2] % g.out[1], o0 = o / (g.out[2] * g.out[1]);
+  MX_HD void operator()(int64_t e) const {
+    int64_t plane, i[3];
+    input_coords(g, e, &plane, i);
+    double sum = 0;
+    FOR_COVERING_WINDOW(g, i, {
       double grad = mx_element_load(at(dy.data, element_offset(dy, plane, o0, o1, o2), dy.dtype), dy.dtype) /
                     divisor(g, count_include_pad, o0, o1, o2);
-      MX_POOL_FOR_WINDOW(g, o0, o1, o2, {
-        char *target = (char *)at(dx.data, flat_offset(dx, g, plane, flat), dx.dtype);
-        mx_element_store(target, dx.dtype, mx_element_load(target, dx.dtype) + grad);
-      })
-    }
+      sum = rounded(sum + grad, dx.dtype);
+    })
+    mx_element_store((char *)at(dx.data, element_offset(dx, plane, i[0], i[1], i[2]), dx.dtype), dx.dtype, sum);
   }
 };
 
@@ -151,7 +176,7 @@ mx_status mx__cuda_max_pool(const mx_kview *out, const mx_kview *indices, const 
 mx_status mx__cuda_max_pool_backward(const mx_kview *dx, const mx_kview *dy, const mx_kview *indices,
                                      const mx_pool_params *p) {
   max_pool_backward_op op = {mx_pool_geom_of(dx, dy, p), *dx, *dy, *indices};
-  return launch_elementwise("launch of kernel max_pool_backward", op.g.planes, op);
+  return launch_elementwise("launch of kernel max_pool_backward", mx__kview_numel(dx), op);
 }
 
 mx_status mx__cuda_avg_pool(const mx_kview *out, const mx_kview *x, const mx_pool_params *p) {
@@ -161,5 +186,5 @@ mx_status mx__cuda_avg_pool(const mx_kview *out, const mx_kview *x, const mx_poo
 
 mx_status mx__cuda_avg_pool_backward(const mx_kview *dx, const mx_kview *dy, const mx_pool_params *p) {
   avg_pool_backward_op op = {mx_pool_geom_of(dx, dy, p), *dx, *dy, p->count_include_pad};
-  return launch_elementwise("launch of kernel avg_pool_backward", op.g.planes, op);
+  return launch_elementwise("launch of kernel avg_pool_backward", mx__kview_numel(dx), op);
 }
