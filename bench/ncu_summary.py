@@ -13,16 +13,20 @@ UNIT = {"ns": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3, "s": 1
 
 
 def short(name):
-    """A kernel's name without template arguments and parameter lists."""
-    out, depth = [], 0
-    for ch in name:
-        if ch in "<(":
-            depth += 1
-        elif ch in ">)":
-            depth -= 1
-        elif depth == 0:
-            out.append(ch)
-    return "".join(out).replace("void ", "").strip()[:100]
+    """A kernel's name without its parameter list, and without its template
+    arguments where they are long (cuDNN's and CUTLASS's): mixgrad's
+    launchers (elementwise_kernel<max_pool_op>, ...) keep the functor's name."""
+    name = name.replace("(anonymous namespace)", "").replace("<unnamed>", "").replace("void ", "", 1).strip()
+    lt, paren = name.find("<"), name.find("(")
+    if lt < 0 or 0 <= paren < lt:
+        return (name[:paren] if paren >= 0 else name)[:100]
+    depth = 0
+    for end in range(lt, len(name)):
+        depth += (name[end] == "<") - (name[end] == ">")
+        if depth == 0:
+            break
+    template = name[lt:end + 1]
+    return (name[:lt] + (template if len(template) <= 60 else ""))[:100]
 
 
 def main():
