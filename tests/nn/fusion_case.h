@@ -12,8 +12,9 @@
 mx_tensor *children_in_turn(mx_module *net, const mx_tensor *x);
 /* a and b hold the same bits (what names the pair in a failure). */
 void expect_same_bits(const mx_tensor *a, const mx_tensor *b, const char *what);
-/* fused and plain hold the same bits, and so do grads[0][i] and grads[1][i] for x (i = 0) and each of net's
- * parameters (named in a failure). */
+/* grads[0][i] and grads[1][i] hold the same bits for x (i = 0) and each of net's parameters (named in a failure). */
+void expect_same_gradients(mx_module *net, mx_tensor *grads[2][16]);
+/* fused and plain hold the same bits, and so do the gradients (expect_same_gradients). */
 void expect_same_run(mx_module *net, const mx_tensor *fused, const mx_tensor *plain, mx_tensor *grads[2][16]);
 /* The output of the net (fused or its children in turn; autocast MX_DTYPE_COUNT: none) and the gradients of
  * sum(out * r) for x and every parameter (at most 15), into grads[0..1 + parameters). */

@@ -30,12 +30,7 @@ static mx_tensor *fused_as_children(mx_module *net, mx_tensor *x, mx_dtype autoc
   mx_tensor *grads[2][16] = {{NULL}};
   mx_tensor *fused = fusion_run(net, x, true, autocast, grads[0]), *plain = fusion_run(net, x, false, autocast, grads[1]);
   cr_expect_str_eq(mx_grad_fn_name(plain), "RELUBackward");
-  expect_same_bits(fused, plain, "output");
-  for (int i = 0; i <= mx_module_num_parameters(net); i++) {
-    const char *name = "x";
-    if (i) mx_module_parameter(net, i - 1, &name);
-    expect_same_bits(grads[0][i], grads[1][i], name);
-  }
+  expect_same_run(net, fused, plain, grads);
   return fused;
 }
 
@@ -111,7 +106,7 @@ Test(sequential_fusion, saved_tensor_hooks_see_the_same_tensors) {
   cr_expect_gt(log[0].packs, 0);
   cr_expect_eq(log[0].packs, log[1].packs, "fused %d packs, unfused %d", log[0].packs, log[1].packs);
   cr_expect_eq(log[0].sum, log[1].sum);
-  for (int i = 0; i <= mx_module_num_parameters(net); i++) expect_same_bits(grads[0][i], grads[1][i], "gradient");
+  expect_same_gradients(net, grads);
   mx_module_free(net);
   mx_generator_free(gen);
   mx_scope_end(scope);
