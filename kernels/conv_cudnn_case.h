@@ -21,6 +21,10 @@ typedef struct {
   int x[5], w[5], y[5];          /* dims (the first nd used) */
   int pad[3], stride[3], dil[3]; /* the first nd - 2 used */
   int groups;
+  /* the settings it runs under (mx_set_cudnn_allow_tf32, mx_set_cudnn_deterministic), read when the case is made,
+   * so an algorithm chosen under one is never reused under the other; allow_tf32 only for float32, the one
+   * dtype it changes, so 16-bit cases keep one key either way */
+  int allow_tf32, deterministic;
 } mx_cudnn_conv_case;
 
 static inline bool mx__cudnn_fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
@@ -59,7 +63,8 @@ static inline void mx__cudnn_strides(int nd, const int *d, int channels_last, in
 /* Whether cuDNN takes the convolution (operands named as in the forward:
  * x input, w weight, y output), and its case if so: float32, float16 or
  * bfloat16, non-empty, every size within cuDNN's ints, w row-major, x and y
- * each row-major or (2-d) channels-last. */
+ * each row-major or (2-d) channels-last. The case carries the cuDNN
+ * settings in force now. */
 static inline bool mx_cudnn_conv_case_of(mx_conv_kind kind, const mx_kview *x, const mx_kview *w,
                                          const mx_kview *y, const mx_conv_params *p, mx_cudnn_conv_case *c) {
   memset(c, 0, sizeof *c);
@@ -74,6 +79,7 @@ static inline bool mx_cudnn_conv_case_of(mx_conv_kind kind, const mx_kview *x, c
   }
   c->x_channels_last = layout[0], c->y_channels_last = layout[2];
   c->kind = (int)kind, c->dtype = (int)x->dtype, c->nd = p->spatial == 3 ? 5 : 4, c->groups = (int)p->groups;
+  c->allow_tf32 = x->dtype == MX_F32 && mx_cudnn_allow_tf32(), c->deterministic = mx_cudnn_deterministic();
   if (!mx__cudnn_dims(x, p->spatial, c->x) || !mx__cudnn_dims(w, p->spatial, c->w) ||
       !mx__cudnn_dims(y, p->spatial, c->y))
     return false;
