@@ -119,9 +119,10 @@ int mx_num_threads(void);
  *
  * mx_set_cudnn_deterministic mirrors torch.backends.cudnn.deterministic:
  * when true, the first of cuDNN's ranked algorithms that fits and is
- * deterministic is taken, so a run repeats its own bits as on the CPU;
- * when false, the first that fits, which may sum in a different order from
- * run to run (atomics) and is often faster. Default true, unlike PyTorch
+ * deterministic is taken, so a run repeats its own bits as on the CPU
+ * (should none fit, the first that fits: unlike PyTorch, mixgrad does not
+ * fail); when false, the first that fits, which may sum in a different
+ * order from run to run (atomics) and is often faster. Default true, unlike PyTorch
  * (false), for the same repeatability. */
 void mx_set_cudnn_allow_tf32(bool allow);
 bool mx_cudnn_allow_tf32(void);
