@@ -1,6 +1,7 @@
 /* How a convolution is put to cuDNN, as plain numbers: which cases cuDNN
  * takes and each operand's dims as cuDNN sees them. kernels/cuda/conv_cudnn.cu
- * makes its descriptors from these; the CPU tests check them
+ * makes its descriptors from these and picks among cuDNN's ranked
+ * algorithms with mx_cudnn_pick; the CPU tests check them
  * (tests/kernels/test_conv_cudnn_case.c), since no GPU runs in CI. */
 #ifndef MX_KERNELS_CONV_CUDNN_CASE_H
 #define MX_KERNELS_CONV_CUDNN_CASE_H
@@ -95,6 +96,25 @@ static inline bool mx_cudnn_conv_case_of(mx_conv_kind kind, const mx_kview *x, c
     c->pad[j] = (int)p->padding[from], c->stride[j] = (int)p->stride[from], c->dil[j] = (int)p->dilation[from];
   }
   return true;
+}
+
+/* Whether the case runs on plain float32 FMA arithmetic whatever cuDNN's
+ * answer says: float32 unless TF32 is allowed (as PyTorch sets
+ * CUDNN_FMA_MATH when allow_tf32 is off). */
+static inline bool mx_cudnn_fma_only(const mx_cudnn_conv_case *c) { return c->dtype == MX_F32 && !c->allow_tf32; }
+
+/* Which of cuDNN's n ranked answers to take, given which are usable (ran
+ * their check, fit the workspace cap) and which deterministic: while the
+ * case is deterministic, the first usable deterministic one, else (none,
+ * or determinism off) the first usable one; -1 when none is. */
+static inline int mx_cudnn_pick(const mx_cudnn_conv_case *c, int n, const bool *usable, const bool *deterministic) {
+  int first = -1;
+  for (int i = 0; i < n; i++) {
+    if (!usable[i]) continue;
+    if (!c->deterministic || deterministic[i]) return i;
+    if (first < 0) first = i;
+  }
+  return first;
 }
 
 #endif

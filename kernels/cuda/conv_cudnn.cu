@@ -117,9 +117,9 @@ static mx_status describe(const mx_cudnn_conv_case *c, descriptors *d, bool *dec
   DNN_CALL(cudnnSetConvolutionGroupCount(d->conv, c->groups));
   /* float32: FMA only, unless TF32 is allowed (DEFAULT lets cuDNN rank TF32 tensor-core algorithms with the
    * rest, as PyTorch's allow_tf32 does); 16-bit: tensor cores */
-  cudnnMathType_t math = c->dtype != MX_F32  ? CUDNN_TENSOR_OP_MATH
-                         : c->allow_tf32 ? CUDNN_DEFAULT_MATH
-                                         : CUDNN_FMA_MATH;
+  cudnnMathType_t math = c->dtype != MX_F32   ? CUDNN_TENSOR_OP_MATH
+                         : mx_cudnn_fma_only(c) ? CUDNN_FMA_MATH
+                                                : CUDNN_DEFAULT_MATH;
   DNN_CALL(cudnnSetConvolutionMathType(d->conv, math));
   return MX_OK;
 }
@@ -154,22 +154,22 @@ static void cache_add(const mx_cudnn_conv_case *c, const algo_choice *v) {
   pthread_mutex_unlock(&cache.lock);
 }
 
-/* Among cuDNN's ranked answers that ran their check and fit the workspace
- * cap: while the case is deterministic, the first deterministic one, else
- * (none, or determinism off) the first; -1 when none. float32 keeps FMA
- * math whatever the answer says unless TF32 is allowed (as PyTorch does). */
-template <class Perf>
-static int pick(const Perf *perf, int n, const mx_cudnn_conv_case *c, algo_choice *out) {
-  int chosen = -1;
+/* cuDNN's ranked answer the case takes (mx_cudnn_pick: usable ones ran
+ * their check and fit the workspace cap), with its math type, or FMA for
+ * float32 without TF32 whatever the answer says; -1 when none. n: the
+ * answers cuDNN returned, at most the N asked for. */
+template <class Perf, size_t N>
+static int pick(const Perf (&perf)[N], int n, const mx_cudnn_conv_case *c, algo_choice *out) {
+  bool usable[N], deterministic[N];
+  n = n < (int)N ? n : (int)N;
   for (int i = 0; i < n; i++) {
-    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > WORKSPACE_LIMIT) continue;
-    if (chosen < 0 || (perf[i].determinism == CUDNN_DETERMINISTIC && perf[chosen].determinism != CUDNN_DETERMINISTIC))
-      chosen = i;
-    if (!c->deterministic || perf[chosen].determinism == CUDNN_DETERMINISTIC) break;
+    usable[i] = perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= WORKSPACE_LIMIT;
+    deterministic[i] = perf[i].determinism == CUDNN_DETERMINISTIC;
   }
+  int chosen = mx_cudnn_pick(c, n, usable, deterministic);
   if (chosen >= 0) {
     out->algo = (int)perf[chosen].algo;
-    out->math = c->dtype == MX_F32 && !c->allow_tf32 ? CUDNN_FMA_MATH : perf[chosen].mathType;
+    out->math = mx_cudnn_fma_only(c) ? CUDNN_FMA_MATH : perf[chosen].mathType;
   }
   return chosen;
 }

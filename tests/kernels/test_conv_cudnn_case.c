@@ -177,3 +177,34 @@ Test(conv_cudnn_case, the_settings_are_part_of_the_key) {
   cr_expect_neq(memcmp(&exact, &fast, sizeof exact), 0, "the determinism is part of a float32 key");
   cr_expect_neq(memcmp(&half, &half_fast, sizeof half), 0, "and of a float16 one");
 }
+
+/* Which of cuDNN's ranked answers is taken: deterministic, the first
+ * usable deterministic one (else the first usable one); not, the first
+ * usable one, as PyTorch with torch.backends.cudnn.deterministic off. */
+Test(conv_cudnn_case, the_pick_honours_the_determinism) {
+  mx_cudnn_conv_case c;
+  memset(&c, 0, sizeof c);
+  bool usable[5] = {false, true, true, true, true}, deterministic[5] = {true, false, false, true, true};
+  c.deterministic = 1;
+  cr_expect_eq(mx_cudnn_pick(&c, 5, usable, deterministic), 3, "the first usable deterministic answer");
+  cr_expect_eq(mx_cudnn_pick(&c, 3, usable, deterministic), 1, "none deterministic: the first usable one");
+  c.deterministic = 0;
+  cr_expect_eq(mx_cudnn_pick(&c, 5, usable, deterministic), 1, "the first usable answer, deterministic or not");
+  bool none[2] = {false, false};
+  cr_expect_eq(mx_cudnn_pick(&c, 2, none, deterministic), -1, "nothing usable");
+  c.deterministic = 1;
+  cr_expect_eq(mx_cudnn_pick(&c, 2, none, deterministic), -1, "nothing usable");
+}
+
+/* FMA arithmetic whatever cuDNN answers: float32 unless TF32 is allowed;
+ * 16-bit cases never (they run on tensor cores). */
+Test(conv_cudnn_case, float32_keeps_fma_unless_tf32_is_allowed) {
+  mx_cudnn_conv_case c;
+  memset(&c, 0, sizeof c);
+  c.dtype = MX_F32;
+  cr_expect(mx_cudnn_fma_only(&c));
+  c.allow_tf32 = 1;
+  cr_expect_not(mx_cudnn_fma_only(&c));
+  c.dtype = MX_BF16, c.allow_tf32 = 0;
+  cr_expect_not(mx_cudnn_fma_only(&c));
+}
