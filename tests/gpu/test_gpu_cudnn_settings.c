@@ -54,16 +54,20 @@ static conv_results magnitudes(const conv_inputs *in) {
 }
 
 /* How many elements of gpu differ from cpu by more than rel * mag, mag the
- * sum of their terms' magnitudes; the first written to why. */
-static size_t beyond(const mx_tensor *cpu, const mx_tensor *gpu, const mx_tensor *mag, double rel, char *why,
-                     size_t why_size) {
+ * sum of their terms' magnitudes; the first written to why, the largest
+ * difference as a fraction of mag to *worst. */
+static size_t beyond(const mx_tensor *cpu, const mx_tensor *gpu, const mx_tensor *mag, double rel, double *worst,
+                     char *why, size_t why_size) {
   assert_same_geometry(cpu, gpu, "beyond");
   size_t bytes;
   float *c = host_copy(cpu, &bytes), *g = host_copy(gpu, &bytes), *m = host_copy(mag, &bytes);
   size_t n = 0;
   why[0] = '\0';
+  *worst = 0;
   for (size_t i = 0; i < bytes / sizeof *c; i++) {
-    if (fabs((double)g[i] - c[i]) <= rel * m[i]) continue;
+    double d = fabs((double)g[i] - c[i]);
+    if (m[i] > 0 && d / m[i] > *worst) *worst = d / m[i];
+    if (d <= rel * m[i]) continue;
     if (!n++)
       snprintf(why, why_size, "[%zu]: %.9g on CUDA, %.9g on the CPU, terms' magnitudes %.6g", i, g[i], c[i], m[i]);
   }
@@ -74,10 +78,13 @@ static size_t beyond(const mx_tensor *cpu, const mx_tensor *gpu, const mx_tensor
 /* TF32 rounds each float32 input of a product to a 10-bit mantissa: at
  * worst (truncation) a relative error of 2^-10 each, 2^-9 (2e-3) for the
  * product, so a result is within 2^-9 of the sum of its terms' magnitudes
- * of exact; both sides' float32 sums of at most 576 terms add at most
- * 576 * 2^-24 (3.4e-5) each of the same. For sums of about 1 that is the
- * usual ~1e-2 of TF32 against the 1e-5 of float32. */
-#define TF32_REL (0x1p-9 + 2 * 576 * 0x1p-24)
+ * of exact, doubled here (2^-8) for an engine that rounds an operand twice
+ * (a reordered or transformed TF32 copy); cuDNN's transform-based
+ * algorithms (FFT, Winograd) run in float32, far inside it. Both sides'
+ * float32 sums of at most 576 terms add at most 576 * 2^-24 (3.4e-5) each
+ * of the same. Terms of about 1 in sums of about 1: the usual ~1e-2 of
+ * TF32, against float32's 1e-5; a wrong result is off by about its size. */
+#define TF32_REL (0x1p-8 + 2 * 576 * 0x1p-24)
 
 Test(gpu_cudnn_settings, tf32_allowed_matches_the_cpu_within_tf32_rounding) {
   require_gpu();
@@ -90,8 +97,11 @@ Test(gpu_cudnn_settings, tf32_allowed_matches_the_cpu_within_tf32_rounding) {
   cr_expect_not(mx_cudnn_allow_tf32(), "restored");
   for (int i = 0; i < 4; i++) {
     char why[256];
-    size_t n = beyond(cpu.t[i], gpu.t[i], mag.t[i], TF32_REL, why, sizeof why);
+    double worst;
+    size_t n = beyond(cpu.t[i], gpu.t[i], mag.t[i], TF32_REL, &worst, why, sizeof why);
     cr_expect_eq(n, 0, "TF32 allowed, %s: %zu elements differ; the first, %s", names[i], n, why);
+    /* about 1e-4 or more where cuDNN chose a TF32 engine, about 1e-7 where it kept float32 */
+    cr_log_info("TF32 allowed, %s: largest difference %.2g of the terms' magnitudes", names[i], worst);
   }
   mx_scope_end(scope);
 }
