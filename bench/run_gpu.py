@@ -9,7 +9,11 @@ written to bench/GPU.md (issue #32, item 1).
 
 The steps run in the order of their value, each under a timeout cut from one
 wall-clock budget (default 450 s, inside the issue's 8 minutes): machine
-facts, tests/gpu, the timings, then memcheck over the whole GPU suite, then
+facts, tests/gpu, the timings (both sides with mixgrad's cuDNN numerics:
+float32 convolutions in exact float32, deterministic algorithms), a second,
+smaller table of the convolutional models in float32 with PyTorch's cuDNN
+defaults on both sides (TF32, any algorithm; skipped when the budget left
+after the first table is short), then memcheck over the whole GPU suite, then
 racecheck over the tests of the kernels that share memory within a block
 (reductions, softmax, batch norm, the AMP unscale). A step the budget cannot
 fit is written down as skipped. GPU.md is rewritten after every step and
@@ -34,6 +38,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # "-cl": the batch (and PyTorch's weights) channels-last, cuDNN's NHWC kernels (issue #32, item 5)
 CONFIGS = [("mlp", 128), ("cnn", 128), ("resnet9", 64), ("resnet9-cl", 64)]
 AMPS = ["off", "bf16", "f16"]
+# The convolutional models in float32 again, with PyTorch's cuDNN defaults on both sides (TF32 allowed,
+# non-deterministic algorithms): how the steps compare where PyTorch's users usually run them.
+PYTORCH_NUMERICS_CONFIGS = [("cnn", "off", 128), ("resnet9", "off", 64)]
+PYTORCH_NUMERICS_FLAGS = ["--cudnn-tf32", "--cudnn-nondeterministic"]
 STEP_TARGET = 1.0  # mixgrad/PyTorch step time, every model and precision (issue #32, item 6)
 # racecheck's tests: the kernels whose threads share memory within a block
 RACECHECK_FILTERS = ["gpu/reduce*", "gpu/softmax*", "gpu/batch_norm*", "gpu/amp_unscale*"]
@@ -168,20 +176,21 @@ def sanitizer(args, budget, log, tool, filters, cap):
 
 # --- the training steps ---------------------------------------------------------------------------
 
-def step_command(args, impl, model, amp, batch):
+def step_command(args, impl, model, amp, batch, numerics=()):
     layout = ["--channels-last"] if model.endswith("-cl") else []
-    flags = layout + ["--model", model.removesuffix("-cl"), "--amp", amp, "--batch", str(batch), "--device", args.device,
-             "--warmup", str(args.warmup), "--repeat", str(args.repeat), "--seconds", str(args.seconds)]
+    flags = layout + list(numerics) + ["--model", model.removesuffix("-cl"), "--amp", amp, "--batch", str(batch),
+                                       "--device", args.device, "--warmup", str(args.warmup),
+                                       "--repeat", str(args.repeat), "--seconds", str(args.seconds)]
     if impl == "mixgrad":
         return [os.path.join(args.bundle, "bin", "train_step")] + flags
     return [args.python, os.path.join(HERE, "train_step.py")] + flags
 
 
-def one_step_run(args, impl, cfg, timeout, log):
+def one_step_run(args, impl, cfg, timeout, log, numerics=()):
     model, amp, batch = cfg
     env = mixgrad_env() if impl == "mixgrad" else dict(os.environ, OMP_NUM_THREADS="2")
-    code, out, _ = run(step_command(args, impl, model, amp, batch), timeout, env=env)
-    log("bench.log", f"$ {impl} {model} {amp} {batch}: exit {code}\n{out}\n", append=True)
+    code, out, _ = run(step_command(args, impl, model, amp, batch, numerics), timeout, env=env)
+    log("bench.log", f"$ {impl} {model} {amp} {batch} {' '.join(numerics)}: exit {code}\n{out}\n", append=True)
     for line in reversed(out.splitlines()):
         if line.startswith("{"):
             try:
@@ -191,23 +200,36 @@ def one_step_run(args, impl, cfg, timeout, log):
     return {"error": f"exit {code}: " + " | ".join(out.strip().splitlines()[-3:])}
 
 
-def bench(args, budget, log):
-    """Rounds of every configuration, mixgrad and PyTorch in alternating order; rounds outermost."""
-    configs = [(m, a, b) for m, b in CONFIGS for a in AMPS]
+def numerics_mismatch(res, numerics):
+    """What a step's JSON line says of its cuDNN settings where they are not those asked for, else None."""
+    want = {"cudnn_tf32": "--cudnn-tf32" in numerics, "cudnn_deterministic": "--cudnn-nondeterministic" not in numerics}
+    got = {k: res.get(k) for k in want}
+    return None if got == want else f"cuDNN settings {got}, expected {want}"
+
+
+def bench(args, budget, log, configs=None, numerics=(), reserve_first_round=False):
+    """Rounds of every configuration, mixgrad and PyTorch in alternating order; rounds outermost.
+    numerics: train_step's cuDNN flags, on both sides. reserve_first_round: the sanitizers' reserve is kept
+    from the first round on (else from the second), so a later, optional table never eats into it."""
+    configs = configs or [(m, a, b) for m, b in CONFIGS for a in AMPS]
     results = {c: {"mixgrad": [], "pytorch": [], "errors": [], "notes": set()} for c in configs}
     rounds_done = 0
     for r in range(args.rounds):
+        keep = args.sanitizer_reserve if r > 0 or reserve_first_round else 0
         # a round needs about 2 processes per configuration; keep what later steps need
-        if budget.left() - args.sanitizer_reserve < len(configs) * 2 * 8 and r > 0:
+        if budget.left() - keep < len(configs) * 2 * 8 and (r > 0 or reserve_first_round):
             break
         for c in configs:
             for impl in (["mixgrad", "pytorch"] if r % 2 == 0 else ["pytorch", "mixgrad"]):
-                timeout = budget.timeout(90, reserve=args.sanitizer_reserve if r > 0 else 0)
+                timeout = budget.timeout(90, reserve=keep)
                 if timeout is None:
                     results[c]["errors"].append(f"{impl}: out of time")
                     continue
-                res = one_step_run(args, impl, c, timeout, log)
-                if "times_ms" in res:
+                res = one_step_run(args, impl, c, timeout, log, numerics)
+                mismatch = numerics_mismatch(res, numerics) if "times_ms" in res else None
+                if mismatch:
+                    results[c]["errors"].append(f"{impl}: {mismatch}; its times left out")
+                elif "times_ms" in res:
                     results[c][impl].extend(res["times_ms"])
                     if impl == "pytorch":
                         results[c]["notes"].add(f"PyTorch {res.get('version', '?')}")
@@ -232,7 +254,36 @@ def fmt_ms(s):
     return f"{s['median']:.3f} ({s['p10']:.3f}-{s['p90']:.3f})" if s else "-"
 
 
-def report(args, facts, tests, timing, memcheck, racecheck, elapsed):
+def pytorch_numerics_section(args, extra):
+    """The second table: the convolutional models in float32 with PyTorch's cuDNN defaults on both sides."""
+    out = ["## float32 convolutions with PyTorch's cuDNN defaults, on both sides", "",
+           "The table above runs both sides with mixgrad's cuDNN numerics. Here the CNN and ResNet-9 float32 steps run "
+           f"with `{' '.join(PYTORCH_NUMERICS_FLAGS)}` on both: `torch.backends.cudnn.allow_tf32 = True` and "
+           "`torch.backends.cudnn.deterministic = False` (PyTorch's defaults) against `mx_set_cudnn_allow_tf32(true)` "
+           "and `mx_set_cudnn_deterministic(false)`: TF32 tensor cores for float32 convolutions, and the first "
+           "algorithm cuDNN ranks, deterministic or not. Matrix products stay float32 on both sides.", ""]
+    if extra is None:
+        return out + ["Not reached.", ""]
+    if not extra["rounds"]:
+        return out + ["Skipped: the budget left after the table above was short (it keeps the sanitizers' share).",
+                      ""]
+    out += [f"{extra['rounds']} alternating round(s), as above.", "",
+            "| model | batch | amp | mixgrad ms | PyTorch ms | mixgrad/PyTorch | target |",
+            "|---|---|---|---|---|---|---|"]
+    notes = set()
+    for (model, amp, batch), r in extra["results"].items():
+        m, p = stats(r["mixgrad"]), stats(r["pytorch"])
+        ratio = m["median"] / p["median"] if m and p else None
+        verdict = "" if ratio is None else ("PASS" if ratio <= STEP_TARGET else "MISS")
+        out.append(f"| {model} | {batch} | {amp} | {fmt_ms(m)} | {fmt_ms(p)} | "
+                   f"{'-' if ratio is None else f'{ratio:.2f}'} | {verdict} |")
+        notes |= {f"{model} {amp}: {e}" for e in r["errors"]}
+    if notes:
+        out += ["", "Notes:", ""] + [f"- {n}" for n in sorted(notes)]
+    return out + [""]
+
+
+def report(args, facts, tests, timing, memcheck, racecheck, elapsed, extra=None):
     pt = facts.get("pytorch", {})
     b = facts.get("build", {})
     out = ["# mixgrad on a GPU: `scripts/gpu-check`", "",
@@ -289,7 +340,9 @@ def report(args, facts, tests, timing, memcheck, racecheck, elapsed):
                 f"{timing['rounds']} alternating round(s), each process {args.warmup} warm-up and up to "
                 f"{args.repeat} timed steps (at most {args.seconds} s); every step ends with a device "
                 "synchronisation. Milliseconds: median (p10-p90) of the pooled steps. Target (issue #32): "
-                f"mixgrad/PyTorch <= {STEP_TARGET}.", "",
+                f"mixgrad/PyTorch <= {STEP_TARGET}. Both sides run mixgrad's cuDNN numerics: float32 convolutions "
+                "in exact float32 (no TF32) and deterministic algorithms only (`torch.backends.cudnn.allow_tf32 = "
+                "False`, `deterministic = True`; the next table has PyTorch's defaults).", "",
                 "| model | batch | amp | mixgrad ms | PyTorch ms | mixgrad/PyTorch | target |",
                 "|---|---|---|---|---|---|---|"]
         med = {}
@@ -316,6 +369,7 @@ def report(args, facts, tests, timing, memcheck, racecheck, elapsed):
         if notes:
             out += ["", "Notes:", ""] + [f"- {n}" for n in sorted(notes)]
         out.append("")
+        out += pytorch_numerics_section(args, extra)
     return "\n".join(out)
 
 
@@ -347,12 +401,12 @@ def main():
             with open(os.path.join(out_dir, name), "w") as f:
                 f.write(logs[name])
 
-    state = {"tests": {"skipped": "not reached"}, "timing": None, "memcheck": None, "racecheck": None}
+    state = {"tests": {"skipped": "not reached"}, "timing": None, "extra": None, "memcheck": None, "racecheck": None}
     facts = machine_facts(args)
 
     def write():
         text = report(args, facts, state["tests"], state["timing"], state["memcheck"], state["racecheck"],
-                      time.monotonic() - start)
+                      time.monotonic() - start, state["extra"])
         with open(args.out, "w") as f:
             f.write(text)
         if out_dir:
@@ -365,6 +419,9 @@ def main():
     print(f"gpu-check: tests/gpu: {state['tests']}", flush=True)
     write()
     state["timing"] = bench(args, budget, log)
+    write()
+    state["extra"] = bench(args, budget, log, PYTORCH_NUMERICS_CONFIGS, PYTORCH_NUMERICS_FLAGS,
+                           reserve_first_round=True)
     write()
     state["memcheck"] = sanitizer(args, budget, log, "memcheck", [None], cap=max(budget.left() * 0.6, 10))
     write()

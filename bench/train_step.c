@@ -14,10 +14,15 @@
  * mx_synchronize, so its time is the GPU's work and not just the launches.
  * --channels-last lays the batch out channels-last once (mx_to_channels_last;
  * the weights stay as they are), as train_step.py's --channels-last does.
+ * --cudnn-tf32 and --cudnn-nondeterministic set mx_set_cudnn_allow_tf32
+ * and mx_set_cudnn_deterministic(false) (PyTorch's defaults for its cuDNN
+ * convolutions; mixgrad's are exact float32 and deterministic), as
+ * train_step.py's flags of those names set torch.backends.cudnn's.
  * The result is one JSON line on stdout:
  *
  *     {"impl":"mixgrad","model":"cnn","amp":"bf16","device":"cpu","batch":128,"threads":2,"warmup":5,
- *      "channels_last":false,"times_ms":[...one per timed step...],"peak_rss_kb":...,"base_rss_kb":...,
+ *      "channels_last":false,"cudnn_tf32":false,"cudnn_deterministic":true,
+ *      "times_ms":[...one per timed step...],"peak_rss_kb":...,"base_rss_kb":...,
  *      "graph_bytes":...,"forward_bytes":...,"params":...,"version":"0.1.0"}
  *
  * and a one-line summary on stderr for people.
@@ -39,6 +44,7 @@ typedef struct {
   int64_t batch, warmup, repeat, seed;
   double seconds; /* a cap on the timed steps' time (warm-up: a quarter of it); 0: none */
   bool channels_last;
+  bool cudnn_tf32, cudnn_nondeterministic; /* PyTorch's cuDNN defaults instead of mixgrad's */
 } options;
 
 /* What a run makes, freed in one place. */
@@ -185,9 +191,10 @@ static void free_state(bench_state *b) {
 static void print_result(const bench_state *b, const options *o, const double *times, long base_rss_kb,
                          int64_t graph_bytes, int64_t forward_bytes) {
   printf("{\"impl\":\"mixgrad\",\"model\":\"%s\",\"amp\":\"%s\",\"device\":\"%s\",\"batch\":%lld,\"threads\":%d,"
-         "\"warmup\":%lld,\"channels_last\":%s,",
+         "\"warmup\":%lld,\"channels_last\":%s,\"cudnn_tf32\":%s,\"cudnn_deterministic\":%s,",
          o->model, o->amp, mx_device_name(o->device), (long long)o->batch, bench_threads(), (long long)o->warmup,
-         o->channels_last ? "true" : "false");
+         o->channels_last ? "true" : "false", mx_cudnn_allow_tf32() ? "true" : "false",
+         mx_cudnn_deterministic() ? "true" : "false");
   bench_json_doubles(stdout, "times_ms", times, (int)o->repeat);
   printf(",\"peak_rss_kb\":%ld,\"base_rss_kb\":%ld,\"graph_bytes\":%lld,\"forward_bytes\":%lld,\"params\":%lld,"
          "\"version\":\"%s\"}\n",
@@ -237,9 +244,13 @@ static int run(bench_state *b, options *o, long base_rss_kb) {
 static void usage(FILE *out) {
   fprintf(out, "usage: train_step [--model mlp|cnn|resnet9] [--amp off|bf16|f16] [--device cpu|cuda] [--batch N]\n"
                "                  [--warmup N] [--repeat N] [--seed N] [--seconds S] [--channels-last]\n"
+               "                  [--cudnn-tf32] [--cudnn-nondeterministic]\n"
                "Times mixgrad's training step on a random batch and prints one JSON line.\n"
                "Defaults: --model cnn --amp off --device cpu --batch 128 --warmup 5 --repeat 30 --seed 1.\n"
                "--seconds caps the timed steps' time (at least 3 steps) and the warm-up's at a quarter of it.\n"
+               "--cudnn-tf32 lets float32 convolutions on cuDNN use TF32 (mx_set_cudnn_allow_tf32), and\n"
+               "--cudnn-nondeterministic lets cuDNN pick non-deterministic algorithms (mx_set_cudnn_deterministic):\n"
+               "PyTorch's defaults; without them, mixgrad's (exact float32, deterministic).\n"
                "Threads: OMP_NUM_THREADS.\n");
 }
 
@@ -288,8 +299,12 @@ static int parse_args(int argc, char **argv, options *o) {
       usage(stdout);
       return 1;
     }
-    if (!strcmp(argv[i], "--channels-last")) { /* a switch: no value */
-      o->channels_last = true;
+    bool *flag = !strcmp(argv[i], "--channels-last")          ? &o->channels_last
+                 : !strcmp(argv[i], "--cudnn-tf32")             ? &o->cudnn_tf32
+                 : !strcmp(argv[i], "--cudnn-nondeterministic") ? &o->cudnn_nondeterministic
+                                                                : NULL;
+    if (flag) { /* a switch: no value */
+      *flag = true;
       i--;
       continue;
     }
@@ -306,6 +321,8 @@ int main(int argc, char **argv) {
   options o = {.model = "cnn", .amp = "off", .device = MX_CPU, .batch = 128, .warmup = 5, .repeat = 30, .seed = 1};
   int parsed = parse_args(argc, argv, &o);
   if (parsed) return parsed == 1 ? 0 : 2;
+  mx_set_cudnn_allow_tf32(o.cudnn_tf32);
+  mx_set_cudnn_deterministic(!o.cudnn_nondeterministic);
   long base_rss_kb = bench_current_rss_kb(); /* the process before the model: libraries, runtime */
   mx_manual_seed((uint64_t)o.seed);
   bench_state b = {0};

@@ -18,6 +18,17 @@ on these machines is 1. Where CPU autocast has no float16 (PyTorch 1.13),
 --channels-last keeps the convolutional models' weights and batch in
 channels-last memory format. --flops prints the FLOPs of one training
 step instead of timing it (torch.utils.flop_counter, PyTorch 2.1 or later).
+
+cuDNN's numerics are mixgrad's by default, so both sides run the same
+arithmetic: on CUDA torch.backends.cudnn.allow_tf32 = False (float32
+convolutions in exact float32, not TF32) and torch.backends.cudnn.deterministic
+= True (deterministic algorithms only), where PyTorch's own defaults are True
+and False. --cudnn-tf32 and --cudnn-nondeterministic restore PyTorch's
+defaults, as train_step.c's flags of those names set mixgrad's
+(mx_set_cudnn_allow_tf32, mx_set_cudnn_deterministic). Matrix products keep
+torch.backends.cuda.matmul.allow_tf32's default, False, as mixgrad's cuBLAS
+products use no TF32. The JSON line says which ("cudnn_tf32",
+"cudnn_deterministic").
 """
 import argparse
 import json
@@ -222,8 +233,17 @@ def main():
     p.add_argument("--seconds", type=int, default=0,
                    help="cap on the timed steps' time (at least 3 steps; warm-up: a quarter of it); 0: none")
     p.add_argument("--channels-last", action="store_true", help="weights and batch in channels-last memory format")
+    p.add_argument("--cudnn-tf32", action="store_true",
+                   help="CUDA: torch.backends.cudnn.allow_tf32 = True, PyTorch's default (default here: False, "
+                        "mixgrad's: exact float32 convolutions)")
+    p.add_argument("--cudnn-nondeterministic", action="store_true",
+                   help="CUDA: torch.backends.cudnn.deterministic = False, PyTorch's default (default here: True, "
+                        "mixgrad's: deterministic algorithms only)")
     p.add_argument("--flops", action="store_true", help="print one step's FLOPs (needs PyTorch 2.1+) and exit")
     args = p.parse_args()
+    if args.device == "cuda":
+        torch.backends.cudnn.allow_tf32 = args.cudnn_tf32
+        torch.backends.cudnn.deterministic = not args.cudnn_nondeterministic
     if args.flops:
         print(json.dumps({"model": args.model, "batch": args.batch, "step_flops": step_flops(args),
                           "version": torch.__version__}))
@@ -231,7 +251,8 @@ def main():
     base_rss_kb = current_rss_kb()  # the interpreter and torch, before the model
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
     result = {"impl": "pytorch", "model": args.model, "amp": args.amp, "device": args.device, "batch": args.batch,
-              "threads": torch.get_num_threads(), "warmup": args.warmup, "channels_last": args.channels_last}
+              "threads": torch.get_num_threads(), "warmup": args.warmup, "channels_last": args.channels_last,
+              "cudnn_tf32": args.cudnn_tf32, "cudnn_deterministic": not args.cudnn_nondeterministic}
     if args.amp == "f16" and args.device == "cpu" and cpu_autocast_refuses(torch.float16):
         result["skipped"] = f"CPU autocast in PyTorch {torch.__version__} has no float16"
     else:

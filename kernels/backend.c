@@ -41,6 +41,8 @@ static const mx__cuda_host host = {
     .unary_has_int = mx__unary_has_int,
     .binary_has_int = mx__binary_has_int,
     .conv_check = mx__conv_check,
+    .cudnn_allow_tf32 = mx_cudnn_allow_tf32,
+    .cudnn_deterministic = mx_cudnn_deterministic,
 };
 
 /* kernels/cuda/cuda_backend.h's entry points, found in the module. */

@@ -105,6 +105,30 @@ mx_status mx_synchronize(mx_device device);
 mx_status mx_set_num_threads(int n);
 int mx_num_threads(void);
 
+/* cuDNN's numerics for convolutions on CUDA, process-wide (like PyTorch's
+ * torch.backends.cudnn globals); each convolution reads them when it runs,
+ * from any thread. No effect on the CPU backend.
+ *
+ * mx_set_cudnn_allow_tf32 mirrors torch.backends.cudnn.allow_tf32: when
+ * true, float32 convolutions may run on TF32 tensor cores (products of
+ * inputs rounded to a 10-bit mantissa, float32 accumulation), roughly 1e-3
+ * relative error per product against float32's 1e-7. Default false, unlike
+ * PyTorch (true): mixgrad's float32 is exact float32 on the GPU as on the
+ * CPU. float16 and bfloat16 always use tensor cores and float64 never does,
+ * whatever is set; matrix products (cuBLAS) never use TF32 either way.
+ *
+ * mx_set_cudnn_deterministic mirrors torch.backends.cudnn.deterministic:
+ * when true, the first of cuDNN's ranked algorithms that fits and is
+ * deterministic is taken, so a run repeats its own bits as on the CPU
+ * (should none fit, the first that fits: unlike PyTorch, mixgrad does not
+ * fail); when false, the first that fits, which may sum in a different
+ * order from run to run (atomics) and is often faster. Default true, unlike PyTorch
+ * (false), for the same repeatability. */
+void mx_set_cudnn_allow_tf32(bool allow);
+bool mx_cudnn_allow_tf32(void);
+void mx_set_cudnn_deterministic(bool on);
+bool mx_cudnn_deterministic(void);
+
 MX_API_END
 
 #endif

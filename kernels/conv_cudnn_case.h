@@ -1,6 +1,7 @@
 /* How a convolution is put to cuDNN, as plain numbers: which cases cuDNN
  * takes and each operand's dims as cuDNN sees them. kernels/cuda/conv_cudnn.cu
- * makes its descriptors from these; the CPU tests check them
+ * makes its descriptors from these and picks among cuDNN's ranked
+ * algorithms with mx_cudnn_pick; the CPU tests check them
  * (tests/kernels/test_conv_cudnn_case.c), since no GPU runs in CI. */
 #ifndef MX_KERNELS_CONV_CUDNN_CASE_H
 #define MX_KERNELS_CONV_CUDNN_CASE_H
@@ -21,6 +22,10 @@ typedef struct {
   int x[5], w[5], y[5];          /* dims (the first nd used) */
   int pad[3], stride[3], dil[3]; /* the first nd - 2 used */
   int groups;
+  /* the settings it runs under (mx_set_cudnn_allow_tf32, mx_set_cudnn_deterministic), read when the case is made,
+   * so an algorithm chosen under one is never reused under the other; allow_tf32 only for float32, the one
+   * dtype it changes, so 16-bit cases keep one key either way */
+  int allow_tf32, deterministic;
 } mx_cudnn_conv_case;
 
 static inline bool mx__cudnn_fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
@@ -59,7 +64,8 @@ static inline void mx__cudnn_strides(int nd, const int *d, int channels_last, in
 /* Whether cuDNN takes the convolution (operands named as in the forward:
  * x input, w weight, y output), and its case if so: float32, float16 or
  * bfloat16, non-empty, every size within cuDNN's ints, w row-major, x and y
- * each row-major or (2-d) channels-last. */
+ * each row-major or (2-d) channels-last. The case carries the cuDNN
+ * settings in force now. */
 static inline bool mx_cudnn_conv_case_of(mx_conv_kind kind, const mx_kview *x, const mx_kview *w,
                                          const mx_kview *y, const mx_conv_params *p, mx_cudnn_conv_case *c) {
   memset(c, 0, sizeof *c);
@@ -74,6 +80,7 @@ static inline bool mx_cudnn_conv_case_of(mx_conv_kind kind, const mx_kview *x, c
   }
   c->x_channels_last = layout[0], c->y_channels_last = layout[2];
   c->kind = (int)kind, c->dtype = (int)x->dtype, c->nd = p->spatial == 3 ? 5 : 4, c->groups = (int)p->groups;
+  c->allow_tf32 = x->dtype == MX_F32 && mx_cudnn_allow_tf32(), c->deterministic = mx_cudnn_deterministic();
   if (!mx__cudnn_dims(x, p->spatial, c->x) || !mx__cudnn_dims(w, p->spatial, c->w) ||
       !mx__cudnn_dims(y, p->spatial, c->y))
     return false;
@@ -89,6 +96,25 @@ static inline bool mx_cudnn_conv_case_of(mx_conv_kind kind, const mx_kview *x, c
     c->pad[j] = (int)p->padding[from], c->stride[j] = (int)p->stride[from], c->dil[j] = (int)p->dilation[from];
   }
   return true;
+}
+
+/* Whether the case runs on plain float32 FMA arithmetic whatever cuDNN's
+ * answer says: float32 unless TF32 is allowed (as PyTorch sets
+ * CUDNN_FMA_MATH when allow_tf32 is off). */
+static inline bool mx_cudnn_fma_only(const mx_cudnn_conv_case *c) { return c->dtype == MX_F32 && !c->allow_tf32; }
+
+/* Which of cuDNN's n ranked answers to take, given which are usable (ran
+ * their check, fit the workspace cap) and which deterministic: while the
+ * case is deterministic, the first usable deterministic one, else (none,
+ * or determinism off) the first usable one; -1 when none is. */
+static inline int mx_cudnn_pick(const mx_cudnn_conv_case *c, int n, const bool *usable, const bool *deterministic) {
+  int first = -1;
+  for (int i = 0; i < n; i++) {
+    if (!usable[i]) continue;
+    if (!c->deterministic || deterministic[i]) return i;
+    if (first < 0) first = i;
+  }
+  return first;
 }
 
 #endif

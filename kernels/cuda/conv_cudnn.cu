@@ -2,11 +2,17 @@
  * operands and the convolution, an algorithm from cuDNN's heuristics
  * (remembered per geometry), a workspace from the stream's memory pool.
  *
- * Numerics: float32 runs with CUDNN_FMA_MATH, so no TF32 (the matrix
- * products' cuBLAS default is the same); float16 and bfloat16 run on tensor
- * cores with float accumulation and one rounding of the result. Among the
- * algorithms that fit, a deterministic one is preferred, so a run repeats
- * its own bits as the CPU's does. 1-d convolutions run as 2-d ones of
+ * Numerics, as PyTorch's cuDNN convolutions under its two flags (kernels/
+ * base.h, mx_set_cudnn_allow_tf32 and mx_set_cudnn_deterministic):
+ * float32 runs with CUDNN_FMA_MATH, so no TF32 (the matrix products' cuBLAS
+ * default is the same), unless TF32 is allowed: then CUDNN_DEFAULT_MATH and
+ * the math type cuDNN ranks with the algorithm, TF32 tensor cores on
+ * Ampere and later. float16 and bfloat16 run on tensor cores with float
+ * accumulation and one rounding of the result. Among cuDNN's ranked
+ * algorithms that fit, the first deterministic one is taken while
+ * determinism is on (the default), so a run repeats its own bits as the
+ * CPU's does, else the first. Both settings are part of the case, the key
+ * an algorithm is remembered by. 1-d convolutions run as 2-d ones of
  * height 1 (cuDNN wants 4 or 5 dims). */
 #include <pthread.h>
 #include <stdio.h>
@@ -109,8 +115,12 @@ static mx_status describe(const mx_cudnn_conv_case *c, descriptors *d, bool *dec
   DNN_CALL(cudnnSetConvolutionNdDescriptor(d->conv, c->nd - 2, c->pad, c->stride, c->dil, CUDNN_CROSS_CORRELATION,
                                            CUDNN_DATA_FLOAT));
   DNN_CALL(cudnnSetConvolutionGroupCount(d->conv, c->groups));
-  /* float32: FMA only, no TF32; 16-bit: tensor cores */
-  DNN_CALL(cudnnSetConvolutionMathType(d->conv, c->dtype == MX_F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+  /* float32: FMA only, unless TF32 is allowed (DEFAULT lets cuDNN rank TF32 tensor-core algorithms with the
+   * rest, as PyTorch's allow_tf32 does); 16-bit: tensor cores */
+  cudnnMathType_t math = c->dtype != MX_F32   ? CUDNN_TENSOR_OP_MATH
+                         : mx_cudnn_fma_only(c) ? CUDNN_FMA_MATH
+                                                : CUDNN_DEFAULT_MATH;
+  DNN_CALL(cudnnSetConvolutionMathType(d->conv, math));
   return MX_OK;
 }
 
@@ -144,21 +154,22 @@ static void cache_add(const mx_cudnn_conv_case *c, const algo_choice *v) {
   pthread_mutex_unlock(&cache.lock);
 }
 
-/* The first of cuDNN's ranked answers that ran its check, fits the
- * workspace cap and is deterministic, else the first that ran and fits;
- * -1 when none. float32 keeps FMA math whatever the answer says. */
-template <class Perf>
-static int pick(const Perf *perf, int n, int dtype, algo_choice *out) {
-  int chosen = -1;
+/* cuDNN's ranked answer the case takes (mx_cudnn_pick: usable ones ran
+ * their check and fit the workspace cap), with its math type, or FMA for
+ * float32 without TF32 whatever the answer says; -1 when none. n: the
+ * answers cuDNN returned, at most the N asked for. */
+template <class Perf, size_t N>
+static int pick(const Perf (&perf)[N], int n, const mx_cudnn_conv_case *c, algo_choice *out) {
+  bool usable[N], deterministic[N];
+  n = n < (int)N ? n : (int)N;
   for (int i = 0; i < n; i++) {
-    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > WORKSPACE_LIMIT) continue;
-    if (chosen < 0 || (perf[i].determinism == CUDNN_DETERMINISTIC && perf[chosen].determinism != CUDNN_DETERMINISTIC))
-      chosen = i;
-    if (perf[chosen].determinism == CUDNN_DETERMINISTIC) break;
+    usable[i] = perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= WORKSPACE_LIMIT;
+    deterministic[i] = perf[i].determinism == CUDNN_DETERMINISTIC;
   }
+  int chosen = mx_cudnn_pick(c, n, usable, deterministic);
   if (chosen >= 0) {
     out->algo = (int)perf[chosen].algo;
-    out->math = dtype == MX_F32 ? CUDNN_FMA_MATH : perf[chosen].mathType;
+    out->math = mx_cudnn_fma_only(c) ? CUDNN_FMA_MATH : perf[chosen].mathType;
   }
   return chosen;
 }
@@ -173,17 +184,17 @@ static mx_status choose(cudnnHandle_t h, const mx_cudnn_conv_case *c, const desc
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     DNN_CALL(cudnnGetConvolutionForwardAlgorithm_v7(h, d->x, d->w, d->conv, d->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                     &n, perf));
-    found = pick(perf, n, c->dtype, out);
+    found = pick(perf, n, c, out);
   } else if (c->kind == MX_CONV_BACKWARD_DATA) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     DNN_CALL(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d->w, d->y, d->conv, d->x,
                                                          CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
-    found = pick(perf, n, c->dtype, out);
+    found = pick(perf, n, c, out);
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     DNN_CALL(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d->x, d->y, d->conv, d->w,
                                                            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
-    found = pick(perf, n, c->dtype, out);
+    found = pick(perf, n, c, out);
   }
   if (found < 0) {
     *declined = true;

@@ -33,6 +33,8 @@ typedef struct {
   bool (*binary_has_int)(int code);
   mx_status (*conv_check)(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, const mx_kview *y,
                           const mx_kview *bias, const mx_conv_params *p);
+  bool (*cudnn_allow_tf32)(void);
+  bool (*cudnn_deterministic)(void);
 } mx__cuda_host;
 
 /* Hands the module the library's functions; called once, first. */

@@ -33,6 +33,8 @@ bool mx__kview_is_channels_last(const mx_kview *v) { return host.kview_is_channe
 void mx__channels_last_strides(const int64_t shape[4], int64_t strides[4]) { host.channels_last_strides(shape, strides); }
 bool mx__unary_has_int(int code) { return host.unary_has_int(code); }
 bool mx__binary_has_int(int code) { return host.binary_has_int(code); }
+bool mx_cudnn_allow_tf32(void) { return host.cudnn_allow_tf32(); }
+bool mx_cudnn_deterministic(void) { return host.cudnn_deterministic(); }
 
 mx_status mx__conv_check(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, const mx_kview *y,
                          const mx_kview *bias, const mx_conv_params *p) {

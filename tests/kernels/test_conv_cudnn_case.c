@@ -142,3 +142,69 @@ Test(conv_cudnn_case, declines_other_channels_last_operands) {
   cr_expect_not(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &wide, &w, &y, &p, &c), "a gapped channels-last view");
   cr_expect(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &x, &w, &y, &p, &c), "the case itself");
 }
+
+/* The case carries the cuDNN settings in force when it is made, so an
+ * algorithm chosen under one never serves the other: TF32 for float32 only
+ * (16-bit cases run on tensor cores either way, so keep one key), the
+ * determinism for every dtype. */
+Test(conv_cudnn_case, the_settings_are_part_of_the_key) {
+  int64_t xs[4] = {2, 3, 9, 9}, ws[4] = {4, 3, 3, 3}, ys[4] = {2, 4, 9, 9};
+  mx_conv_params p = params(2, 1, 1, 1, 1);
+  mx_kview x = shape_view(MX_F32, 4, xs), w = shape_view(MX_F32, 4, ws), y = shape_view(MX_F32, 4, ys);
+  mx_cudnn_conv_case exact, tf32, fast, half, half_tf32, half_fast;
+  cr_assert(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &x, &w, &y, &p, &exact));
+  cr_expect_eq(exact.allow_tf32, 0, "the default: no TF32");
+  cr_expect_eq(exact.deterministic, 1, "the default: deterministic");
+  mx_kview hx = shape_view(MX_F16, 4, xs), hw = shape_view(MX_F16, 4, ws), hy = shape_view(MX_F16, 4, ys);
+  cr_assert(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &hx, &hw, &hy, &p, &half));
+
+  mx_set_cudnn_allow_tf32(true);
+  cr_assert(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &x, &w, &y, &p, &tf32));
+  cr_assert(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &hx, &hw, &hy, &p, &half_tf32));
+  mx_set_cudnn_allow_tf32(false);
+  cr_expect_eq(tf32.allow_tf32, 1);
+  cr_expect_eq(tf32.deterministic, 1);
+  cr_expect_neq(memcmp(&exact, &tf32, sizeof exact), 0, "TF32 is part of a float32 key");
+  cr_expect_eq(half_tf32.allow_tf32, 0, "float16 does not depend on it");
+  cr_expect_eq(memcmp(&half, &half_tf32, sizeof half), 0, "one float16 key either way");
+
+  mx_set_cudnn_deterministic(false);
+  cr_assert(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &x, &w, &y, &p, &fast));
+  cr_assert(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &hx, &hw, &hy, &p, &half_fast));
+  mx_set_cudnn_deterministic(true);
+  cr_expect_eq(fast.deterministic, 0);
+  cr_expect_eq(fast.allow_tf32, 0);
+  cr_expect_neq(memcmp(&exact, &fast, sizeof exact), 0, "the determinism is part of a float32 key");
+  cr_expect_neq(memcmp(&half, &half_fast, sizeof half), 0, "and of a float16 one");
+}
+
+/* Which of cuDNN's ranked answers is taken: deterministic, the first
+ * usable deterministic one (else the first usable one); not, the first
+ * usable one, as PyTorch with torch.backends.cudnn.deterministic off. */
+Test(conv_cudnn_case, the_pick_honours_the_determinism) {
+  mx_cudnn_conv_case c;
+  memset(&c, 0, sizeof c);
+  bool usable[5] = {false, true, true, true, true}, deterministic[5] = {true, false, false, true, true};
+  c.deterministic = 1;
+  cr_expect_eq(mx_cudnn_pick(&c, 5, usable, deterministic), 3, "the first usable deterministic answer");
+  cr_expect_eq(mx_cudnn_pick(&c, 3, usable, deterministic), 1, "none deterministic: the first usable one");
+  c.deterministic = 0;
+  cr_expect_eq(mx_cudnn_pick(&c, 5, usable, deterministic), 1, "the first usable answer, deterministic or not");
+  bool none[2] = {false, false};
+  cr_expect_eq(mx_cudnn_pick(&c, 2, none, deterministic), -1, "nothing usable");
+  c.deterministic = 1;
+  cr_expect_eq(mx_cudnn_pick(&c, 2, none, deterministic), -1, "nothing usable");
+}
+
+/* FMA arithmetic whatever cuDNN answers: float32 unless TF32 is allowed;
+ * 16-bit cases never (they run on tensor cores). */
+Test(conv_cudnn_case, float32_keeps_fma_unless_tf32_is_allowed) {
+  mx_cudnn_conv_case c;
+  memset(&c, 0, sizeof c);
+  c.dtype = MX_F32;
+  cr_expect(mx_cudnn_fma_only(&c));
+  c.allow_tf32 = 1;
+  cr_expect_not(mx_cudnn_fma_only(&c));
+  c.dtype = MX_BF16, c.allow_tf32 = 0;
+  cr_expect_not(mx_cudnn_fma_only(&c));
+}

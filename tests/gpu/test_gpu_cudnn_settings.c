@@ -1,0 +1,150 @@
+/* A float32 convolution on CUDA under cuDNN's two settings (kernels/base.h:
+ * mx_set_cudnn_allow_tf32, mx_set_cudnn_deterministic), forward and
+ * backward, against the CPU's exact float32. Skips without a GPU. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compare.h"
+
+#define XS MX_SHAPE(4, 16, 12, 12)
+#define WS MX_SHAPE(32, 16, 3, 3) /* sums of 144 terms an output, 288 an input gradient, 576 a weight gradient */
+
+/* y = conv2d(x, w, b) (3x3, padding 1) and the gradients of sum(y * s). */
+typedef struct {
+  mx_tensor *t[4]; /* y, dx, dw, db */
+} conv_results;
+static const char *const names[4] = {"output", "dx", "dw", "db"};
+
+static conv_results conv_step(const mx_tensor *x, const mx_tensor *w, const mx_tensor *b, const mx_tensor *s,
+                              mx_device device) {
+  const mx_tensor *in[4] = {x, w, b, s};
+  mx_tensor *on[4];
+  for (int i = 0; i < 4; i++) {
+    on[i] = device == MX_CUDA ? to_cuda(in[i]) : mx_clone(in[i]);
+    cr_assert_not_null(on[i], "%s", mx_last_error());
+    if (i < 3) cr_assert_eq(mx_set_requires_grad(on[i], true), MX_OK, "%s", mx_last_error());
+  }
+  conv_results r;
+  r.t[0] = mx_conv2d(on[0], on[1], on[2], MX_SHAPE(1), MX_SHAPE(1), MX_DEFAULT, 1);
+  cr_assert_not_null(r.t[0], "%s: %s", mx_device_name(device), mx_last_error());
+  cr_assert_eq(mx_backward(r.t[0], on[3], false), MX_OK, "%s: %s", mx_device_name(device), mx_last_error());
+  for (int i = 0; i < 3; i++) r.t[i + 1] = mx_grad_of(on[i]);
+  return r;
+}
+
+typedef struct {
+  mx_tensor *x, *w, *b, *s;
+} conv_inputs;
+
+static conv_inputs random_inputs(uint64_t seed) {
+  mx_generator *g = mx_generator_new(seed);
+  conv_inputs in = {mx_randn(XS, MX_F32, MX_CPU, g), mx_randn(WS, MX_F32, MX_CPU, g),
+                    mx_randn(MX_SHAPE(32), MX_F32, MX_CPU, g), mx_randn(MX_SHAPE(4, 32, 12, 12), MX_F32, MX_CPU, g)};
+  mx_generator_free(g);
+  return in;
+}
+
+/* The same step on the inputs' magnitudes: each result's sum of the
+ * magnitudes of its terms, sum |x_i w_i| (and |b|), since every term of
+ * the convolution and of its gradients is a product of two inputs. */
+static conv_results magnitudes(const conv_inputs *in) {
+  return conv_step(mx_abs(in->x), mx_abs(in->w), mx_abs(in->b), mx_abs(in->s), MX_CPU);
+}
+
+/* How many elements of gpu differ from cpu by more than rel * mag, mag the
+ * sum of their terms' magnitudes; the first written to why, the largest
+ * difference as a fraction of mag to *worst. */
+static size_t beyond(const mx_tensor *cpu, const mx_tensor *gpu, const mx_tensor *mag, double rel, double *worst,
+                     char *why, size_t why_size) {
+  assert_same_geometry(cpu, gpu, "beyond");
+  size_t bytes;
+  float *c = host_copy(cpu, &bytes), *g = host_copy(gpu, &bytes), *m = host_copy(mag, &bytes);
+  size_t n = 0;
+  why[0] = '\0';
+  *worst = 0;
+  for (size_t i = 0; i < bytes / sizeof *c; i++) {
+    double d = fabs((double)g[i] - c[i]);
+    if (m[i] > 0 && d / m[i] > *worst) *worst = d / m[i];
+    if (d <= rel * m[i]) continue;
+    if (!n++)
+      snprintf(why, why_size, "[%zu]: %.9g on CUDA, %.9g on the CPU, terms' magnitudes %.6g", i, g[i], c[i], m[i]);
+  }
+  free(c), free(g), free(m);
+  return n;
+}
+
+/* TF32 rounds each float32 input of a product to a 10-bit mantissa: at
+ * worst (truncation) a relative error of 2^-10 each, 2^-9 (2e-3) for the
+ * product, so a result is within 2^-9 of the sum of its terms' magnitudes
+ * of exact, doubled here (2^-8) for an engine that rounds an operand twice
+ * (a reordered or transformed TF32 copy); cuDNN's transform-based
+ * algorithms (FFT, Winograd) run in float32, far inside it. Both sides'
+ * float32 sums of at most 576 terms add at most 576 * 2^-24 (3.4e-5) each
+ * of the same. Terms of about 1 in sums of about 1: the usual ~1e-2 of
+ * TF32, against float32's 1e-5; a wrong result is off by about its size. */
+#define TF32_REL (0x1p-8 + 2 * 576 * 0x1p-24)
+
+Test(gpu_cudnn_settings, tf32_allowed_matches_the_cpu_within_tf32_rounding) {
+  require_gpu();
+  mx_scope *scope = mx_scope_begin();
+  conv_inputs in = random_inputs(3201);
+  conv_results cpu = conv_step(in.x, in.w, in.b, in.s, MX_CPU), mag = magnitudes(&in);
+  mx_set_cudnn_allow_tf32(true);
+  conv_results gpu = conv_step(in.x, in.w, in.b, in.s, MX_CUDA);
+  mx_set_cudnn_allow_tf32(false);
+  cr_expect_not(mx_cudnn_allow_tf32(), "restored");
+  for (int i = 0; i < 4; i++) {
+    char why[256];
+    double worst;
+    size_t n = beyond(cpu.t[i], gpu.t[i], mag.t[i], TF32_REL, &worst, why, sizeof why);
+    cr_expect_eq(n, 0, "TF32 allowed, %s: %zu elements differ; the first, %s", names[i], n, why);
+    /* about 1e-4 or more where cuDNN chose a TF32 engine, about 1e-7 where it kept float32 */
+    cr_log_info("TF32 allowed, %s: largest difference %.2g of the terms' magnitudes", names[i], worst);
+  }
+  mx_scope_end(scope);
+}
+
+/* Non-deterministic algorithms only order the float32 sums otherwise: the
+ * float32 bound of the conv2d tests (tests/gpu/test_gpu_layers.c), 1e-5 of
+ * the larger magnitude or of 1. */
+Test(gpu_cudnn_settings, nondeterministic_matches_the_cpu_within_float32_rounding) {
+  require_gpu();
+  mx_scope *scope = mx_scope_begin();
+  conv_inputs in = random_inputs(3202);
+  conv_results cpu = conv_step(in.x, in.w, in.b, in.s, MX_CPU);
+  mx_set_cudnn_deterministic(false);
+  conv_results gpu = conv_step(in.x, in.w, in.b, in.s, MX_CUDA);
+  mx_set_cudnn_deterministic(true);
+  cr_expect(mx_cudnn_deterministic(), "restored");
+  for (int i = 0; i < 4; i++) {
+    char why[256];
+    size_t n = differences(cpu.t[i], gpu.t[i], 1e-5, 1.0, why, sizeof why);
+    cr_expect_eq(n, 0, "non-deterministic, %s: %zu elements differ; the first, %s", names[i], n, why);
+  }
+  mx_scope_end(scope);
+}
+
+/* The defaults, restored after the two settings were changed: exact
+ * float32 again (within float32's 1e-5, not TF32's), and deterministic, so
+ * two runs give the same bits. */
+Test(gpu_cudnn_settings, the_defaults_restored_repeat_their_bits) {
+  require_gpu();
+  mx_scope *scope = mx_scope_begin();
+  conv_inputs in = random_inputs(3203);
+  mx_set_cudnn_allow_tf32(true);
+  mx_set_cudnn_deterministic(false);
+  (void)conv_step(in.x, in.w, in.b, in.s, MX_CUDA); /* remembers algorithms for this geometry under both */
+  mx_set_cudnn_allow_tf32(false);
+  mx_set_cudnn_deterministic(true);
+  conv_results cpu = conv_step(in.x, in.w, in.b, in.s, MX_CPU);
+  conv_results first = conv_step(in.x, in.w, in.b, in.s, MX_CUDA), again = conv_step(in.x, in.w, in.b, in.s, MX_CUDA);
+  for (int i = 0; i < 4; i++) {
+    char why[256];
+    size_t n = differences(cpu.t[i], first.t[i], 1e-5, 1.0, why, sizeof why);
+    cr_expect_eq(n, 0, "defaults, %s: %zu elements differ from the CPU; the first, %s", names[i], n, why);
+    assert_identical(mx_to_device(first.t[i], MX_CPU), again.t[i], names[i]);
+  }
+  mx_scope_end(scope);
+}
