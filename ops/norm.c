@@ -312,7 +312,8 @@ mx_status mx__bwd_batch_norm_training(mx__bw *bw) {
   GRAD(2, sum_g);
   if (!want_dx) return MX_OK;
   mx_tensor *scale = mx_mul(weight, invstd);
-  mx_tensor *xc_scale = mx_div_scalar(mx_sub(mx_mul_scalar(bw->grad_out[2], 2), mx_mul(mx_mul(scale, invstd), dweight)), n);
+  mx_tensor *xc_scale =
+      mx_div_scalar(mx_sub(mx_mul_scalar(bw->grad_out[2], 2), mx_mul(mx_mul(scale, invstd), dweight)), n);
   mx_tensor *shift = mx_div_scalar(mx_sub(bw->grad_out[1], mx_mul(scale, sum_g)), n);
   GRAD(0, combine(bw->op, G, x, scale, mean, xc_scale, shift, mask));
   return MX_OK;
@@ -354,24 +355,24 @@ static mx_status batch_norm(mx__call *c, mx_op elemt_op) {
   weight = weight ? channels(op, weight, n_channels, "weight") : mx_ones(MX_SHAPE(n_channels), dtype, x->device);
   bias = bias ? channels(op, bias, n_channels, "bias") : mx_zeros(MX_SHAPE(n_channels), dtype, x->device);
   if (!weight || !bias) return mx_last_status();
-  mx_tensor *stats[MX__MAX_OUTPUTS] = {0};
   if (training || !running_mean || !running_var) { /* the batch's statistics: one primitive */
     elemt.i[1] = elemt_op == MX_OP_BATCH_NORM_ELEMT_RELU;
     elemt.f[1] = eps;
+    mx_tensor *trained[MX__MAX_OUTPUTS] = {0}; /* y, mean, var */
     mx_status status =
-        mx__dispatch(MX_OP_BATCH_NORM_TRAINING, 3, (const mx_tensor *const[]){x, weight, bias}, &elemt, stats);
+        mx__dispatch(MX_OP_BATCH_NORM_TRAINING, 3, (const mx_tensor *const[]){x, weight, bias}, &elemt, trained);
     if (status != MX_OK) return status;
     if (training && running_mean && running_var) { /* running statistics, outside the graph */
       MX_NO_GRAD {
-        mx_tensor *unbiased = mx_mul_scalar(stats[2], count / (count - 1));
-        mx_copy_(running_mean, mx_add(mx_mul_scalar(running_mean, 1 - momentum), mx_mul_scalar(stats[1], momentum)));
+        mx_tensor *unbiased = mx_mul_scalar(trained[2], count / (count - 1));
+        mx_copy_(running_mean, mx_add(mx_mul_scalar(running_mean, 1 - momentum), mx_mul_scalar(trained[1], momentum)));
         mx_copy_(running_var, mx_add(mx_mul_scalar(running_var, 1 - momentum), mx_mul_scalar(unbiased, momentum)));
       }
     }
-    c->out[0] = stats[0];
+    c->out[0] = trained[0];
     return MX_OK;
   }
-  stats[0] = channels(op, running_mean, n_channels, "running_mean");
+  mx_tensor *stats[2] = {channels(op, running_mean, n_channels, "running_mean")};
   stats[1] = channels(op, running_var, n_channels, "running_var");
   stats[0] = stats[0] ? mx_to_dtype(stats[0], dtype) : NULL;
   stats[1] = stats[1] ? mx_to_dtype(stats[1], dtype) : NULL;

@@ -1,7 +1,8 @@
 /* Host-run CUDA kernels against the CPU backend (tests/gpu/host_grid.h):
  * the block reductions (reduce, batch norm's channel sums) over simulated
- * shared memory, scans, sorts, softmax, batch norm's affine and combine, pooling, the
- * direct convolution kernels and the integer matmul, on random shapes. */
+ * shared memory, scans, sorts, softmax, batch norm's affine and combine,
+ * pooling, the direct convolution kernels and the integer matmul, on random
+ * shapes. */
 #include <math.h>
 #include <string.h>
 
@@ -141,8 +142,8 @@ void test_batch_norm(rng &r) {
       }
       host_tensor mask = make_tensor(dtype, ndim, shape, CONTIGUOUS, r);
       fill_values(mask, AWKWARD, r);
-      describe("channel_affine, _sums, _moments and _combine of %s, %d dims, %s values%s%s%s", mx_dtype_name(dtype), ndim,
-               exact ? "small integer" : "awkward", relu ? ", relu" : "", masked ? ", masked" : "",
+      describe("channel_affine, _sums, _moments and _combine of %s, %d dims, %s values%s%s%s", mx_dtype_name(dtype),
+               ndim, exact ? "small integer" : "awkward", relu ? ", relu" : "", masked ? ", masked" : "",
                tiny ? ", tiny scale" : "");
       host_tensor a = make_tensor(dtype, ndim, shape, CONTIGUOUS, r), b = a;
       check_status(

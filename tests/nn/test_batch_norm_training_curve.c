@@ -37,7 +37,8 @@ static void train(bool composite, mx_dtype autocast, double *losses) {
   mx_scope *scope = mx_scope_begin();
   mx_module *net = make_net(17);
   mx_generator *gen = mx_generator_new(18);
-  mx_tensor *x = mx_randn(MX_SHAPE(8, 3, 6, 6), MX_F32, MX_CPU, gen), *target = mx_randn(MX_SHAPE(8, 4), MX_F32, MX_CPU, gen);
+  mx_tensor *x = mx_randn(MX_SHAPE(8, 3, 6, 6), MX_F32, MX_CPU, gen);
+  mx_tensor *target = mx_randn(MX_SHAPE(8, 4), MX_F32, MX_CPU, gen);
   mx_generator_free(gen);
   mx_tensor *params[8];
   int n = mx_module_num_parameters(net);
@@ -50,7 +51,8 @@ static void train(bool composite, mx_dtype autocast, double *losses) {
   cr_assert_not_null(opt, "%s", mx_last_error());
   for (int step = 0; step < STEPS; step++) {
     mx_scope *inner = mx_scope_begin();
-    if (autocast != MX_DTYPE_COUNT) cr_assert_eq(mx_autocast_begin(MX_CPU, autocast, true, true), MX_OK, "%s", mx_last_error());
+    if (autocast != MX_DTYPE_COUNT)
+      cr_assert_eq(mx_autocast_begin(MX_CPU, autocast, true, true), MX_OK, "%s", mx_last_error());
     mx_tensor *out = composite ? composite_forward(net, x) : mx_module_forward(net, x);
     if (autocast != MX_DTYPE_COUNT) cr_assert_eq(mx_autocast_end(), MX_OK, "%s", mx_last_error());
     cr_assert_not_null(out, "%s", mx_last_error());
