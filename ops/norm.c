@@ -311,10 +311,10 @@ mx_status mx__bwd_batch_norm_training(mx__bw *bw) {
   GRAD(1, dweight);
   GRAD(2, sum_g);
   if (!want_dx) return MX_OK;
-  mx_tensor *scale = mx_mul(weight, invstd);
+  mx_tensor *scale = mx_mul(weight, invstd); /* the (C) coefficients in 7 ops more */
   mx_tensor *xc_scale =
-      mx_div_scalar(mx_sub(mx_mul_scalar(bw->grad_out[2], 2), mx_mul(mx_mul(scale, invstd), dweight)), n);
-  mx_tensor *shift = mx_div_scalar(mx_sub(bw->grad_out[1], mx_mul(scale, sum_g)), n);
+      mx_add_scaled(mx_mul_scalar(bw->grad_out[2], 2 / n), mx_mul(mx_mul(scale, invstd), dweight), -1 / n);
+  mx_tensor *shift = mx_add_scaled(mx_mul_scalar(bw->grad_out[1], 1 / n), mx_mul(scale, sum_g), -1 / n);
   GRAD(0, combine(bw->op, G, x, scale, mean, xc_scale, shift, mask));
   return MX_OK;
 }
