@@ -62,7 +62,7 @@ typedef struct {
   X(AMP_UNSCALE_HISTOGRAM, amp_unscale_histogram) X(SGD_STEP, sgd_step) X(ADAM_STEP, adam_step)           \
   X(CONV_FORWARD_RELU, conv_forward_relu) X(LINEAR_RELU, linear_relu)                                        \
   X(CONV_BACKWARD_WEIGHT_BIAS, conv_backward_weight_bias) X(CONV_MAX_POOL_RELU, conv_max_pool_relu)           \
-  X(CONV_MAX_POOL_RELU_BACKWARD, conv_max_pool_relu_backward)
+  X(CONV_MAX_POOL_RELU_BACKWARD, conv_max_pool_relu_backward) X(CHANNEL_COMBINE, channel_combine)
 
 typedef enum {
 #define MX__KERNEL_ENUM(E, slot) MX_KERNEL_##E,
@@ -169,6 +169,15 @@ typedef struct mx_backend {
   mx_status (*channel_sums)(const mx_kview *sum, const mx_kview *dot, const mx_kview *a, const mx_kview *b,
                             const mx_kview *a_center, const mx_kview *b_center, const mx_kview *a_mask);
   mx_status (*channel_moments)(const mx_kview *mean, const mx_kview *var, const mx_kview *x);
+  /* channel_combine (optional: without it batch norm's backward takes two
+   * channel_affine passes and an add): y = a * scale_a[c] + (b - center_b[c])
+   * * scale_b[c] + shift[c], the two products, then their sum, then the
+   * shift's added, each rounded in the vectors' dtype, then the store into
+   * y's; a, b, y (and a_mask) share one dtype and shape, every vector is
+   * given, a is read through relu's backward given a_mask as above */
+  mx_status (*channel_combine)(const mx_kview *y, const mx_kview *a, const mx_kview *b, const mx_kview *scale_a,
+                               const mx_kview *center_b, const mx_kview *scale_b, const mx_kview *shift,
+                               const mx_kview *a_mask);
 
   /* pooling (contiguous tensors, or 4-d channels-last ones: then x's (dx's)
    * layout is every tensor's of the call). Max pooling's indices say where each

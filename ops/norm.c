@@ -1,4 +1,4 @@
-/* Normalisation: batch_norm (with running statistics) over two primitives,
+/* Normalisation: batch_norm (with running statistics) over its primitives,
  * batch_norm_relu (relu fused into them), layer_norm and group_norm as
  * composites. Optional tensors (weight, bias, running statistics) are
  * passed only when given; args.i[0] says which. Batch norm keeps a
@@ -34,19 +34,21 @@ static mx_tensor *affine(mx_tensor *y, const mx_tensor *weight, const mx_tensor 
   return y;
 }
 
-/* Batch norm: two primitives split at the per-channel statistics, as
- * PyTorch's CUDA kernels split it (batch_norm_stats, batch_norm_elemt):
+/* Batch norm: computed as PyTorch's CUDA kernels split it (batch_norm_stats,
+ * batch_norm_elemt):
  *
- *   batch_norm_stats(x) -> (mean, var)                     saves x, mean, var
+ *   batch_norm_stats(x) -> (mean, var)
  *   invstd = rsqrt(var + eps)                               (C) ops
  *   batch_norm_elemt(x, mean, invstd, weight, bias) -> y    saves its inputs
  *
- * so the graph holds x once (both nodes save the same tensor) and vectors
- * of C, where a composite of elementwise ops held x - mean and the
- * normalised x as well. One node could not: a node saves all its inputs or
- * all its outputs (ops/ops.def), and y is not needed. Each formula is its
- * own op's exact gradient, so gradients of gradients need nothing more; in
- * eval mode the statistics are the running ones and need no gradient. */
+ * With the batch's statistics (training) the three run inside one primitive,
+ * batch_norm_training -> (y, mean, var), whose node saves x, y and vectors
+ * of C (a composite of elementwise ops held x - mean and the normalised x as
+ * well) and whose backward is the whole chain's (one pass for x's gradient,
+ * where a node per step gave two and an add). In eval mode the statistics
+ * are the running ones and need no gradient: elemt's node alone. Each
+ * formula is its own op's exact gradient, so gradients of gradients need
+ * nothing more. */
 
 /* The statistics' dtype: float32 for 16- and 32-bit floats, as PyTorch's saved mean and invstd. */
 static mx_dtype stats_dtype(mx_dtype x) { return x == MX_F64 ? MX_F64 : MX_F32; }
@@ -77,36 +79,34 @@ static mx_kview channel_view(const mx_tensor *t, bool channels_last) {
  * the same shape) can ride along in a kernel reading t: t's dtype. */
 static bool mask_fits(const mx_tensor *mask, const mx_tensor *t) { return !mask || mask->dtype == t->dtype; }
 
-/* (x - center[c]) * scale[c] + shift[c] in dtype (a NULL center is zeros),
+/* x * scale[c] + shift[c] in dtype (the backend's channel_affine without a center),
  * x taken as relu_backward(x, mask) with a mask and the result through
  * relu with relu, laid out as like (the input batch norm normalises):
  * one kernel pass where the backend has it, the dtypes are its own and
  * nothing records (a backward that builds a graph for double backward
  * takes the ops, whose arithmetic it repeats). */
-static mx_tensor *channel_affine(mx_op op, mx_tensor *x, mx_tensor *center, mx_tensor *scale, mx_tensor *shift,
-                                 mx_dtype dtype, mx_tensor *mask, bool relu, const mx_tensor *like) {
+static mx_tensor *channel_affine(mx_op op, mx_tensor *x, mx_tensor *scale, mx_tensor *shift, mx_dtype dtype,
+                                 mx_tensor *mask, bool relu, const mx_tensor *like) {
   const mx_backend *be = mx__backend_of(op, x->device);
   if (!be || !scale || !shift) return NULL;
   mx_dtype stats = stats_dtype(x->dtype);
   if (be->channel_affine && !mx_is_grad_enabled() && mx_dtype_is_floating(x->dtype) && x->dtype == dtype &&
-      scale->dtype == stats && shift->dtype == stats && (!center || center->dtype == stats) && mask_fits(mask, x)) {
+      scale->dtype == stats && shift->dtype == stats && mask_fits(mask, x)) {
     const char *name = mx__ops[op].api_name;
     bool cl = mx__suggests_channels_last(like) && x->ndim == 4;
     mx_tensor *xc = mx__tensor_in_layout(name, x, cl), *mc = mask ? mx__tensor_in_layout(name, mask, cl) : NULL;
     mx_tensor *sc = mx__tensor_contiguous(scale), *sh = mx__tensor_contiguous(shift);
-    mx_tensor *cc = center ? mx__tensor_contiguous(center) : NULL;
     mx_tensor *y = NULL;
-    if (xc && sc && sh && (!center || cc) && (!mask || mc))
+    if (xc && sc && sh && (!mask || mc))
       y = cl ? mx__tensor_alloc_channels_last(name, mx_shape_get(x), dtype, x->device)
              : mx__tensor_alloc(name, mx_shape_get(x), dtype, x->device);
     if (!y) return NULL;
     mx_kview yv = channel_view(y, cl), xv = channel_view(xc, cl), scv = mx__kview_of(sc), shv = mx__kview_of(sh);
-    mx_kview cv = cc ? mx__kview_of(cc) : xv, mv = mc ? channel_view(mc, cl) : xv;
-    return be->channel_affine(&yv, &xv, cc ? &cv : NULL, &scv, &shv, mc ? &mv : NULL, relu) == MX_OK ? y : NULL;
+    mx_kview mv = mc ? channel_view(mc, cl) : xv;
+    return be->channel_affine(&yv, &xv, NULL, &scv, &shv, mc ? &mv : NULL, relu) == MX_OK ? y : NULL;
   }
   if (mask) x = mx_relu_backward(x, mask);
-  mx_tensor *centered = center && x ? mx_sub(x, per_channel(center, x->ndim)) : x;
-  mx_tensor *y = x ? mx_add(mx_mul(centered, per_channel(scale, x->ndim)), per_channel(shift, x->ndim)) : NULL;
+  mx_tensor *y = x ? mx_add(mx_mul(x, per_channel(scale, x->ndim)), per_channel(shift, x->ndim)) : NULL;
   y = y && y->dtype != dtype ? mx_to_dtype(y, dtype) : y;
   return relu ? mx_relu(y) : y;
 }
@@ -178,23 +178,13 @@ mx_status mx__fwd_batch_norm_stats(mx__call *c) {
   return c->out[0] && c->out[1] ? MX_OK : mx_last_status();
 }
 
-/* dx = (x - mean) 2 gvar / n + gmean / n: var's own dependence on the mean sums to zero. */
-mx_status mx__bwd_batch_norm_stats(mx__bw *bw) {
-  double n = per_channel_count(mx__in_shape(bw, 0));
-  mx_tensor *x = mx__saved_in(bw, 0);
-  mx_tensor *k = mx_mul_scalar(bw->grad_out[1], 2 / n), *shift = mx_div_scalar(bw->grad_out[0], n);
-  mx_tensor *mean = mx__saved_out(bw, 0);
-  GRAD(0, x && k && shift ? channel_affine(bw->op, x, mean, k, shift, x->dtype, NULL, false, x) : NULL);
-  return MX_OK;
-}
-
 /* y = x scale + shift with scale = weight invstd, shift = bias - mean scale, in args.dtype:
  * what the elementwise ops would give; then relu(y) for batch_norm_elemt_relu. */
 static mx_status elemt_forward(mx__call *c, bool relu) {
   mx_tensor *x = c->in[0], *mean = c->in[1], *invstd = c->in[2], *weight = c->in[3], *bias = c->in[4];
   mx_tensor *scale = mx_mul(weight, invstd);
   mx_tensor *shift = scale ? mx_sub(bias, mx_mul(mean, scale)) : NULL;
-  return OUT0(c, channel_affine(c->op, x, NULL, scale, shift, c->args->dtype, NULL, relu, x));
+  return OUT0(c, channel_affine(c->op, x, scale, shift, c->args->dtype, NULL, relu, x));
 }
 
 mx_status mx__fwd_batch_norm_elemt(mx__call *c) { return elemt_forward(c, false); }
@@ -222,7 +212,7 @@ static mx_status elemt_backward(mx__bw *bw, mx_tensor *mask) {
   }
   if (mx__needs_grad(bw, 0)) { /* g scale + (-0): the product's bits, -0 kept */
     mx_tensor *minus_zero = scale ? mx_full_like(scale, -0.0) : NULL;
-    GRAD(0, x ? channel_affine(bw->op, G, NULL, scale, minus_zero, G->dtype, mask, false, x) : NULL);
+    GRAD(0, x ? channel_affine(bw->op, G, scale, minus_zero, G->dtype, mask, false, x) : NULL);
   }
   GRAD(1, mx_neg(mx_mul(sum_g, scale)));
   GRAD(2, mx_mul(sum_gxc, weight));
@@ -236,6 +226,97 @@ mx_status mx__bwd_batch_norm_elemt(mx__bw *bw) { return elemt_backward(bw, NULL)
 mx_status mx__bwd_batch_norm_elemt_relu(mx__bw *bw) {
   mx_tensor *y = mx__saved_out(bw, 0);
   return y ? elemt_backward(bw, y) : mx_last_status();
+}
+
+/* --- batch norm with its batch's statistics as one primitive --------------------------------------------- */
+/* batch_norm_training (ops/ops.def) is the pair above as one node: the same forward, and a backward that chains
+ * elemt's formula through the statistics' and rsqrt's itself, so x's gradient is one pass over the gradient and x
+ * (the backend's channel_combine) where the pair's two nodes gave two passes and autograd's add a third. */
+#define TRAINING_RELU(args) ((args)->i[1])
+#define TRAINING_EPS(args) ((args)->f[1])
+
+mx_status mx__fwd_batch_norm_training(mx__call *c) {
+  mx_tensor *x = c->in[0], *weight = c->in[1], *bias = c->in[2];
+  mx_tensor *stats[MX__MAX_OUTPUTS] = {0};
+  mx_status status = mx__dispatch(MX_OP_BATCH_NORM_STATS, 1, (const mx_tensor *const[]){x}, NULL, stats);
+  if (status != MX_OK) return status;
+  mx_tensor *invstd = mx_rsqrt(mx_add_scalar(stats[1], TRAINING_EPS(c->args)));
+  mx_tensor *scale = mx_mul(weight, invstd); /* elemt_forward's arithmetic, so its bits */
+  mx_tensor *shift = scale ? mx_sub(bias, mx_mul(stats[0], scale)) : NULL;
+  c->out[0] = channel_affine(c->op, x, scale, shift, c->args->dtype, NULL, TRAINING_RELU(c->args), x);
+  c->out[1] = stats[0], c->out[2] = stats[1];
+  return c->out[0] ? MX_OK : mx_last_status();
+}
+
+/* a scale_a + (b - center_b) scale_b + shift in a's dtype, laid out as b, a taken as relu_backward(a, a_mask) with
+ * a mask: the backend's channel_combine in one pass where it has one, the dtypes are its own and nothing records
+ * (a backward building a graph for double backward); else the ops. */
+static mx_tensor *combine(mx_op op, mx_tensor *a, mx_tensor *b, mx_tensor *scale_a, mx_tensor *center_b,
+                          mx_tensor *scale_b, mx_tensor *shift, mx_tensor *a_mask) {
+  const mx_backend *be = mx__backend_of(op, a->device);
+  if (!be || !scale_a || !center_b || !scale_b || !shift) return NULL;
+  mx_dtype stats = stats_dtype(a->dtype);
+  if (be->channel_combine && !mx_is_grad_enabled() && mx_dtype_is_floating(a->dtype) && b->dtype == a->dtype &&
+      scale_a->dtype == stats && center_b->dtype == stats && scale_b->dtype == stats && shift->dtype == stats &&
+      mask_fits(a_mask, a)) {
+    const char *name = mx__ops[op].api_name;
+    bool cl = mx__suggests_channels_last(b) && b->ndim == 4;
+    mx_tensor *ac = mx__tensor_in_layout(name, a, cl), *bc = mx__tensor_in_layout(name, b, cl);
+    mx_tensor *mc = a_mask ? mx__tensor_in_layout(name, a_mask, cl) : NULL;
+    mx_tensor *v[4] = {mx__tensor_contiguous(scale_a), mx__tensor_contiguous(center_b),
+                       mx__tensor_contiguous(scale_b), mx__tensor_contiguous(shift)};
+    mx_tensor *y = NULL;
+    if (ac && bc && (!a_mask || mc) && v[0] && v[1] && v[2] && v[3])
+      y = cl ? mx__tensor_alloc_channels_last(name, mx_shape_get(b), a->dtype, a->device)
+             : mx__tensor_alloc(name, mx_shape_get(b), a->dtype, a->device);
+    if (!y) return NULL;
+    mx_kview yv = channel_view(y, cl), av = channel_view(ac, cl), bv = channel_view(bc, cl);
+    mx_kview mv = mc ? channel_view(mc, cl) : av, vv[4];
+    for (int k = 0; k < 4; k++) vv[k] = mx__kview_of(v[k]);
+    return be->channel_combine(&yv, &av, &bv, &vv[0], &vv[1], &vv[2], &vv[3], mc ? &mv : NULL) == MX_OK ? y : NULL;
+  }
+  int ndim = a->ndim;
+  mx_tensor *g = a_mask ? mx_relu_backward(a, a_mask) : a;
+  mx_tensor *p = g ? mx_mul(g, per_channel(scale_a, ndim)) : NULL;
+  mx_tensor *q = mx_mul(mx_sub(b, per_channel(center_b, ndim)), per_channel(scale_b, ndim));
+  mx_tensor *y = p && q ? mx_add(mx_add(p, q), per_channel(shift, ndim)) : NULL;
+  return y && y->dtype != a->dtype ? mx_to_dtype(y, a->dtype) : y;
+}
+
+/* With g the gradient (relu_backward(gradient, y) for the relu variant), xc = x - mean, invstd = rsqrt(var + eps),
+ * n values per channel, sum_g = sum of g and sum_gxc = sum of g xc per channel, and gmean, gvar the gradients of
+ * the mean and var outputs (zeros unless a graph used them; the running statistics take them outside any):
+ *   dweight = sum_gxc invstd, dbias = sum_g,
+ *   dx = g w invstd + xc (2 gvar - w invstd^2 dweight) / n + (gmean - w invstd sum_g) / n,
+ * elemt's formula chained through rsqrt's and the statistics' (whose dependence of var on the mean sums to zero).
+ * Without a graph to record: one channel_sums pass and one channel_combine pass. Recording one (double backward),
+ * the same with ops, mean and var leading back to this node (saved outputs), so gradients of gradients are exact. */
+mx_status mx__bwd_batch_norm_training(mx__bw *bw) {
+  mx_shape shape = mx__in_shape(bw, 0);
+  double n = per_channel_count(shape);
+  mx_tensor *x = mx__saved_in(bw, 0), *weight = mx__saved_in(bw, 1);
+  mx_tensor *mean = mx__saved_out(bw, 1), *var = mx__saved_out(bw, 2);
+  mx_tensor *mask = TRAINING_RELU(bw->args) ? mx__saved_out(bw, 0) : NULL;
+  if (!x || !weight || !mean || !var || (TRAINING_RELU(bw->args) && !mask)) return mx_last_status();
+  mx_tensor *invstd = mx_rsqrt(mx_add_scalar(var, TRAINING_EPS(bw->args)));
+  bool want_dx = mx__needs_grad(bw, 0), want_gxc = want_dx || mx__needs_grad(bw, 1);
+  mx_tensor *sum_g = NULL, *sum_gxc = NULL;
+  if (!channel_sums(bw->op, G, x, NULL, mean, mask, &sum_g, want_gxc ? &sum_gxc : NULL)) {
+    mx_shape dims = mx__all_but_channels(shape.ndim);
+    mx_tensor *g = mask ? mx_relu_backward(G, mask) : G;
+    sum_g = g ? mx_sum_dtype(g, dims, false, stats_dtype(g->dtype)) : NULL;
+    if (want_gxc) sum_gxc = mx_sum(mx_mul(g, mx_sub(x, per_channel(mean, shape.ndim))), dims, false);
+  }
+  mx_tensor *dweight = want_gxc ? mx_mul(sum_gxc, invstd) : NULL;
+  GRAD(1, dweight);
+  GRAD(2, sum_g);
+  if (!want_dx) return MX_OK;
+  mx_tensor *scale = mx_mul(weight, invstd); /* the (C) coefficients in 7 ops more */
+  mx_tensor *xc_scale =
+      mx_add_scaled(mx_mul_scalar(bw->grad_out[2], 2 / n), mx_mul(mx_mul(scale, invstd), dweight), -1 / n);
+  mx_tensor *shift = mx_add_scaled(mx_mul_scalar(bw->grad_out[1], 1 / n), mx_mul(scale, sum_g), -1 / n);
+  GRAD(0, combine(bw->op, G, x, scale, mean, xc_scale, shift, mask));
+  return MX_OK;
 }
 
 /* A per-channel input of op as a (C) vector, or an error naming it. */
@@ -274,24 +355,28 @@ static mx_status batch_norm(mx__call *c, mx_op elemt_op) {
   weight = weight ? channels(op, weight, n_channels, "weight") : mx_ones(MX_SHAPE(n_channels), dtype, x->device);
   bias = bias ? channels(op, bias, n_channels, "bias") : mx_zeros(MX_SHAPE(n_channels), dtype, x->device);
   if (!weight || !bias) return mx_last_status();
-  mx_tensor *stats[MX__MAX_OUTPUTS] = {0};
-  if (training || !running_mean || !running_var) {
-    mx_status status = mx__dispatch(MX_OP_BATCH_NORM_STATS, 1, (const mx_tensor *const[]){x}, NULL, stats);
+  if (training || !running_mean || !running_var) { /* the batch's statistics: one primitive */
+    elemt.i[1] = elemt_op == MX_OP_BATCH_NORM_ELEMT_RELU;
+    elemt.f[1] = eps;
+    mx_tensor *trained[MX__MAX_OUTPUTS] = {0}; /* y, mean, var */
+    mx_status status =
+        mx__dispatch(MX_OP_BATCH_NORM_TRAINING, 3, (const mx_tensor *const[]){x, weight, bias}, &elemt, trained);
     if (status != MX_OK) return status;
     if (training && running_mean && running_var) { /* running statistics, outside the graph */
       MX_NO_GRAD {
-        mx_tensor *unbiased = mx_mul_scalar(stats[1], count / (count - 1));
-        mx_copy_(running_mean, mx_add(mx_mul_scalar(running_mean, 1 - momentum), mx_mul_scalar(stats[0], momentum)));
+        mx_tensor *unbiased = mx_mul_scalar(trained[2], count / (count - 1));
+        mx_copy_(running_mean, mx_add(mx_mul_scalar(running_mean, 1 - momentum), mx_mul_scalar(trained[1], momentum)));
         mx_copy_(running_var, mx_add(mx_mul_scalar(running_var, 1 - momentum), mx_mul_scalar(unbiased, momentum)));
       }
     }
-  } else {
-    stats[0] = channels(op, running_mean, n_channels, "running_mean");
-    stats[1] = channels(op, running_var, n_channels, "running_var");
-    stats[0] = stats[0] ? mx_to_dtype(stats[0], dtype) : NULL;
-    stats[1] = stats[1] ? mx_to_dtype(stats[1], dtype) : NULL;
+    c->out[0] = trained[0];
+    return MX_OK;
   }
-  mx_tensor *invstd = mx_rsqrt(mx_add_scalar(stats[1], eps));
+  mx_tensor *stats[2] = {channels(op, running_mean, n_channels, "running_mean")};
+  stats[1] = channels(op, running_var, n_channels, "running_var");
+  stats[0] = stats[0] ? mx_to_dtype(stats[0], dtype) : NULL;
+  stats[1] = stats[1] ? mx_to_dtype(stats[1], dtype) : NULL;
+  mx_tensor *invstd = stats[1] ? mx_rsqrt(mx_add_scalar(stats[1], eps)) : NULL;
   if (!stats[0] || !invstd) return mx_last_status();
   const mx_tensor *in[5] = {x, stats[0], invstd, weight, bias};
   mx_tensor *out[MX__MAX_OUTPUTS] = {0};

@@ -248,6 +248,7 @@ const mx_backend mx__cpu_backend = {
     .channel_affine = mx__cpu_channel_affine,
     .channel_sums = mx__cpu_channel_sums,
     .channel_moments = mx__cpu_channel_moments,
+    .channel_combine = mx__cpu_channel_combine,
     .max_pool = mx__cpu_max_pool,
     .max_pool_backward = mx__cpu_max_pool_backward,
     .avg_pool = mx__cpu_avg_pool,

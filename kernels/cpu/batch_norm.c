@@ -510,3 +510,123 @@ static mx_status moments_rows(const mx_kview *mean, const mx_kview *var, const m
   free(partials);
   return MX_OK;
 }
+
+/* --- combine: batch norm's input gradient in one pass ---------------------------------------------- */
+
+/* channel_combine: y = a sa[c] + (b - cb[c]) sb[c] + shift[c], what two
+ * channel_affine passes and an add did in three, in one that reads a and
+ * b once. The arithmetic is channel_affine's: float32 (float64 for float64
+ * data), each difference, product and sum rounded in turn, no FMA; a read
+ * through relu's backward given a mask. P is a per-plane scalar or a
+ * per-channel row vector (AT picks its element), the mask flag a constant
+ * where the body is inlined. */
+#define MX__SCALAR(v, i) (v)
+#define MX__ELEMENT(v, i) ((v)[i])
+#define MX__COMBINE(name, T, P, AT, relu_grad_fn)                                                             \
+  static inline __attribute__((always_inline)) void name##_body(T *y, const T *a, const T *b, const T *mask,    \
+                                                                int64_t n, P sa, P cb, P sb, P sh, bool masked) { \
+    for (int64_t i = 0; i < n; i++) {                                                                          \
+      T g = masked ? relu_grad_fn(a[i], mask[i]) : a[i];                                                       \
+      T p = g * AT(sa, i), q = (b[i] - AT(cb, i)) * AT(sb, i);                                                 \
+      y[i] = (p + q) + AT(sh, i);                                                                              \
+    }                                                                                                          \
+  }                                                                                                            \
+  static void name(T *y, const T *a, const T *b, const T *mask, int64_t n, P sa, P cb, P sb, P sh) {           \
+    if (mask) name##_body(y, a, b, mask, n, sa, cb, sb, sh, true);                                             \
+    else name##_body(y, a, b, mask, n, sa, cb, sb, sh, false);                                                 \
+  }
+MX__COMBINE(combine_plane_f32, float, float, MX__SCALAR, mx_relu_grad_f32)
+MX__COMBINE(combine_plane_f64, double, double, MX__SCALAR, mx_relu_grad_f64)
+MX__COMBINE(combine_row_f32, float, const float *, MX__ELEMENT, mx_relu_grad_f32)
+MX__COMBINE(combine_row_f64, double, const double *, MX__ELEMENT, mx_relu_grad_f64)
+
+/* The four vectors as one argument list, at channel (or first channel) c. */
+typedef struct {
+  const mx_kview *sa, *cb, *sb, *sh;
+} combine_vectors;
+
+/* 16-bit values through float32 blocks, as plane_16: count values from at, widened (a, b, mask), computed by
+ * combine_row_f32 in runs of `run` (per-channel vectors from channel c0, restarting each run) or by
+ * combine_plane_f32 with scalars (run 0), rounded back once. */
+static void combine_16(uint16_t *y, const uint16_t *a, const uint16_t *b, const uint16_t *mask, int64_t count,
+                       int64_t run, const combine_vectors *v, int64_t c0, const float s[4], bool bf16) {
+  float wa[BLOCK], wb[BLOCK], wm[BLOCK];
+  for (int64_t i = 0; i < count; i += BLOCK) {
+    int64_t k = count - i < BLOCK ? count - i : BLOCK;
+    widen(wa, a + i, k, bf16);
+    widen(wb, b + i, k, bf16);
+    if (mask) widen(wm, mask + i, k, bf16);
+    if (!run) {
+      combine_plane_f32(wa, wa, wb, mask ? wm : NULL, k, s[0], s[1], s[2], s[3]);
+    } else { /* whole runs: the caller's blocks hold whole rows, or one part of a row */
+      const float *sa = (const float *)v->sa->data + c0, *cb = (const float *)v->cb->data + c0;
+      const float *sb = (const float *)v->sb->data + c0, *sh = (const float *)v->sh->data + c0;
+      for (int64_t j = 0; j < k; j += run)
+        combine_row_f32(wa + j, wa + j, wb + j, mask ? wm + j : NULL, run, sa, cb, sb, sh);
+    }
+    if (bf16) mx__f32_to_bf16_n(wa, y + i, k);
+    else mx__f32_to_f16_n(wa, y + i, k);
+  }
+}
+
+/* An (R, C) matrix, channel innermost: rows of per-channel vectors, 16-bit ones a group of whole rows per block
+ * (or a block's part of a long row). */
+static mx_status combine_rows(const mx_kview *y, const mx_kview *a, const mx_kview *b, const combine_vectors *v,
+                              const mx_kview *mask) {
+  const int64_t R = a->shape[0], C = a->shape[1], size = (int64_t)mx_dtype_size(a->dtype);
+  const int64_t group = C < BLOCK ? BLOCK / C : 1, groups = (R + group - 1) / group;
+  const int64_t width = C <= BLOCK ? C : BLOCK;
+  MX_PARALLEL_FOR(R * C)
+  for (int64_t gi = 0; gi < groups; gi++) {
+    int64_t r0 = gi * group, k = R - r0 < group ? R - r0 : group;
+    for (int64_t j = 0; j < k; j++)
+      for (int64_t c0 = 0; c0 < C; c0 += width) {
+        int64_t n = C - c0 < width ? C - c0 : width, at = ((r0 + j) * C + c0) * size;
+        char *yr = (char *)y->data + at;
+        const char *ar = (const char *)a->data + at, *br = (const char *)b->data + at;
+        const char *mr = mask ? (const char *)mask->data + at : NULL;
+        if (a->dtype == MX_F64) {
+          combine_row_f64((double *)yr, (const double *)ar, (const double *)br, (const double *)mr, n,
+                          (const double *)v->sa->data + c0, (const double *)v->cb->data + c0,
+                          (const double *)v->sb->data + c0, (const double *)v->sh->data + c0);
+        } else if (a->dtype == MX_F32) {
+          combine_row_f32((float *)yr, (const float *)ar, (const float *)br, (const float *)mr, n,
+                          (const float *)v->sa->data + c0, (const float *)v->cb->data + c0,
+                          (const float *)v->sb->data + c0, (const float *)v->sh->data + c0);
+        } else { /* the whole group at once where its rows fit a block, else this part of the row */
+          bool whole = C <= BLOCK;
+          combine_16((uint16_t *)yr, (const uint16_t *)ar, (const uint16_t *)br, (const uint16_t *)mr,
+                     whole ? k * C : n, n, v, c0, NULL, a->dtype == MX_BF16);
+          if (whole) j = k;
+        }
+      }
+  }
+  return MX_OK;
+}
+
+mx_status mx__cpu_channel_combine(const mx_kview *y, const mx_kview *a, const mx_kview *b, const mx_kview *scale_a,
+                                  const mx_kview *center_b, const mx_kview *scale_b, const mx_kview *shift,
+                                  const mx_kview *a_mask) {
+  const combine_vectors v = {scale_a, center_b, scale_b, shift};
+  int64_t channels = a->shape[1], planes = a->shape[0] * channels;
+  int64_t n = planes ? mx__kview_numel(a) / planes : 0;
+  if (n == 1) return combine_rows(y, a, b, &v, a_mask);
+  size_t size = mx_dtype_size(a->dtype);
+  MX_PARALLEL_FOR(planes * n)
+  for (int64_t p = 0; p < planes; p++) {
+    int64_t c = p % channels, offset = p * n * (int64_t)size;
+    const char *ap = (const char *)a->data + offset, *bp = (const char *)b->data + offset;
+    const char *mp = a_mask ? (const char *)a_mask->data + offset : NULL;
+    char *yp = (char *)y->data + offset;
+    double sa = at(scale_a, c), cb = at(center_b, c), sb = at(scale_b, c), sh = at(shift, c);
+    if (a->dtype == MX_F64)
+      combine_plane_f64((double *)yp, (const double *)ap, (const double *)bp, (const double *)mp, n, sa, cb, sb, sh);
+    else if (a->dtype == MX_F32)
+      combine_plane_f32((float *)yp, (const float *)ap, (const float *)bp, (const float *)mp, n, (float)sa, (float)cb,
+                        (float)sb, (float)sh);
+    else
+      combine_16((uint16_t *)yp, (const uint16_t *)ap, (const uint16_t *)bp, (const uint16_t *)mp, n, 0, &v, c,
+                 (const float[4]){(float)sa, (float)cb, (float)sb, (float)sh}, a->dtype == MX_BF16);
+  }
+  return MX_OK;
+}

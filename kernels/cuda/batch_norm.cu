@@ -6,7 +6,7 @@
  * fused ReLU through kernels/math.h's mx_relu_* (relu on the value as
  * stored, its backward on the gradient read through the mask).
  *
- * channel_affine is elementwise. channel_sums cuts each channel's values
+ * channel_affine and channel_combine are elementwise. channel_sums cuts each channel's values
  * into runs (kernels/channel_plan.h): a block per run adds its values in
  * double into a partial, then one thread per channel adds that channel's
  * partials in run order, so a run gives the same bits each time (no
@@ -72,6 +72,50 @@ mx_status mx__cuda_channel_affine(const mx_kview *y, const mx_kview *x, const mx
                                   const mx_kview *shift, const mx_kview *mask, bool relu) {
   if (x->dtype == MX_F64) return channel_affine<double>(y, x, center, scale, shift, mask, relu);
   return channel_affine<float>(y, x, center, scale, shift, mask, relu);
+}
+
+/* --- channel_combine ------------------------------------------------------------ */
+
+/* y = a scale_a[c] + (b - center_b[c]) scale_b[c] + shift[c] in T (the CPU's order of rounding), a read through
+ * relu's backward given a mask; the (C) vectors are T. */
+template <class T>
+struct combine_op {
+  mx_kview y, a, b, mask; /* mask.data NULL: none */
+  const T *scale_a, *center_b, *scale_b, *shift;
+  mx_channel_plan plan;
+  MX_HD void operator()(int64_t i) const {
+    int64_t c = mx_channel_of(&plan, i);
+    T g = load_masked<T>(a, mask, i);
+    T vb = (T)mx_element_load((const char *)b.data + i * dtype_bytes(b.dtype), b.dtype);
+    T p = g * scale_a[c], q = (vb - center_b[c]) * scale_b[c];
+    T r = (p + q) + shift[c];
+    mx_element_store((char *)y.data + i * dtype_bytes(y.dtype), y.dtype, (double)r);
+  }
+};
+
+template <class T>
+static mx_status channel_combine(const mx_kview *y, const mx_kview *a, const mx_kview *b, const mx_kview *scale_a,
+                                 const mx_kview *center_b, const mx_kview *scale_b, const mx_kview *shift,
+                                 const mx_kview *a_mask) {
+  combine_op<T> op;
+  memset(&op, 0, sizeof op);
+  op.y = *y;
+  op.a = *a;
+  op.b = *b;
+  if (a_mask) op.mask = *a_mask;
+  op.scale_a = (const T *)scale_a->data;
+  op.center_b = (const T *)center_b->data;
+  op.scale_b = (const T *)scale_b->data;
+  op.shift = (const T *)shift->data;
+  op.plan = mx_channel_plan_of(a);
+  return launch_elementwise("launch of kernel channel_combine", mx__kview_numel(a), op);
+}
+
+mx_status mx__cuda_channel_combine(const mx_kview *y, const mx_kview *a, const mx_kview *b, const mx_kview *scale_a,
+                                   const mx_kview *center_b, const mx_kview *scale_b, const mx_kview *shift,
+                                   const mx_kview *a_mask) {
+  if (a->dtype == MX_F64) return channel_combine<double>(y, a, b, scale_a, center_b, scale_b, shift, a_mask);
+  return channel_combine<float>(y, a, b, scale_a, center_b, scale_b, shift, a_mask);
 }
 
 /* --- channel_sums ----------------------------------------------------------------- */

@@ -1,7 +1,8 @@
 /* Host-run CUDA kernels against the CPU backend (tests/gpu/host_grid.h):
  * the block reductions (reduce, batch norm's channel sums) over simulated
- * shared memory, scans, sorts, softmax, batch norm's affine, pooling, the
- * direct convolution kernels and the integer matmul, on random shapes. */
+ * shared memory, scans, sorts, softmax, batch norm's affine and combine,
+ * pooling, the direct convolution kernels and the integer matmul, on random
+ * shapes. */
 #include <math.h>
 #include <string.h>
 
@@ -141,8 +142,8 @@ void test_batch_norm(rng &r) {
       }
       host_tensor mask = make_tensor(dtype, ndim, shape, CONTIGUOUS, r);
       fill_values(mask, AWKWARD, r);
-      describe("channel_affine, _sums and _moments of %s, %d dims, %s values%s%s%s", mx_dtype_name(dtype), ndim,
-               exact ? "small integer" : "awkward", relu ? ", relu" : "", masked ? ", masked" : "",
+      describe("channel_affine, _sums, _moments and _combine of %s, %d dims, %s values%s%s%s", mx_dtype_name(dtype),
+               ndim, exact ? "small integer" : "awkward", relu ? ", relu" : "", masked ? ", masked" : "",
                tiny ? ", tiny scale" : "");
       host_tensor a = make_tensor(dtype, ndim, shape, CONTIGUOUS, r), b = a;
       check_status(
@@ -175,6 +176,18 @@ void test_batch_norm(rng &r) {
                    "channel_moments");
       same_values(mean_a, mean_b, rel, 1e6, "channel_moments mean");
       same_values(var_a, var_b, rel, 1e6, "channel_moments var");
+
+      /* batch norm's input gradient in one pass: a (through the mask) and b with four vectors, the CPU's order of
+         rounding, so the same bits */
+      host_tensor center_b = channel_vector(dtype, channels, AWKWARD, r), scale_b = channel_vector(dtype, channels,
+                                                                                                   POSITIVE, r);
+      host_tensor combined_a = make_tensor(dtype, ndim, shape, CONTIGUOUS, r), combined_b = combined_a;
+      check_status(cpu.channel_combine(&combined_a.v, &g.v, &x.v, &scale.v, &center_b.v, &scale_b.v, &shift.v,
+                                       masked ? &mask.v : NULL),
+                   mx__cuda_channel_combine(&combined_b.v, &g.v, &x.v, &scale.v, &center_b.v, &scale_b.v, &shift.v,
+                                            masked ? &mask.v : NULL),
+                   "channel_combine");
+      same_values(combined_a, combined_b, 0, 0, "channel_combine");
     }
 }
 

@@ -35,6 +35,7 @@ static const struct {
     {"batch_norm_stats", "batch_norm_train"}, /* batch_norm's primitives in training */
     {"batch_norm_elemt", "batch_norm_eval"},
     {"batch_norm_elemt_relu", "batch_norm_relu"}, /* batch_norm_relu's primitive */
+    {"batch_norm_training", "batch_norm_train"}, /* batch_norm's and batch_norm_relu's primitive in training */
 };
 
 /* Rows that truly cannot have a case, each with its reason. Empty: every row can. It stays here, commented, so
