@@ -6,7 +6,8 @@
  * the windows that cover it, in the order of the CPU's scatter (outputs in
  * row-major order, each sum rounded to dx's dtype), so overlapping windows
  * sum to the CPU's bits. Tensors are contiguous (N, C, *S) or channels-last
- * (N, C, H, W), every element found through its view's strides. */
+ * (N, C, H, W), every element found through its view's strides, and the
+ * threads take the elements in the tensors' memory order. */
 #include "kernels/conv_geom.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/pool_geom.h"
@@ -31,21 +32,44 @@ MX_HD static inline int64_t flat_offset(const mx_kview &v, const mx_pool_geom &g
   return element_offset(v, plane, flat / (g.in[1] * g.in[2]), flat / g.in[2] % g.in[1], flat % g.in[2]);
 }
 
-/* Output o of all planes' outputs: its plane and coordinates. */
-MX_HD static inline void output_coords(const mx_pool_geom &g, int64_t e, int64_t *plane, int64_t *o) {
-  int64_t out_plane = mx_pool_volume(g.out);
-  *plane = e / out_plane;
-  int64_t r = e % out_plane;
-  o[2] = r % g.out[2], o[1] = r / g.out[2] % g.out[1], o[0] = r / (g.out[2] * g.out[1]);
+/* The element each thread takes: element e of all planes in (n, c, *S)
+ * order, or for channels-last tensors in their memory order (n, h, w, c),
+ * so that neighbouring threads touch neighbouring bytes, not bytes C
+ * elements apart. */
+struct element_order {
+  int64_t channels;
+  bool channels_last;
+};
+
+static element_order order_of(const mx_kview &v) {
+  element_order order = {v.shape[1], v.ndim == 4 && mx__kview_is_channels_last(&v) && !mx__kview_is_contiguous(&v)};
+  return order;
+}
+
+/* Element e of tensors of spatial size `size` (padded to 3 dims), taken in
+ * that order: its plane and coordinates. */
+MX_HD static inline void coords(const element_order &order, const int64_t *size, int64_t e, int64_t *plane,
+                                int64_t *q) {
+  if (order.channels_last) { /* 2 spatial dims: size[0] is 1 */
+    int64_t c = e % order.channels, pixel = e / order.channels;
+    q[0] = 0, q[2] = pixel % size[2], q[1] = pixel / size[2] % size[1];
+    *plane = pixel / (size[2] * size[1]) * order.channels + c;
+    return;
+  }
+  int64_t volume = mx_pool_volume(size);
+  *plane = e / volume;
+  int64_t r = e % volume;
+  q[2] = r % size[2], q[1] = r / size[2] % size[1], q[0] = r / (size[2] * size[1]);
 }
 
 struct max_pool_op {
   mx_pool_geom g;
   mx_kview out, indices, x;
   bool relu; /* max_pool_relu: the search sees relu of each input, as the CPU's */
+  element_order order;
   MX_HD void operator()(int64_t e) const {
     int64_t plane, o[3];
-    output_coords(g, e, &plane, o);
+    coords(order, g.out, e, &plane, o);
     double best = -INFINITY;
     int64_t where = -1, offset = 0;
     MX_POOL_FOR_WINDOW(g, o[0], o[1], o[2], {
@@ -71,14 +95,6 @@ MX_HD static inline double rounded(double v, mx_dtype dtype) {
   return mx_element_load(&bits, dtype);
 }
 
-/* Input element e of all planes: its plane and coordinates. */
-MX_HD static inline void input_coords(const mx_pool_geom &g, int64_t e, int64_t *plane, int64_t *i) {
-  int64_t in_plane = mx_pool_volume(g.in);
-  *plane = e / in_plane;
-  int64_t r = e % in_plane;
-  i[2] = r % g.in[2], i[1] = r / g.in[2] % g.in[1], i[0] = r / (g.in[2] * g.in[1]);
-}
-
 /* BODY for each window (o0, o1, o2) that covers input (i0, i1, i2) at its
  * element (k0, k1, k2), the outputs in row-major order (k descending). */
 #define FOR_COVERING_WINDOW(g, i, BODY)                                                                  \
@@ -98,9 +114,10 @@ MX_HD static inline void input_coords(const mx_pool_geom &g, int64_t e, int64_t 
 struct max_pool_backward_op {
   mx_pool_geom g;
   mx_kview dx, dy, indices;
+  element_order order;
   MX_HD void operator()(int64_t e) const {
     int64_t plane, i[3];
-    input_coords(g, e, &plane, i);
+    coords(order, g.in, e, &plane, i);
     int64_t flat = (i[0] * g.in[1] + i[1]) * g.in[2] + i[2];
     double sum = 0;
     FOR_COVERING_WINDOW(g, i, {
@@ -138,9 +155,10 @@ struct avg_pool_op {
   mx_pool_geom g;
   mx_kview out, x;
   bool count_include_pad;
+  element_order order;
   MX_HD void operator()(int64_t e) const {
     int64_t plane, o[3];
-    output_coords(g, e, &plane, o);
+    coords(order, g.out, e, &plane, o);
     double sum = 0;
     MX_POOL_FOR_WINDOW(g, o[0], o[1], o[2],
                        { sum += mx_element_load(at(x.data, flat_offset(x, g, plane, flat), x.dtype), x.dtype); })
@@ -154,9 +172,10 @@ struct avg_pool_backward_op {
   mx_pool_geom g;
   mx_kview dx, dy;
   bool count_include_pad;
+  element_order order;
   MX_HD void operator()(int64_t e) const {
     int64_t plane, i[3];
-    input_coords(g, e, &plane, i);
+    coords(order, g.in, e, &plane, i);
     double sum = 0;
     FOR_COVERING_WINDOW(g, i, {
       double grad = mx_element_load(at(dy.data, element_offset(dy, plane, o0, o1, o2), dy.dtype), dy.dtype) /
@@ -169,22 +188,22 @@ struct avg_pool_backward_op {
 
 mx_status mx__cuda_max_pool(const mx_kview *out, const mx_kview *indices, const mx_kview *x,
                             const mx_pool_params *p) {
-  max_pool_op op = {mx_pool_geom_of(x, out, p), *out, *indices, *x, p->relu};
+  max_pool_op op = {mx_pool_geom_of(x, out, p), *out, *indices, *x, p->relu, order_of(*out)};
   return launch_elementwise("launch of kernel max_pool", mx__kview_numel(out), op);
 }
 
 mx_status mx__cuda_max_pool_backward(const mx_kview *dx, const mx_kview *dy, const mx_kview *indices,
                                      const mx_pool_params *p) {
-  max_pool_backward_op op = {mx_pool_geom_of(dx, dy, p), *dx, *dy, *indices};
+  max_pool_backward_op op = {mx_pool_geom_of(dx, dy, p), *dx, *dy, *indices, order_of(*dx)};
   return launch_elementwise("launch of kernel max_pool_backward", mx__kview_numel(dx), op);
 }
 
 mx_status mx__cuda_avg_pool(const mx_kview *out, const mx_kview *x, const mx_pool_params *p) {
-  avg_pool_op op = {mx_pool_geom_of(x, out, p), *out, *x, p->count_include_pad};
+  avg_pool_op op = {mx_pool_geom_of(x, out, p), *out, *x, p->count_include_pad, order_of(*out)};
   return launch_elementwise("launch of kernel avg_pool", mx__kview_numel(out), op);
 }
 
 mx_status mx__cuda_avg_pool_backward(const mx_kview *dx, const mx_kview *dy, const mx_pool_params *p) {
-  avg_pool_backward_op op = {mx_pool_geom_of(dx, dy, p), *dx, *dy, p->count_include_pad};
+  avg_pool_backward_op op = {mx_pool_geom_of(dx, dy, p), *dx, *dy, p->count_include_pad, order_of(*dx)};
   return launch_elementwise("launch of kernel avg_pool_backward", mx__kview_numel(dx), op);
 }
