@@ -217,7 +217,13 @@ static inline int64_t grid_blocks(int64_t n) {
  *   partial combine(partial a, partial b) const; a (lower threads) with b
  *   void finish(item, partial all) const;        stores the item's result
  * The threads' partials are combined by a tree in shared memory: at each
- * step thread t < half combines its slot with slot t + half. */
+ * step thread t < half combines its slot with slot t + half.
+ * With LANES > 1 (a power of two, at most the block's threads) the tree
+ * stops at half == LANES, so it combines only threads of the same lane
+ * (thread % LANES), and each lane's partial is stored by
+ *   void finish(item, unsigned lane, partial all) const;
+ * a body that gives each lane its own output (one per channel of a tile of
+ * neighbouring channels) has neighbouring threads read neighbouring values. */
 
 /* A block-counting body, for launch_block_counts below: each block's
  * threads count into the block's shared memory, then add the counts to
@@ -226,6 +232,15 @@ static inline int64_t grid_blocks(int64_t n) {
  *   void clear(shared &s, const grid_pos &at) const;  zeroes this thread's share of s
  *   void count(shared &s, const grid_pos &at) const;  this thread's elements (atomic_add_u32 into s)
  *   void publish(const shared &s, const grid_pos &at) const;  this thread's share of s into global memory */
+
+/* The block reduction's store of lane `lane`'s partial (see above). */
+template <unsigned LANES, class Body>
+MX_HD static inline void finish_lane(const Body &body, int64_t item, unsigned lane,
+                                     const typename Body::partial &all) {
+  static_assert(LANES > 0 && (LANES & (LANES - 1)) == 0, "a block reduction's lanes are a power of two");
+  if constexpr (LANES == 1) body.finish(item, all);
+  else body.finish(item, lane, all);
+}
 
 #ifdef MX_CUDA_HOST_GRID
 #include "kernels/cuda/host_grid.h"
@@ -267,25 +282,26 @@ static inline mx_status launch_threads(const char *what, int64_t blocks, int64_t
 }
 
 /* Block b reduces items b, b + blocks, ...; threads a power of two of at
- * most MAX_THREADS. */
-template <unsigned MAX_THREADS, class Body>
+ * most MAX_THREADS and at least LANES. */
+template <unsigned MAX_THREADS, unsigned LANES, class Body>
 __global__ void block_reduce_kernel(Body body) {
   __shared__ typename Body::partial parts[MAX_THREADS];
   for (int64_t item = blockIdx.x; item < body.items; item += gridDim.x) {
     parts[threadIdx.x] = body.thread_partial(item, threadIdx.x, blockDim.x);
     __syncthreads();
-    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+    for (unsigned half = blockDim.x / 2; half >= LANES; half /= 2) {
       if (threadIdx.x < half) parts[threadIdx.x] = body.combine(parts[threadIdx.x], parts[threadIdx.x + half]);
       __syncthreads();
     }
-    if (threadIdx.x == 0) body.finish(item, parts[0]);
+    if (threadIdx.x < LANES) finish_lane<LANES>(body, item, threadIdx.x, parts[threadIdx.x]);
     __syncthreads(); /* parts is reused for the next item */
   }
 }
 
-template <unsigned MAX_THREADS, class Body>
+template <unsigned MAX_THREADS, unsigned LANES = 1, class Body>
 static inline mx_status launch_block_reduce(const char *what, int64_t blocks, unsigned threads, const Body &body) {
-  block_reduce_kernel<MAX_THREADS><<<(unsigned)blocks, threads, 0, mx__cuda_stream()>>>(body);
+  static_assert(LANES <= MAX_THREADS, "a block reduction has at least one thread a lane");
+  block_reduce_kernel<MAX_THREADS, LANES><<<(unsigned)blocks, threads, 0, mx__cuda_stream()>>>(body);
   MX_CUDA_CHECK_LAUNCH(what);
   return MX_OK;
 }

@@ -33,19 +33,19 @@ static inline mx_status launch_threads(const char *what, int64_t blocks, int64_t
 
 /* Between two barriers the threads of a block touch disjoint slots of
  * parts, so running them one after another is one of the GPU's orders. */
-template <unsigned MAX_THREADS, class Body>
+template <unsigned MAX_THREADS, unsigned LANES = 1, class Body>
 static inline mx_status launch_block_reduce(const char *what, int64_t blocks, unsigned threads, const Body &body) {
-  (void)what;
-  if (threads > MAX_THREADS || (threads & (threads - 1)))
-    return mx__error(MX_INVALID_ARGUMENT, "host grid: %s with %u threads (at most %u, a power of two)", what,
-                     threads, MAX_THREADS);
+  static_assert(LANES <= MAX_THREADS, "a block reduction has at least one thread a lane");
+  if (threads > MAX_THREADS || threads < LANES || (threads & (threads - 1)))
+    return mx__error(MX_INVALID_ARGUMENT, "host grid: %s with %u threads (at least %u, at most %u, a power of two)",
+                     what, threads, LANES, MAX_THREADS);
   std::vector<typename Body::partial> parts(threads);
   for (int64_t block = 0; block < blocks; block++)
     for (int64_t item = block; item < body.items; item += blocks) {
       for (unsigned t = 0; t < threads; t++) parts[t] = body.thread_partial(item, t, threads);
-      for (unsigned half = threads / 2; half > 0; half /= 2)
+      for (unsigned half = threads / 2; half >= LANES; half /= 2)
         for (unsigned t = 0; t < half; t++) parts[t] = body.combine(parts[t], parts[t + half]);
-      body.finish(item, parts[0]);
+      for (unsigned lane = 0; lane < LANES; lane++) finish_lane<LANES>(body, item, lane, parts[lane]);
     }
   return MX_OK;
 }
