@@ -6,9 +6,12 @@
  * fused ReLU through kernels/math.h's mx_relu_* (relu on the value as
  * stored, its backward on the gradient read through the mask).
  *
- * channel_affine and channel_combine are elementwise. channel_sums cuts each channel's values
- * into runs (kernels/channel_plan.h): a block per run adds its values in
- * double into a partial, then one thread per channel adds that channel's
+ * channel_affine and channel_combine are elementwise. channel_sums and
+ * channel_moments cut each channel's values into runs
+ * (kernels/channel_plan.h): a block per run adds its values in double into
+ * a partial (channels-last data: a block per run of a tile of 32
+ * neighbouring channels, a partial per lane, so that a warp reads one row's
+ * neighbouring values), then one thread per channel adds that channel's
  * partials in run order, so a run gives the same bits each time (no
  * atomics). The CPU adds in another order: the sums agree to rounding. */
 #include "kernels/channel_plan.h"
@@ -120,18 +123,59 @@ mx_status mx__cuda_channel_combine(const mx_kview *y, const mx_kview *a, const m
 
 /* --- channel_sums ----------------------------------------------------------------- */
 
+/* Channels-last data (a plan with plane 1: (N H W, C), or (N, C)) from
+ * this many channels on is read in tiles of SUMS_LANES neighbouring
+ * channels, a warp's width: a warp's threads then read neighbouring values
+ * of one row, not values C elements apart (one memory sector each). Below
+ * it a tile's lanes would mostly idle while the old order's sectors are
+ * shared by several threads anyway. */
+#define SUMS_LANES 32
+#define SUMS_TILED_CHANNELS 32
+
 /* A run's two sums. */
 struct run_sums {
   double sum, dot;
 };
 
+/* Which values a thread adds for an item of the reductions below. LANES 1:
+ * the item is run r of channel r / segments (r % segments), the block's
+ * threads taking its values in turn. LANES > 1 (plane 1 only): the item is
+ * run r % segments of the channels of tile r / segments, thread t taking
+ * channel tile LANES + t % LANES (none past the last channel: an idle lane)
+ * and the rows of the run from t / LANES on, threads / LANES apart. */
+struct thread_share {
+  int64_t c, run, first, end; /* values first <= j < end of channel c (end == first: none) */
+  int64_t from, step;         /* the thread's: j = from, from + step, ... */
+};
+
+template <unsigned LANES>
+MX_HD static inline thread_share share_of(const mx_channel_plan &p, int64_t item, int64_t thread, int64_t threads) {
+  thread_share s;
+  s.c = item / p.segments * LANES + thread % LANES;
+  s.run = item % p.segments;
+  s.first = s.run * p.segment;
+  s.end = s.c >= p.channels ? s.first : s.first + p.segment < p.count ? s.first + p.segment : p.count;
+  s.from = s.first + thread / LANES;
+  s.step = threads / LANES;
+  return s;
+}
+
+/* The items of the reductions below: runs, or tiles' runs. */
+template <unsigned LANES>
+static int64_t items_of(const mx_channel_plan &p) {
+  return (p.channels + LANES - 1) / LANES * p.segments;
+}
+
 /* Where the two block reductions below leave their pairs: partials[2 r]
- * and partials[2 r + 1] for run r of `items` (common.cuh's
- * launch_block_reduce asks a body for partial, combine and finish). */
+ * and partials[2 r + 1] for run k of channel c, r = c segments + k,
+ * whatever the LANES (common.cuh's launch_block_reduce asks a body for
+ * partial, combine and finish). */
+template <unsigned LANES>
 struct run_sums_out {
   typedef run_sums partial;
   double *partials;
-  int64_t items; /* the runs */
+  int64_t items;
+  mx_channel_plan p;
   MX_HD partial combine(partial x, partial y) const {
     x.sum += y.sum;
     x.dot += y.dot;
@@ -141,26 +185,29 @@ struct run_sums_out {
     partials[2 * r] = all.sum;
     partials[2 * r + 1] = all.dot;
   }
+  MX_HD void finish(int64_t item, unsigned lane, partial all) const {
+    int64_t c = item / p.segments * LANES + lane;
+    if (c < p.channels) finish(c * p.segments + item % p.segments, all);
+  }
 };
 
-/* partials[2 r] and partials[2 r + 1]: the sum of a, and of (a - ca)(b - cb),
- * over run r (channel r / segments, run r % segments), one run per item of
- * common.cuh's launch_block_reduce; without b, the second is 0. With a
- * mask, a is read through relu's backward. */
-template <class T>
-struct channel_partials_body : run_sums_out {
-  mx_channel_plan p;
+/* The sum of a, and of (a - ca)(b - cb), over each run (without b, the
+ * second is 0); with a mask, a is read through relu's backward. */
+template <class T, unsigned LANES>
+struct channel_partials_body : run_sums_out<LANES> {
+  typedef run_sums partial;
   mx_kview a, b, a_mask; /* a_mask.data NULL: none */
   bool with_b;
   const T *a_center, *b_center;
-  MX_HD partial thread_partial(int64_t r, int64_t thread, int64_t threads) const {
-    int64_t bytes = dtype_bytes(a.dtype);
-    int64_t c = r / p.segments, first = r % p.segments * p.segment;
-    int64_t end = first + p.segment < p.count ? first + p.segment : p.count;
-    T ca = a_center ? a_center[c] : (T)0, cb = b_center ? b_center[c] : (T)0;
+  MX_HD partial thread_partial(int64_t item, int64_t thread, int64_t threads) const {
+    const mx_channel_plan &plan = this->p;
+    thread_share s = share_of<LANES>(plan, item, thread, threads);
     partial mine = {0, 0};
-    for (int64_t j = first + thread; j < end; j += threads) {
-      int64_t k = mx_channel_offset(&p, c, j);
+    if (s.end == s.first) return mine;
+    int64_t bytes = dtype_bytes(a.dtype);
+    T ca = a_center ? a_center[s.c] : (T)0, cb = b_center ? b_center[s.c] : (T)0;
+    for (int64_t j = s.from; j < s.end; j += s.step) {
+      int64_t k = mx_channel_offset(&plan, s.c, j);
       T va = load_masked<T>(a, a_mask, k);
       mine.sum += (double)va;
       if (with_b) {
@@ -190,13 +237,29 @@ struct finish_op {
   }
 };
 
-template <class T>
+/* The plan of the reductions below for x, and whether it is read in tiles
+ * of SUMS_LANES channels. A tile's run takes SUMS_LANES values a row, so it
+ * is split as one channel of rows, at least SUMS_MIN_RUN values a block
+ * either way; a quarter of the grid cap: about 8 blocks of 256 threads per
+ * multiprocessor. */
+static mx_channel_plan sums_plan(const mx_kview *x, bool *tiled) {
+  mx_channel_plan p = mx_channel_plan_of(x);
+  *tiled = p.plane == 1 && p.channels >= SUMS_TILED_CHANNELS;
+  if (!*tiled) return mx_channel_plan_split(p, mx__cuda_max_blocks() / 4, SUMS_MIN_RUN);
+  int64_t channels = p.channels;
+  p.channels = (channels + SUMS_LANES - 1) / SUMS_LANES;
+  p = mx_channel_plan_split(p, mx__cuda_max_blocks() / 4, SUMS_MIN_RUN / SUMS_LANES);
+  p.channels = channels;
+  return p;
+}
+
+template <class T, unsigned LANES>
 static mx_status launch_partials(const mx_channel_plan *p, const mx_kview *a, const mx_kview *b,
                                  const mx_kview *a_center, const mx_kview *b_center, const mx_kview *a_mask,
                                  double *partials) {
-  int64_t runs = p->channels * p->segments;
-  int64_t blocks = runs < mx__cuda_max_blocks() ? runs : mx__cuda_max_blocks();
-  channel_partials_body<T> body;
+  int64_t items = items_of<LANES>(*p);
+  int64_t blocks = items < mx__cuda_max_blocks() ? items : mx__cuda_max_blocks();
+  channel_partials_body<T, LANES> body;
   memset(&body, 0, sizeof body);
   body.p = *p;
   body.a = *a;
@@ -206,22 +269,30 @@ static mx_status launch_partials(const mx_channel_plan *p, const mx_kview *a, co
   body.a_center = a_center ? (const T *)a_center->data : NULL;
   body.b_center = b_center ? (const T *)b_center->data : NULL;
   body.partials = partials;
-  body.items = runs;
-  return launch_block_reduce<SUMS_THREADS>("launch of kernel channel_partials", blocks, SUMS_THREADS, body);
+  body.items = items;
+  return launch_block_reduce<SUMS_THREADS, LANES>("launch of kernel channel_partials", blocks, SUMS_THREADS, body);
+}
+
+template <class T>
+static mx_status launch_partials(bool tiled, const mx_channel_plan *p, const mx_kview *a, const mx_kview *b,
+                                 const mx_kview *a_center, const mx_kview *b_center, const mx_kview *a_mask,
+                                 double *partials) {
+  return tiled ? launch_partials<T, SUMS_LANES>(p, a, b, a_center, b_center, a_mask, partials)
+               : launch_partials<T, 1>(p, a, b, a_center, b_center, a_mask, partials);
 }
 
 mx_status mx__cuda_channel_sums(const mx_kview *sum, const mx_kview *dot, const mx_kview *a, const mx_kview *b,
                                 const mx_kview *a_center, const mx_kview *b_center, const mx_kview *a_mask) {
-  /* a quarter of the grid cap: about 8 blocks of 256 threads per multiprocessor */
-  mx_channel_plan p = mx_channel_plan_split(mx_channel_plan_of(a), mx__cuda_max_blocks() / 4, SUMS_MIN_RUN);
+  bool tiled;
+  mx_channel_plan p = sums_plan(a, &tiled);
   if (p.channels == 0) return MX_OK;
   const mx_kview *with_b = dot ? b : NULL;
   double *partials = NULL;
   size_t bytes = (size_t)(p.channels * p.segments) * 2 * sizeof(double);
   MX__RETURN_IF_FAILED(scratch_alloc((void **)&partials, bytes));
   mx_status status = a->dtype == MX_F64
-                        ? launch_partials<double>(&p, a, with_b, a_center, b_center, a_mask, partials)
-                        : launch_partials<float>(&p, a, with_b, a_center, b_center, a_mask, partials);
+                        ? launch_partials<double>(tiled, &p, a, with_b, a_center, b_center, a_mask, partials)
+                        : launch_partials<float>(tiled, &p, a, with_b, a_center, b_center, a_mask, partials);
   if (status == MX_OK) {
     finish_op finish;
     memset(&finish, 0, sizeof finish);
@@ -242,19 +313,21 @@ MX_HD static inline double channel_value(const mx_channel_plan &p, const mx_kvie
   return mx_element_load((const char *)x.data + mx_channel_offset(&p, c, j) * dtype_bytes(x.dtype), x.dtype);
 }
 
-/* partials[2 r] and partials[2 r + 1]: the sums of x - k and of (x - k)^2
- * over run r, k the channel's first value, in double (the CPU's arithmetic:
- * the same differences and squares, added in another order). */
-struct moment_partials_body : run_sums_out {
-  mx_channel_plan p;
+/* The sums of x - k and of (x - k)^2 over each run, k the channel's first
+ * value, in double (the CPU's arithmetic: the same differences and
+ * squares, added in another order). */
+template <unsigned LANES>
+struct moment_partials_body : run_sums_out<LANES> {
+  typedef run_sums partial;
   mx_kview x;
-  MX_HD partial thread_partial(int64_t r, int64_t thread, int64_t threads) const {
-    int64_t c = r / p.segments, first = r % p.segments * p.segment;
-    int64_t end = first + p.segment < p.count ? first + p.segment : p.count;
-    double k = first < end ? channel_value(p, x, c, 0) : 0; /* an empty channel has none */
+  MX_HD partial thread_partial(int64_t item, int64_t thread, int64_t threads) const {
+    const mx_channel_plan &plan = this->p;
+    thread_share s = share_of<LANES>(plan, item, thread, threads);
     partial mine = {0, 0};
-    for (int64_t j = first + thread; j < end; j += threads) {
-      double d = channel_value(p, x, c, j) - k;
+    if (s.end == s.first) return mine; /* an empty channel, or an idle lane */
+    double k = channel_value(plan, x, s.c, 0);
+    for (int64_t j = s.from; j < s.end; j += s.step) {
+      double d = channel_value(plan, x, s.c, j) - k;
       mine.sum += d;
       mine.dot += d * d;
     }
@@ -279,21 +352,28 @@ struct moments_finish_op {
   }
 };
 
-mx_status mx__cuda_channel_moments(const mx_kview *mean, const mx_kview *var, const mx_kview *x) {
-  mx_channel_plan p = mx_channel_plan_split(mx_channel_plan_of(x), mx__cuda_max_blocks() / 4, SUMS_MIN_RUN);
-  if (p.channels == 0) return MX_OK;
-  int64_t runs = p.channels * p.segments;
-  double *partials = NULL;
-  MX__RETURN_IF_FAILED(scratch_alloc((void **)&partials, (size_t)runs * 2 * sizeof(double)));
-  moment_partials_body body;
+template <unsigned LANES>
+static mx_status launch_moment_partials(const mx_channel_plan *p, const mx_kview *x, double *partials) {
+  int64_t items = items_of<LANES>(*p);
+  int64_t blocks = items < mx__cuda_max_blocks() ? items : mx__cuda_max_blocks();
+  moment_partials_body<LANES> body;
   memset(&body, 0, sizeof body);
-  body.p = p;
+  body.p = *p;
   body.x = *x;
   body.partials = partials;
-  body.items = runs;
-  int64_t blocks = runs < mx__cuda_max_blocks() ? runs : mx__cuda_max_blocks();
-  mx_status status = launch_block_reduce<SUMS_THREADS>("launch of kernel channel_moment_partials", blocks,
-                                                       SUMS_THREADS, body);
+  body.items = items;
+  return launch_block_reduce<SUMS_THREADS, LANES>("launch of kernel channel_moment_partials", blocks, SUMS_THREADS,
+                                                  body);
+}
+
+mx_status mx__cuda_channel_moments(const mx_kview *mean, const mx_kview *var, const mx_kview *x) {
+  bool tiled;
+  mx_channel_plan p = sums_plan(x, &tiled);
+  if (p.channels == 0) return MX_OK;
+  double *partials = NULL;
+  MX__RETURN_IF_FAILED(scratch_alloc((void **)&partials, (size_t)(p.channels * p.segments) * 2 * sizeof(double)));
+  mx_status status =
+      tiled ? launch_moment_partials<SUMS_LANES>(&p, x, partials) : launch_moment_partials<1>(&p, x, partials);
   if (status == MX_OK) {
     moments_finish_op finish;
     memset(&finish, 0, sizeof finish);

@@ -115,10 +115,18 @@ void test_batch_norm(rng &r) {
   for (int round = 0; round < rounds(24); round++)
     for (mx_dtype dtype : float_dtypes) {
       pick_grid_cap(r);
-      int ndim = (int)r.range(2, 4);
+      /* every other round (N, C) data, batch norm's channels-last view (plane 1): from 32 channels on the
+         reductions read tiles of 32 channels, up to a few hundred, not only multiples of 32, with rows enough for
+         several runs of a tile */
+      bool rows_by_channels = round % 2 == 0;
+      int ndim = rows_by_channels ? 2 : (int)r.range(2, 4);
       int64_t shape[4];
       random_shape(r, ndim, 7, 0, shape);
       shape[0] = r.range(1, 40); /* channels of up to 40 * 49 values: several runs each */
+      if (rows_by_channels) {
+        shape[0] = r.range(1, 300);
+        shape[1] = r.range(0, 3) ? r.range(1, 300) : r.range(28, 36); /* around the tiles' threshold now and then */
+      }
       bool exact = r.range(0, 1);
       host_tensor x = make_tensor(dtype, ndim, shape, CONTIGUOUS, r),
                   g = make_tensor(dtype, ndim, shape, CONTIGUOUS, r);
@@ -142,8 +150,9 @@ void test_batch_norm(rng &r) {
       }
       host_tensor mask = make_tensor(dtype, ndim, shape, CONTIGUOUS, r);
       fill_values(mask, AWKWARD, r);
-      describe("channel_affine, _sums, _moments and _combine of %s, %d dims, %s values%s%s%s", mx_dtype_name(dtype),
-               ndim, exact ? "small integer" : "awkward", relu ? ", relu" : "", masked ? ", masked" : "",
+      describe("channel_affine, _sums, _moments and _combine of %s, shape (%lld, %lld%s), %s values%s%s%s",
+               mx_dtype_name(dtype), (long long)shape[0], (long long)shape[1], ndim > 2 ? ", ..." : "",
+               exact ? "small integer" : "awkward", relu ? ", relu" : "", masked ? ", masked" : "",
                tiny ? ", tiny scale" : "");
       host_tensor a = make_tensor(dtype, ndim, shape, CONTIGUOUS, r), b = a;
       check_status(
