@@ -283,6 +283,13 @@ mx_kview mx__kview_broadcast(const mx_tensor *t, mx_shape shape) {
 }
 
 mx_tensor *mx__prepare(mx_tensor *t, mx_dtype dtype, mx_device device) {
+  if (t->device != device && t->device == MX_CPU && t->dtype != dtype) {
+    /* a CPU operand (mostly a 0-d scalar) joining a device op: converted
+     * where it is, so the device gets its final bytes in one small write,
+     * no conversion kernel (the same bits: one mx_element_convert) */
+    t = mx__tensor_to_dtype(t, dtype);
+    if (!t) return NULL;
+  }
   if (t->device != device) {
     t = mx__tensor_to_device(t, device);
     if (!t) return NULL;

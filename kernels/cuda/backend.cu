@@ -86,27 +86,29 @@ static mx_status cuda_empty_cache(void) {
 }
 
 /* A few host bytes written by a kernel that carries them in its argument:
- * how a captured graph holds the 0-d CPU scalars ops move to the device
- * (a constant such as cross entropy's ignore_index), fixed at capture. A
- * copy of pageable host memory cannot be captured. */
-#define CAPTURED_HOST_BYTES 16
-struct captured_host_bytes {
-  unsigned char b[CAPTURED_HOST_BYTES];
+ * how the 0-d CPU scalars ops move to the device (a constant such as batch
+ * norm's eps or cross entropy's ignore_index) reach it. The launch queues
+ * on the stream like any kernel: the host neither waits for the device nor
+ * keeps the bytes, and a captured graph holds them, fixed at capture (a
+ * copy of pageable host memory cannot be captured). */
+#define HOST_BYTES_IN_ARGUMENT 16
+struct host_bytes {
+  unsigned char b[HOST_BYTES_IN_ARGUMENT];
 };
 
-__global__ void write_captured_host_bytes(unsigned char *dst, captured_host_bytes v, unsigned n) {
+__global__ void write_host_bytes(unsigned char *dst, host_bytes v, unsigned n) {
   if (threadIdx.x < n) dst[threadIdx.x] = v.b[threadIdx.x];
 }
 
-/* Host buffers are pageable user memory: wait for the copy before
- * returning, so the caller may reuse or free them at once. */
+/* Host buffers are pageable user memory: wait for a copy before returning,
+ * so the caller may reuse or free them at once. */
 static mx_status cuda_copy_from_host(void *dst, const void *src, size_t bytes) {
   if (!bytes) return MX_OK;
-  if (bytes <= CAPTURED_HOST_BYTES && mx__cuda_capturing()) {
-    captured_host_bytes v;
+  if (bytes <= HOST_BYTES_IN_ARGUMENT) {
+    host_bytes v;
     memcpy(v.b, src, bytes);
-    write_captured_host_bytes<<<1, CAPTURED_HOST_BYTES, 0, cuda.stream>>>((unsigned char *)dst, v, (unsigned)bytes);
-    MX_CUDA_CHECK_LAUNCH("launch of kernel write_captured_host_bytes");
+    write_host_bytes<<<1, HOST_BYTES_IN_ARGUMENT, 0, cuda.stream>>>((unsigned char *)dst, v, (unsigned)bytes);
+    MX_CUDA_CHECK_LAUNCH("launch of kernel write_host_bytes");
     return MX_OK;
   }
   MX__RETURN_IF_FAILED(mx__cuda_refuse_during_capture("copying from the host to the device", bytes));
