@@ -131,17 +131,44 @@ static inline mx_kview flatten_if_contiguous(const mx_kview *v) {
 }
 
 /* An elementwise kernel's operands (one shape; broadcast ones with stride
- * 0) as it indexes them. When every one is channels-last, each becomes 1-d
- * in memory order: element i is then the same logical element in all, and
- * neighbouring threads touch neighbouring bytes instead of bytes C elements
- * apart. Otherwise each row-major one becomes 1-d (flatten_if_contiguous)
- * and the others are read at the row-major index. */
+ * 0) as it indexes them, PyTorch's TensorIterator way: dims of size 1
+ * dropped, the rest put in the first operand's (the output's) memory order,
+ * largest stride first, then neighbouring dims merged wherever every
+ * operand lies contiguous across them. Element i is the same logical
+ * element in all, and neighbouring threads write neighbouring bytes of the
+ * output whatever its layout: a channels-last copy of a row-major tensor
+ * (cuDNN's KRSC filters) writes whole sectors instead of one value each.
+ * Operands sharing one layout become 1-d: no division per element. */
 static inline void flatten_operands(std::initializer_list<const mx_kview *> in, mx_kview *out) {
-  bool channels_last = true;
-  for (const mx_kview *v : in) channels_last = channels_last && mx__kview_is_channels_last(v);
+  const mx_kview *first = *in.begin();
+  int order[MX_MAX_DIMS], ndim = 0; /* the kept dims, outermost first */
+  for (int d = 0; d < first->ndim; d++)
+    if (first->shape[d] != 1) order[ndim++] = d;
+  for (int k = 1; k < ndim; k++) /* insertion sort: stable, strides descending */
+    for (int j = k; j > 0 && first->strides[order[j - 1]] < first->strides[order[j]]; j--) {
+      int d = order[j];
+      order[j] = order[j - 1], order[j - 1] = d;
+    }
+  /* merge position k into k - 1 where every operand steps across them as one dim */
+  bool merge[MX_MAX_DIMS] = {false};
+  for (int k = 1; k < ndim; k++) {
+    merge[k] = true;
+    for (const mx_kview *v : in)
+      merge[k] = merge[k] && v->strides[order[k - 1]] == v->strides[order[k]] * v->shape[order[k]];
+  }
   for (const mx_kview *v : in) {
-    *out = flatten_if_contiguous(v);
-    if (channels_last) out->ndim = 1, out->shape[0] = mx__kview_numel(v), out->strides[0] = 1;
+    *out = *v;
+    out->ndim = 0;
+    for (int k = 0; k < ndim; k++) {
+      int64_t size = v->shape[order[k]], stride = v->strides[order[k]];
+      if (merge[k]) {
+        out->shape[out->ndim - 1] *= size;
+        out->strides[out->ndim - 1] = stride;
+      } else {
+        out->shape[out->ndim] = size;
+        out->strides[out->ndim++] = stride;
+      }
+    }
     out++;
   }
 }
