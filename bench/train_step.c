@@ -12,8 +12,12 @@
  * reference goes. Every step reuses one random batch, so the time is the
  * framework's, not a data loader's. On CUDA each step ends with
  * mx_synchronize, so its time is the GPU's work and not just the launches.
- * --channels-last lays the batch out channels-last once (mx_to_channels_last;
- * the weights stay as they are), as train_step.py's --channels-last does.
+ * --channels-last lays the batch out channels-last once
+ * (mx_to_channels_last), and on CUDA the model's 4-d weights too
+ * (mx_module_to_channels_last), so cuDNN reads them without a KRSC copy,
+ * as train_step.py's --channels-last does (model.to(memory_format=...)).
+ * The CPU keeps row-major weights: oneDNN reorders either layout into its
+ * own blocked one, and the ResNet-9 step measured slower with KRSC ones.
  * --cudnn-tf32 and --cudnn-nondeterministic set mx_set_cudnn_allow_tf32
  * and mx_set_cudnn_deterministic(false) (PyTorch's defaults for its cuDNN
  * convolutions; mixgrad's are exact float32 and deterministic), as
@@ -161,6 +165,8 @@ static int setup(bench_state *b, const options *o) {
   b->net = !strcmp(o->model, "mlp") ? mx_demo_mlp() : mnist ? mx_demo_cnn() : mx_demo_resnet9();
   if (!b->net) return fail("model");
   if (mx_module_to(b->net, b->device) != MX_OK) return fail("the model to the device");
+  if (o->channels_last && b->device == MX_CUDA && mx_module_to_channels_last(b->net) != MX_OK)
+    return fail("the model channels-last");
   b->opt = make_optimizer(o->model, b->net);
   if (!b->opt) return fail("optimizer");
   if (b->amp == MX_F16) {

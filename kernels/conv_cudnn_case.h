@@ -15,10 +15,11 @@
  * remembered by (so always made by mx_cudnn_conv_case_of, which zeroes it). */
 typedef struct {
   int kind, dtype, nd;           /* mx_conv_kind, mx_dtype; nd: 4 or 5 dims as cuDNN sees them */
-  /* x and y each row-major (0) or channels-last (1, 2-d only); a channels-last
-   * x gives cuDNN its filter channels-last too (KRSC, a copy of w), the
-   * layout its NHWC tensor-core kernels read */
-  int x_channels_last, y_channels_last;
+  /* x, w and y each row-major (0) or channels-last (1, 2-d only). cuDNN is
+   * given its filter in x's layout (KRSC beside a channels-last x, the layout
+   * its NHWC tensor-core kernels read): w itself where it lies so (a model
+   * laid out by mx_module_to_channels_last), else a copy */
+  int x_channels_last, w_channels_last, y_channels_last;
   int x[5], w[5], y[5];          /* dims (the first nd used) */
   int pad[3], stride[3], dil[3]; /* the first nd - 2 used */
   int groups;
@@ -63,9 +64,9 @@ static inline void mx__cudnn_strides(int nd, const int *d, int channels_last, in
 
 /* Whether cuDNN takes the convolution (operands named as in the forward:
  * x input, w weight, y output), and its case if so: float32, float16 or
- * bfloat16, non-empty, every size within cuDNN's ints, w row-major, x and y
- * each row-major or (2-d) channels-last. The case carries the cuDNN
- * settings in force now. */
+ * bfloat16, non-empty, every size within cuDNN's ints, each operand
+ * row-major or (2-d) channels-last. The case carries the cuDNN settings in
+ * force now. */
 static inline bool mx_cudnn_conv_case_of(mx_conv_kind kind, const mx_kview *x, const mx_kview *w,
                                          const mx_kview *y, const mx_conv_params *p, mx_cudnn_conv_case *c) {
   memset(c, 0, sizeof *c);
@@ -75,10 +76,10 @@ static inline bool mx_cudnn_conv_case_of(mx_conv_kind kind, const mx_kview *x, c
   int layout[3];
   for (int i = 0; i < 3; i++) {
     int64_t n = mx__kview_numel(views[i]);
-    layout[i] = mx__cudnn_layout(views[i], i != 1 && p->spatial == 2);
+    layout[i] = mx__cudnn_layout(views[i], p->spatial == 2);
     if (layout[i] < 0 || n == 0 || n > INT_MAX) return false;
   }
-  c->x_channels_last = layout[0], c->y_channels_last = layout[2];
+  c->x_channels_last = layout[0], c->w_channels_last = layout[1], c->y_channels_last = layout[2];
   c->kind = (int)kind, c->dtype = (int)x->dtype, c->nd = p->spatial == 3 ? 5 : 4, c->groups = (int)p->groups;
   c->allow_tf32 = x->dtype == MX_F32 && mx_cudnn_allow_tf32(), c->deterministic = mx_cudnn_deterministic();
   if (!mx__cudnn_dims(x, p->spatial, c->x) || !mx__cudnn_dims(w, p->spatial, c->w) ||

@@ -108,6 +108,15 @@ mx_tensor *mx_module_buffer(const mx_module *m, int i, const char **name);
  * nothing has moved. Make optimizers after the move: their state lives
  * where the parameters were when they were made. */
 mx_status mx_module_to(mx_module *m, mx_device device);
+/* Lays every 4-d parameter and buffer out channels-last in place, like
+ * torch's module.to(memory_format=torch.channels_last): a convolution's
+ * (C_out, C_in, kH, kW) weight then lies as (C_out, kH, kW, C_in), the
+ * layout cuDNN's tensor-core kernels read beside channels-last activations
+ * (mx_to_channels_last), so a step copies no weight into it; the weight's
+ * gradient comes in the same layout. Values, shapes and handles stay;
+ * gradients are dropped; on a failure nothing has changed. Make optimizers
+ * after it, as after mx_module_to. */
+mx_status mx_module_to_channels_last(mx_module *m);
 /* Elements over all parameters. */
 int64_t mx_module_parameter_count(const mx_module *m);
 /* The module and all its descendants, depth first in registration order:

@@ -86,11 +86,20 @@ static mx_tensor *bias_vector(const char *op, const mx_tensor *bias, const mx_te
  * and input gradients in that layout: oneDNN (kernels/cpu/dnnl_conv.c) and
  * cuDNN (kernels/cuda/conv_cudnn.cu) read and write it as it lies, so a
  * CNN's activations stay channels-last from the first convolution to the
- * last. Weights and their gradients stay row-major. */
+ * last. A weight's gradient takes the weight's layout: row-major, or
+ * channels-last (KRSC) in a model laid out by mx_module_to_channels_last,
+ * which cuDNN then reads and writes beside channels-last activations
+ * without copies. (The fused conv-pool kernels keep row-major gradients.) */
 
 static mx_tensor *alloc_activation(const char *op, mx_shape shape, const mx_tensor *like, bool channels_last) {
   return channels_last ? mx__tensor_alloc_channels_last(op, shape, like->dtype, like->device)
                        : mx__tensor_alloc(op, shape, like->dtype, like->device);
+}
+
+/* conv_backward_weight's (and _bias's) args.i[0]: dw channels-last (the weight is), else row-major. */
+static mx_tensor *alloc_weight_grad(const mx__call *c, const mx_tensor *g) {
+  return c->args->i[0] ? mx__tensor_alloc_channels_last("mx_conv", c->args->shape, g->dtype, g->device)
+                       : mx__tensor_alloc("mx_conv", c->args->shape, g->dtype, g->device);
 }
 
 /* conv_backward_data's args.i[0]: the layout of dx. As the gradient of a
@@ -136,7 +145,7 @@ mx_status mx__fwd_conv_backward_weight(mx__call *c) {
   mx_tensor *g = c->in[0], *x = c->in[1];
   if (same_dtype("mx_conv", g, x)) return mx_last_status();
   const mx_backend *be = mx__kernel_backend(c->op, g->device, MX_KERNEL_CONV_BACKWARD_WEIGHT, g->dtype);
-  mx_tensor *dw = be ? mx__tensor_alloc("mx_conv", c->args->shape, g->dtype, g->device) : NULL;
+  mx_tensor *dw = be ? alloc_weight_grad(c, g) : NULL;
   if (!dw) return mx_last_status();
   c->out[0] = dw;
   mx_kview dv = mx__kview_of(dw), gv = mx__kview_of(g), xv = mx__kview_of(x);
@@ -155,7 +164,7 @@ mx_status mx__fwd_conv_backward_weight_bias(mx__call *c) {
   if (!be || !mx__kernel_usable(c->op, be, fused ? MX_KERNEL_CONV_BACKWARD_WEIGHT_BIAS : MX_KERNEL_CONV_BACKWARD_WEIGHT,
                                 g->dtype))
     return mx_last_status();
-  mx_tensor *dw = c->out[0] = mx__tensor_alloc("mx_conv", c->args->shape, g->dtype, g->device);
+  mx_tensor *dw = c->out[0] = alloc_weight_grad(c, g);
   mx_tensor *db = c->out[1] = fused ? mx__tensor_alloc("mx_conv", MX_SHAPE(g->shape[1]), g->dtype, g->device) : NULL;
   if (!dw || (fused && !db)) return mx_last_status();
   mx_kview dv = mx__kview_of(dw), gv = mx__kview_of(g), xv = mx__kview_of(x);
@@ -180,8 +189,11 @@ static int layout_of_input(const mx_tensor *x) {
   return x && mx__suggests_channels_last(x) ? DX_CHANNELS_LAST : DX_ROW_MAJOR;
 }
 
-static mx_tensor *backward_weight(const mx_tensor *g, const mx_tensor *x, mx_shape w_shape, const mx_conv_params *p) {
-  return mx__call2(MX_OP_CONV_BACKWARD_WEIGHT, g, x, &(mx__args){.shape = w_shape, .conv = *p});
+/* dw = W(g, x) of shape w_shape, laid out as w (NULL: row-major). */
+static mx_tensor *backward_weight(const mx_tensor *g, const mx_tensor *x, mx_shape w_shape, const mx_conv_params *p,
+                                  const mx_tensor *w) {
+  mx__args args = {.shape = w_shape, .conv = *p, .i = {w && mx__suggests_channels_last(w)}};
+  return mx__call2(MX_OP_CONV_BACKWARD_WEIGHT, g, x, &args);
 }
 
 static mx_tensor *convolution(const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias, const mx_conv_params *p) {
@@ -192,12 +204,13 @@ static mx_tensor *convolution(const mx_tensor *x, const mx_tensor *w, const mx_t
 /* The gradients of a convolution's weight and bias, given its output's g:
  * both from one kernel when the bias needs one (it then sums g per channel
  * in the pass that reads g for the weight), else the weight's alone. */
-static mx_status weight_and_bias_grads(mx__bw *bw, mx_tensor *g, mx_tensor *x, const mx_conv_params *p) {
+static mx_status weight_and_bias_grads(mx__bw *bw, mx_tensor *g, mx_tensor *x, const mx_tensor *w,
+                                       const mx_conv_params *p) {
   if (!mx__needs_grad(bw, 2)) { /* no bias, or one that needs no gradient */
-    GRAD(1, backward_weight(g, x, mx__in_shape(bw, 1), p));
+    GRAD(1, backward_weight(g, x, mx__in_shape(bw, 1), p, w));
     return MX_OK;
   }
-  mx__args args = {.shape = mx__in_shape(bw, 1), .conv = *p};
+  mx__args args = {.shape = mx__in_shape(bw, 1), .conv = *p, .i = {w && mx__suggests_channels_last(w)}};
   const mx_tensor *in[2] = {g, x};
   mx_tensor *out[MX__MAX_OUTPUTS] = {0};
   if (!g || !x || mx__dispatch(MX_OP_CONV_BACKWARD_WEIGHT_BIAS, 2, in, &args, out) != MX_OK) return mx_last_status();
@@ -210,7 +223,7 @@ mx_status mx__bwd_convolution(mx__bw *bw) {
   const mx_conv_params *p = &bw->args->conv;
   mx_tensor *x = mx__saved_in(bw, 0), *w = mx__saved_in(bw, 1);
   GRAD(0, backward_data(G, w, mx__in_shape(bw, 0), p, layout_of_input(x)));
-  return weight_and_bias_grads(bw, G, x, p);
+  return weight_and_bias_grads(bw, G, x, w, p);
 }
 
 /* relu(convolution): the backend's fused kernel where it has one (the CPU:
@@ -243,7 +256,7 @@ mx_status mx__bwd_conv2d_relu(mx__bw *bw) {
   mx_tensor *x = mx__saved_in(bw, 0), *w = mx__saved_in(bw, 1), *g = mx_relu_backward(G, mx__saved_out(bw, 0));
   if (!g) return mx_last_status();
   GRAD(0, backward_data(g, w, mx__in_shape(bw, 0), p, layout_of_input(x)));
-  return weight_and_bias_grads(bw, g, x, p);
+  return weight_and_bias_grads(bw, g, x, w, p);
 }
 
 /* dx = B(g, w), linear in each: the adjoint in g is the forward, in w the
@@ -252,7 +265,7 @@ mx_status mx__bwd_conv_backward_data(mx__bw *bw) {
   const mx_conv_params *p = &bw->args->conv;
   mx_tensor *g = mx__saved_in(bw, 0), *w = mx__saved_in(bw, 1);
   GRAD(0, convolution(G, w, NULL, p));
-  GRAD(1, backward_weight(g, G, mx__in_shape(bw, 1), p));
+  GRAD(1, backward_weight(g, G, mx__in_shape(bw, 1), p, w));
   return MX_OK;
 }
 
@@ -477,7 +490,7 @@ static mx_status conv_pool_backward_unfused(mx__call *c, mx_shape full) {
     const mx_tensor *in[2] = {dy, x};
     if (mx__dispatch(MX_OP_CONV_BACKWARD_WEIGHT_BIAS, 2, in, &args, c->out + 1) != MX_OK) return mx_last_status();
   } else {
-    c->out[1] = backward_weight(dy, x, w_shape, cp);
+    c->out[1] = backward_weight(dy, x, w_shape, cp, NULL);
     c->out[2] = mx_zeros(MX_SHAPE(w->shape[0]), x->dtype, x->device);
   }
   return c->out[0] && c->out[1] && c->out[2] ? MX_OK : mx_last_status();
@@ -528,7 +541,8 @@ mx_status mx__bwd_conv2d_max_pool_relu_backward(mx__bw *bw) {
   if (!mx__needs_grad(bw, 2) && !mx__needs_grad(bw, 3)) return MX_OK;
   mx_tensor *dy = full_gradient(g, indices, bw->args, full);
   GRAD(2, backward_data(dy, gdw, mx_shape_get(x), cp, DX_LIKE_G));
-  GRAD(3, want_dx ? backward_weight(dy, gdx, mx_shape_get(w), cp) : mx_zeros(mx_shape_get(w), w->dtype, w->device));
+  GRAD(3, want_dx ? backward_weight(dy, gdx, mx_shape_get(w), cp, NULL)
+                  : mx_zeros(mx_shape_get(w), w->dtype, w->device));
   return MX_OK;
 }
 

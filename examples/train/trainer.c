@@ -530,7 +530,9 @@ static int to_device(const mx_demo_task *t, const mx_demo_flags *f) {
             mx_last_error()[0] ? mx_last_error() : "none found");
     return 1;
   }
-  return mx_module_to(t->model, f->device) == MX_OK ? 0 : fail("--device cuda");
+  if (mx_module_to(t->model, f->device) != MX_OK) return fail("--device cuda");
+  /* with channels-last batches, weights cuDNN reads as they lie (no KRSC copy each step) */
+  return !f->channels_last || mx_module_to_channels_last(t->model) == MX_OK ? 0 : fail("--channels-last");
 }
 
 

@@ -231,15 +231,21 @@ static cudnnStatus_t execute(cudnnHandle_t h, const mx_cudnn_conv_case *c, const
                                         w->data);
 }
 
-/* The filter as cuDNN reads it: w itself, or for a channels-last case a
- * KRSC copy in *buffer (the caller frees it), filled from w unless the
+/* The filter as cuDNN reads it, in x's layout: w itself where it lies so,
+ * else a copy in *buffer (the caller frees it; KRSC beside a channels-last
+ * x, row-major beside a row-major one), filled from w unless the
  * convolution writes it (the weight's gradient). */
 static mx_status filter_view(const mx_cudnn_conv_case *c, const mx_kview *w, void **buffer, mx_kview *out) {
   *out = *w;
-  if (!c->x_channels_last) return MX_OK;
+  if (c->w_channels_last == c->x_channels_last) return MX_OK;
   MX_CUDA_CHECK(cudaMallocAsync(buffer, (size_t)mx__kview_numel(w) * mx_dtype_size(w->dtype), mx__cuda_stream()));
   out->data = *buffer;
-  mx__channels_last_strides(w->shape, out->strides);
+  if (c->x_channels_last) {
+    mx__channels_last_strides(w->shape, out->strides);
+  } else {
+    out->strides[w->ndim - 1] = 1;
+    for (int d = w->ndim - 2; d >= 0; d--) out->strides[d] = out->strides[d + 1] * w->shape[d + 1];
+  }
   return c->kind == MX_CONV_BACKWARD_WEIGHT ? MX_OK : mx__cuda_convert(out, w);
 }
 
@@ -257,7 +263,7 @@ static mx_status run(cudnnHandle_t h, const mx_cudnn_conv_case *c, descriptors *
   if (st == MX_OK && a.workspace) st = MX_CUDA_STATUS(cudaMallocAsync(&ws, a.workspace, mx__cuda_stream()));
   cudnnStatus_t s = st == MX_OK ? execute(h, c, d, &a, x, &fv, y, ws) : CUDNN_STATUS_SUCCESS;
   bool ran = st == MX_OK && s == CUDNN_STATUS_SUCCESS;
-  if (ran && filter && c->kind == MX_CONV_BACKWARD_WEIGHT) st = mx__cuda_convert(w, &fv); /* KRSC back to KCRS */
+  if (ran && filter && c->kind == MX_CONV_BACKWARD_WEIGHT) st = mx__cuda_convert(w, &fv); /* back to w's layout */
   mx_status freed = ws ? MX_CUDA_STATUS(cudaFreeAsync(ws, mx__cuda_stream())) : MX_OK;
   mx_status freed_filter = filter ? MX_CUDA_STATUS(cudaFreeAsync(filter, mx__cuda_stream())) : MX_OK;
   MX__RETURN_IF_FAILED(st);

@@ -128,19 +128,24 @@ Test(conv_cudnn_case, channels_last_activations_keep_their_layout) {
   cr_expect_neq(memcmp(&c, &plain, sizeof c), 0, "the layout is part of the algorithm's key");
 }
 
-/* A channels-last weight, or a channels-last view where cuDNN is not given
- * one (a 3-d convolution's operands have 5 dims), is declined. */
-Test(conv_cudnn_case, declines_other_channels_last_operands) {
+/* A channels-last weight is taken as it lies (cuDNN's filter then needs no
+ * KRSC copy beside a channels-last x), and its layout is part of the key; a
+ * channels-last view where cuDNN is not given one (a gap between images) is
+ * declined. */
+Test(conv_cudnn_case, channels_last_weights_are_taken_gapped_views_declined) {
   int64_t xs[4] = {2, 3, 5, 7}, ws[4] = {4, 3, 3, 3}, ys[4] = {2, 4, 5, 7};
   mx_conv_params p = params(2, 1, 1, 1, 1);
   mx_kview x = channels_last_view(MX_F32, xs), w = channels_last_view(MX_F32, ws), y = channels_last_view(MX_F32, ys);
-  mx_cudnn_conv_case c;
-  cr_expect_not(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &x, &w, &y, &p, &c), "a channels-last weight");
+  mx_cudnn_conv_case krsc, kcrs;
+  cr_assert(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &x, &w, &y, &p, &krsc), "a channels-last weight");
+  cr_expect_eq(krsc.w_channels_last, 1);
   mx_kview wide = x;
   wide.strides[0] *= 2; /* channels innermost, but a gap between images */
+  cr_expect_not(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &wide, &w, &y, &p, &kcrs), "a gapped channels-last view");
   w = shape_view(MX_F32, 4, ws);
-  cr_expect_not(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &wide, &w, &y, &p, &c), "a gapped channels-last view");
-  cr_expect(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &x, &w, &y, &p, &c), "the case itself");
+  cr_assert(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &x, &w, &y, &p, &kcrs), "a row-major weight");
+  cr_expect_eq(kcrs.w_channels_last, 0);
+  cr_expect_neq(memcmp(&krsc, &kcrs, sizeof krsc), 0, "the weight's layout is part of the algorithm's key");
 }
 
 /* The case carries the cuDNN settings in force when it is made, so an
