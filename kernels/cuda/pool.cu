@@ -268,6 +268,10 @@ static bool planar_case(const mx_kview *big, const mx_kview *small, const mx_kvi
   if (p->spatial > 2 || big->dtype != small->dtype || !mx_dtype_floating(big->dtype)) return false;
   if (!dense_in(big, cl) || !dense_in(small, cl) || (indices && !dense_in(indices, cl))) return false;
   mx_pool_geom pg = mx_pool_geom_of(big, small, p); /* dims 1 and 2 are H and W (1-d: H = 1) */
+  /* the window in 32 bits too: its offsets, strides, dilations, and positions in the padded input */
+  if (pg.k[1] > INT32_MAX / pg.k[2]) return false;
+  for (int i = 1; i < 3; i++)
+    if (pg.s[i] > INT32_MAX || pg.d[i] > INT32_MAX || pg.p[i] > INT32_MAX - pg.in[i]) return false;
   g->in_h = (uint32_t)pg.in[1], g->in_w = (uint32_t)pg.in[2], g->out_h = (uint32_t)pg.out[1];
   g->out_w = (uint32_t)pg.out[2], g->lanes = cl ? (uint32_t)big->shape[1] : 1;
   g->k_h = (int32_t)pg.k[1], g->k_w = (int32_t)pg.k[2], g->s_h = (int32_t)pg.s[1], g->s_w = (int32_t)pg.s[2];
