@@ -1,13 +1,20 @@
 /* Max and average pooling on CUDA, with their backward kernels, by the
- * rules of the CPU's general loops (kernels/cpu/pool.c): values through
- * double, a NaN wins the max (the last one) and a tie keeps the first, the
- * indices in either encoding. Forward kernels run one thread per output,
+ * rules of the CPU's loops (kernels/cpu/pool.c): a NaN wins the max (the
+ * last one) and a tie keeps the first, the indices in either encoding,
+ * averages summed in double. Forward kernels run one thread per output,
  * backward ones one thread per input element: it gathers the gradients of
  * the windows that cover it, in the order of the CPU's scatter (outputs in
  * row-major order, each sum rounded to dx's dtype), so overlapping windows
- * sum to the CPU's bits. Tensors are contiguous (N, C, *S) or channels-last
- * (N, C, H, W), every element found through its view's strides, and the
- * threads take the elements in the tensors' memory order. */
+ * sum to the CPU's bits. The threads take the elements in the tensors'
+ * memory order, contiguous (N, C, *S) or channels-last (N, C, H, W).
+ *
+ * Two kinds of kernel: the common case (pooling over 1 or 2 dims of dense
+ * tensors with fewer than 2^31 elements, one float dtype) has its own
+ * kernels, templated on the dtype, with 32-bit positions found by a
+ * multiply and a shift per dim, and a backward without a search where the
+ * windows do not overlap; everything else (3-d pooling, strided views,
+ * mixed dtypes, huge tensors) takes the general kernels, values through
+ * double and every element found through its view's strides. */
 #include "kernels/conv_geom.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/pool_geom.h"
@@ -186,24 +193,306 @@ struct avg_pool_backward_op {
   }
 };
 
+/* --- the common case: 1-d and 2-d pooling of dense tensors ------------------------------------- */
+
+/* n / d for n < 2^31 by a multiply-high, an add and a shift (Granlund and
+ * Montgomery's division by invariant integers, as PyTorch's IntDivider),
+ * d known on the host: a 64-bit division is a long software routine on the
+ * GPU, and the general kernels above do several per element. */
+struct divider {
+  uint32_t d, magic, shift;
+  MX_HD uint32_t quotient(uint32_t n) const {
+#ifdef __CUDA_ARCH__
+    uint32_t high = __umulhi(n, magic);
+#else
+    uint32_t high = (uint32_t)(((uint64_t)n * magic) >> 32);
+#endif
+    return (high + n) >> shift; /* no overflow: high <= n < 2^31 */
+  }
+};
+
+static divider divider_of(int64_t d) {
+  divider q = {(uint32_t)d, 0, 0};
+  while ((1ull << q.shift) < (uint64_t)d) q.shift++;
+  q.magic = (uint32_t)(((1ull << 32) * ((1ull << q.shift) - (uint64_t)d)) / (uint64_t)d + 1);
+  return q;
+}
+
+/* Element e of a dense (N, C, H, W) tensor (1-d pooling: H = 1) in memory
+ * order is e = ((outer H + h) W + w) lanes + lane: contiguous, outer = n C + c
+ * (the plane) and lanes = 1, lane = 0; channels-last, outer = n and lanes = C,
+ * lane = c. The call's other tensors share outer, lanes and lane, so an
+ * element's position there needs no division. */
+struct dense_pos {
+  uint32_t outer, h, w, lane;
+};
+
+struct dense_walk {
+  divider lanes, W, H;
+  MX_HD dense_pos at(uint32_t e) const {
+    dense_pos q;
+    uint32_t pixel = lanes.quotient(e), row = W.quotient(pixel);
+    q.lane = e - pixel * lanes.d, q.w = pixel - row * W.d;
+    q.outer = H.quotient(row), q.h = row - q.outer * H.d;
+    return q;
+  }
+};
+
+/* The element (outer, h, w, lane) of a dense tensor of H x W pixels. */
+MX_HD static inline uint32_t dense_offset(dense_pos q, uint32_t h, uint32_t w, uint32_t H, uint32_t W, uint32_t lanes) {
+  return ((q.outer * H + h) * W + w) * lanes + q.lane;
+}
+
+/* What the fast kernels share: the sizes, the window and the layout. */
+struct planar_geom {
+  dense_walk walk; /* over the tensor the threads take: out forward, dx backward */
+  uint32_t in_h, in_w, out_h, out_w, lanes;
+  int32_t k_h, k_w, s_h, s_w, p_h, p_w, d_h, d_w;
+};
+
+/* A view the fast kernels can take: dense in the call's layout, element 0
+ * at data, every offset under 2^31. A view both contiguous and
+ * channels-last (C = 1, or one pixel) lies the same either way. */
+static bool dense_in(const mx_kview *v, bool channels_last) {
+  if (mx__kview_numel(v) > INT32_MAX) return false;
+  return channels_last ? mx__kview_is_channels_last(v) : mx__kview_is_contiguous(v);
+}
+
+/* The fast kernels' case for the pooling of `big` (x, or dx) into `small`
+ * (out, or dy) and the indices (or NULL): 1 or 2 pooled dims, every view
+ * dense in big's layout (as the CPU, big decides), values of one float
+ * dtype. Fills g, walking the threads over `walked`. */
+static bool planar_case(const mx_kview *big, const mx_kview *small, const mx_kview *indices, const mx_pool_params *p,
+                        const mx_kview *walked, planar_geom *g) {
+  bool cl = big->ndim == 4 && mx__kview_is_channels_last(big) && !mx__kview_is_contiguous(big);
+  if (p->spatial > 2 || big->dtype != small->dtype || !mx_dtype_floating(big->dtype)) return false;
+  if (!dense_in(big, cl) || !dense_in(small, cl) || (indices && !dense_in(indices, cl))) return false;
+  mx_pool_geom pg = mx_pool_geom_of(big, small, p); /* dims 1 and 2 are H and W (1-d: H = 1) */
+  /* the window in 32 bits too: its offsets, strides, dilations, and positions in the padded input */
+  if (pg.k[1] > INT32_MAX / pg.k[2]) return false;
+  for (int i = 1; i < 3; i++)
+    if (pg.s[i] > INT32_MAX || pg.d[i] > INT32_MAX || pg.p[i] > INT32_MAX - pg.in[i]) return false;
+  g->in_h = (uint32_t)pg.in[1], g->in_w = (uint32_t)pg.in[2], g->out_h = (uint32_t)pg.out[1];
+  g->out_w = (uint32_t)pg.out[2], g->lanes = cl ? (uint32_t)big->shape[1] : 1;
+  g->k_h = (int32_t)pg.k[1], g->k_w = (int32_t)pg.k[2], g->s_h = (int32_t)pg.s[1], g->s_w = (int32_t)pg.s[2];
+  g->p_h = (int32_t)pg.p[1], g->p_w = (int32_t)pg.p[2], g->d_h = (int32_t)pg.d[1], g->d_w = (int32_t)pg.d[2];
+  bool walks_big = walked == big;
+  g->walk.lanes = divider_of(g->lanes);
+  g->walk.W = divider_of(walks_big ? g->in_w : g->out_w);
+  g->walk.H = divider_of(walks_big ? g->in_h : g->out_h);
+  return true;
+}
+
+/* A float dtype's storage and the type its values are compared in: float
+ * for the 16-bit ones and float32 (every such value is exact there, so the
+ * comparisons are those in double), double for float64. store rounds as
+ * mx_element_store does (a NaN made quiet). */
+template <mx_dtype D> struct pool_value;
+template <> struct pool_value<MX_F32> {
+  typedef float storage, compute;
+  MX_HD static float load(float v) { return v; }
+  MX_HD static float store(float v) { return v; }
+};
+template <> struct pool_value<MX_F64> {
+  typedef double storage, compute;
+  MX_HD static double load(double v) { return v; }
+  MX_HD static double store(double v) { return v; }
+};
+template <> struct pool_value<MX_BF16> {
+  typedef uint16_t storage;
+  typedef float compute;
+  MX_HD static float load(uint16_t v) { return mx_bf16_to_f32(v); }
+  MX_HD static uint16_t store(float v) { return mx_f32_to_bf16(v); }
+};
+template <> struct pool_value<MX_F16> {
+  typedef uint16_t storage;
+  typedef float compute;
+  MX_HD static float load(uint16_t v) { return mx_f16_to_f32(v); }
+  MX_HD static uint16_t store(float v) { return mx_f32_to_f16(v); }
+};
+
+/* max_pool_op's search, a thread per output, any window. */
+template <mx_dtype D>
+struct max_pool_planar_op {
+  typedef pool_value<D> V;
+  planar_geom g;
+  const typename V::storage *x;
+  typename V::storage *out;
+  void *indices;
+  bool offsets, relu;
+  MX_HD void operator()(int64_t e) const {
+    dense_pos o = g.walk.at((uint32_t)e);
+    typename V::compute best = -INFINITY;
+    int32_t where = -1, offset = 0;
+    for (int32_t kh = 0; kh < g.k_h; kh++) {
+      int64_t h = (int64_t)o.h * g.s_h - g.p_h + (int64_t)kh * g.d_h;
+      if (h < 0 || h >= g.in_h) continue;
+      for (int32_t kw = 0; kw < g.k_w; kw++) {
+        int64_t w = (int64_t)o.w * g.s_w - g.p_w + (int64_t)kw * g.d_w;
+        if (w < 0 || w >= g.in_w) continue;
+        typename V::compute v = V::load(x[dense_offset(o, (uint32_t)h, (uint32_t)w, g.in_h, g.in_w, g.lanes)]);
+        if (relu) v = v < 0 ? 0 : v; /* mx_relu_f32/f64: -0 and NaN stay */
+        if (where < 0 || v > best || v != v) {
+          best = v;
+          where = (int32_t)(h * g.in_w + w);
+          offset = kh * g.k_w + kw;
+        }
+      }
+    }
+    out[e] = V::store(best);
+    if (offsets) ((uint8_t *)indices)[e] = (uint8_t)offset;
+    else ((int64_t *)indices)[e] = where < 0 ? 0 : where;
+  }
+};
+
+/* Windows that do not overlap (stride >= kernel, no dilation): an input
+ * element lies in at most one, found by one division per dim, no search.
+ * dx is 0 + dy where the window's max came from it, the CPU's scatter of
+ * one term (-0 becomes +0, a NaN quiet), and +0 elsewhere: outside every
+ * window, in the rows and columns left over. */
+template <mx_dtype D>
+struct max_pool_backward_planar_op {
+  typedef pool_value<D> V;
+  planar_geom g;
+  divider s_h, s_w;
+  typename V::storage *dx;
+  const typename V::storage *dy;
+  const void *indices;
+  bool offsets;
+  MX_HD void operator()(int64_t e) const {
+    dense_pos i = g.walk.at((uint32_t)e);
+    uint32_t hp = i.h + g.p_h, wp = i.w + g.p_w; /* positions in the padded input */
+    uint32_t oh = s_h.quotient(hp), ow = s_w.quotient(wp), kh = hp - oh * s_h.d, kw = wp - ow * s_w.d;
+    typename V::compute grad = 0;
+    if (kh < (uint32_t)g.k_h && kw < (uint32_t)g.k_w && oh < g.out_h && ow < g.out_w) {
+      uint32_t o = dense_offset(i, oh, ow, g.out_h, g.out_w, g.lanes);
+      bool chosen = offsets ? ((const uint8_t *)indices)[o] == kh * g.k_w + kw
+                            : ((const int64_t *)indices)[o] == (int64_t)i.h * g.in_w + i.w;
+      if (chosen) grad += V::load(dy[o]);
+    }
+    dx[e] = V::store(grad);
+  }
+};
+
+/* The windows of dims 1 and 2 do not overlap: each stride at least its kernel, no dilation. */
+static bool windows_disjoint(const planar_geom &g) {
+  return g.s_h >= g.k_h && g.s_w >= g.k_w && g.d_h == 1 && g.d_w == 1;
+}
+
+/* avg_pool_op's sum in double, a thread per output, any window. */
+template <mx_dtype D>
+struct avg_pool_planar_op {
+  typedef pool_value<D> V;
+  planar_geom g;
+  const typename V::storage *x;
+  typename V::storage *out;
+  bool count_include_pad;
+  MX_HD void operator()(int64_t e) const {
+    dense_pos o = g.walk.at((uint32_t)e);
+    double sum = 0, inside = 0;
+    for (int32_t kh = 0; kh < g.k_h; kh++) {
+      int64_t h = (int64_t)o.h * g.s_h - g.p_h + (int64_t)kh * g.d_h;
+      if (h < 0 || h >= g.in_h) continue;
+      for (int32_t kw = 0; kw < g.k_w; kw++) {
+        int64_t w = (int64_t)o.w * g.s_w - g.p_w + (int64_t)kw * g.d_w;
+        if (w < 0 || w >= g.in_w) continue;
+        sum += V::load(x[dense_offset(o, (uint32_t)h, (uint32_t)w, g.in_h, g.in_w, g.lanes)]);
+        inside += 1;
+      }
+    }
+    double n = count_include_pad ? (double)g.k_h * g.k_w : inside > 0 ? inside : 1; /* divisor()'s */
+    mx_element_store(&out[e], D, sum / n);
+  }
+};
+
+/* Disjoint windows, as max_pool_backward_planar_op: dx is 0 + dy / the
+ * divisor of the one window covering it, rounded to dx's dtype. */
+template <mx_dtype D>
+struct avg_pool_backward_planar_op {
+  typedef pool_value<D> V;
+  planar_geom g;
+  divider s_h, s_w;
+  typename V::storage *dx;
+  const typename V::storage *dy;
+  bool count_include_pad;
+  /* the window's elements inside the input along one dim, from its first at `first` */
+  MX_HD static double inside(int64_t first, int32_t k, uint32_t size) {
+    int64_t lo = first < 0 ? 0 : first, hi = first + k < size ? first + k : size;
+    return (double)(hi - lo);
+  }
+  MX_HD void operator()(int64_t e) const {
+    dense_pos i = g.walk.at((uint32_t)e);
+    uint32_t hp = i.h + g.p_h, wp = i.w + g.p_w;
+    uint32_t oh = s_h.quotient(hp), ow = s_w.quotient(wp), kh = hp - oh * s_h.d, kw = wp - ow * s_w.d;
+    double grad = 0;
+    if (kh < (uint32_t)g.k_h && kw < (uint32_t)g.k_w && oh < g.out_h && ow < g.out_w) {
+      double n = count_include_pad ? (double)g.k_h * g.k_w
+                                   : inside((int64_t)oh * g.s_h - g.p_h, g.k_h, g.in_h) *
+                                         inside((int64_t)ow * g.s_w - g.p_w, g.k_w, g.in_w);
+      grad += mx_element_load(&dy[dense_offset(i, oh, ow, g.out_h, g.out_w, g.lanes)], D) / n;
+    }
+    mx_element_store(&dx[e], D, grad);
+  }
+};
+
+/* Op<dtype> over n elements, each field set by init(op) (a generic lambda,
+ * so one body serves every dtype's storage type). */
+template <template <mx_dtype> class Op, class Init>
+static mx_status launch_typed(const char *what, mx_dtype dtype, int64_t n, const Init &init) {
+  switch (dtype) {
+  case MX_F32: { Op<MX_F32> op; init(op); return launch_elementwise(what, n, op); }
+  case MX_F64: { Op<MX_F64> op; init(op); return launch_elementwise(what, n, op); }
+  case MX_BF16: { Op<MX_BF16> op; init(op); return launch_elementwise(what, n, op); }
+  default: { Op<MX_F16> op; init(op); return launch_elementwise(what, n, op); } /* planar_case: a float dtype */
+  }
+}
+
 mx_status mx__cuda_max_pool(const mx_kview *out, const mx_kview *indices, const mx_kview *x,
                             const mx_pool_params *p) {
+  planar_geom g;
+  if (planar_case(x, out, indices, p, out, &g))
+    return launch_typed<max_pool_planar_op>("launch of kernel max_pool", x->dtype, mx__kview_numel(out), [&](auto &op) {
+      op.g = g, op.x = (decltype(op.x))x->data, op.out = (decltype(op.out))out->data;
+      op.indices = indices->data, op.offsets = indices->dtype == MX_U8, op.relu = p->relu;
+    });
   max_pool_op op = {mx_pool_geom_of(x, out, p), *out, *indices, *x, p->relu, order_of(*out)};
   return launch_elementwise("launch of kernel max_pool", mx__kview_numel(out), op);
 }
 
 mx_status mx__cuda_max_pool_backward(const mx_kview *dx, const mx_kview *dy, const mx_kview *indices,
                                      const mx_pool_params *p) {
+  planar_geom g;
+  if (planar_case(dx, dy, indices, p, dx, &g) && windows_disjoint(g))
+    return launch_typed<max_pool_backward_planar_op>(
+        "launch of kernel max_pool_backward", dx->dtype, mx__kview_numel(dx), [&](auto &op) {
+          op.g = g, op.s_h = divider_of(g.s_h), op.s_w = divider_of(g.s_w);
+          op.dx = (decltype(op.dx))dx->data, op.dy = (decltype(op.dy))dy->data;
+          op.indices = indices->data, op.offsets = indices->dtype == MX_U8;
+        });
   max_pool_backward_op op = {mx_pool_geom_of(dx, dy, p), *dx, *dy, *indices, order_of(*dx)};
   return launch_elementwise("launch of kernel max_pool_backward", mx__kview_numel(dx), op);
 }
 
 mx_status mx__cuda_avg_pool(const mx_kview *out, const mx_kview *x, const mx_pool_params *p) {
+  planar_geom g;
+  if (planar_case(x, out, NULL, p, out, &g))
+    return launch_typed<avg_pool_planar_op>("launch of kernel avg_pool", x->dtype, mx__kview_numel(out), [&](auto &op) {
+      op.g = g, op.x = (decltype(op.x))x->data, op.out = (decltype(op.out))out->data;
+      op.count_include_pad = p->count_include_pad;
+    });
   avg_pool_op op = {mx_pool_geom_of(x, out, p), *out, *x, p->count_include_pad, order_of(*out)};
   return launch_elementwise("launch of kernel avg_pool", mx__kview_numel(out), op);
 }
 
 mx_status mx__cuda_avg_pool_backward(const mx_kview *dx, const mx_kview *dy, const mx_pool_params *p) {
+  planar_geom g;
+  if (planar_case(dx, dy, NULL, p, dx, &g) && windows_disjoint(g))
+    return launch_typed<avg_pool_backward_planar_op>(
+        "launch of kernel avg_pool_backward", dx->dtype, mx__kview_numel(dx), [&](auto &op) {
+          op.g = g, op.s_h = divider_of(g.s_h), op.s_w = divider_of(g.s_w);
+          op.dx = (decltype(op.dx))dx->data, op.dy = (decltype(op.dy))dy->data;
+          op.count_include_pad = p->count_include_pad;
+        });
   avg_pool_backward_op op = {mx_pool_geom_of(dx, dy, p), *dx, *dy, p->count_include_pad, order_of(*dx)};
   return launch_elementwise("launch of kernel avg_pool_backward", mx__kview_numel(dx), op);
 }

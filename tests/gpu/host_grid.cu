@@ -189,6 +189,7 @@ int main(void) {
   test_softmax(r);
   test_batch_norm(r);
   test_pool(r);
+  test_pool_planar(r);
   test_conv_matmul(r);
   if (failure_count)
     fprintf(stderr, "%d failures\n", failure_count);

@@ -127,6 +127,7 @@ void test_reduce_scan_sort(rng &r);
 void test_softmax(rng &r);
 void test_batch_norm(rng &r);
 void test_pool(rng &r);
+void test_pool_planar(rng &r);
 void test_conv_matmul(rng &r);
 
 #endif
