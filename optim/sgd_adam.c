@@ -80,9 +80,26 @@ enum { BANK_F32, BANK_F64, N_BANKS };
 
 static int bank_of(const mx_tensor *p) { return p->dtype == MX_F64 ? BANK_F64 : BANK_F32; }
 
+/* A 4-d parameter laid out channels-last and not also row-major (sizes of 1 can make it both). */
+static bool laid_channels_last(const mx_tensor *p) {
+  mx_kview v = mx__kview_of(p);
+  return p->ndim == 4 && mx__kview_is_channels_last(&v) && !mx__kview_is_contiguous(&v);
+}
+
+/* v's dims in the order of a channels-last tensor's memory, (N, H, W, C):
+ * walked row-major, it goes through channels-last memory in order. */
+static mx_kview in_nhwc_order(mx_kview v) {
+  static const int order[4] = {0, 2, 3, 1};
+  mx_kview p = v;
+  for (int d = 0; d < 4; d++) p.shape[d] = v.shape[order[d]], p.strides[d] = v.strides[order[d]];
+  return p;
+}
 /* Registers, for every parameter of the group, "step" (an int64 count,
  * 0-d) and the n named states (zeros with its shape) as views of buffers
- * shared by the group. */
+ * shared by the group, each laid out as its parameter: row-major, or
+ * channels-last for a channels-last one (mx_module_to_channels_last), so
+ * that the kernels walk parameter, gradient and state in one memory order
+ * (collect). */
 static mx_status register_state(mx_optimizer *opt, int group, int n, const char *const *names) {
   const mx__optim_group *g = &opt->groups[group];
   int64_t numel[N_BANKS] = {0, 0};
@@ -99,7 +116,8 @@ static mx_status register_state(mx_optimizer *opt, int group, int n, const char 
   for (int j = 0; j < g->n && status == MX_OK; j++) {
     const mx_tensor *p = opt->params[g->first + j];
     int64_t strides[MX_MAX_DIMS];
-    mx__contiguous_strides(p->ndim, p->shape, strides);
+    if (laid_channels_last(p)) mx__channels_last_strides(p->shape, strides);
+    else mx__contiguous_strides(p->ndim, p->shape, strides);
     status = mx_optimizer_add_state(opt, g->first + j, "step", mx__tensor_view(steps, 0, NULL, NULL, j));
     for (int k = 0; k < n && status == MX_OK; k++)
       status = mx_optimizer_add_state(opt, g->first + j, names[k],
@@ -173,6 +191,15 @@ static mx_status collect(mx_optimizer *opt, int group, int n_states, const char 
     for (int k = 0; k < n_states; k++) {
       const mx_tensor *state = mx__optimizer_find_state(opt, i, names[k]);
       if (state) it->state[k] = mx__kview_of(state).data;
+    }
+    /* The kernels give element k of the walk state element k: the walk
+     * follows the states' memory (the parameter's when it has none), so a
+     * channels-last parameter with channels-last states is one run of
+     * memory, and its gradient too when it lies alike. */
+    const mx_tensor *first_state = n_states > 0 ? mx__optimizer_find_state(opt, i, names[0]) : NULL;
+    if (laid_channels_last(first_state ? first_state : p)) {
+      it->param = in_nhwc_order(it->param);
+      it->grad = in_nhwc_order(it->grad);
     }
     const mx_tensor *steps = mx__optimizer_find_state(opt, i, "step");
     if (steps) it->step = mx__kview_of(steps).data;
