@@ -307,7 +307,7 @@ struct moment_partials_body : run_sums_out<LANES> {
 
 /* The finish: a block per channel adds the channel's partials, thread t
  * those of runs t, t + threads, ..., then the block's tree adds the
- * threads' sums, in the same order on every run. (One thread per channel
+ * threads' sums, in the same order on every call. (One thread per channel
  * adding them one after another waited a memory latency per partial.)
  * Store(c, all) stores channel c's result. */
 template <class Store>
