@@ -1,6 +1,7 @@
 /* Where batch norm's per-channel kernels find a channel's values in a
- * contiguous (N, C, *) tensor, and how CUDA's channel_sums
- * (kernels/cuda/batch_norm.cu) splits each channel's values among blocks.
+ * contiguous (N, C, *) tensor, how CUDA's channel_sums
+ * (kernels/cuda/batch_norm.cu) splits each channel's values among blocks,
+ * and how a thread walks its share of them.
  * Plain C, so the CPU tests check the arithmetic the GPU runs. */
 #ifndef MX_KERNELS_CHANNEL_PLAN_H
 #define MX_KERNELS_CHANNEL_PLAN_H
@@ -50,6 +51,41 @@ MX_HD static inline mx_channel_plan mx_channel_plan_split(mx_channel_plan p, int
 MX_HD static inline int64_t mx_channel_offset(const mx_channel_plan *p, int64_t c, int64_t j) {
   int64_t n = j / p->plane;
   return (n * p->channels + c) * p->plane + (j - n * p->plane);
+}
+
+/* A walk over channel c's values j, j + step, j + 2 step, ... by their
+ * offsets, with no division per value (a 64-bit division costs dozens of
+ * instructions on a GPU): each step adds a constant, and one more jump
+ * past the other channels' planes where it crosses into the next plane. */
+typedef struct {
+  int64_t offset;      /* of the current value */
+  int64_t within;      /* its place in its plane: j % plane */
+  int64_t plane;       /* the plan's */
+  int64_t step_within; /* step % plane */
+  int64_t step_offset; /* the offset's change when the step stays in a plane as far in */
+  int64_t wrap;        /* the offset's extra change when the step crosses one plane more */
+} mx_channel_walk;
+
+/* The walk from value j of channel c (a plan with values: plane >= 1). */
+MX_HD static inline mx_channel_walk mx_channel_walk_of(const mx_channel_plan *p, int64_t c, int64_t j, int64_t step) {
+  mx_channel_walk w;
+  w.offset = mx_channel_offset(p, c, j);
+  w.within = j % p->plane;
+  w.plane = p->plane;
+  w.step_within = step % p->plane;
+  w.step_offset = step / p->plane * p->channels * p->plane + w.step_within;
+  w.wrap = (p->channels - 1) * p->plane; /* the next plane of channel c is channels planes on, not one */
+  return w;
+}
+
+/* Moves the walk on by its step. */
+MX_HD static inline void mx_channel_walk_next(mx_channel_walk *w) {
+  w->offset += w->step_offset;
+  w->within += w->step_within;
+  if (w->within >= w->plane) {
+    w->within -= w->plane;
+    w->offset += w->wrap;
+  }
 }
 
 /* The channel of the element at offset i. */

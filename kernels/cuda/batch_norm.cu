@@ -11,16 +11,15 @@
  * (kernels/channel_plan.h): a block per run adds its values in double into
  * a partial (channels-last data: a block per run of a tile of 32
  * neighbouring channels, a partial per lane, so that a warp reads one row's
- * neighbouring values), then one thread per channel adds that channel's
- * partials in run order, so a run gives the same bits each time (no
- * atomics). The CPU adds in another order: the sums agree to rounding. */
+ * neighbouring values), each thread loading a group of values before adding
+ * them so that many loads are in flight; then a block per channel adds
+ * that channel's partials by a fixed tree, so a run gives the same bits
+ * each time (no atomics). The CPU adds in another order: the sums agree to
+ * rounding. */
 #include "kernels/channel_plan.h"
 #include "kernels/cuda/common.cuh"
 
 #define SUMS_THREADS 256
-/* Values per run at least: 8 a thread, so a block's closing tree of adds
- * is a small part of its work. */
-#define SUMS_MIN_RUN (8 * SUMS_THREADS)
 
 /* relu's backward in T: gradient g where relu's output y > 0, else 0. */
 MX_HD static inline float relu_grad(float g, float y) { return mx_relu_grad_f32(g, y); }
@@ -121,7 +120,7 @@ mx_status mx__cuda_channel_combine(const mx_kview *y, const mx_kview *a, const m
   return channel_combine<float>(y, a, b, scale_a, center_b, scale_b, shift, a_mask);
 }
 
-/* --- channel_sums ----------------------------------------------------------------- */
+/* --- channel_sums and channel_moments: per-run partials, then a finish ------------ */
 
 /* Channels-last data (a plan with plane 1: (N H W, C), or (N, C)) from
  * this many channels on is read in tiles of SUMS_LANES neighbouring
@@ -132,44 +131,92 @@ mx_status mx__cuda_channel_combine(const mx_kview *y, const mx_kview *a, const m
 #define SUMS_LANES 32
 #define SUMS_TILED_CHANNELS 32
 
+/* Values a thread loads before it adds any of them. The reductions are
+ * bound by memory: one load at a time would wait a whole memory latency
+ * per value, while a group's loads are independent and all in flight at
+ * once. A run has at least a group a thread. */
+#define SUMS_GROUP 8
+#define SUMS_MIN_RUN (SUMS_GROUP * SUMS_THREADS)
+
+/* The finish's threads per channel at most (a power of two): each adds a
+ * few of the channel's partials, then the block's tree adds theirs. */
+#define FINISH_THREADS 256
+
 /* A run's two sums. */
 struct run_sums {
   double sum, dot;
 };
 
-/* Which values a thread adds for an item of the reductions below. LANES 1:
+/* Which values a thread adds for an item of the partials below. LANES 1:
  * the item is run r of channel r / segments (r % segments), the block's
  * threads taking its values in turn. LANES > 1 (plane 1 only): the item is
  * run r % segments of the channels of tile r / segments, thread t taking
  * channel tile LANES + t % LANES (none past the last channel: an idle lane)
  * and the rows of the run from t / LANES on, threads / LANES apart. */
 struct thread_share {
-  int64_t c, run, first, end; /* values first <= j < end of channel c (end == first: none) */
-  int64_t from, step;         /* the thread's: j = from, from + step, ... */
+  int64_t c;
+  int64_t from, step, count; /* values from, from + step, ... of channel c: count of them */
 };
 
 template <unsigned LANES>
 MX_HD static inline thread_share share_of(const mx_channel_plan &p, int64_t item, int64_t thread, int64_t threads) {
   thread_share s;
   s.c = item / p.segments * LANES + thread % LANES;
-  s.run = item % p.segments;
-  s.first = s.run * p.segment;
-  s.end = s.c >= p.channels ? s.first : s.first + p.segment < p.count ? s.first + p.segment : p.count;
-  s.from = s.first + thread / LANES;
+  int64_t first = item % p.segments * p.segment;
+  int64_t end = s.c >= p.channels ? first : first + p.segment < p.count ? first + p.segment : p.count;
+  s.from = first + thread / LANES;
   s.step = threads / LANES;
+  s.count = s.from < end ? (end - s.from + s.step - 1) / s.step : 0;
   return s;
 }
 
-/* The items of the reductions below: runs, or tiles' runs. */
+/* The items of the partials below: runs, or tiles' runs. */
 template <unsigned LANES>
 static int64_t items_of(const mx_channel_plan &p) {
   return (p.channels + LANES - 1) / LANES * p.segments;
 }
 
-/* Where the two block reductions below leave their pairs: partials[2 r]
- * and partials[2 r + 1] for run k of channel c, r = c segments + k,
- * whatever the LANES (common.cuh's launch_block_reduce asks a body for
- * partial, combine and finish). */
+/* The offsets of a thread's next group of values, of which `left` remain;
+ * past those, offsets of the group's first (read, never added). */
+MX_HD static inline void next_group(mx_channel_walk &walk, int64_t left, int64_t *k) {
+  for (int u = 0; u < SUMS_GROUP; u++) {
+    k[u] = u < left ? walk.offset : k[0];
+    mx_channel_walk_next(&walk);
+  }
+}
+
+/* The values at offsets k[0..SUMS_GROUP) of contiguous v, widened exactly
+ * and then converted to T: one switch on the dtype for the whole group, so
+ * that its loads issue one after another without waiting (16-bit values
+ * all loaded before any is widened: float16's widening branches on the
+ * value, so widening each as it comes would wait for each load in turn). */
+template <class T>
+MX_HD static inline void load_group(const mx_kview &v, const int64_t *k, T *out) {
+  uint16_t bits[SUMS_GROUP];
+  switch (v.dtype) {
+  case MX_F32:
+    for (int u = 0; u < SUMS_GROUP; u++) out[u] = (T)((const float *)v.data)[k[u]];
+    break;
+  case MX_F64:
+    for (int u = 0; u < SUMS_GROUP; u++) out[u] = (T)((const double *)v.data)[k[u]];
+    break;
+  case MX_BF16:
+  case MX_F16:
+    for (int u = 0; u < SUMS_GROUP; u++) bits[u] = ((const uint16_t *)v.data)[k[u]];
+    for (int u = 0; u < SUMS_GROUP; u++)
+      out[u] = (T)(v.dtype == MX_BF16 ? mx_bf16_to_f32(bits[u]) : mx_f16_to_f32(bits[u]));
+    break;
+  default:
+    for (int u = 0; u < SUMS_GROUP; u++)
+      out[u] = (T)mx_element_load((const char *)v.data + k[u] * dtype_bytes(v.dtype), v.dtype);
+    break;
+  }
+}
+
+/* Where the partials kernels below leave their pairs: partials[2 r] and
+ * partials[2 r + 1] for run k of channel c, r = c segments + k, whatever
+ * the LANES (common.cuh's launch_block_reduce asks a body for partial,
+ * combine and finish). */
 template <unsigned LANES>
 struct run_sums_out {
   typedef run_sums partial;
@@ -200,113 +247,30 @@ struct channel_partials_body : run_sums_out<LANES> {
   bool with_b;
   const T *a_center, *b_center;
   MX_HD partial thread_partial(int64_t item, int64_t thread, int64_t threads) const {
-    const mx_channel_plan &plan = this->p;
-    thread_share s = share_of<LANES>(plan, item, thread, threads);
+    thread_share s = share_of<LANES>(this->p, item, thread, threads);
     partial mine = {0, 0};
-    if (s.end == s.first) return mine;
-    int64_t bytes = dtype_bytes(a.dtype);
+    if (s.count == 0) return mine;
     T ca = a_center ? a_center[s.c] : (T)0, cb = b_center ? b_center[s.c] : (T)0;
-    for (int64_t j = s.from; j < s.end; j += s.step) {
-      int64_t k = mx_channel_offset(&plan, s.c, j);
-      T va = load_masked<T>(a, a_mask, k);
-      mine.sum += (double)va;
-      if (with_b) {
-        T vb = (T)mx_element_load((const char *)b.data + k * bytes, b.dtype);
-        T product = (va - ca) * (vb - cb); /* rounded in T, as the elementwise ops round it */
-        mine.dot += (double)product;
+    mx_channel_walk walk = mx_channel_walk_of(&this->p, s.c, s.from, s.step);
+    for (int64_t left = s.count; left > 0; left -= SUMS_GROUP) {
+      int64_t k[SUMS_GROUP];
+      T va[SUMS_GROUP], vb[SUMS_GROUP], mask[SUMS_GROUP];
+      next_group(walk, left, k);
+      load_group(a, k, va);
+      if (a_mask.data) load_group(a_mask, k, mask);
+      if (with_b) load_group(b, k, vb);
+      for (int u = 0; u < SUMS_GROUP && u < left; u++) {
+        T v = a_mask.data ? relu_grad(va[u], mask[u]) : va[u];
+        mine.sum += (double)v;
+        if (with_b) {
+          T product = (v - ca) * (vb[u] - cb); /* rounded in T, as the elementwise ops round it */
+          mine.dot += (double)product;
+        }
       }
     }
     return mine;
   }
 };
-
-/* Channel c's partials added in run order and stored (sum or dot absent:
- * data NULL). */
-struct finish_op {
-  const double *partials;
-  int64_t segments;
-  mx_kview sum, dot;
-  MX_HD void operator()(int64_t c) const {
-    double s = 0, d = 0;
-    for (int64_t k = 0; k < segments; k++) {
-      s += partials[2 * (c * segments + k)];
-      d += partials[2 * (c * segments + k) + 1];
-    }
-    if (sum.data) mx_element_store((char *)sum.data + c * dtype_bytes(sum.dtype), sum.dtype, s);
-    if (dot.data) mx_element_store((char *)dot.data + c * dtype_bytes(dot.dtype), dot.dtype, d);
-  }
-};
-
-/* The plan of the reductions below for x, and whether it is read in tiles
- * of SUMS_LANES channels. A tile's run takes SUMS_LANES values a row, so it
- * is split as one channel of rows, at least SUMS_MIN_RUN values a block
- * either way; a quarter of the grid cap: about 8 blocks of 256 threads per
- * multiprocessor. */
-static mx_channel_plan sums_plan(const mx_kview *x, bool *tiled) {
-  mx_channel_plan p = mx_channel_plan_of(x);
-  *tiled = p.plane == 1 && p.channels >= SUMS_TILED_CHANNELS;
-  if (!*tiled) return mx_channel_plan_split(p, mx__cuda_max_blocks() / 4, SUMS_MIN_RUN);
-  int64_t channels = p.channels;
-  p.channels = (channels + SUMS_LANES - 1) / SUMS_LANES;
-  p = mx_channel_plan_split(p, mx__cuda_max_blocks() / 4, SUMS_MIN_RUN / SUMS_LANES);
-  p.channels = channels;
-  return p;
-}
-
-template <class T, unsigned LANES>
-static mx_status launch_partials(const mx_channel_plan *p, const mx_kview *a, const mx_kview *b,
-                                 const mx_kview *a_center, const mx_kview *b_center, const mx_kview *a_mask,
-                                 double *partials) {
-  int64_t items = items_of<LANES>(*p);
-  int64_t blocks = items < mx__cuda_max_blocks() ? items : mx__cuda_max_blocks();
-  channel_partials_body<T, LANES> body;
-  memset(&body, 0, sizeof body);
-  body.p = *p;
-  body.a = *a;
-  if (b) body.b = *b;
-  if (a_mask) body.a_mask = *a_mask;
-  body.with_b = b != NULL;
-  body.a_center = a_center ? (const T *)a_center->data : NULL;
-  body.b_center = b_center ? (const T *)b_center->data : NULL;
-  body.partials = partials;
-  body.items = items;
-  return launch_block_reduce<SUMS_THREADS, LANES>("launch of kernel channel_partials", blocks, SUMS_THREADS, body);
-}
-
-template <class T>
-static mx_status launch_partials(bool tiled, const mx_channel_plan *p, const mx_kview *a, const mx_kview *b,
-                                 const mx_kview *a_center, const mx_kview *b_center, const mx_kview *a_mask,
-                                 double *partials) {
-  return tiled ? launch_partials<T, SUMS_LANES>(p, a, b, a_center, b_center, a_mask, partials)
-               : launch_partials<T, 1>(p, a, b, a_center, b_center, a_mask, partials);
-}
-
-mx_status mx__cuda_channel_sums(const mx_kview *sum, const mx_kview *dot, const mx_kview *a, const mx_kview *b,
-                                const mx_kview *a_center, const mx_kview *b_center, const mx_kview *a_mask) {
-  bool tiled;
-  mx_channel_plan p = sums_plan(a, &tiled);
-  if (p.channels == 0) return MX_OK;
-  const mx_kview *with_b = dot ? b : NULL;
-  double *partials = NULL;
-  size_t bytes = (size_t)(p.channels * p.segments) * 2 * sizeof(double);
-  MX__RETURN_IF_FAILED(scratch_alloc((void **)&partials, bytes));
-  mx_status status = a->dtype == MX_F64
-                        ? launch_partials<double>(tiled, &p, a, with_b, a_center, b_center, a_mask, partials)
-                        : launch_partials<float>(tiled, &p, a, with_b, a_center, b_center, a_mask, partials);
-  if (status == MX_OK) {
-    finish_op finish;
-    memset(&finish, 0, sizeof finish);
-    finish.partials = partials;
-    finish.segments = p.segments;
-    if (sum) finish.sum = *sum;
-    if (dot) finish.dot = *dot;
-    status = launch_elementwise("launch of kernel channel_sums", p.channels, finish);
-  }
-  mx_status freed = scratch_free(partials);
-  return status != MX_OK ? status : freed;
-}
-
-/* --- channel_moments -------------------------------------------------------------- */
 
 /* The value of channel c at position j, widened exactly to double. */
 MX_HD static inline double channel_value(const mx_channel_plan &p, const mx_kview &x, int64_t c, int64_t j) {
@@ -321,49 +285,170 @@ struct moment_partials_body : run_sums_out<LANES> {
   typedef run_sums partial;
   mx_kview x;
   MX_HD partial thread_partial(int64_t item, int64_t thread, int64_t threads) const {
-    const mx_channel_plan &plan = this->p;
-    thread_share s = share_of<LANES>(plan, item, thread, threads);
+    thread_share s = share_of<LANES>(this->p, item, thread, threads);
     partial mine = {0, 0};
-    if (s.end == s.first) return mine; /* an empty channel, or an idle lane */
-    double k = channel_value(plan, x, s.c, 0);
-    for (int64_t j = s.from; j < s.end; j += s.step) {
-      double d = channel_value(plan, x, s.c, j) - k;
-      mine.sum += d;
-      mine.dot += d * d;
+    if (s.count == 0) return mine; /* an empty channel, or an idle lane */
+    double k = channel_value(this->p, x, s.c, 0);
+    mx_channel_walk walk = mx_channel_walk_of(&this->p, s.c, s.from, s.step);
+    for (int64_t left = s.count; left > 0; left -= SUMS_GROUP) {
+      int64_t at[SUMS_GROUP];
+      double v[SUMS_GROUP];
+      next_group(walk, left, at);
+      load_group(x, at, v);
+      for (int u = 0; u < SUMS_GROUP && u < left; u++) {
+        double d = v[u] - k;
+        mine.sum += d;
+        mine.dot += d * d;
+      }
     }
     return mine;
   }
 };
 
-/* Channel c's partials added in run order, its moments stored. */
-struct moments_finish_op {
+/* The finish: a block per channel adds the channel's partials, thread t
+ * those of runs t, t + threads, ..., then the block's tree adds the
+ * threads' sums, in the same order on every call. (One thread per channel
+ * adding them one after another waited a memory latency per partial.)
+ * Store(c, all) stores channel c's result. */
+template <class Store>
+struct finish_body {
+  typedef run_sums partial;
   const double *partials;
+  int64_t segments, items; /* items: the channels */
+  Store store;
+  MX_HD partial thread_partial(int64_t c, int64_t thread, int64_t threads) const {
+    partial mine = {0, 0};
+    for (int64_t k = thread; k < segments; k += threads) {
+      mine.sum += partials[2 * (c * segments + k)];
+      mine.dot += partials[2 * (c * segments + k) + 1];
+    }
+    return mine;
+  }
+  MX_HD partial combine(partial x, partial y) const {
+    x.sum += y.sum;
+    x.dot += y.dot;
+    return x;
+  }
+  MX_HD void finish(int64_t c, partial all) const { store(c, all); }
+};
+
+/* channel_sums' store: the two sums (sum or dot absent: data NULL). */
+struct sums_store {
+  mx_kview sum, dot;
+  MX_HD void operator()(int64_t c, run_sums all) const {
+    if (sum.data) mx_element_store((char *)sum.data + c * dtype_bytes(sum.dtype), sum.dtype, all.sum);
+    if (dot.data) mx_element_store((char *)dot.data + c * dtype_bytes(dot.dtype), dot.dtype, all.dot);
+  }
+};
+
+/* channel_moments' store: the mean and variance from the shifted sums. */
+struct moments_store {
   mx_channel_plan p;
   mx_kview x, mean, var;
-  MX_HD void operator()(int64_t c) const {
-    double s1 = 0, s2 = 0, m, v;
-    for (int64_t k = 0; k < p.segments; k++) {
-      s1 += partials[2 * (c * p.segments + k)];
-      s2 += partials[2 * (c * p.segments + k) + 1];
-    }
-    mx_moments_of(p.count ? channel_value(p, x, c, 0) : 0, s1, s2, (double)p.count, &m, &v);
+  MX_HD void operator()(int64_t c, run_sums all) const {
+    double m, v;
+    mx_moments_of(p.count ? channel_value(p, x, c, 0) : 0, all.sum, all.dot, (double)p.count, &m, &v);
     mx_element_store((char *)mean.data + c * dtype_bytes(mean.dtype), mean.dtype, m);
     mx_element_store((char *)var.data + c * dtype_bytes(var.dtype), var.dtype, v);
   }
 };
 
+/* The plan of the partials for x, and whether it is read in tiles of
+ * SUMS_LANES channels. A tile's run takes SUMS_LANES values a row, so it
+ * is split as one channel of rows, at least SUMS_MIN_RUN values a block
+ * either way; a quarter of the grid cap: about 8 blocks of 256 threads per
+ * multiprocessor. */
+static mx_channel_plan sums_plan(const mx_kview *x, bool *tiled) {
+  mx_channel_plan p = mx_channel_plan_of(x);
+  *tiled = p.plane == 1 && p.channels >= SUMS_TILED_CHANNELS;
+  if (!*tiled) return mx_channel_plan_split(p, mx__cuda_max_blocks() / 4, SUMS_MIN_RUN);
+  int64_t channels = p.channels;
+  p.channels = (channels + SUMS_LANES - 1) / SUMS_LANES;
+  p = mx_channel_plan_split(p, mx__cuda_max_blocks() / 4, SUMS_MIN_RUN / SUMS_LANES);
+  p.channels = channels;
+  return p;
+}
+
+/* A block per item of the body's, at most the grid cap. */
+template <unsigned LANES, class Body>
+static mx_status launch_partials(const char *what, Body &body) {
+  body.items = items_of<LANES>(body.p);
+  int64_t blocks = body.items < mx__cuda_max_blocks() ? body.items : mx__cuda_max_blocks();
+  return launch_block_reduce<SUMS_THREADS, LANES>(what, blocks, SUMS_THREADS, body);
+}
+
+/* Adds each channel's partials and stores the results through store. */
+template <class Store>
+static mx_status launch_finish(const char *what, const mx_channel_plan &p, const double *partials,
+                               const Store &store) {
+  finish_body<Store> body;
+  memset(&body, 0, sizeof body);
+  body.partials = partials;
+  body.segments = p.segments;
+  body.items = p.channels;
+  body.store = store;
+  unsigned threads = 32; /* a warp at least; no more than one a partial below FINISH_THREADS */
+  while (threads < FINISH_THREADS && threads < p.segments) threads *= 2;
+  int64_t blocks = p.channels < mx__cuda_max_blocks() ? p.channels : mx__cuda_max_blocks();
+  return launch_block_reduce<FINISH_THREADS>(what, blocks, threads, body);
+}
+
+template <class T, unsigned LANES>
+static mx_status sums_partials(const mx_channel_plan *p, const mx_kview *a, const mx_kview *b,
+                               const mx_kview *a_center, const mx_kview *b_center, const mx_kview *a_mask,
+                               double *partials) {
+  channel_partials_body<T, LANES> body;
+  memset(&body, 0, sizeof body);
+  body.p = *p;
+  body.a = *a;
+  if (b) body.b = *b;
+  if (a_mask) body.a_mask = *a_mask;
+  body.with_b = b != NULL;
+  body.a_center = a_center ? (const T *)a_center->data : NULL;
+  body.b_center = b_center ? (const T *)b_center->data : NULL;
+  body.partials = partials;
+  return launch_partials<LANES>("launch of kernel channel_partials", body);
+}
+
+template <class T>
+static mx_status sums_partials(bool tiled, const mx_channel_plan *p, const mx_kview *a, const mx_kview *b,
+                               const mx_kview *a_center, const mx_kview *b_center, const mx_kview *a_mask,
+                               double *partials) {
+  return tiled ? sums_partials<T, SUMS_LANES>(p, a, b, a_center, b_center, a_mask, partials)
+               : sums_partials<T, 1>(p, a, b, a_center, b_center, a_mask, partials);
+}
+
+mx_status mx__cuda_channel_sums(const mx_kview *sum, const mx_kview *dot, const mx_kview *a, const mx_kview *b,
+                                const mx_kview *a_center, const mx_kview *b_center, const mx_kview *a_mask) {
+  bool tiled;
+  mx_channel_plan p = sums_plan(a, &tiled);
+  if (p.channels == 0) return MX_OK;
+  const mx_kview *with_b = dot ? b : NULL;
+  double *partials = NULL;
+  size_t bytes = (size_t)(p.channels * p.segments) * 2 * sizeof(double);
+  MX__RETURN_IF_FAILED(scratch_alloc((void **)&partials, bytes));
+  mx_status status = a->dtype == MX_F64
+                         ? sums_partials<double>(tiled, &p, a, with_b, a_center, b_center, a_mask, partials)
+                         : sums_partials<float>(tiled, &p, a, with_b, a_center, b_center, a_mask, partials);
+  if (status == MX_OK) {
+    sums_store store;
+    memset(&store, 0, sizeof store);
+    if (sum) store.sum = *sum;
+    if (dot) store.dot = *dot;
+    status = launch_finish("launch of kernel channel_sums", p, partials, store);
+  }
+  mx_status freed = scratch_free(partials);
+  return status != MX_OK ? status : freed;
+}
+
 template <unsigned LANES>
-static mx_status launch_moment_partials(const mx_channel_plan *p, const mx_kview *x, double *partials) {
-  int64_t items = items_of<LANES>(*p);
-  int64_t blocks = items < mx__cuda_max_blocks() ? items : mx__cuda_max_blocks();
+static mx_status moment_partials(const mx_channel_plan *p, const mx_kview *x, double *partials) {
   moment_partials_body<LANES> body;
   memset(&body, 0, sizeof body);
   body.p = *p;
   body.x = *x;
   body.partials = partials;
-  body.items = items;
-  return launch_block_reduce<SUMS_THREADS, LANES>("launch of kernel channel_moment_partials", blocks, SUMS_THREADS,
-                                                  body);
+  return launch_partials<LANES>("launch of kernel channel_moment_partials", body);
 }
 
 mx_status mx__cuda_channel_moments(const mx_kview *mean, const mx_kview *var, const mx_kview *x) {
@@ -372,17 +457,15 @@ mx_status mx__cuda_channel_moments(const mx_kview *mean, const mx_kview *var, co
   if (p.channels == 0) return MX_OK;
   double *partials = NULL;
   MX__RETURN_IF_FAILED(scratch_alloc((void **)&partials, (size_t)(p.channels * p.segments) * 2 * sizeof(double)));
-  mx_status status =
-      tiled ? launch_moment_partials<SUMS_LANES>(&p, x, partials) : launch_moment_partials<1>(&p, x, partials);
+  mx_status status = tiled ? moment_partials<SUMS_LANES>(&p, x, partials) : moment_partials<1>(&p, x, partials);
   if (status == MX_OK) {
-    moments_finish_op finish;
-    memset(&finish, 0, sizeof finish);
-    finish.partials = partials;
-    finish.p = p;
-    finish.x = *x;
-    finish.mean = *mean;
-    finish.var = *var;
-    status = launch_elementwise("launch of kernel channel_moments", p.channels, finish);
+    moments_store store;
+    memset(&store, 0, sizeof store);
+    store.p = p;
+    store.x = *x;
+    store.mean = *mean;
+    store.var = *var;
+    status = launch_finish("launch of kernel channel_moments", p, partials, store);
   }
   mx_status freed = scratch_free(partials);
   return status != MX_OK ? status : freed;

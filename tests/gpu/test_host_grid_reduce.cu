@@ -111,6 +111,69 @@ static host_tensor channel_vector(mx_dtype dtype, int64_t channels, value_kind k
   return t;
 }
 
+/* channel_sums (with b, both centres and a mask) and channel_moments of data of `shape`, compared with the CPU's:
+ * exact on small integers; on positive values within a few float32 roundings of the sum of the terms' magnitudes
+ * (up to 16 each), as the CPU adds in float32 within blocks of 512 values. */
+static void check_channel_stats(mx_dtype dtype, int ndim, const int64_t *shape, value_kind kind, rng &r) {
+  int64_t channels = shape[1];
+  bool exact = kind == SMALL_INT;
+  host_tensor x = make_tensor(dtype, ndim, shape, CONTIGUOUS, r), g = make_tensor(dtype, ndim, shape, CONTIGUOUS, r);
+  host_tensor mask = make_tensor(dtype, ndim, shape, CONTIGUOUS, r);
+  fill_values(x, kind, r);
+  fill_values(g, kind, r);
+  fill_values(mask, SMALL_INT, r); /* relu's backward zeroes about half of a */
+  host_tensor center = channel_vector(dtype, channels, SMALL_INT, r),
+              gcenter = channel_vector(dtype, channels, SMALL_INT, r);
+  double rel = exact ? 0 : ulps(MX_F32, 8), floor = 16.0 * (double)(x.numel() / channels);
+  for (int masked = 0; masked < 2; masked++) {
+    host_tensor sum_a = channel_vector(dtype, channels, AWKWARD, r), sum_b = sum_a;
+    host_tensor dot_a = channel_vector(dtype, channels, AWKWARD, r), dot_b = dot_a;
+    check_status(cpu.channel_sums(&sum_a.v, &dot_a.v, &g.v, &x.v, &gcenter.v, &center.v, masked ? &mask.v : NULL),
+                 mx__cuda_channel_sums(&sum_b.v, &dot_b.v, &g.v, &x.v, &gcenter.v, &center.v,
+                                       masked ? &mask.v : NULL),
+                 "channel_sums");
+    same_values(sum_a, sum_b, rel, floor, "channel_sums sum");
+    same_values(dot_a, dot_b, rel, floor, "channel_sums dot");
+  }
+  host_tensor mean_a = channel_vector(dtype, channels, AWKWARD, r), mean_b = mean_a;
+  host_tensor var_a = channel_vector(dtype, channels, AWKWARD, r), var_b = var_a;
+  check_status(cpu.channel_moments(&mean_a.v, &var_a.v, &x.v), mx__cuda_channel_moments(&mean_b.v, &var_b.v, &x.v),
+               "channel_moments");
+  same_values(mean_a, mean_b, rel, floor, "channel_moments mean");
+  same_values(var_a, var_b, rel, floor, "channel_moments var");
+}
+
+/* Batch norm's statistics over long channels, without a grid cap: many runs a channel, more than the finish's
+ * 256 threads now and then (each thread then adds several partials), in planes shorter and longer than a
+ * block's stride (the walk crossing planes once or several times a step), 1 channel, and channels-last
+ * (plane 1) with channel counts around and past the 32 of a tile, not only multiples of it. */
+static void test_batch_norm_long(rng &r) {
+  bool quick = rounds(4) < 4;
+  int64_t cases[][4] = {
+      {4, 1, 300, 500},                      /* 1 channel of 600000 values: 292 runs */
+      {64, 3, 28, 28},                       /* planes of 784 */
+      {200, 5, 5, 7},                        /* planes of 35: a step of 256 crosses 7 */
+      {20000, 45, 0, 0},                     /* channels-last: 2 tiles, the second 13 wide, 312 runs */
+      {30000, 1, 0, 0},                      /* 1 channel, plane 1 */
+      {700, 130, 0, 0},                      /* 5 tiles */
+      {3000, 31, 0, 0},                      /* just below the tiles */
+      {33, 1024, 0, 0},                      /* many channels, few rows */
+  };
+  int saved_cap = host_grid_cap;
+  host_grid_cap = 65535;
+  for (auto &shape : cases) {
+    int ndim = shape[2] ? 4 : 2;
+    int64_t s[4] = {shape[0], shape[1], shape[2], shape[3]};
+    if (quick && s[0] >= 1000) s[0] /= 8; /* fewer runs, the same paths */
+    mx_dtype dtype = float_dtypes[r.range(0, 3)];
+    value_kind kind = r.range(0, 1) ? SMALL_INT : POSITIVE;
+    describe("channel_sums and _moments of %s, long channels: shape (%lld, %lld%s), %s values", mx_dtype_name(dtype),
+             (long long)s[0], (long long)s[1], ndim > 2 ? ", ..." : "", kind == SMALL_INT ? "small integer" : "positive");
+    check_channel_stats(dtype, ndim, s, kind, r);
+  }
+  host_grid_cap = saved_cap;
+}
+
 void test_batch_norm(rng &r) {
   for (int round = 0; round < rounds(24); round++)
     for (mx_dtype dtype : float_dtypes) {
@@ -198,6 +261,7 @@ void test_batch_norm(rng &r) {
                    "channel_combine");
       same_values(combined_a, combined_b, 0, 0, "channel_combine");
     }
+  test_batch_norm_long(r);
 }
 
 /* Pooling's parameters for `spatial` dims of in, and the output's shape. */

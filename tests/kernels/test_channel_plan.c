@@ -106,3 +106,25 @@ Test(channel_plan, offsets_past_four_billion) {
   cr_expect_eq(mx_channel_of(&p, 6 * plane - 1), 1);
   cr_expect_eq(p.segments * p.segment >= p.count, 1);
 }
+
+/* A walk from every start with every step gives mx_channel_offset's offsets: steps shorter than a plane, as long,
+ * and crossing several planes at once, from values anywhere in a plane, planes of one included. */
+Test(channel_plan, a_walk_gives_each_values_offset) {
+  static const int64_t shapes[][3] = {{5, 3, 7}, {9, 4, 1}, {3, 2, 256}, {40, 1, 3}};
+  static const int64_t steps[] = {1, 2, 6, 7, 8, 13, 256, 257};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    mx_kview v = view(3, shapes[s]);
+    mx_channel_plan p = mx_channel_plan_of(&v);
+    for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++)
+      for (int64_t c = 0; c < p.channels; c++)
+        for (int64_t from = 0; from < p.plane + 2 && from < p.count; from++) {
+          mx_channel_walk w = mx_channel_walk_of(&p, c, from, steps[k]);
+          for (int64_t j = from; j < p.count; j += steps[k], mx_channel_walk_next(&w))
+            cr_assert_eq(w.offset, mx_channel_offset(&p, c, j),
+                         "shape (%lld, %lld, %lld), channel %lld, step %lld from %lld: value %lld at %lld, not %lld",
+                         (long long)shapes[s][0], (long long)shapes[s][1], (long long)shapes[s][2], (long long)c,
+                         (long long)steps[k], (long long)from, (long long)j, (long long)w.offset,
+                         (long long)mx_channel_offset(&p, c, j));
+        }
+  }
+}
