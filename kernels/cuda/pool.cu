@@ -311,6 +311,19 @@ template <> struct pool_value<MX_F16> {
   MX_HD static uint16_t store(float v) { return mx_f32_to_f16(v); }
 };
 
+/* BODY for each element (h, w) inside the input of output o's window, at
+ * the window's (kh, kw), in row-major order. */
+#define FOR_PLANAR_WINDOW(g, o, BODY)                                      \
+  for (int32_t kh = 0; kh < (g).k_h; kh++) {                               \
+    int64_t h = (int64_t)(o).h * (g).s_h - (g).p_h + (int64_t)kh * (g).d_h; \
+    if (h < 0 || h >= (g).in_h) continue;                                  \
+    for (int32_t kw = 0; kw < (g).k_w; kw++) {                             \
+      int64_t w = (int64_t)(o).w * (g).s_w - (g).p_w + (int64_t)kw * (g).d_w; \
+      if (w < 0 || w >= (g).in_w) continue;                                \
+      BODY                                                                 \
+    }                                                                      \
+  }
+
 /* max_pool_op's search, a thread per output, any window. */
 template <mx_dtype D>
 struct max_pool_planar_op {
@@ -324,21 +337,15 @@ struct max_pool_planar_op {
     dense_pos o = g.walk.at((uint32_t)e);
     typename V::compute best = -INFINITY;
     int32_t where = -1, offset = 0;
-    for (int32_t kh = 0; kh < g.k_h; kh++) {
-      int64_t h = (int64_t)o.h * g.s_h - g.p_h + (int64_t)kh * g.d_h;
-      if (h < 0 || h >= g.in_h) continue;
-      for (int32_t kw = 0; kw < g.k_w; kw++) {
-        int64_t w = (int64_t)o.w * g.s_w - g.p_w + (int64_t)kw * g.d_w;
-        if (w < 0 || w >= g.in_w) continue;
-        typename V::compute v = V::load(x[dense_offset(o, (uint32_t)h, (uint32_t)w, g.in_h, g.in_w, g.lanes)]);
-        if (relu) v = v < 0 ? 0 : v; /* mx_relu_f32/f64: -0 and NaN stay */
-        if (where < 0 || v > best || v != v) {
-          best = v;
-          where = (int32_t)(h * g.in_w + w);
-          offset = kh * g.k_w + kw;
-        }
+    FOR_PLANAR_WINDOW(g, o, {
+      typename V::compute v = V::load(x[dense_offset(o, (uint32_t)h, (uint32_t)w, g.in_h, g.in_w, g.lanes)]);
+      if (relu) v = v < 0 ? 0 : v; /* mx_relu_f32/f64: -0 and NaN stay */
+      if (where < 0 || v > best || v != v) {
+        best = v;
+        where = (int32_t)(h * g.in_w + w);
+        offset = kh * g.k_w + kw;
       }
-    }
+    })
     out[e] = V::store(best);
     if (offsets) ((uint8_t *)indices)[e] = (uint8_t)offset;
     else ((int64_t *)indices)[e] = where < 0 ? 0 : where;
@@ -390,16 +397,10 @@ struct avg_pool_planar_op {
   MX_HD void operator()(int64_t e) const {
     dense_pos o = g.walk.at((uint32_t)e);
     double sum = 0, inside = 0;
-    for (int32_t kh = 0; kh < g.k_h; kh++) {
-      int64_t h = (int64_t)o.h * g.s_h - g.p_h + (int64_t)kh * g.d_h;
-      if (h < 0 || h >= g.in_h) continue;
-      for (int32_t kw = 0; kw < g.k_w; kw++) {
-        int64_t w = (int64_t)o.w * g.s_w - g.p_w + (int64_t)kw * g.d_w;
-        if (w < 0 || w >= g.in_w) continue;
-        sum += V::load(x[dense_offset(o, (uint32_t)h, (uint32_t)w, g.in_h, g.in_w, g.lanes)]);
-        inside += 1;
-      }
-    }
+    FOR_PLANAR_WINDOW(g, o, {
+      sum += V::load(x[dense_offset(o, (uint32_t)h, (uint32_t)w, g.in_h, g.in_w, g.lanes)]);
+      inside += 1;
+    })
     double n = count_include_pad ? (double)g.k_h * g.k_w : inside > 0 ? inside : 1; /* divisor()'s */
     mx_element_store(&out[e], D, sum / n);
   }
