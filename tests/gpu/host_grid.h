@@ -16,8 +16,8 @@
  * (optim.cu); reduce, as a block reduction over a simulated shared memory,
  * and scan (reduce.cu); sort; softmax; channel_affine and channel_sums,
  * whose per-run partials are a block reduction, with and without the fused
- * relu and relu-backward mask, and channel_moments (batch_norm.cu); batch_norm_vectors
- * (batch_norm_vectors.cu); max and
+ * relu and relu-backward mask, and channel_moments (batch_norm.cu);
+ * batch_norm_vectors (batch_norm_vectors.cu); max and
  * average pooling and their backward kernels (pool.cu); the direct
  * convolution kernels, forward and both backward (conv.cu, cuDNN made to
  * decline); the integer matmul's reference kernel (matmul.cu). Bit for bit
