@@ -48,6 +48,19 @@ typedef struct {
   int64_t *step;        /* the steps this parameter has taken, counted here; NULL: SGD without momentum */
 } mx_optim_item;
 
+/* Which of batch norm's per-channel coefficient formulas batch_norm_vectors computes. */
+typedef enum { MX_BN_VECTORS_FORWARD, MX_BN_VECTORS_BACKWARD } mx_bn_vectors_formula;
+
+/* batch_norm_vectors' (C) vectors: contiguous, of one dtype (float32, or float64 for float64 data); NULL: not given
+ * (inputs) or not wanted (outputs). count is the values per channel n, momentum the running statistics'. */
+typedef struct {
+  const mx_kview *mean, *var, *weight, *bias;                 /* forward's inputs (var, weight: backward's too) */
+  const mx_kview *running_mean, *running_var;                 /* forward: updated in place, both or neither */
+  const mx_kview *sum_g, *sum_gxc, *grad_mean, *grad_var;     /* backward's inputs */
+  const mx_kview *scale, *shift, *xc_scale, *dweight;         /* outputs */
+  double eps, momentum, count;
+} mx_bn_vectors;
+
 /* The kernel slots of a backend, for supports(): X(ENUM, slot) */
 #define MX_KERNEL_MAP(X)                                                                                    \
   X(FILL, fill) X(CONVERT, convert) X(RANDOM, random) X(BERNOULLI, bernoulli) X(UNARY, unary)             \
@@ -62,7 +75,8 @@ typedef struct {
   X(AMP_UNSCALE_HISTOGRAM, amp_unscale_histogram) X(SGD_STEP, sgd_step) X(ADAM_STEP, adam_step)           \
   X(CONV_FORWARD_RELU, conv_forward_relu) X(LINEAR_RELU, linear_relu)                                        \
   X(CONV_BACKWARD_WEIGHT_BIAS, conv_backward_weight_bias) X(CONV_MAX_POOL_RELU, conv_max_pool_relu)           \
-  X(CONV_MAX_POOL_RELU_BACKWARD, conv_max_pool_relu_backward) X(CHANNEL_COMBINE, channel_combine)
+  X(CONV_MAX_POOL_RELU_BACKWARD, conv_max_pool_relu_backward) X(CHANNEL_COMBINE, channel_combine)              \
+  X(BATCH_NORM_VECTORS, batch_norm_vectors)
 
 typedef enum {
 #define MX__KERNEL_ENUM(E, slot) MX_KERNEL_##E,
@@ -252,6 +266,15 @@ typedef struct mx_backend {
                                            const mx_kview *g, const mx_kview *indices, const mx_kview *x,
                                            const mx_kview *w, const mx_conv_params *cp, const mx_pool_params *pp,
                                            bool channels_last);
+  /* batch norm's per-channel coefficients in one pass over the channels (optional: without it ops/norm.c runs
+   * an elementwise op per step), each step rounded in the vectors' dtype as that op rounds it
+   * (kernels/batch_norm_vectors.h has the formulas):
+   *   FORWARD: scale and shift of y = x scale + shift from mean, var, weight, bias, eps; given running_mean and
+   *            running_var, their momentum update with the unbiased variance (count / (count - 1))
+   *   BACKWARD: dweight (may be NULL) from var and sum_gxc; with scale given, also scale, xc_scale and shift of
+   *            dx = g scale + (x - mean) xc_scale + shift from weight, sum_g, grad_mean and grad_var (the mean and
+   *            var outputs' gradients). Appended, as conv_forward_relu. */
+  mx_status (*batch_norm_vectors)(mx_bn_vectors_formula formula, const mx_bn_vectors *v);
 } mx_backend;
 
 /* The backend for a device, or NULL with the error set. */

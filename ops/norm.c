@@ -235,14 +235,82 @@ mx_status mx__bwd_batch_norm_elemt_relu(mx__bw *bw) {
 #define TRAINING_RELU(args) ((args)->i[1])
 #define TRAINING_EPS(args) ((args)->f[1])
 
+/* The running statistics batch_norm hands batch_norm_training's forward (args.ptr; NULL: none) to update in the
+ * backend's one pass over the coefficient vectors; updated says whether it did (else batch_norm runs the ops). */
+typedef struct {
+  mx_tensor *mean, *var;
+  double momentum;
+  bool updated;
+} running_stats;
+
+/* t as batch_norm_vectors takes an input: a contiguous (C) vector (t, or a copy) when it is of dtype on device,
+ * else NULL (the caller takes the ops). */
+static mx_tensor *vector_input(const mx_tensor *t, mx_dtype dtype, mx_device device) {
+  return t && t->dtype == dtype && t->device == device ? mx__tensor_contiguous(t) : NULL;
+}
+
+/* Whether the running statistics can be updated in place by batch_norm_vectors: contiguous (C) vectors of dtype on
+ * device, as the ops' result would be before mx_copy_ stored it, each in a storage of its own (no channel's write
+ * reaches a value another channel reads). */
+static bool running_fits(const running_stats *r, mx_dtype dtype, mx_device device, int64_t channels,
+                         const mx_tensor *weight, const mx_tensor *bias) {
+  const mx_tensor *t[2] = {r->mean, r->var};
+  for (int k = 0; k < 2; k++)
+    if (t[k]->dtype != dtype || t[k]->device != device || t[k]->ndim != 1 || t[k]->shape[0] != channels ||
+        (channels > 1 && t[k]->strides[0] != 1) || t[k]->storage == weight->storage ||
+        t[k]->storage == bias->storage)
+      return false;
+  return r->mean->storage != r->var->storage;
+}
+
+/* invstd = rsqrt(var + eps), scale = weight invstd and shift = bias - mean scale as (C) vectors in the statistics'
+ * dtype, with the running statistics' update (c->args->ptr) where it fits: the backend's batch_norm_vectors in one
+ * pass, where it has one, the vectors are of its dtype and nothing records. False: the caller takes the ops. */
+static bool forward_vectors(mx__call *c, mx_tensor *mean, mx_tensor *var, mx_tensor **scale, mx_tensor **shift) {
+  mx_tensor *x = c->in[0];
+  const mx_backend *be = mx__backend_of(c->op, x->device);
+  if (!be || !be->batch_norm_vectors || mx_is_grad_enabled()) return false;
+  mx_dtype dtype = stats_dtype(x->dtype);
+  mx_tensor *in[4] = {vector_input(mean, dtype, x->device), vector_input(var, dtype, x->device),
+                      vector_input(c->in[1], dtype, x->device), vector_input(c->in[2], dtype, x->device)};
+  if (!in[0] || !in[1] || !in[2] || !in[3]) return false;
+  const char *name = mx__ops[c->op].api_name;
+  int64_t channels = mx_numel(var);
+  *scale = mx__tensor_alloc(name, MX_SHAPE(channels), dtype, x->device);
+  *shift = mx__tensor_alloc(name, MX_SHAPE(channels), dtype, x->device);
+  running_stats *running = c->args->ptr;
+  bool update = running && running_fits(running, dtype, x->device, channels, c->in[1], c->in[2]);
+  mx_kview v[8];
+  mx_bn_vectors vectors = {.mean = vector_view(&v[0], in[0]), .var = vector_view(&v[1], in[1]),
+                           .weight = vector_view(&v[2], in[2]), .bias = vector_view(&v[3], in[3]),
+                           .running_mean = update ? vector_view(&v[4], running->mean) : NULL,
+                           .running_var = update ? vector_view(&v[5], running->var) : NULL,
+                           .scale = vector_view(&v[6], *scale), .shift = vector_view(&v[7], *shift),
+                           .eps = TRAINING_EPS(c->args), .momentum = running ? running->momentum : 0,
+                           .count = per_channel_count(mx_shape_get(x))};
+  if (!*scale || !*shift || be->batch_norm_vectors(MX_BN_VECTORS_FORWARD, &vectors) != MX_OK) {
+    *scale = *shift = NULL;
+    return true;
+  }
+  if (update) { /* written in place, as mx_copy_ would have: the versions move on */
+    mx__bump_version(running->mean);
+    mx__bump_version(running->var);
+    running->updated = true;
+  }
+  return true;
+}
+
 mx_status mx__fwd_batch_norm_training(mx__call *c) {
   mx_tensor *x = c->in[0], *weight = c->in[1], *bias = c->in[2];
   mx_tensor *stats[MX__MAX_OUTPUTS] = {0};
   mx_status status = mx__dispatch(MX_OP_BATCH_NORM_STATS, 1, (const mx_tensor *const[]){x}, NULL, stats);
   if (status != MX_OK) return status;
-  mx_tensor *invstd = mx_rsqrt(mx_add_scalar(stats[1], TRAINING_EPS(c->args)));
-  mx_tensor *scale = mx_mul(weight, invstd); /* elemt_forward's arithmetic, so its bits */
-  mx_tensor *shift = scale ? mx_sub(bias, mx_mul(stats[0], scale)) : NULL;
+  mx_tensor *scale = NULL, *shift = NULL;
+  if (!forward_vectors(c, stats[0], stats[1], &scale, &shift)) {
+    mx_tensor *invstd = mx_rsqrt(mx_add_scalar(stats[1], TRAINING_EPS(c->args)));
+    scale = mx_mul(weight, invstd); /* elemt_forward's arithmetic, so its bits */
+    shift = scale ? mx_sub(bias, mx_mul(stats[0], scale)) : NULL;
+  }
   c->out[0] = channel_affine(c->op, x, scale, shift, c->args->dtype, NULL, TRAINING_RELU(c->args), x);
   c->out[1] = stats[0], c->out[2] = stats[1];
   return c->out[0] ? MX_OK : mx_last_status();
@@ -283,6 +351,42 @@ static mx_tensor *combine(mx_op op, mx_tensor *a, mx_tensor *b, mx_tensor *scale
   return y && y->dtype != a->dtype ? mx_to_dtype(y, a->dtype) : y;
 }
 
+/* The backward's (C) vectors in the statistics' dtype, the ops' formulas below: dweight = sum_gxc invstd, and with
+ * want_dx scale, xc_scale and shift (the mean and var outputs' gradients from bw): the backend's batch_norm_vectors
+ * in one pass, where it has one, the vectors are of its dtype and nothing records (a backward building a graph for
+ * double backward takes the ops). False: the caller takes the ops. */
+static bool backward_vectors(mx__bw *bw, mx_tensor *var, mx_tensor *weight, mx_tensor *sum_g, mx_tensor *sum_gxc,
+                             bool want_dx, mx_tensor **dweight, mx_tensor **scale, mx_tensor **xc_scale,
+                             mx_tensor **shift) {
+  const mx_backend *be = mx__backend_of(bw->op, var->device);
+  if (!be || !be->batch_norm_vectors || mx_is_grad_enabled() || !sum_gxc || (want_dx && !sum_g)) return false;
+  mx_dtype dtype = var->dtype;
+  mx_device device = var->device;
+  mx_tensor *in[6] = {vector_input(var, dtype, device), vector_input(sum_gxc, dtype, device), NULL, NULL, NULL, NULL};
+  if (want_dx) {
+    in[2] = vector_input(weight, dtype, device), in[3] = vector_input(sum_g, dtype, device);
+    in[4] = vector_input(bw->grad_out[1], dtype, device), in[5] = vector_input(bw->grad_out[2], dtype, device);
+  }
+  for (int k = 0; k < (want_dx ? 6 : 2); k++)
+    if (!in[k]) return false;
+  const char *name = mx__ops[bw->op].api_name;
+  int64_t channels = mx_numel(var);
+  mx_tensor **out[4] = {dweight, scale, xc_scale, shift};
+  bool failed = false;
+  for (int k = 0; k < (want_dx ? 4 : 1); k++)
+    failed |= !(*out[k] = mx__tensor_alloc(name, MX_SHAPE(channels), dtype, device));
+  mx_kview v[10];
+  mx_bn_vectors vectors = {.var = vector_view(&v[0], in[0]), .sum_gxc = vector_view(&v[1], in[1]),
+                           .weight = vector_view(&v[2], in[2]), .sum_g = vector_view(&v[3], in[3]),
+                           .grad_mean = vector_view(&v[4], in[4]), .grad_var = vector_view(&v[5], in[5]),
+                           .dweight = vector_view(&v[6], *dweight), .scale = vector_view(&v[7], *scale),
+                           .xc_scale = vector_view(&v[8], *xc_scale), .shift = vector_view(&v[9], *shift),
+                           .eps = TRAINING_EPS(bw->args), .count = per_channel_count(mx__in_shape(bw, 0))};
+  if (failed || be->batch_norm_vectors(MX_BN_VECTORS_BACKWARD, &vectors) != MX_OK)
+    *dweight = *scale = *xc_scale = *shift = NULL;
+  return true;
+}
+
 /* With g the gradient (relu_backward(gradient, y) for the relu variant), xc = x - mean, invstd = rsqrt(var + eps),
  * n values per channel, sum_g = sum of g and sum_gxc = sum of g xc per channel, and gmean, gvar the gradients of
  * the mean and var outputs (zeros unless a graph used them; the running statistics take them outside any):
@@ -298,7 +402,6 @@ mx_status mx__bwd_batch_norm_training(mx__bw *bw) {
   mx_tensor *mean = mx__saved_out(bw, 1), *var = mx__saved_out(bw, 2);
   mx_tensor *mask = TRAINING_RELU(bw->args) ? mx__saved_out(bw, 0) : NULL;
   if (!x || !weight || !mean || !var || (TRAINING_RELU(bw->args) && !mask)) return mx_last_status();
-  mx_tensor *invstd = mx_rsqrt(mx_add_scalar(var, TRAINING_EPS(bw->args)));
   bool want_dx = mx__needs_grad(bw, 0), want_gxc = want_dx || mx__needs_grad(bw, 1);
   mx_tensor *sum_g = NULL, *sum_gxc = NULL;
   if (!channel_sums(bw->op, G, x, NULL, mean, mask, &sum_g, want_gxc ? &sum_gxc : NULL)) {
@@ -307,14 +410,19 @@ mx_status mx__bwd_batch_norm_training(mx__bw *bw) {
     sum_g = g ? mx_sum_dtype(g, dims, false, stats_dtype(g->dtype)) : NULL;
     if (want_gxc) sum_gxc = mx_sum(mx_mul(g, mx_sub(x, per_channel(mean, shape.ndim))), dims, false);
   }
-  mx_tensor *dweight = want_gxc ? mx_mul(sum_gxc, invstd) : NULL;
+  mx_tensor *dweight = NULL, *scale = NULL, *xc_scale = NULL, *shift = NULL;
+  if (want_gxc && !backward_vectors(bw, var, weight, sum_g, sum_gxc, want_dx, &dweight, &scale, &xc_scale, &shift)) {
+    mx_tensor *invstd = mx_rsqrt(mx_add_scalar(var, TRAINING_EPS(bw->args)));
+    dweight = mx_mul(sum_gxc, invstd);
+    if (want_dx) { /* the (C) coefficients in 7 ops more */
+      scale = mx_mul(weight, invstd);
+      xc_scale = mx_add_scaled(mx_mul_scalar(bw->grad_out[2], 2 / n), mx_mul(mx_mul(scale, invstd), dweight), -1 / n);
+      shift = mx_add_scaled(mx_mul_scalar(bw->grad_out[1], 1 / n), mx_mul(scale, sum_g), -1 / n);
+    }
+  }
   GRAD(1, dweight);
   GRAD(2, sum_g);
   if (!want_dx) return MX_OK;
-  mx_tensor *scale = mx_mul(weight, invstd); /* the (C) coefficients in 7 ops more */
-  mx_tensor *xc_scale =
-      mx_add_scaled(mx_mul_scalar(bw->grad_out[2], 2 / n), mx_mul(mx_mul(scale, invstd), dweight), -1 / n);
-  mx_tensor *shift = mx_add_scaled(mx_mul_scalar(bw->grad_out[1], 1 / n), mx_mul(scale, sum_g), -1 / n);
   GRAD(0, combine(bw->op, G, x, scale, mean, xc_scale, shift, mask));
   return MX_OK;
 }
@@ -358,11 +466,13 @@ static mx_status batch_norm(mx__call *c, mx_op elemt_op) {
   if (training || !running_mean || !running_var) { /* the batch's statistics: one primitive */
     elemt.i[1] = elemt_op == MX_OP_BATCH_NORM_ELEMT_RELU;
     elemt.f[1] = eps;
+    running_stats running = {running_mean, running_var, momentum, false};
+    elemt.ptr = training && running_mean && running_var ? &running : NULL; /* read by the forward only */
     mx_tensor *trained[MX__MAX_OUTPUTS] = {0}; /* y, mean, var */
     mx_status status =
         mx__dispatch(MX_OP_BATCH_NORM_TRAINING, 3, (const mx_tensor *const[]){x, weight, bias}, &elemt, trained);
     if (status != MX_OK) return status;
-    if (training && running_mean && running_var) { /* running statistics, outside the graph */
+    if (elemt.ptr && !running.updated) { /* running statistics, outside the graph */
       MX_NO_GRAD {
         mx_tensor *unbiased = mx_mul_scalar(trained[2], count / (count - 1));
         mx_copy_(running_mean, mx_add(mx_mul_scalar(running_mean, 1 - momentum), mx_mul_scalar(trained[1], momentum)));

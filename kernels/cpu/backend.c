@@ -6,6 +6,7 @@
 #include "kernels/cpu/amp.h"
 #include "kernels/cpu/amp_hist.h"
 #include "kernels/cpu/batch_norm.h"
+#include "kernels/cpu/batch_norm_vectors.h"
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/dnnl.h"
@@ -259,4 +260,5 @@ const mx_backend mx__cpu_backend = {
     .amp_unscale_histogram = mx__cpu_amp_unscale_histogram,
     .sgd_step = mx__cpu_sgd_step,
     .adam_step = mx__cpu_adam_step,
+    .batch_norm_vectors = mx__cpu_batch_norm_vectors,
 };

@@ -210,6 +210,7 @@ static mx_status cuda_init(void) {
   b->channel_sums = mx__cuda_channel_sums;
   b->channel_moments = mx__cuda_channel_moments;
   b->channel_combine = mx__cuda_channel_combine;
+  b->batch_norm_vectors = mx__cuda_batch_norm_vectors;
   b->max_pool = mx__cuda_max_pool;
   b->max_pool_backward = mx__cuda_max_pool_backward;
   b->avg_pool = mx__cuda_avg_pool;

@@ -61,6 +61,7 @@ mx_status mx__cuda_channel_moments(const mx_kview *mean, const mx_kview *var, co
 mx_status mx__cuda_channel_combine(const mx_kview *y, const mx_kview *a, const mx_kview *b, const mx_kview *scale_a,
                                    const mx_kview *center_b, const mx_kview *scale_b, const mx_kview *shift,
                                    const mx_kview *a_mask);
+mx_status mx__cuda_batch_norm_vectors(mx_bn_vectors_formula formula, const mx_bn_vectors *v);
 mx_status mx__cuda_max_pool(const mx_kview *out, const mx_kview *indices, const mx_kview *x,
                             const mx_pool_params *p);
 mx_status mx__cuda_max_pool_backward(const mx_kview *dx, const mx_kview *dy, const mx_kview *indices,

@@ -188,6 +188,7 @@ int main(void) {
   test_reduce_scan_sort(r);
   test_softmax(r);
   test_batch_norm(r);
+  test_batch_norm_vectors(r);
   test_pool(r);
   test_pool_planar(r);
   test_conv_matmul(r);

@@ -16,7 +16,8 @@
  * (optim.cu); reduce, as a block reduction over a simulated shared memory,
  * and scan (reduce.cu); sort; softmax; channel_affine and channel_sums,
  * whose per-run partials are a block reduction, with and without the fused
- * relu and relu-backward mask, and channel_moments (batch_norm.cu); max and
+ * relu and relu-backward mask, and channel_moments (batch_norm.cu);
+ * batch_norm_vectors (batch_norm_vectors.cu); max and
  * average pooling and their backward kernels (pool.cu); the direct
  * convolution kernels, forward and both backward (conv.cu, cuDNN made to
  * decline); the integer matmul's reference kernel (matmul.cu). Bit for bit
@@ -126,6 +127,7 @@ void test_optim(rng &r);
 void test_reduce_scan_sort(rng &r);
 void test_softmax(rng &r);
 void test_batch_norm(rng &r);
+void test_batch_norm_vectors(rng &r);
 void test_pool(rng &r);
 void test_pool_planar(rng &r);
 void test_conv_matmul(rng &r);
