@@ -17,7 +17,7 @@
  * (mx_module_to_channels_last), so cuDNN reads them without a KRSC copy,
  * as train_step.py's --channels-last does (model.to(memory_format=...)).
  * The CPU keeps row-major weights: oneDNN reorders either layout into its
- * own blocked one, and the ResNet-9 step measured slower with KRSC ones.
+ * own blocked one, so the CPU rows stay comparable with earlier rounds.
  * --cudnn-tf32 and --cudnn-nondeterministic set mx_set_cudnn_allow_tf32
  * and mx_set_cudnn_deterministic(false) (PyTorch's defaults for its cuDNN
  * convolutions; mixgrad's are exact float32 and deterministic), as
