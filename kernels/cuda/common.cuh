@@ -334,6 +334,10 @@ MX_HD static inline void finish_lane(const Body &body, int64_t item, unsigned la
 #include "kernels/cuda/host_grid.h"
 #else
 
+/* Whether an elementwise kernel over n elements may index them in 32 bits
+ * (divider's n < 2^31). */
+static inline bool index32_fits(int64_t n) { return n <= INT32_MAX; }
+
 __device__ static inline grid_pos device_pos() {
   grid_pos at = {blockIdx.x, threadIdx.x, gridDim.x, blockDim.x};
   return at;

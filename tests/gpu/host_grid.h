@@ -97,6 +97,9 @@ double awkward_value(rng &r);
  * grid-stride loops wrap; a random one of 1, 2, 3, 7 blocks or no cap. */
 extern int host_grid_cap;
 void pick_grid_cap(rng &r);
+/* Elementwise kernels index in 32 bits up to this many elements (common.cuh's index32_fits): INT32_MAX, or lower
+ * for a case that runs their general kernels. */
+extern int64_t host_grid_index32_limit;
 
 /* What the current case is (printed with its failures), printf-style. */
 void describe(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -131,5 +134,6 @@ void test_batch_norm_vectors(rng &r);
 void test_pool(rng &r);
 void test_pool_planar(rng &r);
 void test_conv_matmul(rng &r);
+void test_batch_norm_elementwise(rng &r);
 
 #endif
