@@ -1,6 +1,7 @@
 /* What every CUDA kernel file shares: the backend's stream, element access
- * on strided views, and the launchers: grid-stride elementwise, one functor
- * per thread, block reductions through shared memory. The kernel bodies are
+ * on strided views, 32-bit division by invariant integers and typed float
+ * storage for the fast kernels, and the launchers: grid-stride elementwise,
+ * one functor per thread, block reductions through shared memory. The kernel bodies are
  * MX_HD functors, so that with MX_CUDA_HOST_GRID defined (the host-run tests,
  * tests/gpu/test_host_grid.cu) the same bodies run on the CPU over a
  * simulated grid (kernels/cuda/host_grid.h) instead of the GPU. */

@@ -14,9 +14,11 @@
  * whose blocks count in a simulated shared memory (amp_hist.cu); sgd_step
  * and adam_step over several 11-parameter launches, with their step counts
  * (optim.cu); reduce, as a block reduction over a simulated shared memory,
- * and scan (reduce.cu); sort; softmax; channel_affine and channel_sums,
- * whose per-run partials are a block reduction, with and without the fused
- * relu and relu-backward mask, and channel_moments (batch_norm.cu);
+ * and scan (reduce.cu); sort; softmax; channel_affine and channel_combine
+ * (their typed 32-bit kernels, and their general ones under a lowered
+ * 32-bit bound) and channel_sums, whose per-run partials are a block
+ * reduction, with and without the fused relu and relu-backward mask, and
+ * channel_moments (batch_norm.cu);
  * batch_norm_vectors (batch_norm_vectors.cu); max and
  * average pooling and their backward kernels (pool.cu); the direct
  * convolution kernels, forward and both backward (conv.cu, cuDNN made to
