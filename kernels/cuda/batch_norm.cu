@@ -25,8 +25,45 @@
 MX_HD static inline float relu_grad(float g, float y) { return mx_relu_grad_f32(g, y); }
 MX_HD static inline double relu_grad(double g, double y) { return mx_relu_grad_f64(g, y); }
 
-/* Element i of contiguous v, widened to T; with a mask (data NULL: none)
- * through relu's backward given the mask's element i. */
+/* --- channel_affine and channel_combine ------------------------------------------- */
+
+/* Both are elementwise, and two kernels each. The typed ones take the usual
+ * case: fewer than 2^31 elements, every tensor of x's float dtype D (batch
+ * norm's ops pass no other). They index in 32 bits, find element i's
+ * channel (i / plane) % C by two multiply-highs (channels-last's (N H W, C)
+ * rows have plane 1: a quotient by 1), and load and store D's storage
+ * directly: a few dozen instructions an element where the general kernels'
+ * 64-bit division, modulo and dtype switches on each load and store took
+ * about 150, so that they were bound by instructions, not memory. The
+ * general kernels take the rest. The arithmetic is the same in both, in T
+ * (float, or double for float64), so are the bits. */
+
+/* Element i's channel in a contiguous (N, C, *) tensor, for i < 2^31. */
+struct channel_index {
+  divider plane, channels;
+  MX_HD uint32_t of(uint32_t i) const {
+    uint32_t q = plane.quotient(i);
+    return q - channels.quotient(q) * channels.d;
+  }
+};
+
+/* For a plan of at least one element (dividers by plane, channels >= 1). */
+static channel_index channel_index_of(const mx_channel_plan &p) {
+  channel_index k = {divider_of(p.plane), divider_of(p.channels)};
+  return k;
+}
+
+/* Whether the typed kernels take n elements of x's dtype with views vs
+ * (NULL: absent). */
+static bool typed_case(int64_t n, const mx_kview *x, std::initializer_list<const mx_kview *> vs) {
+  if (n <= 0 || !index32_fits(n) || !mx_dtype_floating(x->dtype)) return false;
+  for (const mx_kview *v : vs)
+    if (v && v->dtype != x->dtype) return false;
+  return true;
+}
+
+/* The general kernels' element i of contiguous v, widened to T; with a mask
+ * (data NULL: none) through relu's backward given the mask's element i. */
 template <class T>
 MX_HD static inline T load_masked(const mx_kview &v, const mx_kview &mask, int64_t i) {
   T value = (T)mx_element_load((const char *)v.data + i * dtype_bytes(v.dtype), v.dtype);
@@ -34,9 +71,29 @@ MX_HD static inline T load_masked(const mx_kview &v, const mx_kview &mask, int64
   return relu_grad(value, (T)mx_element_load((const char *)mask.data + i * dtype_bytes(mask.dtype), mask.dtype));
 }
 
-/* --- channel_affine -------------------------------------------------------------- */
+/* y = (x - center[c]) scale[c] + shift[c] in T, x read through relu's
+ * backward given a mask, y through relu (on the value as stored) with relu;
+ * the (C) vectors are T. The typed kernel: */
+template <mx_dtype D>
+struct affine_typed_op {
+  typedef float_value<D> V;
+  typedef typename V::compute T;
+  typename V::storage *y;
+  const typename V::storage *x, *mask; /* mask NULL: none */
+  bool relu;
+  const T *center, *scale, *shift; /* center NULL: zeros */
+  channel_index channel;
+  MX_HD void operator()(int64_t at) const {
+    uint32_t i = (uint32_t)at, c = channel.of(i);
+    T v = V::load(x[i]);
+    if (mask) v = relu_grad(v, V::load(mask[i]));
+    T m = center ? center[c] : (T)0;
+    T r = (v - m) * scale[c] + shift[c];
+    y[i] = relu ? V::store_relu(r) : V::store(r);
+  }
+};
 
-/* T: float, or double for float64; the (C) vectors are T. */
+/* The general kernel. */
 template <class T>
 struct affine_op {
   mx_kview y, x, mask; /* mask.data NULL: none */
@@ -72,14 +129,40 @@ static mx_status channel_affine(const mx_kview *y, const mx_kview *x, const mx_k
 
 mx_status mx__cuda_channel_affine(const mx_kview *y, const mx_kview *x, const mx_kview *center, const mx_kview *scale,
                                   const mx_kview *shift, const mx_kview *mask, bool relu) {
+  int64_t n = mx__kview_numel(x);
+  if (typed_case(n, x, {y, mask}))
+    return launch_typed<affine_typed_op>("launch of kernel channel_affine", x->dtype, n, [&](auto &op) {
+      op.y = (decltype(op.y))y->data, op.x = (decltype(op.x))x->data;
+      op.mask = mask ? (decltype(op.mask))mask->data : NULL, op.relu = relu;
+      op.center = center ? (decltype(op.center))center->data : NULL;
+      op.scale = (decltype(op.scale))scale->data, op.shift = (decltype(op.shift))shift->data;
+      op.channel = channel_index_of(mx_channel_plan_of(x));
+    });
   if (x->dtype == MX_F64) return channel_affine<double>(y, x, center, scale, shift, mask, relu);
   return channel_affine<float>(y, x, center, scale, shift, mask, relu);
 }
 
-/* --- channel_combine ------------------------------------------------------------ */
-
 /* y = a scale_a[c] + (b - center_b[c]) scale_b[c] + shift[c] in T (the CPU's order of rounding), a read through
- * relu's backward given a mask; the (C) vectors are T. */
+ * relu's backward given a mask; the (C) vectors are T. The typed kernel: */
+template <mx_dtype D>
+struct combine_typed_op {
+  typedef float_value<D> V;
+  typedef typename V::compute T;
+  typename V::storage *y;
+  const typename V::storage *a, *b, *mask; /* mask NULL: none */
+  const T *scale_a, *center_b, *scale_b, *shift;
+  channel_index channel;
+  MX_HD void operator()(int64_t at) const {
+    uint32_t i = (uint32_t)at, c = channel.of(i);
+    T g = V::load(a[i]);
+    if (mask) g = relu_grad(g, V::load(mask[i]));
+    T p = g * scale_a[c], q = (V::load(b[i]) - center_b[c]) * scale_b[c];
+    T r = (p + q) + shift[c];
+    y[i] = V::store(r);
+  }
+};
+
+/* The general kernel. */
 template <class T>
 struct combine_op {
   mx_kview y, a, b, mask; /* mask.data NULL: none */
@@ -116,6 +199,15 @@ static mx_status channel_combine(const mx_kview *y, const mx_kview *a, const mx_
 mx_status mx__cuda_channel_combine(const mx_kview *y, const mx_kview *a, const mx_kview *b, const mx_kview *scale_a,
                                    const mx_kview *center_b, const mx_kview *scale_b, const mx_kview *shift,
                                    const mx_kview *a_mask) {
+  int64_t n = mx__kview_numel(a);
+  if (typed_case(n, a, {y, b, a_mask}))
+    return launch_typed<combine_typed_op>("launch of kernel channel_combine", a->dtype, n, [&](auto &op) {
+      op.y = (decltype(op.y))y->data, op.a = (decltype(op.a))a->data, op.b = (decltype(op.b))b->data;
+      op.mask = a_mask ? (decltype(op.mask))a_mask->data : NULL;
+      op.scale_a = (decltype(op.scale_a))scale_a->data, op.center_b = (decltype(op.center_b))center_b->data;
+      op.scale_b = (decltype(op.scale_b))scale_b->data, op.shift = (decltype(op.shift))shift->data;
+      op.channel = channel_index_of(mx_channel_plan_of(a));
+    });
   if (a->dtype == MX_F64) return channel_combine<double>(y, a, b, scale_a, center_b, scale_b, shift, a_mask);
   return channel_combine<float>(y, a, b, scale_a, center_b, scale_b, shift, a_mask);
 }

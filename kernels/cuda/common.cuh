@@ -1,6 +1,7 @@
 /* What every CUDA kernel file shares: the backend's stream, element access
- * on strided views, and the launchers: grid-stride elementwise, one functor
- * per thread, block reductions through shared memory. The kernel bodies are
+ * on strided views, 32-bit division by invariant integers and typed float
+ * storage for the fast kernels, and the launchers: grid-stride elementwise,
+ * one functor per thread, block reductions through shared memory. The kernel bodies are
  * MX_HD functors, so that with MX_CUDA_HOST_GRID defined (the host-run tests,
  * tests/gpu/test_host_grid.cu) the same bodies run on the CPU over a
  * simulated grid (kernels/cuda/host_grid.h) instead of the GPU. */
@@ -186,6 +187,66 @@ MX_HD static inline int chunk_tensor_of(const int64_t *start, int n, int64_t i) 
   return lo;
 }
 
+/* --- 32-bit indexing and typed storage: the elementwise fast paths ------------------ */
+
+/* n / d for n < 2^31 by a multiply-high, an add and a shift (Granlund and
+ * Montgomery's division by invariant integers, as PyTorch's IntDivider),
+ * d (>= 1) known on the host: a 64-bit division is a long software routine
+ * on the GPU, dozens of instructions, where this is three. */
+struct divider {
+  uint32_t d, magic, shift;
+  MX_HD uint32_t quotient(uint32_t n) const {
+#ifdef __CUDA_ARCH__
+    uint32_t high = __umulhi(n, magic);
+#else
+    uint32_t high = (uint32_t)(((uint64_t)n * magic) >> 32);
+#endif
+    return (high + n) >> shift; /* no overflow: high <= n < 2^31 */
+  }
+};
+
+static inline divider divider_of(int64_t d) {
+  divider q = {(uint32_t)d, 0, 0};
+  while ((1ull << q.shift) < (uint64_t)d) q.shift++;
+  q.magic = (uint32_t)(((1ull << 32) * ((1ull << q.shift) - (uint64_t)d)) / (uint64_t)d + 1);
+  return q;
+}
+
+/* A float dtype's storage and the type its values are computed in: float
+ * for the 16-bit ones and float32 (every such value is exact there), double
+ * for float64. store rounds as mx_element_store does (a NaN made quiet) and
+ * store_relu as mx_element_store_relu (relu on the value as stored): given
+ * a compute value r they store what those store given (double)r, since
+ * (float)(double)r is r. A kernel templated on the dtype loads and stores
+ * its values directly, without mx_element_load's switch per element. */
+template <mx_dtype D> struct float_value;
+template <> struct float_value<MX_F32> {
+  typedef float storage, compute;
+  MX_HD static float load(float v) { return v; }
+  MX_HD static float store(float v) { return v; }
+  MX_HD static float store_relu(float v) { return mx_relu_f32(v); }
+};
+template <> struct float_value<MX_F64> {
+  typedef double storage, compute;
+  MX_HD static double load(double v) { return v; }
+  MX_HD static double store(double v) { return v; }
+  MX_HD static double store_relu(double v) { return mx_relu_f64(v); }
+};
+template <> struct float_value<MX_BF16> {
+  typedef uint16_t storage;
+  typedef float compute;
+  MX_HD static float load(uint16_t v) { return mx_bf16_to_f32(v); }
+  MX_HD static uint16_t store(float v) { return mx_f32_to_bf16(v); }
+  MX_HD static uint16_t store_relu(float v) { return mx_relu_half_bits(mx_f32_to_bf16(v), true); }
+};
+template <> struct float_value<MX_F16> {
+  typedef uint16_t storage;
+  typedef float compute;
+  MX_HD static float load(uint16_t v) { return mx_f16_to_f32(v); }
+  MX_HD static uint16_t store(float v) { return mx_f32_to_f16(v); }
+  MX_HD static uint16_t store_relu(float v) { return mx_relu_half_bits(mx_f32_to_f16(v), false); }
+};
+
 /* --- atomics: one thread at a time on the host grid, so plain there ------------------ */
 
 MX_HD static inline void atomic_add_i64(int64_t *p, int64_t v) {
@@ -273,6 +334,10 @@ MX_HD static inline void finish_lane(const Body &body, int64_t item, unsigned la
 #ifdef MX_CUDA_HOST_GRID
 #include "kernels/cuda/host_grid.h"
 #else
+
+/* Whether an elementwise kernel over n elements may index them in 32 bits
+ * (divider's n < 2^31). */
+static inline bool index32_fits(int64_t n) { return n <= INT32_MAX; }
 
 __device__ static inline grid_pos device_pos() {
   grid_pos at = {blockIdx.x, threadIdx.x, gridDim.x, blockDim.x};
@@ -371,5 +436,17 @@ static inline mx_status scratch_read(void *host, const void *p, size_t bytes) {
 }
 
 #endif
+
+/* Op<dtype> over n elements, each field set by init(op) (a generic lambda,
+ * so one body serves every dtype's storage type); dtype a float one. */
+template <template <mx_dtype> class Op, class Init>
+static mx_status launch_typed(const char *what, mx_dtype dtype, int64_t n, const Init &init) {
+  switch (dtype) {
+  case MX_F32: { Op<MX_F32> op; init(op); return launch_elementwise(what, n, op); }
+  case MX_F64: { Op<MX_F64> op; init(op); return launch_elementwise(what, n, op); }
+  case MX_BF16: { Op<MX_BF16> op; init(op); return launch_elementwise(what, n, op); }
+  default: { Op<MX_F16> op; init(op); return launch_elementwise(what, n, op); }
+  }
+}
 
 #endif

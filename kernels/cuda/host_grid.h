@@ -12,6 +12,11 @@
 
 #include <vector>
 
+/* common.cuh's index32_fits, with a bound the tests lower (tests/gpu/host_grid.cu) so that the kernels'
+ * general paths for larger tensors run too. */
+extern int64_t host_grid_index32_limit;
+static inline bool index32_fits(int64_t n) { return n <= host_grid_index32_limit; }
+
 template <class Op>
 static inline mx_status launch_elementwise(const char *what, int64_t n, Op op) {
   (void)what;

@@ -195,29 +195,6 @@ struct avg_pool_backward_op {
 
 /* --- the common case: 1-d and 2-d pooling of dense tensors ------------------------------------- */
 
-/* n / d for n < 2^31 by a multiply-high, an add and a shift (Granlund and
- * Montgomery's division by invariant integers, as PyTorch's IntDivider),
- * d known on the host: a 64-bit division is a long software routine on the
- * GPU, and the general kernels above do several per element. */
-struct divider {
-  uint32_t d, magic, shift;
-  MX_HD uint32_t quotient(uint32_t n) const {
-#ifdef __CUDA_ARCH__
-    uint32_t high = __umulhi(n, magic);
-#else
-    uint32_t high = (uint32_t)(((uint64_t)n * magic) >> 32);
-#endif
-    return (high + n) >> shift; /* no overflow: high <= n < 2^31 */
-  }
-};
-
-static divider divider_of(int64_t d) {
-  divider q = {(uint32_t)d, 0, 0};
-  while ((1ull << q.shift) < (uint64_t)d) q.shift++;
-  q.magic = (uint32_t)(((1ull << 32) * ((1ull << q.shift) - (uint64_t)d)) / (uint64_t)d + 1);
-  return q;
-}
-
 /* Element e of a dense (N, C, H, W) tensor (1-d pooling: H = 1) in memory
  * order is e = ((outer H + h) W + w) lanes + lane: contiguous, outer = n C + c
  * (the plane) and lanes = 1, lane = 0; channels-last, outer = n and lanes = C,
@@ -283,34 +260,6 @@ static bool planar_case(const mx_kview *big, const mx_kview *small, const mx_kvi
   return true;
 }
 
-/* A float dtype's storage and the type its values are compared in: float
- * for the 16-bit ones and float32 (every such value is exact there, so the
- * comparisons are those in double), double for float64. store rounds as
- * mx_element_store does (a NaN made quiet). */
-template <mx_dtype D> struct pool_value;
-template <> struct pool_value<MX_F32> {
-  typedef float storage, compute;
-  MX_HD static float load(float v) { return v; }
-  MX_HD static float store(float v) { return v; }
-};
-template <> struct pool_value<MX_F64> {
-  typedef double storage, compute;
-  MX_HD static double load(double v) { return v; }
-  MX_HD static double store(double v) { return v; }
-};
-template <> struct pool_value<MX_BF16> {
-  typedef uint16_t storage;
-  typedef float compute;
-  MX_HD static float load(uint16_t v) { return mx_bf16_to_f32(v); }
-  MX_HD static uint16_t store(float v) { return mx_f32_to_bf16(v); }
-};
-template <> struct pool_value<MX_F16> {
-  typedef uint16_t storage;
-  typedef float compute;
-  MX_HD static float load(uint16_t v) { return mx_f16_to_f32(v); }
-  MX_HD static uint16_t store(float v) { return mx_f32_to_f16(v); }
-};
-
 /* BODY for each element (h, w) inside the input of output o's window, at
  * the window's (kh, kw), in row-major order. */
 #define FOR_PLANAR_WINDOW(g, o, BODY)                                      \
@@ -327,7 +276,7 @@ template <> struct pool_value<MX_F16> {
 /* max_pool_op's search, a thread per output, any window. */
 template <mx_dtype D>
 struct max_pool_planar_op {
-  typedef pool_value<D> V;
+  typedef float_value<D> V;
   planar_geom g;
   const typename V::storage *x;
   typename V::storage *out;
@@ -359,7 +308,7 @@ struct max_pool_planar_op {
  * window, in the rows and columns left over. */
 template <mx_dtype D>
 struct max_pool_backward_planar_op {
-  typedef pool_value<D> V;
+  typedef float_value<D> V;
   planar_geom g;
   divider s_h, s_w;
   typename V::storage *dx;
@@ -389,7 +338,7 @@ static bool windows_disjoint(const planar_geom &g) {
 /* avg_pool_op's sum in double, a thread per output, any window. */
 template <mx_dtype D>
 struct avg_pool_planar_op {
-  typedef pool_value<D> V;
+  typedef float_value<D> V;
   planar_geom g;
   const typename V::storage *x;
   typename V::storage *out;
@@ -410,7 +359,7 @@ struct avg_pool_planar_op {
  * divisor of the one window covering it, rounded to dx's dtype. */
 template <mx_dtype D>
 struct avg_pool_backward_planar_op {
-  typedef pool_value<D> V;
+  typedef float_value<D> V;
   planar_geom g;
   divider s_h, s_w;
   typename V::storage *dx;
@@ -435,18 +384,6 @@ struct avg_pool_backward_planar_op {
     mx_element_store(&dx[e], D, grad);
   }
 };
-
-/* Op<dtype> over n elements, each field set by init(op) (a generic lambda,
- * so one body serves every dtype's storage type). */
-template <template <mx_dtype> class Op, class Init>
-static mx_status launch_typed(const char *what, mx_dtype dtype, int64_t n, const Init &init) {
-  switch (dtype) {
-  case MX_F32: { Op<MX_F32> op; init(op); return launch_elementwise(what, n, op); }
-  case MX_F64: { Op<MX_F64> op; init(op); return launch_elementwise(what, n, op); }
-  case MX_BF16: { Op<MX_BF16> op; init(op); return launch_elementwise(what, n, op); }
-  default: { Op<MX_F16> op; init(op); return launch_elementwise(what, n, op); } /* planar_case: a float dtype */
-  }
-}
 
 mx_status mx__cuda_max_pool(const mx_kview *out, const mx_kview *indices, const mx_kview *x,
                             const mx_pool_params *p) {

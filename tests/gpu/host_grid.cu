@@ -14,6 +14,7 @@ const mx_dtype every_dtype[8] = {MX_F32, MX_F64, MX_F16, MX_BF16, MX_I64, MX_I32
 const mx_dtype float_dtypes[4] = {MX_F32, MX_F64, MX_F16, MX_BF16};
 
 int host_grid_cap = 65535;
+int64_t host_grid_index32_limit = INT32_MAX;
 
 /* The launchers' grid cap: host_grid_cap, which the cases vary. */
 int mx__cuda_max_blocks(void) { return host_grid_cap; }
@@ -192,6 +193,7 @@ int main(void) {
   test_pool(r);
   test_pool_planar(r);
   test_conv_matmul(r);
+  test_batch_norm_elementwise(r);
   if (failure_count)
     fprintf(stderr, "%d failures\n", failure_count);
   else

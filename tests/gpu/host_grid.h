@@ -14,9 +14,11 @@
  * whose blocks count in a simulated shared memory (amp_hist.cu); sgd_step
  * and adam_step over several 11-parameter launches, with their step counts
  * (optim.cu); reduce, as a block reduction over a simulated shared memory,
- * and scan (reduce.cu); sort; softmax; channel_affine and channel_sums,
- * whose per-run partials are a block reduction, with and without the fused
- * relu and relu-backward mask, and channel_moments (batch_norm.cu);
+ * and scan (reduce.cu); sort; softmax; channel_affine and channel_combine
+ * (their typed 32-bit kernels, and their general ones under a lowered
+ * 32-bit bound) and channel_sums, whose per-run partials are a block
+ * reduction, with and without the fused relu and relu-backward mask, and
+ * channel_moments (batch_norm.cu);
  * batch_norm_vectors (batch_norm_vectors.cu); max and
  * average pooling and their backward kernels (pool.cu); the direct
  * convolution kernels, forward and both backward (conv.cu, cuDNN made to
@@ -97,6 +99,9 @@ double awkward_value(rng &r);
  * grid-stride loops wrap; a random one of 1, 2, 3, 7 blocks or no cap. */
 extern int host_grid_cap;
 void pick_grid_cap(rng &r);
+/* Elementwise kernels index in 32 bits up to this many elements (common.cuh's index32_fits): INT32_MAX, or lower
+ * for a case that runs their general kernels. */
+extern int64_t host_grid_index32_limit;
 
 /* What the current case is (printed with its failures), printf-style. */
 void describe(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -131,5 +136,6 @@ void test_batch_norm_vectors(rng &r);
 void test_pool(rng &r);
 void test_pool_planar(rng &r);
 void test_conv_matmul(rng &r);
+void test_batch_norm_elementwise(rng &r);
 
 #endif
