@@ -124,7 +124,9 @@ struct binary_op {
  * bfloat16 and float16 throughout, the output contiguous 1-d and each
  * input that too or one broadcast element (p[i * step], step 1 or 0). The
  * same float arithmetic as the generic ops; only the loads and stores are
- * typed (float_element: no dtype switch, no trip through double). Binary
+ * typed (float_element: no dtype switch, no trip through double, so a
+ * signalling NaN that a function passes through, such as MAXIMUM's, stays
+ * signalling in a float32 output, as in the CPU's kernels). Binary
  * comparisons (bool output) stay generic. */
 template <mx_dtype D>
 struct dense_unary_op {

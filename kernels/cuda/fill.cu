@@ -42,10 +42,13 @@ struct convert_op {
 
 /* convert_op's fast path: out[i] = src[i * src_step] between float32,
  * bfloat16 and float16 operands that flattened to contiguous 1-d (src may
- * be one broadcast element). The same bits as convert_op: a same-dtype
- * copy moves the bits, any other pair rounds once from the float that
- * mx_element_load gives (float32 holds every bfloat16 and float16 value)
- * by mx_element_store's function. */
+ * be one broadcast element). The bits of the CPU backend's dense loops
+ * (kernels/cpu/backend.c, convert_row): a same-dtype copy moves the bits,
+ * any other pair rounds once from the float that mx_element_load gives
+ * (float32 holds every bfloat16 and float16 value) by mx_element_store's
+ * function. convert_op's only difference: a signalling bfloat16 NaN
+ * widened to float32 stays signalling here, as on the CPU, where
+ * convert_op's trip through double quiets it. */
 template <mx_dtype OUT, mx_dtype SRC>
 struct dense_convert_op {
   typename float_element<OUT>::bits *out;
