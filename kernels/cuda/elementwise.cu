@@ -136,7 +136,9 @@ struct dense_unary_op {
   int64_t in_step;
   int code;
   float a, b;
-  MX_HD void operator()(int64_t i) const { out[i] = E::store(unary_value<float>(code, E::load(in[i * in_step]), a, b)); }
+  MX_HD void operator()(int64_t i) const {
+    out[i] = E::store(unary_value<float>(code, E::load(in[i * in_step]), a, b));
+  }
 };
 
 template <mx_dtype D>
