@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/typed_element.cuh"
 #include "kernels/elementwise.h"
 
 /* --- one element in its compute type --------------------------------------- */
@@ -119,6 +120,40 @@ struct binary_op {
   }
 };
 
+/* unary_op and binary_op's fast paths, for one dtype D of float32,
+ * bfloat16 and float16 throughout, the output contiguous 1-d and each
+ * input that too or one broadcast element (p[i * step], step 1 or 0). The
+ * same float arithmetic as the generic ops; only the loads and stores are
+ * typed (float_element: no dtype switch, no trip through double, so a
+ * signalling NaN that a function passes through, such as MAXIMUM's, stays
+ * signalling in a float32 output, as in the CPU's kernels). Binary
+ * comparisons (bool output) stay generic. */
+template <mx_dtype D>
+struct dense_unary_op {
+  typedef float_element<D> E;
+  typename E::bits *out;
+  const typename E::bits *in;
+  int64_t in_step;
+  int code;
+  float a, b;
+  MX_HD void operator()(int64_t i) const {
+    out[i] = E::store(unary_value<float>(code, E::load(in[i * in_step]), a, b));
+  }
+};
+
+template <mx_dtype D>
+struct dense_binary_op {
+  typedef float_element<D> E;
+  typename E::bits *out;
+  const typename E::bits *x, *y;
+  int64_t x_step, y_step;
+  int code;
+  float alpha;
+  MX_HD void operator()(int64_t i) const {
+    out[i] = E::store(binary_value<float>(code, E::load(x[i * x_step]), E::load(y[i * y_step]), alpha));
+  }
+};
+
 struct where_op {
   mx_kview out, cond, x, y;
   MX_HD void operator()(int64_t i) const {
@@ -133,11 +168,22 @@ struct where_op {
 mx_status mx__cuda_unary(int code, const mx_kview *out, const mx_kview *in, double a, double b) {
   if (code < 0 || code >= MX_UN_COUNT || (!mx_dtype_is_floating(in->dtype) && !mx__unary_has_int(code)))
     return mx__error(MX_DTYPE_ERROR, "cuda unary kernel %d: no %s version", code, mx_dtype_name(in->dtype));
+  mx_kview v[2];
+  flatten_operands({out, in}, v);
+  int64_t in_step = dense_step(v[1]);
+  if (is_typed_float(in->dtype) && out->dtype == in->dtype && dense_output(v[0]) && in_step >= 0)
+    return with_typed_float(in->dtype, [&](auto dtype) {
+      dense_unary_op<decltype(dtype)::value> op;
+      op.out = (decltype(op.out))v[0].data;
+      op.in = (decltype(op.in))v[1].data;
+      op.in_step = in_step;
+      op.code = code;
+      op.a = (float)a, op.b = (float)b;
+      return launch_elementwise("launch of kernel unary", mx__kview_numel(out), op);
+    });
   auto launch = [&](auto zero) {
     using T = decltype(zero);
     unary_op<T> op;
-    mx_kview v[2];
-    flatten_operands({out, in}, v);
     op.out = v[0], op.in = v[1];
     op.code = code;
     op.a = std::is_integral<T>::value ? (T)mx_int_param(a) : (T)a;
@@ -154,11 +200,24 @@ mx_status mx__cuda_unary(int code, const mx_kview *out, const mx_kview *in, doub
 mx_status mx__cuda_binary(int code, const mx_kview *out, const mx_kview *x, const mx_kview *y, double alpha) {
   if (code < 0 || code >= MX_BIN_COUNT || (!mx_dtype_is_floating(x->dtype) && !mx__binary_has_int(code)))
     return mx__error(MX_DTYPE_ERROR, "cuda binary kernel %d: no %s version", code, mx_dtype_name(x->dtype));
+  mx_kview v[3];
+  flatten_operands({out, x, y}, v);
+  int64_t x_step = dense_step(v[1]), y_step = dense_step(v[2]);
+  if (code < MX_BIN_EQ && is_typed_float(x->dtype) && out->dtype == x->dtype && y->dtype == x->dtype &&
+      dense_output(v[0]) && x_step >= 0 && y_step >= 0)
+    return with_typed_float(x->dtype, [&](auto dtype) {
+      dense_binary_op<decltype(dtype)::value> op;
+      op.out = (decltype(op.out))v[0].data;
+      op.x = (decltype(op.x))v[1].data;
+      op.y = (decltype(op.y))v[2].data;
+      op.x_step = x_step, op.y_step = y_step;
+      op.code = code;
+      op.alpha = (float)alpha;
+      return launch_elementwise("launch of kernel binary", mx__kview_numel(out), op);
+    });
   auto launch = [&](auto zero) {
     using T = decltype(zero);
     binary_op<T> op;
-    mx_kview v[3];
-    flatten_operands({out, x, y}, v);
     op.out = v[0], op.x = v[1], op.y = v[2];
     op.code = code;
     op.alpha = std::is_integral<T>::value ? (T)mx_int_param(alpha) : (T)alpha;

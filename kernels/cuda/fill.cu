@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/typed_element.cuh"
 
 /* out[i] = one fixed element pattern (value already stored in out's dtype).
  * out: any shape, any strides. */
@@ -39,12 +40,43 @@ struct convert_op {
   }
 };
 
+/* convert_op's fast path: out[i] = src[i * src_step] between float32,
+ * bfloat16 and float16 operands that flattened to contiguous 1-d (src may
+ * be one broadcast element). The bits of the CPU backend's dense loops
+ * (kernels/cpu/backend.c, convert_row): a same-dtype copy moves the bits,
+ * any other pair rounds once from the float that mx_element_load gives
+ * (float32 holds every bfloat16 and float16 value) by mx_element_store's
+ * function. convert_op's only difference: a signalling bfloat16 NaN
+ * widened to float32 stays signalling here, as on the CPU, where
+ * convert_op's trip through double quiets it. */
+template <mx_dtype OUT, mx_dtype SRC>
+struct dense_convert_op {
+  typename float_element<OUT>::bits *out;
+  const typename float_element<SRC>::bits *src;
+  int64_t src_step;
+  MX_HD void operator()(int64_t i) const {
+    if constexpr (OUT == SRC) out[i] = src[i * src_step];
+    else out[i] = float_element<OUT>::store(float_element<SRC>::load(src[i * src_step]));
+  }
+};
+
 mx_status mx__cuda_convert(const mx_kview *out, const mx_kview *src) {
-  convert_op op;
   mx_kview v[2];
   flatten_operands({out, src}, v);
+  int64_t n = mx__kview_numel(out), src_step = dense_step(v[1]);
+  if (is_typed_float(out->dtype) && is_typed_float(src->dtype) && dense_output(v[0]) && src_step >= 0)
+    return with_typed_float(out->dtype, [&](auto out_dtype) {
+      return with_typed_float(src->dtype, [&](auto src_dtype) {
+        dense_convert_op<decltype(out_dtype)::value, decltype(src_dtype)::value> op;
+        op.out = (decltype(op.out))v[0].data;
+        op.src = (decltype(op.src))v[1].data;
+        op.src_step = src_step;
+        return launch_elementwise("launch of kernel convert", n, op);
+      });
+    });
+  convert_op op;
   op.out = v[0], op.src = v[1];
-  return launch_elementwise("launch of kernel convert", mx__kview_numel(out), op);
+  return launch_elementwise("launch of kernel convert", n, op);
 }
 
 /* out[i] = draw number i (i the row-major linear index) of the params'

@@ -194,6 +194,7 @@ int main(void) {
   test_pool_planar(r);
   test_conv_matmul(r);
   test_batch_norm_elementwise(r);
+  test_fast_paths(r); /* last: the earlier groups keep their random cases */
   if (failure_count)
     fprintf(stderr, "%d failures\n", failure_count);
   else

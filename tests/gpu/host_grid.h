@@ -7,7 +7,8 @@
  * Covered, through the CUDA entry points (host set-up, chunking into
  * launches, grid-stride loops under grid caps of 1 to 7 blocks and none,
  * tails, strides, broadcasts, empty views): fill, convert, random,
- * bernoulli (fill.cu); unary, binary, where (elementwise.cu); gather,
+ * bernoulli (fill.cu); unary, binary, where (elementwise.cu), and the
+ * typed fast paths of convert, unary and binary (bit patterns); gather,
  * index_select, scatter(_add), index_add/index_copy with their bad-index
  * report (indexing.cu); amp_unscale over several 20-gradient launches and
  * amp_update_scale (amp.cu); amp_histogram and amp_unscale_histogram,
@@ -125,6 +126,7 @@ extern const mx_dtype float_dtypes[4];
 
 /* The test files' cases. */
 void test_fill_convert_random(rng &r);
+void test_fast_paths(rng &r);
 void test_elementwise(rng &r);
 void test_indexing(rng &r);
 void test_amp(rng &r);
