@@ -124,15 +124,15 @@ struct binary_op {
  * bfloat16 and float16 throughout, the output contiguous 1-d and each
  * input that too or one broadcast element (p[i * step], step 1 or 0). The
  * same float arithmetic as the generic ops; only the loads and stores are
- * typed (float_element: no dtype switch, no trip through double, so a
+ * typed (float_value: no dtype switch, no trip through double, so a
  * signalling NaN that a function passes through, such as MAXIMUM's, stays
  * signalling in a float32 output, as in the CPU's kernels). Binary
  * comparisons (bool output) stay generic. */
 template <mx_dtype D>
 struct dense_unary_op {
-  typedef float_element<D> E;
-  typename E::bits *out;
-  const typename E::bits *in;
+  typedef float_value<D> E;
+  typename E::storage *out;
+  const typename E::storage *in;
   int64_t in_step;
   int code;
   float a, b;
@@ -143,9 +143,9 @@ struct dense_unary_op {
 
 template <mx_dtype D>
 struct dense_binary_op {
-  typedef float_element<D> E;
-  typename E::bits *out;
-  const typename E::bits *x, *y;
+  typedef float_value<D> E;
+  typename E::storage *out;
+  const typename E::storage *x, *y;
   int64_t x_step, y_step;
   int code;
   float alpha;

@@ -51,12 +51,12 @@ struct convert_op {
  * convert_op's trip through double quiets it. */
 template <mx_dtype OUT, mx_dtype SRC>
 struct dense_convert_op {
-  typename float_element<OUT>::bits *out;
-  const typename float_element<SRC>::bits *src;
+  typename float_value<OUT>::storage *out;
+  const typename float_value<SRC>::storage *src;
   int64_t src_step;
   MX_HD void operator()(int64_t i) const {
     if constexpr (OUT == SRC) out[i] = src[i * src_step];
-    else out[i] = float_element<OUT>::store(float_element<SRC>::load(src[i * src_step]));
+    else out[i] = float_value<OUT>::store(float_value<SRC>::load(src[i * src_step]));
   }
 };
 

@@ -5,41 +5,14 @@
  * switch on every operand's dtype and go through double for each element,
  * which makes them instruction-bound; here the dtype is a template
  * argument and a value is decoded and encoded by kernels/math.h's own
- * conversions, as the CPU backend's dense loops do. */
+ * conversions (common.cuh's float_value<D>), as the CPU backend's dense
+ * loops do. */
 #ifndef MX_KERNELS_CUDA_TYPED_ELEMENT_CUH
 #define MX_KERNELS_CUDA_TYPED_ELEMENT_CUH
 
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
-
-/* How a float dtype's elements are stored and read as float: the bits in
- * an unsigned integer (so that a same-dtype copy moves bits, NaN payloads
- * and all), decoded and rounded back by the functions mx_element_load and
- * mx_element_store apply (float32 widened to double and back is exact). */
-template <mx_dtype D>
-struct float_element;
-
-template <>
-struct float_element<MX_F32> {
-  typedef uint32_t bits;
-  MX_HD static float load(bits b) { return mx_bits_f32(b); }
-  MX_HD static bits store(float v) { return mx_f32_bits(v); }
-};
-
-template <>
-struct float_element<MX_BF16> {
-  typedef uint16_t bits;
-  MX_HD static float load(bits b) { return mx_bf16_to_f32(b); }
-  MX_HD static bits store(float v) { return mx_f32_to_bf16(v); }
-};
-
-template <>
-struct float_element<MX_F16> {
-  typedef uint16_t bits;
-  MX_HD static float load(bits b) { return mx_f16_to_f32(b); }
-  MX_HD static bits store(float v) { return mx_f32_to_f16(v); }
-};
 
 /* Whether the fast paths take the dtype (float64 and the integers stay on
  * the generic bodies). */
