@@ -41,8 +41,12 @@ struct adam_update {
 };
 
 /* Every thread walks the chunk's flat index space grid-stride; found_inf
- * set: the whole launch writes nothing. */
-template <class Update>
+ * set: the whole launch writes nothing. DENSE_F32: every parameter and
+ * gradient of the chunk is float32 and one run of memory (the common case,
+ * chosen on the host), read and written as floats: the values
+ * mx_element_load and mx_element_store give, without their per-element
+ * switch on the dtype and the strided offset. */
+template <class Update, bool DENSE_F32>
 struct optim_op {
   optim_chunk c;
   Update u;
@@ -62,6 +66,13 @@ struct optim_op {
         current = t;
       }
       int64_t k = i - c.start[t];
+      if constexpr (DENSE_F32) {
+        float *p = (float *)it.param.data + k;
+        double g = ((const float *)it.grad.data)[k];
+        if (grad_scale) g = mx_optim_unscale(g, inv_scale, false);
+        *p = (float)mine.element(it, k, *p, g, false);
+        continue;
+      }
       bool f64 = it.param.dtype == MX_F64;
       double g = mx_element_load(element(it.grad, k), it.grad.dtype);
       if (grad_scale) g = mx_optim_unscale(g, inv_scale, f64);
@@ -71,7 +82,7 @@ struct optim_op {
   }
 };
 
-static_assert(sizeof(optim_op<adam_update>) <= 4096 &&
+static_assert(sizeof(optim_op<adam_update, false>) <= 4096 &&
                   sizeof(sgd_update) <= sizeof(adam_update),
               "an optimizer launch's arguments must fit the 4 KiB parameter space");
 
@@ -85,6 +96,17 @@ struct count_steps_op {
     if (at.thread < s.n) *s.step[at.thread] += 1;
   }
 };
+
+/* Whether every parameter and gradient of the chunk is float32, 1-d and
+ * contiguous (flatten_if_contiguous made them so): optim_op's DENSE_F32. */
+static bool dense_f32(const optim_chunk &c) {
+  for (int t = 0; t < c.n; t++) {
+    const mx_kview *v[2] = {&c.items[t].param, &c.items[t].grad};
+    for (const mx_kview *x : v)
+      if (x->dtype != MX_F32 || x->ndim > 1 || (x->ndim == 1 && x->strides[0] != 1)) return false;
+  }
+  return true;
+}
 
 template <class Update>
 static mx_status launch(const char *what, int n, const mx_optim_item *items, Update u, const float *found_inf,
@@ -104,8 +126,13 @@ static mx_status launch(const char *what, int n, const mx_optim_item *items, Upd
       if (it->step) s.step[s.n++] = it->step;
     }
     if (c.start[c.n] > 0) { /* an empty grid is an invalid configuration */
-      optim_op<Update> op = {c, u, found_inf, grad_scale};
-      MX__RETURN_IF_FAILED(launch_threads(what, grid_blocks(c.start[c.n]), THREADS_PER_BLOCK, op));
+      if (dense_f32(c)) {
+        optim_op<Update, true> op = {c, u, found_inf, grad_scale};
+        MX__RETURN_IF_FAILED(launch_threads(what, grid_blocks(c.start[c.n]), THREADS_PER_BLOCK, op));
+      } else {
+        optim_op<Update, false> op = {c, u, found_inf, grad_scale};
+        MX__RETURN_IF_FAILED(launch_threads(what, grid_blocks(c.start[c.n]), THREADS_PER_BLOCK, op));
+      }
     }
     if (s.n > 0) {
       count_steps_op count = {s, found_inf};

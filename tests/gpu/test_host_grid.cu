@@ -298,15 +298,17 @@ void test_optim(rng &r) {
     mx_adam_hparams adam_h = {
         1e-3, 0.9, 0.999, 1e-8, 0.01 * r.range(0, 1), r.range(0, 1) == 1, r.range(0, 1) == 1, r.range(0, 1) == 1};
     int states = adam ? (adam_h.amsgrad ? 3 : 2) : (sgd.momentum > 0 ? 1 : 0);
+    /* a third of the rounds all float32 and contiguous: the kernels' DENSE_F32 launches */
+    bool dense_f32 = r.range(0, 2) == 0;
     std::vector<optim_param> a;
     for (int t = 0; t < n; t++) {
       optim_param p;
       int64_t shape[3];
       int ndim = (int)r.range(0, 3);
       random_shape(r, ndim, 9, 8, shape);
-      mx_dtype dtype = float_dtypes[r.range(0, 3)];
-      p.param = make_tensor(dtype, ndim, shape, out_layout(r), r);
-      p.grad = make_tensor(dtype, ndim, shape, out_layout(r), r);
+      mx_dtype dtype = dense_f32 ? MX_F32 : float_dtypes[r.range(0, 3)];
+      p.param = make_tensor(dtype, ndim, shape, dense_f32 ? CONTIGUOUS : out_layout(r), r);
+      p.grad = make_tensor(dtype, ndim, shape, dense_f32 ? CONTIGUOUS : out_layout(r), r);
       fill_values(p.param, POSITIVE, r);
       fill_values(p.grad, SMALL_INT, r);
       p.step = r.range(0, 2);
@@ -326,7 +328,8 @@ void test_optim(rng &r) {
     std::vector<optim_param> b = a;
     float found = r.range(0, 5) == 0 ? 1.0f : 0.0f, scale = 1024.0f;
     const float *found_inf = r.range(0, 1) ? &found : NULL, *grad_scale = r.range(0, 1) ? &scale : NULL;
-    describe("%s over %d parameters, found_inf %s, grad_scale %s", adam ? "adam" : "sgd", n,
+    describe("%s over %d %sparameters, found_inf %s, grad_scale %s", adam ? "adam" : "sgd", n,
+             dense_f32 ? "dense float32 " : "",
              found_inf ? (found ? "1" : "0") : "none", grad_scale ? "1024" : "none");
     mx_status sa, sb;
     const void *h = adam ? (const void *)&adam_h : (const void *)&sgd;

@@ -236,8 +236,10 @@ void test_batch_norm(rng &r) {
                                          want_dot ? &g.v : NULL, centered ? &center.v : NULL, &gcenter.v,
                                          masked ? &mask.v : NULL),
                    "channel_sums");
-      /* the runs add in another order than the CPU: exact on small integers */
-      double rel = exact ? 0 : ulps(MX_F64, 1024) + ulps(sum_a.v.dtype, 1);
+      /* the runs add in another order than the CPU: exact on small integers; on awkward values, whose large
+       * terms cancel, within the CPU's float32 runs of up to 512 values (the tight bound on realistic data is
+       * test_host_grid_reduce's long and tiled cases and tests/gpu/test_gpu_bn_stats.c) */
+      double rel = exact ? 0 : ulps(MX_F64, 1024) + ulps(MX_F32, 512);
       same_values(sum_a, sum_b, rel, 1e6, "channel_sums sum");
       same_values(dot_a, dot_b, rel, 1e6, "channel_sums dot");
 
