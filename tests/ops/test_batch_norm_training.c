@@ -10,6 +10,8 @@
 
 #include <mixgrad.h>
 
+#include "bn_input.h"
+
 #include "kernels/cpu/batch_norm.h"
 #include "ops/op_table.h"
 #include "tensor/tensor_impl.h"
@@ -166,18 +168,6 @@ Test(batch_norm_training, gradcheck_and_gradgradcheck_in_float64) {
 
 /* --- against batch norm's primitives run in turn ----------------------------------------------------------------- */
 
-static mx_tensor *inputs_x(mx_shape shape, mx_dtype dtype, bool channels_last, uint64_t seed) {
-  mx_generator *gen = mx_generator_new(seed);
-  mx_shape per_channel = {shape.ndim, {1, 4, 1, 1}};
-  /* channels around different means, so that the centring matters */
-  mx_tensor *offset = mx_reshape(mx_from_data((double[]){0, 3, -1, 0.5}, MX_SHAPE(4), MX_F64, MX_CPU), per_channel);
-  mx_tensor *x = mx_to_dtype(mx_add(mx_randn(shape, MX_F64, MX_CPU, gen), offset), dtype);
-  mx_generator_free(gen);
-  x = channels_last ? mx_to_channels_last(x) : x;
-  cr_assert_not_null(x, "%s", mx_last_error());
-  return x;
-}
-
 /* What batch_norm's training forward did before it was one primitive: batch_norm_stats, invstd by ops, then
  * batch_norm_elemt(_relu) as a node of its own (its formula: the composite's gradient of x, weight and bias given the
  * statistics), and the running statistics by ops. The statistics' gradient comes from mean and var as ops of x in
@@ -240,7 +230,7 @@ Test(batch_norm_training, forward_is_the_primitives_bit_for_bit) {
       for (int relu = 0; relu < 2; relu++) {
         mx_scope *scope = mx_scope_begin();
         mx_dtype dtype = bn_dtypes[d], vd = vector_dtype(dtype);
-        mx_tensor *x = inputs_x(bn_shapes[s], dtype, s == 2, 70 + (uint64_t)s);
+        mx_tensor *x = bn_input(bn_shapes[s], dtype, s == 2, 70 + (uint64_t)s);
         mx_tensor *w = of((double[]){1.5, -0.75, 0.25, 1}, MX_SHAPE(4), vd);
         mx_tensor *b = of((double[]){0.25, -0.5, 0.125, 0.1}, MX_SHAPE(4), vd);
         mx_tensor *running[2][2];
@@ -296,7 +286,7 @@ Test(batch_norm_training, backward_is_the_composites_within_rounding) {
       for (int relu = 0; relu < 2; relu++) {
         mx_scope *scope = mx_scope_begin();
         mx_dtype dtype = dtypes[d];
-        mx_tensor *x = inputs_x(bn_shapes[s], dtype, s == 2, 80 + (uint64_t)s);
+        mx_tensor *x = bn_input(bn_shapes[s], dtype, s == 2, 80 + (uint64_t)s);
         mx_tensor *w = of((double[]){1.5, -0.75, 0.25, 1}, MX_SHAPE(4), MX_F32);
         mx_tensor *b = of((double[]){0.25, -0.5, 0.125, 0.1}, MX_SHAPE(4), MX_F32);
         mx_generator *gen = mx_generator_new(85 + (uint64_t)s);

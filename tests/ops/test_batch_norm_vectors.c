@@ -10,6 +10,8 @@
 
 #include <mixgrad.h>
 
+#include "bn_input.h"
+
 #include "kernels/cpu/batch_norm.h"
 #include "kernels/cpu/batch_norm_vectors.h"
 #include "ops/op_table.h"
@@ -172,18 +174,6 @@ Test(batch_norm_vectors, kernel_refuses_what_it_cannot_take) {
 
 /* --- a training step against the ops-built one ---------------------------------------------------------------- */
 
-/* x with channels around different means (the centring matters), laid out channels-last when asked */
-static mx_tensor *input_x(mx_shape shape, mx_dtype dtype, bool channels_last, uint64_t seed) {
-  mx_generator *gen = mx_generator_new(seed);
-  mx_shape per_channel = {shape.ndim, {1, 4, 1, 1}};
-  mx_tensor *offset = mx_reshape(mx_from_data((double[]){0, 3, -1, 0.5}, MX_SHAPE(4), MX_F64, MX_CPU), per_channel);
-  mx_tensor *x = mx_to_dtype(mx_add(mx_randn(shape, MX_F64, MX_CPU, gen), offset), dtype);
-  mx_generator_free(gen);
-  x = channels_last ? mx_to_channels_last(x) : x;
-  cr_assert_not_null(x, "%s", mx_last_error());
-  return x;
-}
-
 static mx_tensor *of(const double *v, mx_dtype dtype) {
   return mx_to_dtype(mx_from_data(v, MX_SHAPE(4), MX_F64, MX_CPU), dtype);
 }
@@ -297,7 +287,7 @@ Test(batch_norm_vectors, training_step_is_the_ops_bit_for_bit) {
         mx_scope *scope = mx_scope_begin();
         bool relu = mode & 1, affine = mode & 2, running = mode & 4;
         mx_dtype dtype = dtypes[d], vd = vector_dtype(dtype);
-        mx_tensor *x = input_x(shapes[s], dtype, s == 2, 40 + (uint64_t)(8 * s + mode));
+        mx_tensor *x = bn_input(shapes[s], dtype, s == 2, 40 + (uint64_t)(8 * s + mode));
         mx_tensor *w = affine ? of((double[]){1.5, -0.75, 0.25, 1}, vd) : NULL;
         mx_tensor *b = affine ? of((double[]){0.25, -0.5, 0.125, 0.1}, vd) : NULL;
         mx_generator *gen = mx_generator_new(60 + (uint64_t)s);
@@ -339,7 +329,7 @@ Test(batch_norm_vectors, training_step_is_the_ops_bit_for_bit) {
 Test(batch_norm_vectors, running_statistics_it_cannot_take_fall_back) {
   for (int kind = 0; kind < 3; kind++) {
     mx_scope *scope = mx_scope_begin();
-    mx_tensor *x = input_x(MX_SHAPE(4, 4, 5, 3), MX_F32, false, 31);
+    mx_tensor *x = bn_input(MX_SHAPE(4, 4, 5, 3), MX_F32, false, 31);
     mx_tensor *w = of((double[]){1.5, -0.75, 0.25, 1}, MX_F32), *b = of((double[]){0.25, -0.5, 0.125, 0.1}, MX_F32);
     mx_tensor *gy = mx_randn(MX_SHAPE(4, 4, 5, 3), MX_F32, MX_CPU, NULL);
     const double init[8] = {0.5, -0.25, 1.0, 0.0, 0.5, 2.0, 1.5, 1.0};
