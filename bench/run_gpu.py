@@ -13,7 +13,10 @@ facts, tests/gpu, the timings (both sides with mixgrad's cuDNN numerics:
 float32 convolutions in exact float32, deterministic algorithms), a second,
 smaller table of the convolutional models in float32 with PyTorch's cuDNN
 defaults on both sides (TF32, any algorithm; skipped when the budget left
-after the first table is short), then memcheck over the whole GPU suite, then
+after the first table is short), a 4096 matrix product against
+torch.matmul (bench/gemm_step.c and .py), loss scaling's share of the f16
+ResNet-9 step (mixgrad's step with and without its GradScaler), then
+memcheck over the whole GPU suite, then
 racecheck over the tests of the kernels that share memory within a block
 (reductions, softmax, batch norm, the AMP unscale). A step the budget cannot
 fit is written down as skipped. GPU.md is rewritten after every step and
@@ -43,6 +46,9 @@ AMPS = ["off", "bf16", "f16"]
 PYTORCH_NUMERICS_CONFIGS = [("cnn", "off", 128), ("resnet9", "off", 64)]
 PYTORCH_NUMERICS_FLAGS = ["--cudnn-tf32", "--cudnn-nondeterministic"]
 STEP_TARGET = 1.0  # mixgrad/PyTorch step time, every model and precision (issue #32, item 6)
+GEMM_TARGET = 0.95  # mixgrad's matrix product speed over torch.matmul's at 4096 (issue #32, item 6)
+SCALER_TARGET = 0.02  # loss scaling's share of the ResNet-9 step (issue #32, item 6)
+SCALER_CONFIG = ("resnet9", "f16", 64)
 # racecheck's tests: the kernels whose threads share memory within a block
 RACECHECK_FILTERS = ["gpu/reduce*", "gpu/softmax*", "gpu/batch_norm*", "gpu/amp_unscale*"]
 
@@ -215,7 +221,8 @@ def bench(args, budget, log, configs=None, numerics=(), reserve_first_round=Fals
     results = {c: {"mixgrad": [], "pytorch": [], "errors": [], "notes": set()} for c in configs}
     rounds_done = 0
     for r in range(args.rounds):
-        keep = args.sanitizer_reserve if r > 0 or reserve_first_round else 0
+        # a quick run's one round leaves the sanitizers their share too, process by process
+        keep = args.sanitizer_reserve if r > 0 or reserve_first_round or args.quick else 0
         # a round needs about 2 processes per configuration; keep what later steps need
         if budget.left() - keep < len(configs) * 2 * 8 and (r > 0 or reserve_first_round):
             break
@@ -239,6 +246,57 @@ def bench(args, budget, log, configs=None, numerics=(), reserve_first_round=Fals
                     results[c]["errors"].append(f"{impl}: {res.get('error', '?')}")
         rounds_done += 1
     return {"rounds": rounds_done, "results": results}
+
+
+def gemm(args, budget, log):
+    """The matrix product at 4096 (256 on --device cpu), mixgrad's and torch.matmul's, in alternating rounds."""
+    n = 4096 if args.device == "cuda" else 256
+    rounds = 1 if args.quick else 2
+    results = {d: {"mixgrad": [], "pytorch": [], "errors": []} for d in ("f32", "bf16", "f16")}
+    for r in range(rounds):
+        for dtype, res in results.items():
+            for impl in (["mixgrad", "pytorch"] if r % 2 == 0 else ["pytorch", "mixgrad"]):
+                timeout = budget.timeout(60, reserve=args.sanitizer_reserve)
+                if timeout is None:
+                    res["errors"].append(f"{impl}: out of time")
+                    continue
+                flags = ["--device", args.device, "--n", str(n), "--dtype", dtype, "--warmup", "3", "--repeat",
+                         "5" if args.quick else "10", "--calls", "5"]
+                cmd = ([os.path.join(args.bundle, "bin", "gemm_step")] if impl == "mixgrad" else
+                       [args.python, os.path.join(HERE, "gemm_step.py")]) + flags
+                code, out, _ = run(cmd, timeout, env=mixgrad_env() if impl == "mixgrad" else None)
+                log("gemm.log", f"$ {' '.join(cmd)}: exit {code}\n{out}\n", append=True)
+                line = next((l for l in reversed(out.splitlines()) if l.startswith("{")), None)
+                try:
+                    res[impl].extend(json.loads(line)["times_ms"])
+                except (TypeError, ValueError, KeyError):
+                    res["errors"].append(f"{impl}: exit {code}: " + " | ".join(out.strip().splitlines()[-2:]))
+    return {"n": n, "rounds": rounds, "results": results}
+
+
+def scaler_share(args, budget, log):
+    """mixgrad's f16 ResNet-9 step with its GradScaler and without (--no-scaler), alternating."""
+    model, amp, batch = SCALER_CONFIG
+    times = {"with": [], "without": []}
+    errors = []
+    for r in range(1 if args.quick else 2):
+        for kind in (["with", "without"] if r % 2 == 0 else ["without", "with"]):
+            timeout = budget.timeout(90, reserve=args.sanitizer_reserve)
+            if timeout is None:
+                errors.append(f"{kind}: out of time")
+                continue
+            cmd = step_command(args, "mixgrad", model, amp, batch) + (["--no-scaler"] if kind == "without" else [])
+            code, out, _ = run(cmd, timeout, env=mixgrad_env())
+            log("scaler.log", f"$ {' '.join(cmd)}: exit {code}\n{out}\n", append=True)
+            line = next((l for l in reversed(out.splitlines()) if l.startswith("{")), None)
+            try:
+                res = json.loads(line)
+                if res.get("scaler") != (kind == "with"):
+                    raise ValueError(f"scaler {res.get('scaler')}")
+                times[kind].extend(res["times_ms"])
+            except (TypeError, ValueError, KeyError) as e:
+                errors.append(f"{kind}: exit {code}: {e}")
+    return {"times": times, "errors": errors}
 
 
 def stats(times):
@@ -283,7 +341,49 @@ def pytorch_numerics_section(args, extra):
     return out + [""]
 
 
-def report(args, facts, tests, timing, memcheck, racecheck, elapsed, extra=None):
+def gemm_section(args, g):
+    out = ["## The matrix product against torch.matmul", ""]
+    if g is None:
+        return out + ["Not reached.", ""]
+    out += [f"`bench/gemm_step` against `bench/gemm_step.py`, ({g['n']}, {g['n']}) times ({g['n']}, {g['n']}), "
+            f"{g['rounds']} alternating round(s), each sample 5 products then a synchronisation. Milliseconds a "
+            f"product: median (p10-p90). Target (issue #32): mixgrad's speed at least {GEMM_TARGET} of torch's. "
+            "float32 without TF32 on both sides.", "",
+            "| dtype | mixgrad ms | PyTorch ms | mixgrad TFLOP/s | PyTorch TFLOP/s | speed vs PyTorch | target |",
+            "|---|---|---|---|---|---|---|"]
+    notes = []
+    for dtype, r in g["results"].items():
+        m, p = stats(r["mixgrad"]), stats(r["pytorch"])
+        tf = lambda s: f"{2.0 * g['n'] ** 3 / (s['median'] * 1e-3) / 1e12:.1f}" if s else "-"
+        speed = p["median"] / m["median"] if m and p else None
+        verdict = "" if speed is None else ("PASS" if speed >= GEMM_TARGET else "MISS")
+        out.append(f"| {dtype} | {fmt_ms(m)} | {fmt_ms(p)} | {tf(m)} | {tf(p)} | "
+                   f"{'-' if speed is None else f'{speed:.2f}'} | {verdict} |")
+        notes += [f"{dtype}: {e}" for e in r["errors"]]
+    if notes:
+        out += ["", "Notes:", ""] + [f"- {n}" for n in notes]
+    return out + [""]
+
+
+def scaler_section(sc):
+    model, amp, batch = SCALER_CONFIG
+    out = ["## Loss scaling's share of the step", ""]
+    if sc is None:
+        return out + ["Not reached.", ""]
+    w, wo = stats(sc["times"]["with"]), stats(sc["times"]["without"])
+    out += [f"mixgrad's {model} {amp} step (batch {batch}) with its GradScaler (scale, unscale with the inf check, "
+            "update, the step skipped on the device) and without (`--no-scaler`), alternating. Target (issue #32): "
+            f"under {SCALER_TARGET:.0%} of the step.", "",
+            "| with ms | without ms | share | target |", "|---|---|---|---|"]
+    share = (w["median"] - wo["median"]) / w["median"] if w and wo else None
+    verdict = "" if share is None else ("PASS" if share < SCALER_TARGET else "MISS")
+    out.append(f"| {fmt_ms(w)} | {fmt_ms(wo)} | {'-' if share is None else f'{share:.1%}'} | {verdict} |")
+    if sc["errors"]:
+        out += ["", "Notes:", ""] + [f"- {e}" for e in sc["errors"]]
+    return out + [""]
+
+
+def report(args, facts, tests, timing, memcheck, racecheck, elapsed, extra=None, gemm_result=None, scaler=None):
     pt = facts.get("pytorch", {})
     b = facts.get("build", {})
     out = ["# mixgrad on a GPU: `scripts/gpu-check`", "",
@@ -370,6 +470,8 @@ def report(args, facts, tests, timing, memcheck, racecheck, elapsed, extra=None)
             out += ["", "Notes:", ""] + [f"- {n}" for n in sorted(notes)]
         out.append("")
         out += pytorch_numerics_section(args, extra)
+    out += gemm_section(args, gemm_result)
+    out += scaler_section(scaler)
     return "\n".join(out)
 
 
@@ -401,12 +503,13 @@ def main():
             with open(os.path.join(out_dir, name), "w") as f:
                 f.write(logs[name])
 
-    state = {"tests": {"skipped": "not reached"}, "timing": None, "extra": None, "memcheck": None, "racecheck": None}
+    state = {"tests": {"skipped": "not reached"}, "timing": None, "extra": None, "memcheck": None, "racecheck": None,
+             "gemm": None, "scaler": None}
     facts = machine_facts(args)
 
     def write():
         text = report(args, facts, state["tests"], state["timing"], state["memcheck"], state["racecheck"],
-                      time.monotonic() - start, state["extra"])
+                      time.monotonic() - start, state["extra"], state["gemm"], state["scaler"])
         with open(args.out, "w") as f:
             f.write(text)
         if out_dir:
@@ -422,6 +525,10 @@ def main():
     write()
     state["extra"] = bench(args, budget, log, PYTORCH_NUMERICS_CONFIGS, PYTORCH_NUMERICS_FLAGS,
                            reserve_first_round=True)
+    write()
+    state["gemm"] = gemm(args, budget, log)
+    write()
+    state["scaler"] = scaler_share(args, budget, log)
     write()
     state["memcheck"] = sanitizer(args, budget, log, "memcheck", [None], cap=max(budget.left() * 0.6, 10))
     write()

@@ -22,10 +22,12 @@
  * and mx_set_cudnn_deterministic(false) (PyTorch's defaults for its cuDNN
  * convolutions; mixgrad's are exact float32 and deterministic), as
  * train_step.py's flags of those names set torch.backends.cudnn's.
+ * --no-scaler runs an f16 step without its GradScaler (loss scaling's
+ * share of the step is the difference; scripts/gpu-check measures it).
  * The result is one JSON line on stdout:
  *
  *     {"impl":"mixgrad","model":"cnn","amp":"bf16","device":"cpu","batch":128,"threads":2,"warmup":5,
- *      "channels_last":false,"cudnn_tf32":false,"cudnn_deterministic":true,
+ *      "channels_last":false,"cudnn_tf32":false,"cudnn_deterministic":true,"scaler":false,
  *      "times_ms":[...one per timed step...],"peak_rss_kb":...,"base_rss_kb":...,
  *      "graph_bytes":...,"forward_bytes":...,"params":...,"version":"0.1.0"}
  *
@@ -49,6 +51,7 @@ typedef struct {
   double seconds; /* a cap on the timed steps' time (warm-up: a quarter of it); 0: none */
   bool channels_last;
   bool cudnn_tf32, cudnn_nondeterministic; /* PyTorch's cuDNN defaults instead of mixgrad's */
+  bool no_scaler;                          /* f16 without loss scaling */
 } options;
 
 /* What a run makes, freed in one place. */
@@ -169,7 +172,7 @@ static int setup(bench_state *b, const options *o) {
     return fail("the model channels-last");
   b->opt = make_optimizer(o->model, b->net);
   if (!b->opt) return fail("optimizer");
-  if (b->amp == MX_F16) {
+  if (b->amp == MX_F16 && !o->no_scaler) {
     mx_scaler_opts so = mx_scaler_defaults();
     so.enabled = true;
     b->scaler = mx_scaler_new(&so);
@@ -197,10 +200,10 @@ static void free_state(bench_state *b) {
 static void print_result(const bench_state *b, const options *o, const double *times, long base_rss_kb,
                          int64_t graph_bytes, int64_t forward_bytes) {
   printf("{\"impl\":\"mixgrad\",\"model\":\"%s\",\"amp\":\"%s\",\"device\":\"%s\",\"batch\":%lld,\"threads\":%d,"
-         "\"warmup\":%lld,\"channels_last\":%s,\"cudnn_tf32\":%s,\"cudnn_deterministic\":%s,",
+         "\"warmup\":%lld,\"channels_last\":%s,\"cudnn_tf32\":%s,\"cudnn_deterministic\":%s,\"scaler\":%s,",
          o->model, o->amp, mx_device_name(o->device), (long long)o->batch, bench_threads(), (long long)o->warmup,
          o->channels_last ? "true" : "false", mx_cudnn_allow_tf32() ? "true" : "false",
-         mx_cudnn_deterministic() ? "true" : "false");
+         mx_cudnn_deterministic() ? "true" : "false", b->scaler ? "true" : "false");
   bench_json_doubles(stdout, "times_ms", times, (int)o->repeat);
   printf(",\"peak_rss_kb\":%ld,\"base_rss_kb\":%ld,\"graph_bytes\":%lld,\"forward_bytes\":%lld,\"params\":%lld,"
          "\"version\":\"%s\"}\n",
@@ -250,13 +253,14 @@ static int run(bench_state *b, options *o, long base_rss_kb) {
 static void usage(FILE *out) {
   fprintf(out, "usage: train_step [--model mlp|cnn|resnet9] [--amp off|bf16|f16] [--device cpu|cuda] [--batch N]\n"
                "                  [--warmup N] [--repeat N] [--seed N] [--seconds S] [--channels-last]\n"
-               "                  [--cudnn-tf32] [--cudnn-nondeterministic]\n"
+               "                  [--cudnn-tf32] [--cudnn-nondeterministic] [--no-scaler]\n"
                "Times mixgrad's training step on a random batch and prints one JSON line.\n"
                "Defaults: --model cnn --amp off --device cpu --batch 128 --warmup 5 --repeat 30 --seed 1.\n"
                "--seconds caps the timed steps' time (at least 3 steps) and the warm-up's at a quarter of it.\n"
                "--cudnn-tf32 lets float32 convolutions on cuDNN use TF32 (mx_set_cudnn_allow_tf32), and\n"
                "--cudnn-nondeterministic lets cuDNN pick non-deterministic algorithms (mx_set_cudnn_deterministic):\n"
                "PyTorch's defaults; without them, mixgrad's (exact float32, deterministic).\n"
+               "--no-scaler: an f16 step without its GradScaler (loss scaling's share is the difference).\n"
                "Threads: OMP_NUM_THREADS.\n");
 }
 
@@ -308,6 +312,7 @@ static int parse_args(int argc, char **argv, options *o) {
     bool *flag = !strcmp(argv[i], "--channels-last")          ? &o->channels_last
                  : !strcmp(argv[i], "--cudnn-tf32")             ? &o->cudnn_tf32
                  : !strcmp(argv[i], "--cudnn-nondeterministic") ? &o->cudnn_nondeterministic
+                 : !strcmp(argv[i], "--no-scaler")              ? &o->no_scaler
                                                                 : NULL;
     if (flag) { /* a switch: no value */
       *flag = true;
