@@ -56,7 +56,8 @@ Test(nn_channels_last, a_step_gives_the_row_major_models_bits_and_weight_gradien
   cr_expect_eq(mx_data_ptr(bias), bias_data, "a vector keeps its data");
 
   mx_generator *gen = mx_generator_new(5);
-  mx_tensor *x = mx_to_channels_last(mx_randn(MX_SHAPE(2, 3, 7, 9), MX_F32, MX_CPU, gen));
+  mx_tensor *rows = mx_randn(MX_SHAPE(2, 3, 7, 9), MX_F32, MX_CPU, gen), *x = mx_to_channels_last(rows);
+  mx_release(rows);
   mx_tensor *s = mx_randn(MX_SHAPE(2, 4, 5, 7), MX_F32, MX_CPU, gen);
   mx_generator_free(gen);
   double loss_plain = step(plain, x, s), loss_cl = step(cl, x, s);
