@@ -666,6 +666,11 @@ bool mx__dnnl_conv_plans_share_y(const mx__dnnl_conv_plan *a, const mx__dnnl_con
   return mx__dnnl_md_equal(&ea->prim_md[ROLE_Y], &eb->prim_md[ROLE_Y]);
 }
 
+bool mx__dnnl_conv_plan_reads_x_as_is(const mx__dnnl_conv_plan *plan) {
+  const conv_entry *e = plan->entry;
+  return !moved(&e->reorder[ROLE_X]);
+}
+
 mx_status mx__dnnl_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
                                 const mx_conv_params *p) {
   const mx_kview *v[3] = {x, w, y};
@@ -709,6 +714,7 @@ mx_status mx__dnnl_conv_plan_run(const mx__dnnl_conv_plan *plan, const mx_kview 
 }
 void mx__dnnl_conv_plan_end(mx__dnnl_conv_plan *plan) {}
 bool mx__dnnl_conv_plans_share_y(const mx__dnnl_conv_plan *a, const mx__dnnl_conv_plan *b) { return false; }
+bool mx__dnnl_conv_plan_reads_x_as_is(const mx__dnnl_conv_plan *plan) { return false; }
 
 uint64_t mx__dnnl_conv_reorders(void) { return 0; }
 uint64_t mx__dnnl_conv_weight_reorders(void) { return 0; }

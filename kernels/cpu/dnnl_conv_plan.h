@@ -33,5 +33,7 @@ mx_status mx__dnnl_conv_plan_run(const mx__dnnl_conv_plan *plan, const mx_kview 
 void mx__dnnl_conv_plan_end(mx__dnnl_conv_plan *plan);
 /* Whether two plans' y layouts are one (one buffer serves both). */
 bool mx__dnnl_conv_plans_share_y(const mx__dnnl_conv_plan *a, const mx__dnnl_conv_plan *b);
+/* Whether the primitive reads x in x's own layout (no reorder, nothing kept). */
+bool mx__dnnl_conv_plan_reads_x_as_is(const mx__dnnl_conv_plan *plan);
 
 #endif
