@@ -501,6 +501,9 @@ static mx_status conv_pool_backward_unfused(mx__call *c, mx_tensor *g, mx_shape 
 /* The backend's kernel masks g by relu's output y as it reads it where y is g's dtype and shape (any strides); else,
  * and where the kernel declines or the backend has none, relu_backward(g, y) runs first, as an op. */
 mx_status mx__fwd_conv2d_max_pool_relu_backward(mx__call *c) {
+  if (c->n_in < 5)
+    return mx__error(MX_INVALID_ARGUMENT, "%s: its backward takes 5 inputs (grad, indices, x, weight, y), got %d",
+                     conv_pool_op, c->n_in);
   mx_tensor *g = c->in[0], *indices = c->in[1], *x = c->in[2], *w = c->in[3], *y = c->in[4];
   const mx_conv_params *cp = &c->args->conv;
   bool channels_last = POOL_CHANNELS_LAST(c->args), want_dx = WANT_DX(c->args), want_db = WANT_DB(c->args);

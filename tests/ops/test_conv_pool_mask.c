@@ -4,7 +4,7 @@
  * bfloat16: the AVX-512 loop's 16-channel blocks (2x2 windows, g and y contiguous), a last block of 4 real channels,
  * odd widths leaving an edge, 3x3 windows and strided g or y (the generic gather), g and y holding NaN (quiet and
  * signalling), -0, +-0, +-inf; and float64 gradcheck and gradgradcheck of the op where a negative bias makes relu
- * zero whole windows, so the mask decides gradients of gradients too. */
+ * zero whole windows, so the mask decides gradients of gradients too; the op's error without y. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -12,10 +12,12 @@
 
 #include <mixgrad.h>
 
+#include "../common/expect_error.h"
 #include "kernels/cpu/dnnl.h"
 #include "kernels/cpu/dnnl_conv_pool.h"
 #include "mx_config.h"
 #include "ops/conv_pool.h"
+#include "ops/op_table.h"
 
 typedef struct {
   int64_t n, c_in, h, w, c_out, pool;
@@ -226,5 +228,20 @@ Test(conv_pool_mask, float64_gradients_of_gradients_where_relu_masks_windows) {
   cr_expect_eq(mx_gradgradcheck(fused_op, 3, in, NULL, 1e-6, 1e-5, 1e-4), MX_OK, "%s", mx_last_error());
   cr_expect_eq(mx_gradcheck(gradient_norms, 4, in, NULL, 1e-6, 1e-5, 1e-4), MX_OK, "%s", mx_last_error());
   mx_generator_free(gen);
+  mx_scope_end(scope);
+}
+
+/* The backward op needs relu's output y, its mask: called without it, it says so (it never reads past its inputs). */
+Test(conv_pool_mask, the_backward_op_without_y_is_an_error) {
+  mx_scope *scope = mx_scope_begin();
+  mx_tensor *g = mx_zeros(MX_SHAPE(1, 2, 2, 2), MX_F32, MX_CPU);
+  mx_tensor *indices = mx_zeros(MX_SHAPE(1, 2, 2, 2), MX_U8, MX_CPU);
+  mx_tensor *x = mx_zeros(MX_SHAPE(1, 1, 4, 4), MX_F32, MX_CPU), *w = mx_zeros(MX_SHAPE(2, 1, 3, 3), MX_F32, MX_CPU);
+  mx__args args = {.conv = {.spatial = 2, .stride = {1, 1}, .padding = {1, 1}, .dilation = {1, 1}, .groups = 1},
+                   .pool = {.spatial = 2, .kernel = {2, 2}, .stride = {2, 2}, .dilation = {1, 1}}};
+  const mx_tensor *in[4] = {g, indices, x, w};
+  mx_tensor *out[MX__MAX_OUTPUTS] = {0};
+  EXPECT_STATUS_ERROR(mx__dispatch(MX_OP_CONV2D_MAX_POOL_RELU_BACKWARD, 4, in, &args, out),
+                      "mx_conv2d_max_pool_relu: its backward takes 5 inputs (grad, indices, x, weight, y), got 4");
   mx_scope_end(scope);
 }
