@@ -258,14 +258,15 @@ typedef struct mx_backend {
   mx_status (*conv_max_pool_relu)(const mx_kview *y, const mx_kview *indices, const mx_kview *x, const mx_kview *w,
                                   const mx_kview *bias, const mx_conv_params *cp, const mx_pool_params *pp,
                                   bool channels_last);
-  /* Its backward from the pooled gradient g (relu's mask applied) and the indices: the full-resolution gradient
-   * max_pool_backward would give, never in a view, then dx = conv_backward_data (dx NULL: not wanted), dw and db
-   * = conv_backward_weight_bias (db NULL: conv_backward_weight alone), bit for bit those kernels'. Declines as
-   * conv_max_pool_relu. */
+  /* Its backward from the pooled gradient g and the indices: g masked by relu's (relu_backward(g, mask), mask the
+   * forward's y, g's shape and dtype, any strides; NULL: g comes masked) as it is read, the full-resolution
+   * gradient max_pool_backward would give, never in a view, then dx = conv_backward_data (dx NULL: not wanted), dw
+   * and db = conv_backward_weight_bias (db NULL: conv_backward_weight alone), bit for bit those kernels'. Declines
+   * as conv_max_pool_relu. */
   mx_status (*conv_max_pool_relu_backward)(const mx_kview *dx, const mx_kview *dw, const mx_kview *db,
-                                           const mx_kview *g, const mx_kview *indices, const mx_kview *x,
-                                           const mx_kview *w, const mx_conv_params *cp, const mx_pool_params *pp,
-                                           bool channels_last);
+                                           const mx_kview *g, const mx_kview *mask, const mx_kview *indices,
+                                           const mx_kview *x, const mx_kview *w, const mx_conv_params *cp,
+                                           const mx_pool_params *pp, bool channels_last);
   /* batch norm's per-channel coefficients in one pass over the channels (optional: without it ops/norm.c runs
    * an elementwise op per step), each step rounded in the vectors' dtype as that op rounds it
    * (kernels/batch_norm_vectors.h has the formulas):

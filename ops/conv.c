@@ -452,17 +452,18 @@ mx_status mx__fwd_conv2d_max_pool_relu(mx__call *c) {
   return status != MX_OK ? status : be->max_pool(&yv, &iv, &tv, &pp);
 }
 
-/* relu's mask on the pooled gradient (as max_pool_relu's backward), then the rest in the backward op. */
+/* All in the backward op, relu's mask (as max_pool_relu's backward) too: it goes with the unmasked gradient, and the
+ * backend's kernel applies it as it reads the gradient, with no relu_backward pass over it. */
 mx_status mx__bwd_conv2d_max_pool_relu(mx__bw *bw) {
-  mx_tensor *x = mx__saved_in(bw, 0), *w = mx__saved_in(bw, 1), *indices = mx__saved_out(bw, 1);
-  mx_tensor *g = mx_relu_backward(G, mx__saved_out(bw, 0));
-  if (!x || !w || !indices || !g) return mx_last_status();
+  mx_tensor *x = mx__saved_in(bw, 0), *w = mx__saved_in(bw, 1), *y = mx__saved_out(bw, 0);
+  mx_tensor *indices = mx__saved_out(bw, 1);
+  if (!x || !w || !y || !indices) return mx_last_status();
   mx__args args = *bw->args;
   WANT_DX(&args) = mx__needs_grad(bw, 0);
   WANT_DB(&args) = mx__needs_grad(bw, 2);
-  const mx_tensor *in[4] = {g, indices, x, w};
+  const mx_tensor *in[5] = {G, indices, x, w, y};
   mx_tensor *out[MX__MAX_OUTPUTS] = {0};
-  if (mx__dispatch(MX_OP_CONV2D_MAX_POOL_RELU_BACKWARD, 4, in, &args, out) != MX_OK) return mx_last_status();
+  if (mx__dispatch(MX_OP_CONV2D_MAX_POOL_RELU_BACKWARD, 5, in, &args, out) != MX_OK) return mx_last_status();
   for (int i = 0; i < 3; i++)
     if (mx__needs_grad(bw, i)) bw->grad_in[i] = out[i];
   return MX_OK;
@@ -475,12 +476,13 @@ static mx_tensor *full_gradient(const mx_tensor *g, const mx_tensor *indices, co
   return mx__call2(MX_OP_MAX_POOL_BACKWARD, g, indices, &args);
 }
 
-/* (dx, dw, db) from the unfused ops (run with grad off, inside the op): max_pool_backward's scatter, then the
- * convolution's gradients as mx__bwd_convolution takes them. */
-static mx_status conv_pool_backward_unfused(mx__call *c, mx_shape full) {
-  mx_tensor *g = c->in[0], *indices = c->in[1], *x = c->in[2], *w = c->in[3];
+/* (dx, dw, db) from the unfused ops (run with grad off, inside the op) and g, the gradient with relu's mask applied
+ * (NULL: relu_backward failed): max_pool_backward's scatter, then the convolution's gradients as
+ * mx__bwd_convolution takes them. */
+static mx_status conv_pool_backward_unfused(mx__call *c, mx_tensor *g, mx_shape full) {
+  mx_tensor *indices = c->in[1], *x = c->in[2], *w = c->in[3];
   const mx_conv_params *cp = &c->args->conv;
-  mx_tensor *dy = full_gradient(g, indices, c->args, full);
+  mx_tensor *dy = g ? full_gradient(g, indices, c->args, full) : NULL;
   if (!dy) return mx_last_status();
   mx_shape x_shape = mx_shape_get(x), w_shape = mx_shape_get(w);
   c->out[0] = WANT_DX(c->args) ? backward_data(dy, w, x_shape, cp, layout_of_input(x))
@@ -496,8 +498,13 @@ static mx_status conv_pool_backward_unfused(mx__call *c, mx_shape full) {
   return c->out[0] && c->out[1] && c->out[2] ? MX_OK : mx_last_status();
 }
 
+/* The backend's kernel masks g by relu's output y as it reads it where y is g's dtype and shape (any strides); else,
+ * and where the kernel declines or the backend has none, relu_backward(g, y) runs first, as an op. */
 mx_status mx__fwd_conv2d_max_pool_relu_backward(mx__call *c) {
-  mx_tensor *g = c->in[0], *indices = c->in[1], *x = c->in[2], *w = c->in[3];
+  if (c->n_in < 5)
+    return mx__error(MX_INVALID_ARGUMENT, "%s: its backward takes 5 inputs (grad, indices, x, weight, y), got %d",
+                     conv_pool_op, c->n_in);
+  mx_tensor *g = c->in[0], *indices = c->in[1], *x = c->in[2], *w = c->in[3], *y = c->in[4];
   const mx_conv_params *cp = &c->args->conv;
   bool channels_last = POOL_CHANNELS_LAST(c->args), want_dx = WANT_DX(c->args), want_db = WANT_DB(c->args);
   mx_shape full;
@@ -506,40 +513,49 @@ mx_status mx__fwd_conv2d_max_pool_relu_backward(mx__call *c) {
     return mx_last_status();
   const mx_backend *be = mx__backend_of(c->op, x->device);
   if (!be) return mx_last_status();
-  if (!be->conv_max_pool_relu_backward) return conv_pool_backward_unfused(c, full);
+  if (!be->conv_max_pool_relu_backward) return conv_pool_backward_unfused(c, mx_relu_backward(g, y), full);
+  bool mask_fits = g->dtype == y->dtype && g->ndim == y->ndim;
+  for (int d = 0; d < g->ndim && mask_fits; d++) mask_fits = g->shape[d] == y->shape[d];
+  mx_tensor *masked = mask_fits ? NULL : mx_relu_backward(g, y);
+  if (!mask_fits && !masked) return mx_last_status();
   mx_tensor *dx = c->out[0] = want_dx ? alloc_activation(conv_pool_op, mx_shape_get(x), x, channels_last)
                                       : mx_zeros(mx_shape_get(x), x->dtype, x->device);
   mx_tensor *dw = c->out[1] = mx__tensor_alloc(conv_pool_op, mx_shape_get(w), x->dtype, x->device);
   mx_tensor *db = c->out[2] = want_db ? mx__tensor_alloc(conv_pool_op, MX_SHAPE(w->shape[0]), x->dtype, x->device)
                                       : mx_zeros(MX_SHAPE(w->shape[0]), x->dtype, x->device);
   if (!dx || !dw || !db) return mx_last_status();
-  mx_kview dxv = mx__kview_of(dx), dwv = mx__kview_of(dw), dbv = mx__kview_of(db), gv = mx__kview_of(g);
+  mx_kview dxv = mx__kview_of(dx), dwv = mx__kview_of(dw), dbv = mx__kview_of(db);
+  mx_kview gv = mx__kview_of(mask_fits ? g : masked), yv = mx__kview_of(y);
   mx_kview iv = mx__kview_of(indices), xv = mx__kview_of(x), wv = mx__kview_of(w);
-  mx_status status = be->conv_max_pool_relu_backward(want_dx ? &dxv : NULL, &dwv, want_db ? &dbv : NULL, &gv, &iv,
-                                                      &xv, &wv, cp, &c->args->pool, channels_last);
+  mx_status status = be->conv_max_pool_relu_backward(want_dx ? &dxv : NULL, &dwv, want_db ? &dbv : NULL, &gv,
+                                                      mask_fits ? &yv : NULL, &iv, &xv, &wv, cp, &c->args->pool,
+                                                      channels_last);
   if (status != MX_NOT_SUPPORTED) return status;
   for (int i = 0; i < 3; i++) c->out[i] = NULL; /* in the call's scope, which frees them */
-  return conv_pool_backward_unfused(c, full);
+  return conv_pool_backward_unfused(c, masked ? masked : mx_relu_backward(g, y), full);
 }
 
-/* dx = B(S(g), w), dw = W(S(g), x), db = sum of S(g), S max_pool_backward's scatter (linear in g): the adjoint in g
- * gathers, at the maxima, the forward of dx's cotangent through w plus that of x through dw's cotangent with db's
- * as the bias (mx__bwd_conv_backward_data's and mx__bwd_conv_backward_weight_bias's); in x and in w as theirs. */
+/* dx = B(S(M(g)), w), dw = W(S(M(g)), x), db = sum of S(M(g)), M relu_backward's mask by y and S max_pool_backward's
+ * scatter (both linear in g): the adjoint in g gathers, at the maxima, the forward of dx's cotangent through w plus
+ * that of x through dw's cotangent with db's as the bias (mx__bwd_conv_backward_data's and
+ * mx__bwd_conv_backward_weight_bias's), then masks it (relu_backward's own adjoint); in x and in w as theirs, of
+ * M(g). y, a mask only, gets no gradient, as relu_backward's mask gets none. */
 mx_status mx__bwd_conv2d_max_pool_relu_backward(mx__bw *bw) {
   const mx_conv_params *cp = &bw->args->conv;
   mx_tensor *g = mx__saved_in(bw, 0), *indices = mx__saved_in(bw, 1), *x = mx__saved_in(bw, 2);
-  mx_tensor *w = mx__saved_in(bw, 3), *gdx = bw->grad_out[0], *gdw = bw->grad_out[1], *gdb = bw->grad_out[2];
-  if (!g || !indices || !x || !w) return mx_last_status();
+  mx_tensor *w = mx__saved_in(bw, 3), *y = mx__saved_in(bw, 4);
+  mx_tensor *gdx = bw->grad_out[0], *gdw = bw->grad_out[1], *gdb = bw->grad_out[2];
+  if (!g || !indices || !x || !w || !y) return mx_last_status();
   bool want_dx = WANT_DX(bw->args), want_db = WANT_DB(bw->args);
   mx_shape full;
   if (conv_out_shape(conv_pool_op, x, w, cp, &full)) return mx_last_status();
   if (mx__needs_grad(bw, 0)) {
     mx_tensor *through_w = convolution(x, gdw, want_db ? gdb : NULL, cp);
     mx_tensor *sum = want_dx ? mx_add(convolution(gdx, w, NULL, cp), through_w) : through_w;
-    GRAD(0, mx__max_pool_gather(sum, indices, &bw->args->pool, full));
+    GRAD(0, mx_relu_backward(mx__max_pool_gather(sum, indices, &bw->args->pool, full), y));
   }
   if (!mx__needs_grad(bw, 2) && !mx__needs_grad(bw, 3)) return MX_OK;
-  mx_tensor *dy = full_gradient(g, indices, bw->args, full);
+  mx_tensor *dy = full_gradient(mx_relu_backward(g, y), indices, bw->args, full);
   GRAD(2, backward_data(dy, gdw, mx_shape_get(x), cp, DX_LIKE_G));
   GRAD(3, want_dx ? backward_weight(dy, gdx, mx_shape_get(w), cp, NULL)
                   : mx_zeros(mx_shape_get(w), w->dtype, w->device));

@@ -70,6 +70,12 @@ WIDE_INLINE __m512 load_bf16(const uint16_t *at) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)at)), 16));
 }
 
+/* 16 bfloat16 values as float32, all loaded (whole) or the lanes of k. */
+WIDE_INLINE __m512 load_bf16_masked(const uint16_t *at, bool whole, __mmask16 k) {
+  __m256i bits = whole ? _mm256_loadu_si256((const __m256i *)at) : _mm256_maskz_loadu_epi16(k, at);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
+
 /* mx__pool_bf16_store of lanes holding bfloat16 values, in each 32-bit lane's low half. */
 WIDE_INLINE __m512i bf16_store(__m512 v) {
   __m512i bits = _mm512_srli_epi32(_mm512_castps_si512(v), 16);
@@ -134,8 +140,12 @@ WIDE void mx__conv_pool16_avx512(const void *plane, int64_t W, int64_t OH, int64
   else conv_pool16(plane, W, OH, OW, y, offset, m, false);
 }
 
-WIDE_INLINE void conv_pool16_backward(void *top, int64_t W, int64_t OW, const void *dy, const uint8_t *offset,
-                                      int64_t channel_stride, int64_t m, int64_t readable, bool bf16) {
+/* relu_backward's test on its mask y (kernels/math.h): the lanes where y > 0 or y is NaN, whose gradient passes. */
+WIDE_INLINE __mmask16 kept_by(__m512 y) { return _mm512_cmp_ps_mask(y, _mm512_setzero_ps(), _CMP_NLE_UQ); }
+
+WIDE_INLINE void conv_pool16_backward(void *top, int64_t W, int64_t OW, const void *dy, const void *mask,
+                                      const uint8_t *offset, int64_t channel_stride, int64_t m, int64_t readable,
+                                      bool bf16) {
   for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
     const int64_t count = OW - ow0 < 16 ? OW - ow0 : 16;
     const __mmask16 k = first16(count);
@@ -149,13 +159,18 @@ WIDE_INLINE void conv_pool16_backward(void *top, int64_t W, int64_t OW, const vo
       const bool whole = at + 16 <= readable;
       __m512i where = _mm512_cvtepu8_epi32(whole ? _mm_loadu_si128((const __m128i *)(offset + at))
                                                  : _mm_maskz_loadu_epi8(k, offset + at));
+      /* relu's mask: a stopped gradient becomes +0, relu_backward's, which the stores below treat as it */
+      __mmask16 kept = (__mmask16)0xffff;
       if (bf16) {
-        const uint16_t *g = (const uint16_t *)dy + at;
+        const uint16_t *g = (const uint16_t *)dy + at, *y = mask ? (const uint16_t *)mask + at : NULL;
         __m256i g16 = whole ? _mm256_loadu_si256((const __m256i *)g) : _mm256_maskz_loadu_epi16(k, g);
-        values[c] = _mm512_or_si512(_mm512_cvtepu16_epi32(g16), _mm512_slli_epi32(where, 16));
+        if (y) kept = kept_by(load_bf16_masked(y, whole, k));
+        values[c] = _mm512_or_si512(_mm512_maskz_mov_epi32(kept, _mm512_cvtepu16_epi32(g16)),
+                                    _mm512_slli_epi32(where, 16));
       } else {
-        const float *g = (const float *)dy + at;
-        values[c] = whole ? _mm512_loadu_si512(g) : _mm512_maskz_loadu_epi32(k, g);
+        const float *g = (const float *)dy + at, *y = mask ? (const float *)mask + at : NULL;
+        if (y) kept = kept_by(whole ? _mm512_loadu_ps(y) : _mm512_maskz_loadu_ps(k, y));
+        values[c] = _mm512_maskz_mov_epi32(kept, whole ? _mm512_loadu_si512(g) : _mm512_maskz_loadu_epi32(k, g));
         wheres[c] = where;
       }
     }
@@ -180,9 +195,10 @@ WIDE_INLINE void conv_pool16_backward(void *top, int64_t W, int64_t OW, const vo
   }
 }
 
-WIDE void mx__conv_pool16_backward_avx512(void *top, int64_t W, int64_t OW, const void *dy, const uint8_t *offset,
-                                          int64_t channel_stride, int64_t m, int64_t readable, bool bf16) {
-  if (bf16) conv_pool16_backward(top, W, OW, dy, offset, channel_stride, m, readable, true);
-  else conv_pool16_backward(top, W, OW, dy, offset, channel_stride, m, readable, false);
+WIDE void mx__conv_pool16_backward_avx512(void *top, int64_t W, int64_t OW, const void *dy, const void *mask,
+                                          const uint8_t *offset, int64_t channel_stride, int64_t m, int64_t readable,
+                                          bool bf16) {
+  if (bf16) conv_pool16_backward(top, W, OW, dy, mask, offset, channel_stride, m, readable, true);
+  else conv_pool16_backward(top, W, OW, dy, mask, offset, channel_stride, m, readable, false);
 }
 #endif

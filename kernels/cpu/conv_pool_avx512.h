@@ -22,11 +22,13 @@ void mx__conv_pool16_avx512(const void *plane, int64_t W, int64_t OH, int64_t OW
                             int64_t m, bool bf16);
 
 /* Backward, output row oh of one block of one image: from dy and offset (the first real channel's OW elements of
- * that row, channel c's at c channel_stride; readable elements from each may be read), the pixels of the two
+ * that row, channel c's at c channel_stride; readable elements from each may be read), dy masked by relu's where
+ * mask (relu's output y, laid out as dy) is not NULL, as relu_backward masks it, the pixels of the two
  * full-resolution rows from top (W pixels of 16 channels a row) that the row's windows cover; the padding channels
  * past m get zeros. */
-void mx__conv_pool16_backward_avx512(void *top, int64_t W, int64_t OW, const void *dy, const uint8_t *offset,
-                                     int64_t channel_stride, int64_t m, int64_t readable, bool bf16);
+void mx__conv_pool16_backward_avx512(void *top, int64_t W, int64_t OW, const void *dy, const void *mask,
+                                     const uint8_t *offset, int64_t channel_stride, int64_t m, int64_t readable,
+                                     bool bf16);
 #endif
 
 #endif

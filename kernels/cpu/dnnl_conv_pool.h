@@ -9,9 +9,9 @@ mx_status mx__cpu_conv_max_pool_relu(const mx_kview *y, const mx_kview *indices,
                                      const mx_kview *bias, const mx_conv_params *cp, const mx_pool_params *pp,
                                      bool channels_last);
 mx_status mx__cpu_conv_max_pool_relu_backward(const mx_kview *dx, const mx_kview *dw, const mx_kview *db,
-                                              const mx_kview *g, const mx_kview *indices, const mx_kview *x,
-                                              const mx_kview *w, const mx_conv_params *cp, const mx_pool_params *pp,
-                                              bool channels_last);
+                                              const mx_kview *g, const mx_kview *mask, const mx_kview *indices,
+                                              const mx_kview *x, const mx_kview *w, const mx_conv_params *cp,
+                                              const mx_pool_params *pp, bool channels_last);
 
 /* How many times the fused forward (backward false) or backward ran, declining none, since the process started:
  * for tests that the fused kernels, not the unfused ones, made a result. */
