@@ -394,6 +394,34 @@ static void scatter(const geometry *geo, void *dst, const mx_kview *g, const mx_
            (size_t)((geo->H - geo->OH * geo->KH) * row_bytes));
 }
 
+/* The input's gradient a chunk of the batch at a time (chunk samples): each chunk's part of the full-resolution
+ * gradient is scattered in data's layout just before its backward-data primitive reads it back, from cache. The
+ * part lies at its place in buf when buf is the batch's (the weight's plan shares the layout and reads the whole
+ * buffer afterwards), else buf holds one chunk. */
+static mx_status data_in_chunks(const mx__dnnl_conv_plan *data, int64_t chunk, char *buf, bool batch_buf,
+                                const mx_kview *dx, const mx_kview *g, const mx_kview *mask, const mx_kview *indices,
+                                const mx_kview *w, const mx_kview *full, const mx_conv_params *cp,
+                                const mx_pool_params *pp) {
+  int64_t N = full->shape[0], sample_bytes = (int64_t)data->bytes / N;
+  mx_status status = MX_OK;
+  for (int64_t n0 = 0; n0 < N && status == MX_OK; n0 += chunk) {
+    int64_t n = N - n0 < chunk ? N - n0 : chunk;
+    mx_kview dxs = samples(dx, n0, n), gs = samples(g, n0, n), is = samples(indices, n0, n), fs = *full, ms;
+    if (mask) ms = samples(mask, n0, n);
+    fs.shape[0] = n; /* its data is never read */
+    char *part = batch_buf ? buf + n0 * sample_bytes : buf;
+    geometry geo = geometry_of(&fs, &gs, pp, data->block);
+    scatter(&geo, part, &gs, mask ? &ms : NULL, &is);
+    mx__dnnl_conv_plan plan;
+    status = mx__dnnl_conv_plan_begin(&plan, MX__DNNL_CONV_BACKWARD_DATA, &dxs, w, &fs, false, cp);
+    if (status == MX_OK && (plan.block != data->block || (int64_t)plan.bytes != n * sample_bytes))
+      status = MX_NOT_SUPPORTED; /* the chunk's layout is not a slice of the batch's */
+    if (status == MX_OK) status = mx__dnnl_conv_plan_run(&plan, &dxs, w, &fs, NULL, part);
+    mx__dnnl_conv_plan_end(&plan);
+  }
+  return status;
+}
+
 mx_status mx__cpu_conv_max_pool_relu_backward(const mx_kview *dx, const mx_kview *dw, const mx_kview *db,
                                               const mx_kview *g, const mx_kview *mask, const mx_kview *indices,
                                               const mx_kview *x, const mx_kview *w, const mx_conv_params *cp,
@@ -407,28 +435,35 @@ mx_status mx__cpu_conv_max_pool_relu_backward(const mx_kview *dx, const mx_kview
   bool fits = weights.block && weights.block <= LANES && (!dx || (data.block && data.block <= LANES));
   if (status == MX_OK && !fits) status = MX_NOT_SUPPORTED;
   bool shared = dx && status == MX_OK && mx__dnnl_conv_plans_share_y(&weights, &data);
+  int64_t N = x->shape[0], chunk = dx ? chunk_samples((int64_t)data.bytes / N) : N;
+  bool chunked = chunk < N && data.bytes % (size_t)N == 0;
+  size_t data_bytes = chunked ? (size_t)chunk * (data.bytes / (size_t)N) : data.bytes;
   void *buf = NULL, *data_buf = NULL;
   if (status == MX_OK && !(buf = mx__host_cache_alloc(weights.bytes)))
     status = mx__error(MX_OUT_OF_MEMORY, "mx_conv2d_max_pool_relu: out of memory for a %zu-byte buffer",
                        weights.bytes);
-  if (status == MX_OK && dx && !shared && !(data_buf = mx__host_cache_alloc(data.bytes)))
+  if (status == MX_OK && dx && !shared && !(data_buf = mx__host_cache_alloc(data_bytes)))
     status = mx__error(MX_OUT_OF_MEMORY, "mx_conv2d_max_pool_relu: out of memory for a %zu-byte buffer",
-                       data.bytes);
-  if (status == MX_OK) {
+                       data_bytes);
+  if (status == MX_OK && !(chunked && shared)) { /* the weight's gradient's, unless the chunks fill it */
     geometry geo = geometry_of(&full, g, pp, weights.block);
     scatter(&geo, buf, g, mask, indices);
   }
-  if (status == MX_OK && data_buf) {
-    geometry geo = geometry_of(&full, g, pp, data.block);
-    scatter(&geo, data_buf, g, mask, indices);
-  }
   /* the input's gradient first, as the unfused backward runs them (the weight's reads x last: kept copies go) */
-  if (status == MX_OK && dx) status = mx__dnnl_conv_plan_run(&data, dx, w, &full, NULL, shared ? buf : data_buf);
+  if (status == MX_OK && dx && chunked) {
+    status = data_in_chunks(&data, chunk, shared ? buf : data_buf, shared, dx, g, mask, indices, w, &full, cp, pp);
+  } else if (status == MX_OK && dx) {
+    if (data_buf) {
+      geometry geo = geometry_of(&full, g, pp, data.block);
+      scatter(&geo, data_buf, g, mask, indices);
+    }
+    status = mx__dnnl_conv_plan_run(&data, dx, w, &full, NULL, shared ? buf : data_buf);
+  }
   if (status == MX_OK) status = mx__dnnl_conv_plan_run(&weights, x, dw, &full, db, buf);
   if (status == MX_OK) atomic_fetch_add(&runs[true], 1);
   if (status == MX_NOT_BUILT) status = MX_NOT_SUPPORTED; /* oneDNN absent: declined too */
   if (buf) mx__host_cache_free(buf, weights.bytes);
-  if (data_buf) mx__host_cache_free(data_buf, data.bytes);
+  if (data_buf) mx__host_cache_free(data_buf, data_bytes);
   mx__dnnl_conv_plan_end(&data);
   mx__dnnl_conv_plan_end(&weights);
   return status;

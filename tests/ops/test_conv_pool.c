@@ -25,9 +25,11 @@ typedef struct {
 
 /* c_out 20 leaves 12 padding channels in the last block of 16; 7x9 and 9x7 leave an edge the windows miss; output
  * rows of 14, 7, 16, 17 and 33 windows (the AVX-512 loops' tiles are 16 wide: whole, short and several; one output
- * row only, where every row is a channel's last); the last, the demo CNN's first layer on 45 images, is convolved
- * and pooled a chunk of the batch at a time (100 KB of float32 output a sample: chunks of 20, 20 and 5; bfloat16
- * 41 and 4) */
+ * row only, where every row is a channel's last); the last three run a chunk of the batch at a time: the demo
+ * CNN's first layer on 45 images is convolved and pooled in chunks (100 KB of float32 output a sample: 20, 20 and
+ * 5; bfloat16 41 and 4), and 23 images of 64 channels have their input's gradient made in chunks (200 KB of float32
+ * gradient a sample: 10, 10 and 3; bfloat16 20 and 3), from 2 input channels in a buffer of their own, from 16 in
+ * slices of the weight's gradient's buffer */
 static const pool_case cases[] = {
     {1, 3, 7, 9, 20, 3, 1, 2, true, false},   {3, 16, 8, 8, 32, 3, 1, 2, true, true},
     {3, 8, 7, 9, 16, 3, 0, 2, false, true},   {1, 32, 9, 7, 64, 3, 1, 3, true, true},
@@ -35,6 +37,7 @@ static const pool_case cases[] = {
     {1, 3, 14, 14, 64, 3, 1, 2, true, true},   {1, 2, 4, 32, 20, 3, 1, 2, false, true},
     {3, 2, 5, 34, 16, 3, 1, 2, true, false},   {1, 2, 5, 66, 32, 3, 1, 2, true, true},
     {3, 2, 2, 66, 20, 3, 1, 2, false, true},  {45, 1, 28, 28, 32, 3, 1, 2, true, false},
+    {23, 2, 28, 28, 64, 3, 1, 2, true, true},  {23, 16, 28, 28, 64, 3, 1, 2, false, true},
 };
 enum { CASES = sizeof cases / sizeof cases[0] };
 
