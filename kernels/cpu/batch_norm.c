@@ -10,13 +10,21 @@
  * then the sum, then the store into y's dtype; no FMA (C11 mode does not
  * contract). Without a center it subtracts 0, which changes no value
  * (-0 - 0 is -0). A fused ReLU is kernels/math.h's: on x before (the mask,
- * relu's backward) and on y as stored after (relu). */
+ * relu's backward) and on y as stored after (relu).
+ *
+ * The loops that measured faster wider are MX_WIDE_CLONES (a whole plane
+ * or row a call): wider vectors change no bits, since nothing contracts
+ * and no float sum is reassociated. bfloat16 planes are widened (a shift)
+ * and rounded (mx__bf16_nearest) inside the affine and combine loops; the
+ * plain sums and the moments stayed 4 lanes wide, which measured faster
+ * than their wide clones (one accumulator register is one chain of adds). */
 #include <stdlib.h>
 
 #include "kernels/cpu/batch_norm.h"
 
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/wide_clones.h"
 
 enum { BLOCK = 512 };
 
@@ -39,7 +47,7 @@ static mx_status moments_rows(const mx_kview *mean, const mx_kview *var, const m
       y[i] = relu ? relu_fn(r) : r;                                                                            \
     }                                                                                                          \
   }                                                                                                            \
-  static void name(T *y, const T *x, const T *mask, int64_t n, T m, T s, T b, bool relu) {                     \
+  MX_WIDE_CLONES static void name(T *y, const T *x, const T *mask, int64_t n, T m, T s, T b, bool relu) {      \
     if (mask && relu) name##_body(y, x, mask, n, m, s, b, true, true);                                         \
     else if (mask) name##_body(y, x, mask, n, m, s, b, true, false);                                           \
     else if (relu) name##_body(y, x, mask, n, m, s, b, false, true);                                           \
@@ -48,15 +56,40 @@ static mx_status moments_rows(const mx_kview *mean, const mx_kview *var, const m
 MX__AFFINE_PLANE(plane_f32, float, mx_relu_f32, mx_relu_grad_f32)
 MX__AFFINE_PLANE(plane_f64, double, mx_relu_f64, mx_relu_grad_f64)
 
+/* A bfloat16 plane of the same y, widened and rounded in the loop (a shift
+ * and mx__bf16_nearest, which vectorise): plane_16's blocks' bits with no
+ * block buffers. */
+static inline __attribute__((always_inline)) void plane_bf16_body(uint16_t *y, const uint16_t *x,
+                                                                  const uint16_t *mask, int64_t n, float m, float s,
+                                                                  float b, bool masked, bool relu) {
+  for (int64_t i = 0; i < n; i++) {
+    float v = masked ? mx_relu_grad_f32(mx_bf16_to_f32(x[i]), mx_bf16_to_f32(mask[i])) : mx_bf16_to_f32(x[i]);
+    uint16_t r = mx__bf16_nearest((v - m) * s + b);
+    y[i] = relu ? mx_relu_half_bits(r, true) : r;
+  }
+}
+
+MX_WIDE_CLONES static void plane_bf16(uint16_t *y, const uint16_t *x, const uint16_t *mask, int64_t n, float m,
+                                      float s, float b, bool relu) {
+  if (mask && relu) plane_bf16_body(y, x, mask, n, m, s, b, true, true);
+  else if (mask) plane_bf16_body(y, x, mask, n, m, s, b, true, false);
+  else if (relu) plane_bf16_body(y, x, mask, n, m, s, b, false, true);
+  else plane_bf16_body(y, x, mask, n, m, s, b, false, false);
+}
+
 static void widen(float *out, const uint16_t *in, int64_t n, bool bf16) {
   if (bf16) mx__bf16_to_f32_n(in, out, n);
   else mx__f16_to_f32_n(in, out, n);
 }
 
 /* 16-bit planes go through float32 blocks: widened, computed, rounded back,
- * and relu applied to the rounded bits. */
+ * and relu applied to the rounded bits (bfloat16 ones in plane_bf16). */
 static void plane_16(uint16_t *y, const uint16_t *x, const uint16_t *mask, int64_t n, float m, float s, float b,
                      bool relu, bool bf16) {
+  if (bf16) {
+    plane_bf16(y, x, mask, n, m, s, b, relu);
+    return;
+  }
   float block[BLOCK], mask_block[BLOCK];
   for (int64_t i = 0; i < n; i += BLOCK) {
     int64_t k = n - i < BLOCK ? n - i : BLOCK;
@@ -119,41 +152,60 @@ static float f32_of_bf16(uint16_t v) { return mx_bf16_to_f32(v); } /* exact: a s
 
 /* A block of at most BLOCK values of type, loaded as float32 (bfloat16
  * widened in the loop), in LANES partial sums the vectoriser keeps in
- * registers (it does not reassociate a float sum); b NULL: only the sum. */
+ * registers (it does not reassociate a float sum); b NULL: only the sum;
+ * masked: a zeroed where mask <= 0 (relu's backward), the bits the sums
+ * give on the masked tensor. */
 #define MX__SUMS_BLOCK(name, type, load)                                                                     \
-  static inline __attribute__((always_inline)) void name(sums *s, const type *a, const type *b, int64_t n,  \
-                                                         float ca, float cb) {                              \
+  static inline __attribute__((always_inline)) void name(sums *s, const type *a, const type *b,             \
+                                                         const type *mask, int64_t n, float ca, float cb,   \
+                                                         bool masked) {                                     \
     float sum[LANES] = {0}, dot[LANES] = {0};                                                                \
     int64_t full = n - n % LANES;                                                                            \
     if (b) {                                                                                                 \
       for (int64_t i = 0; i < full; i += LANES)                                                              \
         for (int l = 0; l < LANES; l++) {                                                                    \
-          sum[l] += load(a[i + l]);                                                                          \
-          dot[l] += (load(a[i + l]) - ca) * (load(b[i + l]) - cb);                                           \
+          float v = MX__SUMS_VALUE(i + l, load);                                                             \
+          sum[l] += v;                                                                                       \
+          dot[l] += (v - ca) * (load(b[i + l]) - cb);                                                        \
         }                                                                                                    \
-      for (int64_t i = full; i < n; i++) dot[i - full] += (load(a[i]) - ca) * (load(b[i]) - cb);             \
+      for (int64_t i = full; i < n; i++) dot[i - full] += (MX__SUMS_VALUE(i, load) - ca) * (load(b[i]) - cb); \
     } else {                                                                                                 \
       for (int64_t i = 0; i < full; i += LANES)                                                              \
-        for (int l = 0; l < LANES; l++) sum[l] += load(a[i + l]);                                            \
+        for (int l = 0; l < LANES; l++) sum[l] += MX__SUMS_VALUE(i + l, load);                              \
     }                                                                                                        \
-    for (int64_t i = full; i < n; i++) sum[i - full] += load(a[i]);                                          \
+    for (int64_t i = full; i < n; i++) sum[i - full] += MX__SUMS_VALUE(i, load);                             \
     for (int l = 0; l < LANES; l++) s->sum += sum[l], s->dot += dot[l];                                      \
   }
+#define MX__SUMS_VALUE(i, load) (masked ? mx_relu_grad_f32(load(a[i]), load(mask[i])) : load(a[i]))
 MX__SUMS_BLOCK(sums_block_f32, float, f32_of_f32)
 MX__SUMS_BLOCK(sums_block_bf16, uint16_t, f32_of_bf16)
 
-/* A plane of float32 or bfloat16, block by block. */
-static inline __attribute__((always_inline)) void sums_plane_body(sums *s, const void *a, const void *b, int64_t n,
-                                                                  float ca, float cb, bool bf16) {
+/* A plane of float32 or bfloat16, block by block (masked a constant where inlined). */
+static inline __attribute__((always_inline)) void sums_plane_body(sums *s, const void *a, const void *b,
+                                                                  const void *mask, int64_t n, float ca, float cb,
+                                                                  bool bf16, bool masked) {
   for (int64_t i = 0; i < n; i += BLOCK) {
     int64_t m = n - i < BLOCK ? n - i : BLOCK;
-    if (bf16) sums_block_bf16(s, (const uint16_t *)a + i, b ? (const uint16_t *)b + i : NULL, m, ca, cb);
-    else sums_block_f32(s, (const float *)a + i, b ? (const float *)b + i : NULL, m, ca, cb);
+    if (bf16)
+      sums_block_bf16(s, (const uint16_t *)a + i, b ? (const uint16_t *)b + i : NULL,
+                      masked ? (const uint16_t *)mask + i : NULL, m, ca, cb, masked);
+    else
+      sums_block_f32(s, (const float *)a + i, b ? (const float *)b + i : NULL, masked ? (const float *)mask + i : NULL,
+                     m, ca, cb, masked);
   }
 }
 
 static void sums_plane(sums *s, const void *a, const void *b, int64_t n, float ca, float cb, bool bf16) {
-  sums_plane_body(s, a, b, n, ca, cb, bf16);
+  sums_plane_body(s, a, b, NULL, n, ca, cb, bf16, false);
+}
+
+/* A float32 or bfloat16 plane through relu's backward: the blocks and the
+ * lanes are the unmasked planes', so the sums are the bits those give on
+ * the masked tensor. */
+MX_WIDE_CLONES static void sums_plane_masked(sums *s, const void *a, const void *b, const void *mask, int64_t n,
+                                             float ca, float cb, bool bf16) {
+  if (bf16) sums_plane_body(s, a, b, mask, n, ca, cb, true, true);
+  else sums_plane_body(s, a, b, mask, n, ca, cb, false, true);
 }
 
 static void sums_plane_f64(sums *s, const double *a, const double *b, const double *mask, int64_t n, double ca,
@@ -165,37 +217,17 @@ static void sums_plane_f64(sums *s, const double *a, const double *b, const doub
   }
 }
 
-/* float16 widened a block at a time (F16C). */
-static void sums_plane_f16(sums *s, const uint16_t *a, const uint16_t *b, int64_t n, float ca, float cb) {
-  float wa[BLOCK], wb[BLOCK];
+/* float16 widened a block at a time (F16C), masked or not. */
+static void sums_plane_f16(sums *s, const uint16_t *a, const uint16_t *b, const uint16_t *mask, int64_t n, float ca,
+                           float cb) {
+  float wa[BLOCK], wb[BLOCK], wm[BLOCK];
   for (int64_t i = 0; i < n; i += BLOCK) {
     int64_t m = n - i < BLOCK ? n - i : BLOCK;
     widen(wa, a + i, m, false);
     if (b) widen(wb, b + i, m, false);
-    sums_plane(s, wa, b ? wb : NULL, m, ca, cb, false);
-  }
-}
-
-/* A float32 or 16-bit plane with a zeroed where mask <= 0 (relu's
- * backward), a block at a time through float32: the blocks and the lanes
- * are the unmasked planes', so the sums are the bits those give on the
- * masked tensor. */
-static void sums_plane_masked(sums *s, const void *a, const void *b, const void *mask, int64_t n, float ca, float cb,
-                              mx_dtype dtype) {
-  float wa[BLOCK], wb[BLOCK], wm[BLOCK];
-  bool half = dtype != MX_F32, bf16 = dtype == MX_BF16;
-  for (int64_t i = 0; i < n; i += BLOCK) {
-    int64_t m = n - i < BLOCK ? n - i : BLOCK;
-    const float *fa = wa, *fb = wb, *fm = wm;
-    if (half) {
-      widen(wa, (const uint16_t *)a + i, m, bf16);
-      widen(wm, (const uint16_t *)mask + i, m, bf16);
-      if (b) widen(wb, (const uint16_t *)b + i, m, bf16);
-    } else {
-      fa = (const float *)a + i, fm = (const float *)mask + i, fb = b ? (const float *)b + i : NULL;
-    }
-    for (int64_t j = 0; j < m; j++) wa[j] = mx_relu_grad_f32(fa[j], fm[j]);
-    sums_plane(s, wa, b ? fb : NULL, m, ca, cb, false);
+    if (mask) widen(wm, mask + i, m, false);
+    if (mask) sums_plane_masked(s, wa, b ? wb : NULL, wm, m, ca, cb, false);
+    else sums_plane(s, wa, b ? wb : NULL, m, ca, cb, false);
   }
 }
 
@@ -221,8 +253,9 @@ mx_status mx__cpu_channel_sums(const mx_kview *sum, const mx_kview *dot, const m
       const char *ap = (const char *)a->data + offset, *bp = bp0 ? bp0 + offset : NULL;
       const char *mp = a_mask ? (const char *)a_mask->data + offset : NULL;
       if (a->dtype == MX_F64) sums_plane_f64(&s, (const double *)ap, (const double *)bp, (const double *)mp, n, ca, cb);
-      else if (mp) sums_plane_masked(&s, ap, bp, mp, n, (float)ca, (float)cb, a->dtype);
-      else if (a->dtype == MX_F16) sums_plane_f16(&s, (const uint16_t *)ap, (const uint16_t *)bp, n, (float)ca, (float)cb);
+      else if (a->dtype == MX_F16)
+        sums_plane_f16(&s, (const uint16_t *)ap, (const uint16_t *)bp, (const uint16_t *)mp, n, (float)ca, (float)cb);
+      else if (mp) sums_plane_masked(&s, ap, bp, mp, n, (float)ca, (float)cb, a->dtype == MX_BF16);
       else sums_plane(&s, ap, bp, n, (float)ca, (float)cb, a->dtype == MX_BF16);
     }
     store(sum, c, s.sum);
@@ -319,7 +352,8 @@ static const float *row_f32(const void *base, int64_t r, int64_t C, int64_t c0, 
       y[i] = relu ? relu_fn(r) : r;                                                                            \
     }                                                                                                          \
   }                                                                                                            \
-  static void name(T *y, const T *x, const T *mask, int64_t n, const T *m, const T *s, const T *b, bool relu) {  \
+  MX_WIDE_CLONES static void name(T *y, const T *x, const T *mask, int64_t n, const T *m, const T *s, const T *b, \
+                                  bool relu) {                                                                 \
     if (mask && relu) name##_body(y, x, mask, n, m, s, b, true, true);                                         \
     else if (mask) name##_body(y, x, mask, n, m, s, b, true, false);                                           \
     else if (relu) name##_body(y, x, mask, n, m, s, b, false, true);                                           \
@@ -392,8 +426,9 @@ static int64_t row_chunks(int64_t R) {
 
 /* Rows r0 .. r1 of float32 or 16-bit a (and b, mask: NULL for none),
  * added per channel into sum and dot, channel tile by channel tile. */
-static void sums_rows_f32(double *sum, double *dot, const void *a, const void *b, const void *mask, int64_t r0,
-                          int64_t r1, int64_t C, const float *ca, const float *cb, mx_dtype dt) {
+MX_WIDE_CLONES static void sums_rows_f32(double *sum, double *dot, const void *a, const void *b, const void *mask,
+                                         int64_t r0, int64_t r1, int64_t C, const float *ca, const float *cb,
+                                         mx_dtype dt) {
   float wa[ROW_TILE], wb[ROW_TILE], wm[ROW_TILE];
   for (int64_t c0 = 0; c0 < C; c0 += ROW_TILE) {
     int64_t m = C - c0 < ROW_TILE ? C - c0 : ROW_TILE;
@@ -462,8 +497,8 @@ static mx_status sums_rows(const mx_kview *sum, const mx_kview *dot, const mx_kv
 }
 
 /* Rows r0 .. r1 of x: the sums of x - k[c] and of its square per channel, in double. */
-static void moments_rows_chunk(double *s1, double *s2, const void *x, int64_t r0, int64_t r1, int64_t C,
-                               const double *k, mx_dtype dt) {
+MX_WIDE_CLONES static void moments_rows_chunk(double *s1, double *s2, const void *x, int64_t r0, int64_t r1,
+                                              int64_t C, const double *k, mx_dtype dt) {
   float buf[ROW_TILE];
   for (int64_t r = r0; r < r1; r++) {
     if (dt == MX_F64) {
@@ -531,7 +566,8 @@ static mx_status moments_rows(const mx_kview *mean, const mx_kview *var, const m
       y[i] = (p + q) + AT(sh, i);                                                                              \
     }                                                                                                          \
   }                                                                                                            \
-  static void name(T *y, const T *a, const T *b, const T *mask, int64_t n, P sa, P cb, P sb, P sh) {           \
+  MX_WIDE_CLONES static void name(T *y, const T *a, const T *b, const T *mask, int64_t n, P sa, P cb, P sb,     \
+                                  P sh) {                                                                      \
     if (mask) name##_body(y, a, b, mask, n, sa, cb, sb, sh, true);                                             \
     else name##_body(y, a, b, mask, n, sa, cb, sb, sh, false);                                                 \
   }
@@ -539,6 +575,24 @@ MX__COMBINE(combine_plane_f32, float, float, MX__SCALAR, mx_relu_grad_f32)
 MX__COMBINE(combine_plane_f64, double, double, MX__SCALAR, mx_relu_grad_f64)
 MX__COMBINE(combine_row_f32, float, const float *, MX__ELEMENT, mx_relu_grad_f32)
 MX__COMBINE(combine_row_f64, double, const double *, MX__ELEMENT, mx_relu_grad_f64)
+
+/* A bfloat16 plane of the same y, widened and rounded in the loop, as plane_bf16. */
+static inline __attribute__((always_inline)) void combine_plane_bf16_body(uint16_t *y, const uint16_t *a,
+                                                                          const uint16_t *b, const uint16_t *mask,
+                                                                          int64_t n, float sa, float cb, float sb,
+                                                                          float sh, bool masked) {
+  for (int64_t i = 0; i < n; i++) {
+    float g = masked ? mx_relu_grad_f32(mx_bf16_to_f32(a[i]), mx_bf16_to_f32(mask[i])) : mx_bf16_to_f32(a[i]);
+    float p = g * sa, q = (mx_bf16_to_f32(b[i]) - cb) * sb;
+    y[i] = mx__bf16_nearest((p + q) + sh);
+  }
+}
+
+MX_WIDE_CLONES static void combine_plane_bf16(uint16_t *y, const uint16_t *a, const uint16_t *b, const uint16_t *mask,
+                                              int64_t n, float sa, float cb, float sb, float sh) {
+  if (mask) combine_plane_bf16_body(y, a, b, mask, n, sa, cb, sb, sh, true);
+  else combine_plane_bf16_body(y, a, b, mask, n, sa, cb, sb, sh, false);
+}
 
 /* The four vectors as one argument list, at channel (or first channel) c. */
 typedef struct {
@@ -624,6 +678,9 @@ mx_status mx__cpu_channel_combine(const mx_kview *y, const mx_kview *a, const mx
     else if (a->dtype == MX_F32)
       combine_plane_f32((float *)yp, (const float *)ap, (const float *)bp, (const float *)mp, n, (float)sa, (float)cb,
                         (float)sb, (float)sh);
+    else if (a->dtype == MX_BF16)
+      combine_plane_bf16((uint16_t *)yp, (const uint16_t *)ap, (const uint16_t *)bp, (const uint16_t *)mp, n,
+                         (float)sa, (float)cb, (float)sb, (float)sh);
     else
       combine_16((uint16_t *)yp, (const uint16_t *)ap, (const uint16_t *)bp, (const uint16_t *)mp, n, 0, &v, c,
                  (const float[4]){(float)sa, (float)cb, (float)sb, (float)sh}, a->dtype == MX_BF16);
