@@ -17,8 +17,10 @@
  * and no float sum is reassociated. bfloat16 planes are widened (a shift)
  * and rounded (mx__bf16_nearest) inside the affine and combine loops; the
  * plain sums and the moments stayed 4 lanes wide, which measured faster
- * than their wide clones (one accumulator register is one chain of adds). */
+ * than their wide clones (one accumulator register is one chain of adds),
+ * but read large planes in memory order (LANES_MIN_PLANE). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cpu/batch_norm.h"
 
@@ -143,8 +145,16 @@ mx_status mx__cpu_channel_affine(const mx_kview *y, const mx_kview *x, const mx_
  * block at a time), the blocks' sums added in double. */
 enum { LANES = 16 };
 
+/* A block's LANES partial sums, as the block leaves them. */
+typedef struct {
+  float sum[LANES], dot[LANES];
+} lane_sums;
+
+/* Where the blocks' lanes go: added into sum and dot in lane order, or,
+ * given lanes, stored there block after block for that addition later. */
 typedef struct {
   double sum, dot;
+  lane_sums *lanes;
 } sums;
 
 static float f32_of_f32(float v) { return v; }
@@ -174,6 +184,10 @@ static float f32_of_bf16(uint16_t v) { return mx_bf16_to_f32(v); } /* exact: a s
         for (int l = 0; l < LANES; l++) sum[l] += MX__SUMS_VALUE(i + l, load);                              \
     }                                                                                                        \
     for (int64_t i = full; i < n; i++) sum[i - full] += MX__SUMS_VALUE(i, load);                             \
+    if (s->lanes) {                                                                                          \
+      memcpy(s->lanes->sum, sum, sizeof sum), memcpy(s->lanes->dot, dot, sizeof dot), s->lanes++;            \
+      return;                                                                                                \
+    }                                                                                                        \
     for (int l = 0; l < LANES; l++) s->sum += sum[l], s->dot += dot[l];                                      \
   }
 #define MX__SUMS_VALUE(i, load) (masked ? mx_relu_grad_f32(load(a[i]), load(mask[i])) : load(a[i]))
@@ -237,30 +251,63 @@ static void store(const mx_kview *v, int64_t c, double value) {
   else ((float *)v->data)[c] = (float)value;
 }
 
+/* Plane k of channel c into s. */
+static void sums_of_plane(sums *s, const mx_kview *a, const mx_kview *b, const mx_kview *a_center,
+                          const mx_kview *b_center, const mx_kview *a_mask, int64_t k, int64_t c, int64_t n) {
+  int64_t offset = (k * a->shape[1] + c) * n * (int64_t)mx_dtype_size(a->dtype);
+  const char *ap = (const char *)a->data + offset, *bp = b ? (const char *)b->data + offset : NULL;
+  const char *mp = a_mask ? (const char *)a_mask->data + offset : NULL;
+  double ca = at(a_center, c), cb = at(b_center, c);
+  if (a->dtype == MX_F64) sums_plane_f64(s, (const double *)ap, (const double *)bp, (const double *)mp, n, ca, cb);
+  else if (a->dtype == MX_F16)
+    sums_plane_f16(s, (const uint16_t *)ap, (const uint16_t *)bp, (const uint16_t *)mp, n, (float)ca, (float)cb);
+  else if (mp) sums_plane_masked(s, ap, bp, mp, n, (float)ca, (float)cb, a->dtype == MX_BF16);
+  else sums_plane(s, ap, bp, n, (float)ca, (float)cb, a->dtype == MX_BF16);
+}
+
+/* Planes of at least this many values are read in memory order, their
+ * blocks' lanes stored, then added per channel in the order a channel's
+ * walk adds them (the same bits): a channel's planes lie a batch stride
+ * apart, which the hardware prefetchers do not follow. Smaller planes
+ * would store more lanes than they read. */
+enum { LANES_MIN_PLANE = 256 };
+
 mx_status mx__cpu_channel_sums(const mx_kview *sum, const mx_kview *dot, const mx_kview *a, const mx_kview *b,
                                const mx_kview *a_center, const mx_kview *b_center, const mx_kview *a_mask) {
   int64_t channels = a->shape[1], batch = a->shape[0];
   int64_t planes = batch * channels, n = planes ? mx__kview_numel(a) / planes : 0;
   if (n == 1) return sums_rows(sum, dot, a, b, a_center, b_center, a_mask);
-  size_t size = mx_dtype_size(a->dtype);
-  const char *bp0 = dot ? (const char *)b->data : NULL;
-  MX_PARALLEL_FOR(planes * n)
-  for (int64_t c = 0; c < channels; c++) {
-    sums s = {0, 0};
-    double ca = at(a_center, c), cb = at(b_center, c);
-    for (int64_t k = 0; k < batch; k++) {
-      int64_t offset = (k * channels + c) * n * (int64_t)size;
-      const char *ap = (const char *)a->data + offset, *bp = bp0 ? bp0 + offset : NULL;
-      const char *mp = a_mask ? (const char *)a_mask->data + offset : NULL;
-      if (a->dtype == MX_F64) sums_plane_f64(&s, (const double *)ap, (const double *)bp, (const double *)mp, n, ca, cb);
-      else if (a->dtype == MX_F16)
-        sums_plane_f16(&s, (const uint16_t *)ap, (const uint16_t *)bp, (const uint16_t *)mp, n, (float)ca, (float)cb);
-      else if (mp) sums_plane_masked(&s, ap, bp, mp, n, (float)ca, (float)cb, a->dtype == MX_BF16);
-      else sums_plane(&s, ap, bp, n, (float)ca, (float)cb, a->dtype == MX_BF16);
+  if (!dot) b = NULL;
+  if (a->dtype == MX_F64 || n < LANES_MIN_PLANE) {
+    MX_PARALLEL_FOR(planes * n)
+    for (int64_t c = 0; c < channels; c++) {
+      sums s = {0, 0, NULL};
+      for (int64_t k = 0; k < batch; k++) sums_of_plane(&s, a, b, a_center, b_center, a_mask, k, c, n);
+      store(sum, c, s.sum);
+      store(dot, c, s.dot);
     }
-    store(sum, c, s.sum);
-    store(dot, c, s.dot);
+    return MX_OK;
   }
+  const int64_t blocks = (n + BLOCK - 1) / BLOCK; /* a plane's */
+  lane_sums *lanes = malloc((size_t)(planes * blocks) * sizeof *lanes);
+  if (!lanes)
+    return mx__error(MX_OUT_OF_MEMORY, "channel_sums: out of memory for %lld blocks' partial sums",
+                     (long long)(planes * blocks));
+  MX_PARALLEL_FOR(planes * n)
+  for (int64_t p = 0; p < planes; p++) {
+    sums s = {0, 0, lanes + p * blocks};
+    sums_of_plane(&s, a, b, a_center, b_center, a_mask, p / channels, p % channels, n);
+  }
+  MX_PARALLEL_FOR(planes * blocks * LANES)
+  for (int64_t c = 0; c < channels; c++) {
+    double total_sum = 0, total_dot = 0;
+    for (int64_t k = 0; k < batch; k++)
+      for (const lane_sums *l = lanes + (k * channels + c) * blocks, *end = l + blocks; l < end; l++)
+        for (int j = 0; j < LANES; j++) total_sum += l->sum[j], total_dot += l->dot[j];
+    store(sum, c, total_sum);
+    store(dot, c, total_dot);
+  }
+  free(lanes);
   return MX_OK;
 }
 
@@ -271,8 +318,19 @@ mx_status mx__cpu_channel_sums(const mx_kview *sum, const mx_kview *dot, const m
  * exactly (16-bit values a block at a time through float32). */
 enum { DOUBLE_LANES = 8 };
 
+/* A block's lanes, as it leaves them. */
+typedef struct {
+  double s1[DOUBLE_LANES], s2[DOUBLE_LANES];
+} lane_moments;
+
+/* Where the blocks' lanes go, as with sums: added in lane order, or stored block after block. */
+typedef struct {
+  double s1, s2;
+  lane_moments *lanes;
+} moments;
+
 #define MX__MOMENTS_PLANE(name, type)                                                                        \
-  static void name(double *s1, double *s2, const type *x, int64_t n, double k) {                           \
+  static void name(moments *s, const type *x, int64_t n, double k) {                                        \
     double a[DOUBLE_LANES] = {0}, b[DOUBLE_LANES] = {0};                                                     \
     int64_t full = n - n % DOUBLE_LANES;                                                                     \
     for (int64_t i = 0; i < full; i += DOUBLE_LANES)                                                         \
@@ -284,40 +342,79 @@ enum { DOUBLE_LANES = 8 };
       double d = (double)x[i] - k;                                                                           \
       a[i - full] += d, b[i - full] += d * d;                                                                \
     }                                                                                                        \
-    for (int l = 0; l < DOUBLE_LANES; l++) *s1 += a[l], *s2 += b[l];                                        \
+    if (s->lanes) {                                                                                          \
+      memcpy(s->lanes->s1, a, sizeof a), memcpy(s->lanes->s2, b, sizeof b), s->lanes++;                      \
+      return;                                                                                                \
+    }                                                                                                        \
+    for (int l = 0; l < DOUBLE_LANES; l++) s->s1 += a[l], s->s2 += b[l];                                     \
   }
 MX__MOMENTS_PLANE(moments_plane_f32, float)
 MX__MOMENTS_PLANE(moments_plane_f64, double)
 
-static void moments_plane_16(double *s1, double *s2, const uint16_t *x, int64_t n, double k, bool bf16) {
+static void moments_plane_16(moments *s, const uint16_t *x, int64_t n, double k, bool bf16) {
   float block[BLOCK];
   for (int64_t i = 0; i < n; i += BLOCK) {
     int64_t m = n - i < BLOCK ? n - i : BLOCK;
     widen(block, x + i, m, bf16);
-    moments_plane_f32(s1, s2, block, m, k);
+    moments_plane_f32(s, block, m, k);
   }
 }
 
+/* Plane b of channel c into s; k: the channel's first value. */
+static void moments_of_plane(moments *s, const mx_kview *x, int64_t b, int64_t c, int64_t n, double k) {
+  const char *xp = (const char *)x->data + (b * x->shape[1] + c) * n * (int64_t)mx_dtype_size(x->dtype);
+  if (x->dtype == MX_F64) moments_plane_f64(s, (const double *)xp, n, k);
+  else if (x->dtype == MX_F32) moments_plane_f32(s, (const float *)xp, n, k);
+  else moments_plane_16(s, (const uint16_t *)xp, n, k, x->dtype == MX_BF16);
+}
+
+static double first_of_channel(const mx_kview *x, int64_t c, int64_t n) {
+  return mx_element_load((const char *)x->data + c * n * (int64_t)mx_dtype_size(x->dtype), x->dtype);
+}
+
+static void store_moments(const mx_kview *mean, const mx_kview *var, int64_t c, double k, double s1, double s2,
+                          double count) {
+  double m, v;
+  mx_moments_of(k, s1, s2, count, &m, &v);
+  store(mean, c, m);
+  store(var, c, v);
+}
+
+/* Planes of at least LANES_MIN_PLANE values are read in memory order, as channel_sums reads them. */
 mx_status mx__cpu_channel_moments(const mx_kview *mean, const mx_kview *var, const mx_kview *x) {
   int64_t channels = x->shape[1], batch = x->shape[0];
   int64_t planes = batch * channels, n = planes ? mx__kview_numel(x) / planes : 0;
   if (n == 1) return moments_rows(mean, var, x);
-  size_t size = mx_dtype_size(x->dtype);
-  MX_PARALLEL_FOR(planes * n)
-  for (int64_t c = 0; c < channels; c++) {
-    double s1 = 0, s2 = 0, m, v;
-    const char *first = (const char *)x->data + c * n * (int64_t)size;
-    double k = batch > 0 && n > 0 ? mx_element_load(first, x->dtype) : 0; /* the channel's first value */
-    for (int64_t b = 0; b < batch; b++) {
-      const char *xp = (const char *)x->data + (b * channels + c) * n * (int64_t)size;
-      if (x->dtype == MX_F64) moments_plane_f64(&s1, &s2, (const double *)xp, n, k);
-      else if (x->dtype == MX_F32) moments_plane_f32(&s1, &s2, (const float *)xp, n, k);
-      else moments_plane_16(&s1, &s2, (const uint16_t *)xp, n, k, x->dtype == MX_BF16);
+  if (n < LANES_MIN_PLANE) {
+    MX_PARALLEL_FOR(planes * n)
+    for (int64_t c = 0; c < channels; c++) {
+      moments s = {0, 0, NULL};
+      double k = batch > 0 && n > 0 ? first_of_channel(x, c, n) : 0;
+      for (int64_t b = 0; b < batch; b++) moments_of_plane(&s, x, b, c, n, k);
+      store_moments(mean, var, c, k, s.s1, s.s2, (double)(batch * n));
     }
-    mx_moments_of(k, s1, s2, (double)(batch * n), &m, &v);
-    store(mean, c, m);
-    store(var, c, v);
+    return MX_OK;
   }
+  /* a plane's blocks: one for float32 and float64, BLOCK values each for 16-bit ones */
+  const int64_t blocks = x->dtype == MX_F32 || x->dtype == MX_F64 ? 1 : (n + BLOCK - 1) / BLOCK;
+  lane_moments *lanes = malloc((size_t)(planes * blocks) * sizeof *lanes);
+  if (!lanes)
+    return mx__error(MX_OUT_OF_MEMORY, "channel_moments: out of memory for %lld blocks' partial sums",
+                     (long long)(planes * blocks));
+  MX_PARALLEL_FOR(planes * n)
+  for (int64_t p = 0; p < planes; p++) {
+    moments s = {0, 0, lanes + p * blocks};
+    moments_of_plane(&s, x, p / channels, p % channels, n, first_of_channel(x, p % channels, n));
+  }
+  MX_PARALLEL_FOR(planes * blocks * DOUBLE_LANES)
+  for (int64_t c = 0; c < channels; c++) {
+    double s1 = 0, s2 = 0;
+    for (int64_t b = 0; b < batch; b++)
+      for (const lane_moments *l = lanes + (b * channels + c) * blocks, *end = l + blocks; l < end; l++)
+        for (int j = 0; j < DOUBLE_LANES; j++) s1 += l->s1[j], s2 += l->s2[j];
+    store_moments(mean, var, c, first_of_channel(x, c, n), s1, s2, (double)(batch * n));
+  }
+  free(lanes);
   return MX_OK;
 }
 

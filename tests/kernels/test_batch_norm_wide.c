@@ -217,13 +217,13 @@ static void check_sums(const shape *s, bool with_b, bool masked) {
   for (int64_t c = 0; c < s->C; c++) {
     double want_sum, want_dot;
     reference_sums(s, a, b, mask, ca[c], with_b ? cb[c] : 0.0f, c, &want_sum, &want_dot);
-    cr_assert(same_double(sum[c], want_sum), "sums %s (%lld, %lld, %lld) mask %d: channel %lld's sum is %a, expected %a",
-              dt_name(s->dt), (long long)s->N, (long long)s->C, (long long)s->n, masked, (long long)c, sum[c],
-              want_sum);
+    cr_assert(same_double(sum[c], want_sum),
+              "sums %s (%lld, %lld, %lld) b %d mask %d: channel %lld's sum is %a, expected %a", dt_name(s->dt),
+              (long long)s->N, (long long)s->C, (long long)s->n, with_b, masked, (long long)c, sum[c], want_sum);
     if (with_b)
       cr_assert(same_double(dot[c], want_dot),
-                "sums %s (%lld, %lld, %lld) mask %d: channel %lld's dot is %a, expected %a", dt_name(s->dt),
-                (long long)s->N, (long long)s->C, (long long)s->n, masked, (long long)c, dot[c], want_dot);
+                "sums %s (%lld, %lld, %lld) b %d mask %d: channel %lld's dot is %a, expected %a", dt_name(s->dt),
+                (long long)s->N, (long long)s->C, (long long)s->n, with_b, masked, (long long)c, dot[c], want_dot);
   }
   free(a), free(b), free(mask), free(ca), free(cb), free(sum), free(dot);
 }
