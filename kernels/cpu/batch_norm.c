@@ -10,13 +10,23 @@
  * then the sum, then the store into y's dtype; no FMA (C11 mode does not
  * contract). Without a center it subtracts 0, which changes no value
  * (-0 - 0 is -0). A fused ReLU is kernels/math.h's: on x before (the mask,
- * relu's backward) and on y as stored after (relu). */
+ * relu's backward) and on y as stored after (relu).
+ *
+ * The loops that measured faster wider are MX_WIDE_CLONES (a whole plane
+ * or row a call): wider vectors change no bits, since nothing contracts
+ * and no float sum is reassociated. bfloat16 planes are widened (a shift)
+ * and rounded (mx__bf16_nearest) inside the affine and combine loops; the
+ * plain sums and the moments stayed 4 lanes wide, which measured faster
+ * than their wide clones (one accumulator register is one chain of adds),
+ * but read large planes in memory order (LANES_MIN_PLANE). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cpu/batch_norm.h"
 
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/wide_clones.h"
 
 enum { BLOCK = 512 };
 
@@ -39,7 +49,7 @@ static mx_status moments_rows(const mx_kview *mean, const mx_kview *var, const m
       y[i] = relu ? relu_fn(r) : r;                                                                            \
     }                                                                                                          \
   }                                                                                                            \
-  static void name(T *y, const T *x, const T *mask, int64_t n, T m, T s, T b, bool relu) {                     \
+  MX_WIDE_CLONES static void name(T *y, const T *x, const T *mask, int64_t n, T m, T s, T b, bool relu) {      \
     if (mask && relu) name##_body(y, x, mask, n, m, s, b, true, true);                                         \
     else if (mask) name##_body(y, x, mask, n, m, s, b, true, false);                                           \
     else if (relu) name##_body(y, x, mask, n, m, s, b, false, true);                                           \
@@ -48,15 +58,40 @@ static mx_status moments_rows(const mx_kview *mean, const mx_kview *var, const m
 MX__AFFINE_PLANE(plane_f32, float, mx_relu_f32, mx_relu_grad_f32)
 MX__AFFINE_PLANE(plane_f64, double, mx_relu_f64, mx_relu_grad_f64)
 
+/* A bfloat16 plane of the same y, widened and rounded in the loop (a shift
+ * and mx__bf16_nearest, which vectorise): plane_16's blocks' bits with no
+ * block buffers. */
+static inline __attribute__((always_inline)) void plane_bf16_body(uint16_t *y, const uint16_t *x,
+                                                                  const uint16_t *mask, int64_t n, float m, float s,
+                                                                  float b, bool masked, bool relu) {
+  for (int64_t i = 0; i < n; i++) {
+    float v = masked ? mx_relu_grad_f32(mx_bf16_to_f32(x[i]), mx_bf16_to_f32(mask[i])) : mx_bf16_to_f32(x[i]);
+    uint16_t r = mx__bf16_nearest((v - m) * s + b);
+    y[i] = relu ? mx_relu_half_bits(r, true) : r;
+  }
+}
+
+MX_WIDE_CLONES static void plane_bf16(uint16_t *y, const uint16_t *x, const uint16_t *mask, int64_t n, float m,
+                                      float s, float b, bool relu) {
+  if (mask && relu) plane_bf16_body(y, x, mask, n, m, s, b, true, true);
+  else if (mask) plane_bf16_body(y, x, mask, n, m, s, b, true, false);
+  else if (relu) plane_bf16_body(y, x, mask, n, m, s, b, false, true);
+  else plane_bf16_body(y, x, mask, n, m, s, b, false, false);
+}
+
 static void widen(float *out, const uint16_t *in, int64_t n, bool bf16) {
   if (bf16) mx__bf16_to_f32_n(in, out, n);
   else mx__f16_to_f32_n(in, out, n);
 }
 
 /* 16-bit planes go through float32 blocks: widened, computed, rounded back,
- * and relu applied to the rounded bits. */
+ * and relu applied to the rounded bits (bfloat16 ones in plane_bf16). */
 static void plane_16(uint16_t *y, const uint16_t *x, const uint16_t *mask, int64_t n, float m, float s, float b,
                      bool relu, bool bf16) {
+  if (bf16) {
+    plane_bf16(y, x, mask, n, m, s, b, relu);
+    return;
+  }
   float block[BLOCK], mask_block[BLOCK];
   for (int64_t i = 0; i < n; i += BLOCK) {
     int64_t k = n - i < BLOCK ? n - i : BLOCK;
@@ -110,8 +145,16 @@ mx_status mx__cpu_channel_affine(const mx_kview *y, const mx_kview *x, const mx_
  * block at a time), the blocks' sums added in double. */
 enum { LANES = 16 };
 
+/* A block's LANES partial sums, as the block leaves them. */
+typedef struct {
+  float sum[LANES], dot[LANES];
+} lane_sums;
+
+/* Where the blocks' lanes go: added into sum and dot in lane order, or,
+ * given lanes, stored there block after block for that addition later. */
 typedef struct {
   double sum, dot;
+  lane_sums *lanes;
 } sums;
 
 static float f32_of_f32(float v) { return v; }
@@ -119,41 +162,64 @@ static float f32_of_bf16(uint16_t v) { return mx_bf16_to_f32(v); } /* exact: a s
 
 /* A block of at most BLOCK values of type, loaded as float32 (bfloat16
  * widened in the loop), in LANES partial sums the vectoriser keeps in
- * registers (it does not reassociate a float sum); b NULL: only the sum. */
+ * registers (it does not reassociate a float sum); b NULL: only the sum;
+ * masked: a zeroed where mask <= 0 (relu's backward), the bits the sums
+ * give on the masked tensor. */
 #define MX__SUMS_BLOCK(name, type, load)                                                                     \
-  static inline __attribute__((always_inline)) void name(sums *s, const type *a, const type *b, int64_t n,  \
-                                                         float ca, float cb) {                              \
+  static inline __attribute__((always_inline)) void name(sums *s, const type *a, const type *b,             \
+                                                         const type *mask, int64_t n, float ca, float cb,   \
+                                                         bool masked) {                                     \
     float sum[LANES] = {0}, dot[LANES] = {0};                                                                \
     int64_t full = n - n % LANES;                                                                            \
     if (b) {                                                                                                 \
       for (int64_t i = 0; i < full; i += LANES)                                                              \
         for (int l = 0; l < LANES; l++) {                                                                    \
-          sum[l] += load(a[i + l]);                                                                          \
-          dot[l] += (load(a[i + l]) - ca) * (load(b[i + l]) - cb);                                           \
+          float v = MX__SUMS_VALUE(i + l, load);                                                             \
+          sum[l] += v;                                                                                       \
+          dot[l] += (v - ca) * (load(b[i + l]) - cb);                                                        \
         }                                                                                                    \
-      for (int64_t i = full; i < n; i++) dot[i - full] += (load(a[i]) - ca) * (load(b[i]) - cb);             \
+      for (int64_t i = full; i < n; i++) dot[i - full] += (MX__SUMS_VALUE(i, load) - ca) * (load(b[i]) - cb); \
     } else {                                                                                                 \
       for (int64_t i = 0; i < full; i += LANES)                                                              \
-        for (int l = 0; l < LANES; l++) sum[l] += load(a[i + l]);                                            \
+        for (int l = 0; l < LANES; l++) sum[l] += MX__SUMS_VALUE(i + l, load);                              \
     }                                                                                                        \
-    for (int64_t i = full; i < n; i++) sum[i - full] += load(a[i]);                                          \
+    for (int64_t i = full; i < n; i++) sum[i - full] += MX__SUMS_VALUE(i, load);                             \
+    if (s->lanes) {                                                                                          \
+      memcpy(s->lanes->sum, sum, sizeof sum), memcpy(s->lanes->dot, dot, sizeof dot), s->lanes++;            \
+      return;                                                                                                \
+    }                                                                                                        \
     for (int l = 0; l < LANES; l++) s->sum += sum[l], s->dot += dot[l];                                      \
   }
+#define MX__SUMS_VALUE(i, load) (masked ? mx_relu_grad_f32(load(a[i]), load(mask[i])) : load(a[i]))
 MX__SUMS_BLOCK(sums_block_f32, float, f32_of_f32)
 MX__SUMS_BLOCK(sums_block_bf16, uint16_t, f32_of_bf16)
 
-/* A plane of float32 or bfloat16, block by block. */
-static inline __attribute__((always_inline)) void sums_plane_body(sums *s, const void *a, const void *b, int64_t n,
-                                                                  float ca, float cb, bool bf16) {
+/* A plane of float32 or bfloat16, block by block (masked a constant where inlined). */
+static inline __attribute__((always_inline)) void sums_plane_body(sums *s, const void *a, const void *b,
+                                                                  const void *mask, int64_t n, float ca, float cb,
+                                                                  bool bf16, bool masked) {
   for (int64_t i = 0; i < n; i += BLOCK) {
     int64_t m = n - i < BLOCK ? n - i : BLOCK;
-    if (bf16) sums_block_bf16(s, (const uint16_t *)a + i, b ? (const uint16_t *)b + i : NULL, m, ca, cb);
-    else sums_block_f32(s, (const float *)a + i, b ? (const float *)b + i : NULL, m, ca, cb);
+    if (bf16)
+      sums_block_bf16(s, (const uint16_t *)a + i, b ? (const uint16_t *)b + i : NULL,
+                      masked ? (const uint16_t *)mask + i : NULL, m, ca, cb, masked);
+    else
+      sums_block_f32(s, (const float *)a + i, b ? (const float *)b + i : NULL, masked ? (const float *)mask + i : NULL,
+                     m, ca, cb, masked);
   }
 }
 
 static void sums_plane(sums *s, const void *a, const void *b, int64_t n, float ca, float cb, bool bf16) {
-  sums_plane_body(s, a, b, n, ca, cb, bf16);
+  sums_plane_body(s, a, b, NULL, n, ca, cb, bf16, false);
+}
+
+/* A float32 or bfloat16 plane through relu's backward: the blocks and the
+ * lanes are the unmasked planes', so the sums are the bits those give on
+ * the masked tensor. */
+MX_WIDE_CLONES static void sums_plane_masked(sums *s, const void *a, const void *b, const void *mask, int64_t n,
+                                             float ca, float cb, bool bf16) {
+  if (bf16) sums_plane_body(s, a, b, mask, n, ca, cb, true, true);
+  else sums_plane_body(s, a, b, mask, n, ca, cb, false, true);
 }
 
 static void sums_plane_f64(sums *s, const double *a, const double *b, const double *mask, int64_t n, double ca,
@@ -165,37 +231,17 @@ static void sums_plane_f64(sums *s, const double *a, const double *b, const doub
   }
 }
 
-/* float16 widened a block at a time (F16C). */
-static void sums_plane_f16(sums *s, const uint16_t *a, const uint16_t *b, int64_t n, float ca, float cb) {
-  float wa[BLOCK], wb[BLOCK];
+/* float16 widened a block at a time (F16C), masked or not. */
+static void sums_plane_f16(sums *s, const uint16_t *a, const uint16_t *b, const uint16_t *mask, int64_t n, float ca,
+                           float cb) {
+  float wa[BLOCK], wb[BLOCK], wm[BLOCK];
   for (int64_t i = 0; i < n; i += BLOCK) {
     int64_t m = n - i < BLOCK ? n - i : BLOCK;
     widen(wa, a + i, m, false);
     if (b) widen(wb, b + i, m, false);
-    sums_plane(s, wa, b ? wb : NULL, m, ca, cb, false);
-  }
-}
-
-/* A float32 or 16-bit plane with a zeroed where mask <= 0 (relu's
- * backward), a block at a time through float32: the blocks and the lanes
- * are the unmasked planes', so the sums are the bits those give on the
- * masked tensor. */
-static void sums_plane_masked(sums *s, const void *a, const void *b, const void *mask, int64_t n, float ca, float cb,
-                              mx_dtype dtype) {
-  float wa[BLOCK], wb[BLOCK], wm[BLOCK];
-  bool half = dtype != MX_F32, bf16 = dtype == MX_BF16;
-  for (int64_t i = 0; i < n; i += BLOCK) {
-    int64_t m = n - i < BLOCK ? n - i : BLOCK;
-    const float *fa = wa, *fb = wb, *fm = wm;
-    if (half) {
-      widen(wa, (const uint16_t *)a + i, m, bf16);
-      widen(wm, (const uint16_t *)mask + i, m, bf16);
-      if (b) widen(wb, (const uint16_t *)b + i, m, bf16);
-    } else {
-      fa = (const float *)a + i, fm = (const float *)mask + i, fb = b ? (const float *)b + i : NULL;
-    }
-    for (int64_t j = 0; j < m; j++) wa[j] = mx_relu_grad_f32(fa[j], fm[j]);
-    sums_plane(s, wa, b ? fb : NULL, m, ca, cb, false);
+    if (mask) widen(wm, mask + i, m, false);
+    if (mask) sums_plane_masked(s, wa, b ? wb : NULL, wm, m, ca, cb, false);
+    else sums_plane(s, wa, b ? wb : NULL, m, ca, cb, false);
   }
 }
 
@@ -205,29 +251,63 @@ static void store(const mx_kview *v, int64_t c, double value) {
   else ((float *)v->data)[c] = (float)value;
 }
 
+/* Plane k of channel c into s. */
+static void sums_of_plane(sums *s, const mx_kview *a, const mx_kview *b, const mx_kview *a_center,
+                          const mx_kview *b_center, const mx_kview *a_mask, int64_t k, int64_t c, int64_t n) {
+  int64_t offset = (k * a->shape[1] + c) * n * (int64_t)mx_dtype_size(a->dtype);
+  const char *ap = (const char *)a->data + offset, *bp = b ? (const char *)b->data + offset : NULL;
+  const char *mp = a_mask ? (const char *)a_mask->data + offset : NULL;
+  double ca = at(a_center, c), cb = at(b_center, c);
+  if (a->dtype == MX_F64) sums_plane_f64(s, (const double *)ap, (const double *)bp, (const double *)mp, n, ca, cb);
+  else if (a->dtype == MX_F16)
+    sums_plane_f16(s, (const uint16_t *)ap, (const uint16_t *)bp, (const uint16_t *)mp, n, (float)ca, (float)cb);
+  else if (mp) sums_plane_masked(s, ap, bp, mp, n, (float)ca, (float)cb, a->dtype == MX_BF16);
+  else sums_plane(s, ap, bp, n, (float)ca, (float)cb, a->dtype == MX_BF16);
+}
+
+/* Planes of at least this many values are read in memory order, their
+ * blocks' lanes stored, then added per channel in the order a channel's
+ * walk adds them (the same bits): a channel's planes lie a batch stride
+ * apart, which the hardware prefetchers do not follow. Smaller planes
+ * would store more lanes than they read. */
+enum { LANES_MIN_PLANE = 256 };
+
 mx_status mx__cpu_channel_sums(const mx_kview *sum, const mx_kview *dot, const mx_kview *a, const mx_kview *b,
                                const mx_kview *a_center, const mx_kview *b_center, const mx_kview *a_mask) {
   int64_t channels = a->shape[1], batch = a->shape[0];
   int64_t planes = batch * channels, n = planes ? mx__kview_numel(a) / planes : 0;
   if (n == 1) return sums_rows(sum, dot, a, b, a_center, b_center, a_mask);
-  size_t size = mx_dtype_size(a->dtype);
-  const char *bp0 = dot ? (const char *)b->data : NULL;
-  MX_PARALLEL_FOR(planes * n)
-  for (int64_t c = 0; c < channels; c++) {
-    sums s = {0, 0};
-    double ca = at(a_center, c), cb = at(b_center, c);
-    for (int64_t k = 0; k < batch; k++) {
-      int64_t offset = (k * channels + c) * n * (int64_t)size;
-      const char *ap = (const char *)a->data + offset, *bp = bp0 ? bp0 + offset : NULL;
-      const char *mp = a_mask ? (const char *)a_mask->data + offset : NULL;
-      if (a->dtype == MX_F64) sums_plane_f64(&s, (const double *)ap, (const double *)bp, (const double *)mp, n, ca, cb);
-      else if (mp) sums_plane_masked(&s, ap, bp, mp, n, (float)ca, (float)cb, a->dtype);
-      else if (a->dtype == MX_F16) sums_plane_f16(&s, (const uint16_t *)ap, (const uint16_t *)bp, n, (float)ca, (float)cb);
-      else sums_plane(&s, ap, bp, n, (float)ca, (float)cb, a->dtype == MX_BF16);
+  if (!dot) b = NULL;
+  if (a->dtype == MX_F64 || n < LANES_MIN_PLANE) {
+    MX_PARALLEL_FOR(planes * n)
+    for (int64_t c = 0; c < channels; c++) {
+      sums s = {0, 0, NULL};
+      for (int64_t k = 0; k < batch; k++) sums_of_plane(&s, a, b, a_center, b_center, a_mask, k, c, n);
+      store(sum, c, s.sum);
+      store(dot, c, s.dot);
     }
-    store(sum, c, s.sum);
-    store(dot, c, s.dot);
+    return MX_OK;
   }
+  const int64_t blocks = (n + BLOCK - 1) / BLOCK; /* a plane's */
+  lane_sums *lanes = malloc((size_t)(planes * blocks) * sizeof *lanes);
+  if (!lanes)
+    return mx__error(MX_OUT_OF_MEMORY, "channel_sums: out of memory for %lld blocks' partial sums",
+                     (long long)(planes * blocks));
+  MX_PARALLEL_FOR(planes * n)
+  for (int64_t p = 0; p < planes; p++) {
+    sums s = {0, 0, lanes + p * blocks};
+    sums_of_plane(&s, a, b, a_center, b_center, a_mask, p / channels, p % channels, n);
+  }
+  MX_PARALLEL_FOR(planes * blocks * LANES)
+  for (int64_t c = 0; c < channels; c++) {
+    double total_sum = 0, total_dot = 0;
+    for (int64_t k = 0; k < batch; k++)
+      for (const lane_sums *l = lanes + (k * channels + c) * blocks, *end = l + blocks; l < end; l++)
+        for (int j = 0; j < LANES; j++) total_sum += l->sum[j], total_dot += l->dot[j];
+    store(sum, c, total_sum);
+    store(dot, c, total_dot);
+  }
+  free(lanes);
   return MX_OK;
 }
 
@@ -238,8 +318,19 @@ mx_status mx__cpu_channel_sums(const mx_kview *sum, const mx_kview *dot, const m
  * exactly (16-bit values a block at a time through float32). */
 enum { DOUBLE_LANES = 8 };
 
+/* A block's lanes, as it leaves them. */
+typedef struct {
+  double s1[DOUBLE_LANES], s2[DOUBLE_LANES];
+} lane_moments;
+
+/* Where the blocks' lanes go, as with sums: added in lane order, or stored block after block. */
+typedef struct {
+  double s1, s2;
+  lane_moments *lanes;
+} moments;
+
 #define MX__MOMENTS_PLANE(name, type)                                                                        \
-  static void name(double *s1, double *s2, const type *x, int64_t n, double k) {                           \
+  static void name(moments *s, const type *x, int64_t n, double k) {                                        \
     double a[DOUBLE_LANES] = {0}, b[DOUBLE_LANES] = {0};                                                     \
     int64_t full = n - n % DOUBLE_LANES;                                                                     \
     for (int64_t i = 0; i < full; i += DOUBLE_LANES)                                                         \
@@ -251,40 +342,79 @@ enum { DOUBLE_LANES = 8 };
       double d = (double)x[i] - k;                                                                           \
       a[i - full] += d, b[i - full] += d * d;                                                                \
     }                                                                                                        \
-    for (int l = 0; l < DOUBLE_LANES; l++) *s1 += a[l], *s2 += b[l];                                        \
+    if (s->lanes) {                                                                                          \
+      memcpy(s->lanes->s1, a, sizeof a), memcpy(s->lanes->s2, b, sizeof b), s->lanes++;                      \
+      return;                                                                                                \
+    }                                                                                                        \
+    for (int l = 0; l < DOUBLE_LANES; l++) s->s1 += a[l], s->s2 += b[l];                                     \
   }
 MX__MOMENTS_PLANE(moments_plane_f32, float)
 MX__MOMENTS_PLANE(moments_plane_f64, double)
 
-static void moments_plane_16(double *s1, double *s2, const uint16_t *x, int64_t n, double k, bool bf16) {
+static void moments_plane_16(moments *s, const uint16_t *x, int64_t n, double k, bool bf16) {
   float block[BLOCK];
   for (int64_t i = 0; i < n; i += BLOCK) {
     int64_t m = n - i < BLOCK ? n - i : BLOCK;
     widen(block, x + i, m, bf16);
-    moments_plane_f32(s1, s2, block, m, k);
+    moments_plane_f32(s, block, m, k);
   }
 }
 
+/* Plane b of channel c into s; k: the channel's first value. */
+static void moments_of_plane(moments *s, const mx_kview *x, int64_t b, int64_t c, int64_t n, double k) {
+  const char *xp = (const char *)x->data + (b * x->shape[1] + c) * n * (int64_t)mx_dtype_size(x->dtype);
+  if (x->dtype == MX_F64) moments_plane_f64(s, (const double *)xp, n, k);
+  else if (x->dtype == MX_F32) moments_plane_f32(s, (const float *)xp, n, k);
+  else moments_plane_16(s, (const uint16_t *)xp, n, k, x->dtype == MX_BF16);
+}
+
+static double first_of_channel(const mx_kview *x, int64_t c, int64_t n) {
+  return mx_element_load((const char *)x->data + c * n * (int64_t)mx_dtype_size(x->dtype), x->dtype);
+}
+
+static void store_moments(const mx_kview *mean, const mx_kview *var, int64_t c, double k, double s1, double s2,
+                          double count) {
+  double m, v;
+  mx_moments_of(k, s1, s2, count, &m, &v);
+  store(mean, c, m);
+  store(var, c, v);
+}
+
+/* Planes of at least LANES_MIN_PLANE values are read in memory order, as channel_sums reads them. */
 mx_status mx__cpu_channel_moments(const mx_kview *mean, const mx_kview *var, const mx_kview *x) {
   int64_t channels = x->shape[1], batch = x->shape[0];
   int64_t planes = batch * channels, n = planes ? mx__kview_numel(x) / planes : 0;
   if (n == 1) return moments_rows(mean, var, x);
-  size_t size = mx_dtype_size(x->dtype);
-  MX_PARALLEL_FOR(planes * n)
-  for (int64_t c = 0; c < channels; c++) {
-    double s1 = 0, s2 = 0, m, v;
-    const char *first = (const char *)x->data + c * n * (int64_t)size;
-    double k = batch > 0 && n > 0 ? mx_element_load(first, x->dtype) : 0; /* the channel's first value */
-    for (int64_t b = 0; b < batch; b++) {
-      const char *xp = (const char *)x->data + (b * channels + c) * n * (int64_t)size;
-      if (x->dtype == MX_F64) moments_plane_f64(&s1, &s2, (const double *)xp, n, k);
-      else if (x->dtype == MX_F32) moments_plane_f32(&s1, &s2, (const float *)xp, n, k);
-      else moments_plane_16(&s1, &s2, (const uint16_t *)xp, n, k, x->dtype == MX_BF16);
+  if (n < LANES_MIN_PLANE) {
+    MX_PARALLEL_FOR(planes * n)
+    for (int64_t c = 0; c < channels; c++) {
+      moments s = {0, 0, NULL};
+      double k = batch > 0 && n > 0 ? first_of_channel(x, c, n) : 0;
+      for (int64_t b = 0; b < batch; b++) moments_of_plane(&s, x, b, c, n, k);
+      store_moments(mean, var, c, k, s.s1, s.s2, (double)(batch * n));
     }
-    mx_moments_of(k, s1, s2, (double)(batch * n), &m, &v);
-    store(mean, c, m);
-    store(var, c, v);
+    return MX_OK;
   }
+  /* a plane's blocks: one for float32 and float64, BLOCK values each for 16-bit ones */
+  const int64_t blocks = x->dtype == MX_F32 || x->dtype == MX_F64 ? 1 : (n + BLOCK - 1) / BLOCK;
+  lane_moments *lanes = malloc((size_t)(planes * blocks) * sizeof *lanes);
+  if (!lanes)
+    return mx__error(MX_OUT_OF_MEMORY, "channel_moments: out of memory for %lld blocks' partial sums",
+                     (long long)(planes * blocks));
+  MX_PARALLEL_FOR(planes * n)
+  for (int64_t p = 0; p < planes; p++) {
+    moments s = {0, 0, lanes + p * blocks};
+    moments_of_plane(&s, x, p / channels, p % channels, n, first_of_channel(x, p % channels, n));
+  }
+  MX_PARALLEL_FOR(planes * blocks * DOUBLE_LANES)
+  for (int64_t c = 0; c < channels; c++) {
+    double s1 = 0, s2 = 0;
+    for (int64_t b = 0; b < batch; b++)
+      for (const lane_moments *l = lanes + (b * channels + c) * blocks, *end = l + blocks; l < end; l++)
+        for (int j = 0; j < DOUBLE_LANES; j++) s1 += l->s1[j], s2 += l->s2[j];
+    store_moments(mean, var, c, first_of_channel(x, c, n), s1, s2, (double)(batch * n));
+  }
+  free(lanes);
   return MX_OK;
 }
 
@@ -319,7 +449,8 @@ static const float *row_f32(const void *base, int64_t r, int64_t C, int64_t c0, 
       y[i] = relu ? relu_fn(r) : r;                                                                            \
     }                                                                                                          \
   }                                                                                                            \
-  static void name(T *y, const T *x, const T *mask, int64_t n, const T *m, const T *s, const T *b, bool relu) {  \
+  MX_WIDE_CLONES static void name(T *y, const T *x, const T *mask, int64_t n, const T *m, const T *s, const T *b, \
+                                  bool relu) {                                                                 \
     if (mask && relu) name##_body(y, x, mask, n, m, s, b, true, true);                                         \
     else if (mask) name##_body(y, x, mask, n, m, s, b, true, false);                                           \
     else if (relu) name##_body(y, x, mask, n, m, s, b, false, true);                                           \
@@ -392,8 +523,9 @@ static int64_t row_chunks(int64_t R) {
 
 /* Rows r0 .. r1 of float32 or 16-bit a (and b, mask: NULL for none),
  * added per channel into sum and dot, channel tile by channel tile. */
-static void sums_rows_f32(double *sum, double *dot, const void *a, const void *b, const void *mask, int64_t r0,
-                          int64_t r1, int64_t C, const float *ca, const float *cb, mx_dtype dt) {
+MX_WIDE_CLONES static void sums_rows_f32(double *sum, double *dot, const void *a, const void *b, const void *mask,
+                                         int64_t r0, int64_t r1, int64_t C, const float *ca, const float *cb,
+                                         mx_dtype dt) {
   float wa[ROW_TILE], wb[ROW_TILE], wm[ROW_TILE];
   for (int64_t c0 = 0; c0 < C; c0 += ROW_TILE) {
     int64_t m = C - c0 < ROW_TILE ? C - c0 : ROW_TILE;
@@ -462,8 +594,8 @@ static mx_status sums_rows(const mx_kview *sum, const mx_kview *dot, const mx_kv
 }
 
 /* Rows r0 .. r1 of x: the sums of x - k[c] and of its square per channel, in double. */
-static void moments_rows_chunk(double *s1, double *s2, const void *x, int64_t r0, int64_t r1, int64_t C,
-                               const double *k, mx_dtype dt) {
+MX_WIDE_CLONES static void moments_rows_chunk(double *s1, double *s2, const void *x, int64_t r0, int64_t r1,
+                                              int64_t C, const double *k, mx_dtype dt) {
   float buf[ROW_TILE];
   for (int64_t r = r0; r < r1; r++) {
     if (dt == MX_F64) {
@@ -531,7 +663,8 @@ static mx_status moments_rows(const mx_kview *mean, const mx_kview *var, const m
       y[i] = (p + q) + AT(sh, i);                                                                              \
     }                                                                                                          \
   }                                                                                                            \
-  static void name(T *y, const T *a, const T *b, const T *mask, int64_t n, P sa, P cb, P sb, P sh) {           \
+  MX_WIDE_CLONES static void name(T *y, const T *a, const T *b, const T *mask, int64_t n, P sa, P cb, P sb,     \
+                                  P sh) {                                                                      \
     if (mask) name##_body(y, a, b, mask, n, sa, cb, sb, sh, true);                                             \
     else name##_body(y, a, b, mask, n, sa, cb, sb, sh, false);                                                 \
   }
@@ -539,6 +672,24 @@ MX__COMBINE(combine_plane_f32, float, float, MX__SCALAR, mx_relu_grad_f32)
 MX__COMBINE(combine_plane_f64, double, double, MX__SCALAR, mx_relu_grad_f64)
 MX__COMBINE(combine_row_f32, float, const float *, MX__ELEMENT, mx_relu_grad_f32)
 MX__COMBINE(combine_row_f64, double, const double *, MX__ELEMENT, mx_relu_grad_f64)
+
+/* A bfloat16 plane of the same y, widened and rounded in the loop, as plane_bf16. */
+static inline __attribute__((always_inline)) void combine_plane_bf16_body(uint16_t *y, const uint16_t *a,
+                                                                          const uint16_t *b, const uint16_t *mask,
+                                                                          int64_t n, float sa, float cb, float sb,
+                                                                          float sh, bool masked) {
+  for (int64_t i = 0; i < n; i++) {
+    float g = masked ? mx_relu_grad_f32(mx_bf16_to_f32(a[i]), mx_bf16_to_f32(mask[i])) : mx_bf16_to_f32(a[i]);
+    float p = g * sa, q = (mx_bf16_to_f32(b[i]) - cb) * sb;
+    y[i] = mx__bf16_nearest((p + q) + sh);
+  }
+}
+
+MX_WIDE_CLONES static void combine_plane_bf16(uint16_t *y, const uint16_t *a, const uint16_t *b, const uint16_t *mask,
+                                              int64_t n, float sa, float cb, float sb, float sh) {
+  if (mask) combine_plane_bf16_body(y, a, b, mask, n, sa, cb, sb, sh, true);
+  else combine_plane_bf16_body(y, a, b, mask, n, sa, cb, sb, sh, false);
+}
 
 /* The four vectors as one argument list, at channel (or first channel) c. */
 typedef struct {
@@ -624,6 +775,9 @@ mx_status mx__cpu_channel_combine(const mx_kview *y, const mx_kview *a, const mx
     else if (a->dtype == MX_F32)
       combine_plane_f32((float *)yp, (const float *)ap, (const float *)bp, (const float *)mp, n, (float)sa, (float)cb,
                         (float)sb, (float)sh);
+    else if (a->dtype == MX_BF16)
+      combine_plane_bf16((uint16_t *)yp, (const uint16_t *)ap, (const uint16_t *)bp, (const uint16_t *)mp, n,
+                         (float)sa, (float)cb, (float)sb, (float)sh);
     else
       combine_16((uint16_t *)yp, (const uint16_t *)ap, (const uint16_t *)bp, (const uint16_t *)mp, n, 0, &v, c,
                  (const float[4]){(float)sa, (float)cb, (float)sb, (float)sh}, a->dtype == MX_BF16);
