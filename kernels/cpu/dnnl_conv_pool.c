@@ -223,14 +223,25 @@ static mx_status convolve_and_pool(const mx__dnnl_conv_plan *plan, const mx_kvie
   return status;
 }
 
-/* Samples a chunk of the batch when the full-resolution output is convolved and pooled a chunk at a time: so many
- * that the chunk's output (bytes a sample each) fills about CHUNK_BYTES, which then stays in the cores' caches
- * between the convolution's writes and the pooling's reads. The whole batch's output of the demo CNN's first
- * convolution is 12.8 MB at batch 128 in float32, 51 MB at 512: written to memory, then read back. */
-enum { CHUNK_BYTES = 2 << 20 };
-static int64_t chunk_samples(int64_t sample_bytes) {
-  int64_t n = CHUNK_BYTES / (sample_bytes ? sample_bytes : 1);
-  return n < 1 ? 1 : n;
+/* Samples a chunk of the batch when the full-resolution output (or its gradient) is made and used a chunk at a time:
+ * where the batch's would take over chunk_from bytes (past what stays in the last-level cache beside the step's
+ * other data), about chunk_bytes a chunk, the batch split evenly, so that the convolution's writes are still in
+ * cache when the pooling (or the backward-data primitive) reads them. Otherwise the whole batch at once: smaller
+ * chunks only cost (oneDNN splits a chunk among the threads less evenly). On the 32 MiB L3 of rounds 19-25's AMD
+ * EPYC, the demo CNN's first layer's fused forward alone, 2 threads, CPU time a sample: float32 batch 512 (51 MB of
+ * output) 12.4 -> 6.0 us in chunks of 4 MiB; batch 128 (12.8 MB) 5.2 whole, 6.0 in chunks of 2 MiB. */
+static _Atomic int64_t chunk_from = 16 << 20, chunk_bytes = 4 << 20;
+
+void mx__cpu_conv_max_pool_relu_chunking(int64_t from, int64_t bytes) {
+  atomic_store(&chunk_from, from);
+  atomic_store(&chunk_bytes, bytes);
+}
+
+static int64_t chunk_samples(int64_t N, int64_t sample_bytes) {
+  if (N * sample_bytes <= atomic_load(&chunk_from)) return N;
+  int64_t most = atomic_load(&chunk_bytes) / (sample_bytes ? sample_bytes : 1);
+  int64_t chunks = (N + (most < 1 ? 1 : most) - 1) / (most < 1 ? 1 : most);
+  return (N + chunks - 1) / chunks;
 }
 
 mx_status mx__cpu_conv_max_pool_relu(const mx_kview *y, const mx_kview *indices, const mx_kview *x, const mx_kview *w,
@@ -245,7 +256,7 @@ mx_status mx__cpu_conv_max_pool_relu(const mx_kview *y, const mx_kview *indices,
     mx__dnnl_conv_plan_end(&plan);
     return MX_NOT_SUPPORTED;
   }
-  int64_t N = x->shape[0], chunk = chunk_samples((int64_t)plan.bytes / N);
+  int64_t N = x->shape[0], chunk = chunk_samples(N, (int64_t)plan.bytes / N);
   /* Chunks only where the primitive reads x as it lies: a reordered x is kept whole for the backward (dnnl_conv.c),
    * and a chunk's copy would not be found there. Each sample's output is the same sums in either case. */
   if (chunk >= N || !mx__dnnl_conv_plan_reads_x_as_is(&plan)) {
@@ -435,7 +446,7 @@ mx_status mx__cpu_conv_max_pool_relu_backward(const mx_kview *dx, const mx_kview
   bool fits = weights.block && weights.block <= LANES && (!dx || (data.block && data.block <= LANES));
   if (status == MX_OK && !fits) status = MX_NOT_SUPPORTED;
   bool shared = dx && status == MX_OK && mx__dnnl_conv_plans_share_y(&weights, &data);
-  int64_t N = x->shape[0], chunk = dx ? chunk_samples((int64_t)data.bytes / N) : N;
+  int64_t N = x->shape[0], chunk = dx ? chunk_samples(N, (int64_t)data.bytes / N) : N;
   bool chunked = chunk < N && data.bytes % (size_t)N == 0;
   size_t data_bytes = chunked ? (size_t)chunk * (data.bytes / (size_t)N) : data.bytes;
   void *buf = NULL, *data_buf = NULL;

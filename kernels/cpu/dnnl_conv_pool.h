@@ -17,4 +17,8 @@ mx_status mx__cpu_conv_max_pool_relu_backward(const mx_kview *dx, const mx_kview
  * for tests that the fused kernels, not the unfused ones, made a result. */
 uint64_t mx__cpu_conv_max_pool_relu_runs(bool backward);
 
+/* Where a batch's full-resolution output is made a chunk of the batch at a time: over from bytes, in chunks of
+ * about bytes each (defaults 16 MiB and 4 MiB); for tests that chunk small batches. */
+void mx__cpu_conv_max_pool_relu_chunking(int64_t from, int64_t bytes);
+
 #endif
