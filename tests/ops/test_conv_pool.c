@@ -150,7 +150,7 @@ Test(conv2d_max_pool_relu, bfloat16_autocast_channels_last_is_conv2d_then_max_po
 }
 
 /* Gradients of the gradients (create_graph): the backward op's own backward against the unfused ops'. */
-Test(conv2d_max_pool_relu, gradients_of_gradients_are_the_unfused_ops) {
+Test(conv2d_max_pool_relu, gradients_of_gradients_are_the_unfused_case_conv_pools) {
   for (int layout = 0; layout < 2; layout++) {
     const pool_case *c = &cases[1];
     mx_scope *scope = mx_scope_begin();
@@ -186,14 +186,6 @@ Test(conv2d_max_pool_relu, gradients_of_gradients_are_the_unfused_ops) {
 
 /* --- float64 finite differences ----------------------------------------------------------------------------- */
 
-/* The op on x, weight and bias (padding 1, 2x2 windows leaving an edge of the 5x7 output). */
-static mx_tensor *fused_op(int n, mx_tensor *const *in, void *ctx) {
-  (void)n, (void)ctx;
-  mx_tensor *y = NULL;
-  mx__conv2d_max_pool_relu(in[0], in[1], in[2], MX_DEFAULT, MX_SHAPE(1), MX_DEFAULT, 1, MX_SHAPE(2), MX_DEFAULT,
-                           MX_DEFAULT, MX_DEFAULT, &y, NULL);
-  return y;
-}
 
 Test(conv2d_max_pool_relu, float64_gradients_match_finite_differences) {
   mx_scope *scope = mx_scope_begin();
@@ -204,9 +196,9 @@ Test(conv2d_max_pool_relu, float64_gradients_match_finite_differences) {
     in[i] = mx_detach(mx_to_dtype(mx_randn(shapes[i], MX_F32, MX_CPU, gen), MX_F64));
     cr_assert(in[i] && mx_set_requires_grad(in[i], true) == MX_OK, "%s", mx_last_error());
   }
-  cr_expect_eq(mx_gradcheck(fused_op, 3, in, NULL, 1e-6, 1e-5, 1e-4), MX_OK, "%s", mx_last_error());
+  cr_expect_eq(mx_gradcheck(fused_case_conv_pool, 3, in, NULL, 1e-6, 1e-5, 1e-4), MX_OK, "%s", mx_last_error());
   /* through the backward op's own backward */
-  cr_expect_eq(mx_gradgradcheck(fused_op, 3, in, NULL, 1e-6, 1e-5, 1e-4), MX_OK, "%s", mx_last_error());
+  cr_expect_eq(mx_gradgradcheck(fused_case_conv_pool, 3, in, NULL, 1e-6, 1e-5, 1e-4), MX_OK, "%s", mx_last_error());
   mx_generator_free(gen);
   mx_scope_end(scope);
 }

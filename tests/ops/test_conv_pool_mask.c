@@ -13,6 +13,7 @@
 #include <mixgrad.h>
 
 #include "../common/expect_error.h"
+#include "fused_case.h"
 #include "kernels/cpu/dnnl.h"
 #include "kernels/cpu/dnnl_conv_pool.h"
 #include "mx_config.h"
@@ -186,21 +187,14 @@ Test(conv_pool_mask, bfloat16_fused_mask_is_relu_backward_then_the_kernel_bit_fo
 
 /* --- float64 finite differences where relu zeroes whole windows ------------------------------------------------ */
 
-/* The op on x, weight and bias, 2x2 windows leaving an edge of the 5x7 output. */
-static mx_tensor *fused_op(int n, mx_tensor *const *in, void *ctx) {
-  (void)n, (void)ctx;
-  mx_tensor *y = NULL;
-  mx__conv2d_max_pool_relu(in[0], in[1], in[2], MX_DEFAULT, MX_SHAPE(1), MX_DEFAULT, 1, MX_SHAPE(2), MX_DEFAULT,
-                           MX_DEFAULT, MX_DEFAULT, &y, NULL);
-  return y;
-}
 
 /* The squared norms of the gradients of sum(y r) in x, weight and bias, y the op's output on in[0 .. 2], r = in[3]:
  * differentiated in r, through the backward op's adjoint in its gradient (which gradgradcheck's random cotangents,
  * constants, do not reach). */
 static mx_tensor *gradient_norms(int n, mx_tensor *const *in, void *ctx) {
   (void)n;
-  mx_tensor *loss = mx_sum(mx_mul(fused_op(3, in, ctx), in[3]), MX_ALL_DIMS, false), *g[3] = {NULL}, *sum = NULL;
+  mx_tensor *loss = mx_sum(mx_mul(fused_case_conv_pool(3, in, ctx), in[3]), MX_ALL_DIMS, false);
+  mx_tensor *g[3] = {NULL}, *sum = NULL;
   if (mx_grad(1, &loss, 3, in, NULL, true, true, false, g) != MX_OK) return NULL;
   for (int i = 0; i < 3; i++) {
     mx_tensor *norm = mx_sum(mx_mul(g[i], g[i]), MX_ALL_DIMS, false);
@@ -220,12 +214,12 @@ Test(conv_pool_mask, float64_gradients_of_gradients_where_relu_masks_windows) {
     cr_assert(in[i] && mx_set_requires_grad(in[i], true) == MX_OK, "%s", mx_last_error());
   }
   /* relu zeroes a good share of the windows (whose gradients the mask stops), not all */
-  mx_tensor *y = fused_op(3, in, NULL);
+  mx_tensor *y = fused_case_conv_pool(3, in, NULL);
   double zeros = mx_item(mx_sum(mx_to_dtype(mx_eq_scalar(y, 0), MX_F64), MX_ALL_DIMS, false));
   cr_assert(zeros >= 0.2 * (double)mx_numel(y) && zeros <= 0.8 * (double)mx_numel(y), "%g of %lld windows zero",
             zeros, (long long)mx_numel(y));
-  cr_expect_eq(mx_gradcheck(fused_op, 3, in, NULL, 1e-6, 1e-5, 1e-4), MX_OK, "%s", mx_last_error());
-  cr_expect_eq(mx_gradgradcheck(fused_op, 3, in, NULL, 1e-6, 1e-5, 1e-4), MX_OK, "%s", mx_last_error());
+  cr_expect_eq(mx_gradcheck(fused_case_conv_pool, 3, in, NULL, 1e-6, 1e-5, 1e-4), MX_OK, "%s", mx_last_error());
+  cr_expect_eq(mx_gradgradcheck(fused_case_conv_pool, 3, in, NULL, 1e-6, 1e-5, 1e-4), MX_OK, "%s", mx_last_error());
   cr_expect_eq(mx_gradcheck(gradient_norms, 4, in, NULL, 1e-6, 1e-5, 1e-4), MX_OK, "%s", mx_last_error());
   mx_generator_free(gen);
   mx_scope_end(scope);
