@@ -22,13 +22,18 @@
  * and mx_set_cudnn_deterministic(false) (PyTorch's defaults for its cuDNN
  * convolutions; mixgrad's are exact float32 and deterministic), as
  * train_step.py's flags of those names set torch.backends.cudnn's.
- * --no-scaler runs an f16 step without its GradScaler (loss scaling's
- * share of the step is the difference; scripts/gpu-check measures it).
+ * --no-scaler runs an f16 step without its GradScaler. --scaler-share
+ * alternates f16 steps with the GradScaler and without it in one process,
+ * in pairs whose order alternates too, and prints the second kind's times
+ * as "times_without_scaler_ms": loss scaling's share of the step is the
+ * difference. Separate processes cannot show it: on a GPU machine one
+ * process's median step differs from the next one's by up to 30%
+ * (bench/GPU.md), far more than the 2% being measured.
  * The result is one JSON line on stdout:
  *
  *     {"impl":"mixgrad","model":"cnn","amp":"bf16","device":"cpu","batch":128,"threads":2,"warmup":5,
  *      "channels_last":false,"cudnn_tf32":false,"cudnn_deterministic":true,"scaler":false,
- *      "times_ms":[...one per timed step...],"peak_rss_kb":...,"base_rss_kb":...,
+ *      "times_ms":[...one per timed step...],["times_without_scaler_ms":[...],]"peak_rss_kb":...,"base_rss_kb":...,
  *      "graph_bytes":...,"forward_bytes":...,"params":...,"version":"0.1.0"}
  *
  * and a one-line summary on stderr for people.
@@ -52,6 +57,7 @@ typedef struct {
   bool channels_last;
   bool cudnn_tf32, cudnn_nondeterministic; /* PyTorch's cuDNN defaults instead of mixgrad's */
   bool no_scaler;                          /* f16 without loss scaling */
+  bool scaler_share;                       /* f16 steps with and without it, alternating */
 } options;
 
 /* What a run makes, freed in one place. */
@@ -106,23 +112,23 @@ static mx_tensor *forward_loss(const bench_state *b) {
 }
 
 /* Backward and update: plain, or scaled, unscaled and checked by the
- * GradScaler (f16). */
-static mx_status backward_step(bench_state *b, mx_tensor *loss) {
-  if (!b->scaler) {
+ * GradScaler (f16; NULL: none). */
+static mx_status backward_step(bench_state *b, mx_scaler *scaler, mx_tensor *loss) {
+  if (!scaler) {
     mx_status st = mx_backward(loss, NULL, false);
     return st == MX_OK ? mx_optimizer_step(b->opt) : st;
   }
-  mx_status st = mx_backward(mx_scaler_scale(b->scaler, loss), NULL, false);
-  if (st == MX_OK) st = mx_scaler_step(b->scaler, b->opt, NULL);
-  return st == MX_OK ? mx_scaler_update(b->scaler) : st;
+  mx_status st = mx_backward(mx_scaler_scale(scaler, loss), NULL, false);
+  if (st == MX_OK) st = mx_scaler_step(scaler, b->opt, NULL);
+  return st == MX_OK ? mx_scaler_update(scaler) : st;
 }
 
-static mx_status train_step(bench_state *b) {
+static mx_status train_step(bench_state *b, mx_scaler *scaler) {
   mx_scope *s = mx_scope_begin();
   mx_status st = mx_optimizer_zero_grad(b->opt, true);
   if (st == MX_OK) {
     mx_tensor *loss = forward_loss(b);
-    st = loss ? backward_step(b, loss) : mx_last_status();
+    st = loss ? backward_step(b, scaler, loss) : mx_last_status();
   }
   mx_scope_end(s);
   return st == MX_OK ? mx_synchronize(b->device) : st;
@@ -153,7 +159,7 @@ static mx_status measure_graph(bench_state *b, int64_t *graph_bytes, int64_t *fo
     if (loss) mx_keep(loss);
     mx_scope_end(forward);
     *graph_bytes = mx_memory_stats_get(b->device).bytes_in_use - before;
-    st = loss ? backward_step(b, loss) : mx_last_status();
+    st = loss ? backward_step(b, b->scaler, loss) : mx_last_status();
   }
   mx_scope_end(s);
   return st;
@@ -197,14 +203,18 @@ static void free_state(bench_state *b) {
   mx_module_free(b->net);
 }
 
-static void print_result(const bench_state *b, const options *o, const double *times, long base_rss_kb,
-                         int64_t graph_bytes, int64_t forward_bytes) {
+static void print_result(const bench_state *b, const options *o, const double *times, const double *times_without,
+                         long base_rss_kb, int64_t graph_bytes, int64_t forward_bytes) {
   printf("{\"impl\":\"mixgrad\",\"model\":\"%s\",\"amp\":\"%s\",\"device\":\"%s\",\"batch\":%lld,\"threads\":%d,"
          "\"warmup\":%lld,\"channels_last\":%s,\"cudnn_tf32\":%s,\"cudnn_deterministic\":%s,\"scaler\":%s,",
          o->model, o->amp, mx_device_name(o->device), (long long)o->batch, bench_threads(), (long long)o->warmup,
          o->channels_last ? "true" : "false", mx_cudnn_allow_tf32() ? "true" : "false",
          mx_cudnn_deterministic() ? "true" : "false", b->scaler ? "true" : "false");
   bench_json_doubles(stdout, "times_ms", times, (int)o->repeat);
+  if (o->scaler_share) {
+    putchar(',');
+    bench_json_doubles(stdout, "times_without_scaler_ms", times_without, (int)o->repeat);
+  }
   printf(",\"peak_rss_kb\":%ld,\"base_rss_kb\":%ld,\"graph_bytes\":%lld,\"forward_bytes\":%lld,\"params\":%lld,"
          "\"version\":\"%s\"}\n",
          bench_peak_rss_kb(), base_rss_kb, (long long)graph_bytes, (long long)forward_bytes,
@@ -212,6 +222,9 @@ static void print_result(const bench_state *b, const options *o, const double *t
   fprintf(stderr, "train_step: mixgrad %s amp %s on %s, batch %lld, %d threads: median %.3f ms over %lld steps\n",
           o->model, o->amp, mx_device_name(o->device), (long long)o->batch, bench_threads(),
           bench_median(times, (int)o->repeat), (long long)o->repeat);
+  if (o->scaler_share)
+    fprintf(stderr, "train_step: without the GradScaler, in the same process: median %.3f ms\n",
+            bench_median(times_without, (int)o->repeat));
 }
 
 /* Whether a loop that began at start_ms and has made `done` steps stops
@@ -226,25 +239,47 @@ static bool loop_done(const options *o, int64_t done, int64_t count, int64_t lea
  * caps a slow configuration's process: warm-up stops after a quarter of
  * it (one step at least), timing after all of it (three steps at least),
  * as in train_step.py. */
+/* One timed step, with the GradScaler or without it; its time in *ms. */
+static mx_status timed_step(bench_state *b, mx_scaler *scaler, double *ms) {
+  double t0 = bench_now_ms();
+  mx_status st = train_step(b, scaler);
+  *ms = bench_now_ms() - t0;
+  return st;
+}
+
+/* A timed iteration: one step, or with --scaler-share a pair, the one with
+ * the GradScaler first in even iterations and second in odd ones, so
+ * neither kind always follows the other. */
+static mx_status timed_iteration(bench_state *b, const options *o, int64_t i, double *with, double *without) {
+  if (!o->scaler_share) return timed_step(b, b->scaler, with);
+  bool scaler_first = i % 2 == 0;
+  mx_status st = scaler_first ? timed_step(b, b->scaler, with) : timed_step(b, NULL, without);
+  if (st != MX_OK) return st;
+  return scaler_first ? timed_step(b, NULL, without) : timed_step(b, b->scaler, with);
+}
+
 static int run(bench_state *b, options *o, long base_rss_kb) {
   double *times = malloc((size_t)o->repeat * sizeof *times);
-  if (!times) return fail("out of memory");
+  double *times_without = malloc((size_t)o->repeat * sizeof *times_without);
+  if (!times || !times_without) {
+    free(times);
+    free(times_without);
+    return fail("out of memory");
+  }
   int rc = 0;
-  double start = bench_now_ms();
+  double start = bench_now_ms(), unused;
   for (int64_t i = 0; rc == 0 && !loop_done(o, i, o->warmup, 1, 0.25, start); i++)
-    if (train_step(b) != MX_OK) rc = fail("warm-up step");
+    if (timed_iteration(b, o, i, &unused, &unused) != MX_OK) rc = fail("warm-up step");
   start = bench_now_ms();
   int64_t timed = 0;
-  for (; rc == 0 && !loop_done(o, timed, o->repeat, 3, 1.0, start); timed++) {
-    double t0 = bench_now_ms();
-    if (train_step(b) != MX_OK) rc = fail("timed step");
-    times[timed] = bench_now_ms() - t0;
-  }
+  for (; rc == 0 && !loop_done(o, timed, o->repeat, 3, 1.0, start); timed++)
+    if (timed_iteration(b, o, timed, &times[timed], &times_without[timed]) != MX_OK) rc = fail("timed step");
   o->repeat = timed;
   int64_t graph_bytes = 0, forward_bytes = 0;
   if (rc == 0 && measure_graph(b, &graph_bytes, &forward_bytes) != MX_OK) rc = fail("measuring step");
-  if (rc == 0) print_result(b, o, times, base_rss_kb, graph_bytes, forward_bytes);
+  if (rc == 0) print_result(b, o, times, times_without, base_rss_kb, graph_bytes, forward_bytes);
   free(times);
+  free(times_without);
   return rc;
 }
 
@@ -253,7 +288,7 @@ static int run(bench_state *b, options *o, long base_rss_kb) {
 static void usage(FILE *out) {
   fprintf(out, "usage: train_step [--model mlp|cnn|resnet9] [--amp off|bf16|f16] [--device cpu|cuda] [--batch N]\n"
                "                  [--warmup N] [--repeat N] [--seed N] [--seconds S] [--channels-last]\n"
-               "                  [--cudnn-tf32] [--cudnn-nondeterministic] [--no-scaler]\n"
+               "                  [--cudnn-tf32] [--cudnn-nondeterministic] [--no-scaler | --scaler-share]\n"
                "Times mixgrad's training step on a random batch and prints one JSON line.\n"
                "Defaults: --model cnn --amp off --device cpu --batch 128 --warmup 5 --repeat 30 --seed 1.\n"
                "--seconds caps the timed steps' time (at least 3 steps) and the warm-up's at a quarter of it.\n"
@@ -261,6 +296,8 @@ static void usage(FILE *out) {
                "--cudnn-nondeterministic lets cuDNN pick non-deterministic algorithms (mx_set_cudnn_deterministic):\n"
                "PyTorch's defaults; without them, mixgrad's (exact float32, deterministic).\n"
                "--no-scaler: an f16 step without its GradScaler (loss scaling's share is the difference).\n"
+               "--scaler-share: f16 steps with and without the GradScaler, alternating in this process\n"
+               "(each --repeat makes one of each; the second kind's times are \"times_without_scaler_ms\").\n"
                "Threads: OMP_NUM_THREADS.\n");
 }
 
@@ -313,6 +350,7 @@ static int parse_args(int argc, char **argv, options *o) {
                  : !strcmp(argv[i], "--cudnn-tf32")             ? &o->cudnn_tf32
                  : !strcmp(argv[i], "--cudnn-nondeterministic") ? &o->cudnn_nondeterministic
                  : !strcmp(argv[i], "--no-scaler")              ? &o->no_scaler
+                 : !strcmp(argv[i], "--scaler-share")           ? &o->scaler_share
                                                                 : NULL;
     if (flag) { /* a switch: no value */
       *flag = true;
@@ -332,6 +370,10 @@ int main(int argc, char **argv) {
   options o = {.model = "cnn", .amp = "off", .device = MX_CPU, .batch = 128, .warmup = 5, .repeat = 30, .seed = 1};
   int parsed = parse_args(argc, argv, &o);
   if (parsed) return parsed == 1 ? 0 : 2;
+  if (o.scaler_share && (strcmp(o.amp, "f16") != 0 || o.no_scaler)) {
+    fprintf(stderr, "train_step: --scaler-share needs --amp f16 and no --no-scaler\n");
+    return 2;
+  }
   mx_set_cudnn_allow_tf32(o.cudnn_tf32);
   mx_set_cudnn_deterministic(!o.cudnn_nondeterministic);
   long base_rss_kb = bench_current_rss_kb(); /* the process before the model: libraries, runtime */
