@@ -24,7 +24,13 @@ MX_HD static void flush(int64_t *stats, int t, int64_t counts[3]) {
 /* One launch over a chunk: every thread walks the flat index space of the
  * chunk grid-stride, counting into registers and flushing a gradient's
  * counters when it moves on to the next one. stats is (n_total, 3), first
- * the offset of this chunk's first gradient. */
+ * the offset of this chunk's first gradient. DENSE_F32: every gradient of
+ * the chunk is float32 and one run of memory (autocast's case: float32
+ * parameters, float32 gradients; chosen on the host), read and written as
+ * floats, without mx_element_load's switch on the dtype and the strided
+ * offset: the same values, since a float32 value widened to double and
+ * narrowed back is itself. */
+template <bool DENSE_F32>
 struct unscale_op {
   unscale_chunk c;
   const float *scale;
@@ -44,13 +50,18 @@ struct unscale_op {
         current = t;
       }
       const mx_kview &g = c.grads[t];
-      char *p = element(g, i - c.start[t]);
-      double v = mx_element_load(p, g.dtype);
+      float *dense = DENSE_F32 ? (float *)g.data + (i - c.start[t]) : NULL;
+      char *p = DENSE_F32 ? NULL : element(g, i - c.start[t]);
+      double v = DENSE_F32 ? (double)*dense : mx_element_load(p, g.dtype);
       bool is_nan = v != v, is_inf = !is_nan && v - v != 0;
       counts[0] += is_inf;
       counts[1] += is_nan;
       counts[2] += mx_amp_underflows_f16(v);
       non_finite |= is_inf || is_nan;
+      if constexpr (DENSE_F32) {
+        *dense = (float)v * inv_scale;
+        continue;
+      }
       double unscaled = g.dtype == MX_F64 ? v * (double)inv_scale : (double)((float)v * inv_scale);
       mx_element_store(p, g.dtype, unscaled);
     }
@@ -58,6 +69,18 @@ struct unscale_op {
     if (non_finite) *found_inf = 1.0f; /* every writer writes the same value */
   }
 };
+
+static_assert(sizeof(unscale_op<false>) <= 4096, "an unscale launch's arguments must fit the 4 KiB parameter space");
+
+/* Whether every gradient of the chunk is float32, 1-d and contiguous
+ * (flatten_if_contiguous made them so): unscale_op's DENSE_F32. */
+static bool dense_f32(const unscale_chunk &c) {
+  for (int t = 0; t < c.n; t++) {
+    const mx_kview &g = c.grads[t];
+    if (g.dtype != MX_F32 || g.ndim > 1 || (g.ndim == 1 && g.strides[0] != 1)) return false;
+  }
+  return true;
+}
 
 mx_status mx__cuda_amp_unscale(int n, const mx_kview *grads, const float *scale, float *found_inf,
                                int64_t *stats) {
@@ -70,9 +93,16 @@ mx_status mx__cuda_amp_unscale(int n, const mx_kview *grads, const float *scale,
       c.start[t + 1] = c.start[t] + mx__kview_numel(&grads[first + t]);
     }
     if (c.start[c.n] == 0) continue; /* an empty grid is an invalid configuration */
-    unscale_op op = {c, scale, found_inf, stats ? stats + 3 * first : NULL};
-    MX__RETURN_IF_FAILED(
-        launch_threads("launch of kernel amp_unscale", grid_blocks(c.start[c.n]), THREADS_PER_BLOCK, op));
+    int64_t *chunk_stats = stats ? stats + 3 * first : NULL;
+    if (dense_f32(c)) {
+      unscale_op<true> op = {c, scale, found_inf, chunk_stats};
+      MX__RETURN_IF_FAILED(
+          launch_threads("launch of kernel amp_unscale", grid_blocks(c.start[c.n]), THREADS_PER_BLOCK, op));
+    } else {
+      unscale_op<false> op = {c, scale, found_inf, chunk_stats};
+      MX__RETURN_IF_FAILED(
+          launch_threads("launch of kernel amp_unscale", grid_blocks(c.start[c.n]), THREADS_PER_BLOCK, op));
+    }
   }
   return MX_OK;
 }

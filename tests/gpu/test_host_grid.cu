@@ -190,14 +190,16 @@ void test_indexing(rng &r) {
   }
 }
 
-/* n tensors of random shapes, dtypes from `dtypes`, in random layouts. */
-static std::vector<host_tensor> tensor_list(int n, const mx_dtype *dtypes, int n_dtypes, value_kind kind, rng &r) {
+/* n tensors of random shapes, dtypes from `dtypes`, in random layouts
+ * (or, dense, all contiguous: a kernel's dense float32 path). */
+static std::vector<host_tensor> tensor_list(int n, const mx_dtype *dtypes, int n_dtypes, value_kind kind, rng &r,
+                                            bool dense = false) {
   std::vector<host_tensor> list;
   for (int t = 0; t < n; t++) {
     int64_t shape[3];
     int ndim = (int)r.range(0, 3);
     random_shape(r, ndim, 9, 8, shape);
-    list.push_back(make_tensor(dtypes[r.range(0, n_dtypes - 1)], ndim, shape, out_layout(r), r));
+    list.push_back(make_tensor(dtypes[r.range(0, n_dtypes - 1)], ndim, shape, dense ? CONTIGUOUS : out_layout(r), r));
     fill_values(list.back(), kind, r);
   }
   return list;
@@ -208,8 +210,10 @@ void test_amp(rng &r) {
   for (int round = 0; round < rounds(40); round++) {
     pick_grid_cap(r);
     int n = (int)r.range(1, 45); /* past the 20 gradients of one launch */
-    describe("amp_unscale of %d gradients", n);
-    std::vector<host_tensor> a = tensor_list(n, grad_dtypes, 3, r.range(0, 2) ? POSITIVE : AWKWARD, r), b = a;
+    bool dense_f32 = r.range(0, 2) == 0; /* the kernel's float32 path: autocast's gradients */
+    describe("amp_unscale of %d %sgradients", n, dense_f32 ? "dense float32 " : "");
+    value_kind kind = r.range(0, 2) ? POSITIVE : AWKWARD;
+    std::vector<host_tensor> a = tensor_list(n, grad_dtypes, dense_f32 ? 1 : 3, kind, r, dense_f32), b = a;
     std::vector<mx_kview> va, vb;
     for (int t = 0; t < n; t++) va.push_back(a[t].v), vb.push_back(b[t].v);
     float scale = (float)ldexp(1.0, (int)r.range(-3, 20)), found_a = 0, found_b = 0;
