@@ -10,7 +10,7 @@
 #include "kernels/cpu/wide_clones.h"
 #include "kernels/cross_entropy_row.h"
 
-enum { LANES = 16 }; /* partial maxima and sums per lane, so the loops vectorise without reassociating */
+enum { LANES = 16, CHUNK = 256 }; /* LANES partial maxima and sums, so the loops vectorise without reassociating */
 
 /* The row's max (NaN wins; 0 for a row of -inf, which is not shifted), and sum of e^(x - max) in double. */
 MX__INLINE float max_and_sum_f32(const float *x, int64_t len, double *sum) {
@@ -26,12 +26,17 @@ MX__INLINE float max_and_sum_f32(const float *x, int64_t len, double *sum) {
   for (int j = 0; j < LANES; j++) m = lane_max[j] > m || lane_max[j] != lane_max[j] ? lane_max[j] : m;
   for (int64_t k = body; k < len; k++) m = x[k] > m || x[k] != x[k] ? x[k] : m;
   if (isinf(m) && m < 0) m = 0;
-  double lane_sum[LANES] = {0};
-  for (int64_t k = 0; k < body; k += LANES)
-    for (int j = 0; j < LANES; j++) lane_sum[j] += exp_nonpositive(x[k + j] - m);
-  double s = 0;
+  /* the exponentials through a buffer, then their sum: GCC leaves the two in one loop unvectorised */
+  double lane_sum[LANES] = {0}, s = 0;
+  float e[CHUNK];
+  for (int64_t start = 0; start < len; start += CHUNK) {
+    int64_t n = len - start < CHUNK ? len - start : CHUNK, whole = n / LANES * LANES;
+    for (int64_t k = 0; k < n; k++) e[k] = exp_nonpositive(x[start + k] - m);
+    for (int64_t k = 0; k < whole; k += LANES)
+      for (int j = 0; j < LANES; j++) lane_sum[j] += e[k + j];
+    for (int64_t k = whole; k < n; k++) s += e[k];
+  }
   for (int j = 0; j < LANES; j++) s += lane_sum[j];
-  for (int64_t k = body; k < len; k++) s += exp_nonpositive(x[k] - m);
   *sum = s;
   return m;
 }
