@@ -76,7 +76,7 @@ typedef struct {
   X(CONV_FORWARD_RELU, conv_forward_relu) X(LINEAR_RELU, linear_relu)                                        \
   X(CONV_BACKWARD_WEIGHT_BIAS, conv_backward_weight_bias) X(CONV_MAX_POOL_RELU, conv_max_pool_relu)           \
   X(CONV_MAX_POOL_RELU_BACKWARD, conv_max_pool_relu_backward) X(CHANNEL_COMBINE, channel_combine)              \
-  X(BATCH_NORM_VECTORS, batch_norm_vectors) X(CROSS_ENTROPY, cross_entropy)                                        \
+  X(BATCH_NORM_VECTORS, batch_norm_vectors) X(CROSS_ENTROPY, cross_entropy)                               \
   X(CROSS_ENTROPY_BACKWARD, cross_entropy_backward)
 
 typedef enum {
