@@ -76,7 +76,8 @@ typedef struct {
   X(CONV_FORWARD_RELU, conv_forward_relu) X(LINEAR_RELU, linear_relu)                                        \
   X(CONV_BACKWARD_WEIGHT_BIAS, conv_backward_weight_bias) X(CONV_MAX_POOL_RELU, conv_max_pool_relu)           \
   X(CONV_MAX_POOL_RELU_BACKWARD, conv_max_pool_relu_backward) X(CHANNEL_COMBINE, channel_combine)              \
-  X(BATCH_NORM_VECTORS, batch_norm_vectors)
+  X(BATCH_NORM_VECTORS, batch_norm_vectors) X(CROSS_ENTROPY, cross_entropy)                               \
+  X(CROSS_ENTROPY_BACKWARD, cross_entropy_backward)
 
 typedef enum {
 #define MX__KERNEL_ENUM(E, slot) MX_KERNEL_##E,
@@ -276,6 +277,17 @@ typedef struct mx_backend {
    *            dx = g scale + (x - mean) xc_scale + shift from weight, sum_g, grad_mean and grad_var (the mean and
    *            var outputs' gradients). Appended, as conv_forward_relu. */
   mx_status (*batch_norm_vectors)(mx_bn_vectors_formula formula, const mx_bn_vectors *v);
+  /* cross_entropy over class indices (kernels/cross_entropy_row.h), in double whatever the dtype: x (N, C)
+   * floating, target (N) int64, any strides; a row's loss is lse - x[t] (lse the log of the sum of e^x over the
+   * row), 0 where t is ignore_index. rows (N; NULL: not wanted) receives each row's, out (0-d; NULL: not wanted)
+   * their sum or, with mean, their mean over the rows not ignored (NaN when there are none). Optional: without it
+   * mx_cross_entropy runs its composite. Appended, as conv_forward_relu. */
+  mx_status (*cross_entropy)(const mx_kview *out, const mx_kview *rows, const mx_kview *x, const mx_kview *target,
+                             int64_t ignore_index, bool mean);
+  /* its gradient dx (x's shape) = (softmax(x) - onehot(t)) g per row, zeros where t is ignore_index: g is grad's
+   * value (0-d, divided by the rows not ignored with mean) or the row's (grad (N)). */
+  mx_status (*cross_entropy_backward)(const mx_kview *dx, const mx_kview *grad, const mx_kview *x,
+                                      const mx_kview *target, int64_t ignore_index, bool mean);
 } mx_backend;
 
 /* The backend for a device, or NULL with the error set. */

@@ -243,6 +243,8 @@ mx_status mx__fwd_cross_entropy(mx__call *c) {
   }
   status = check_class_target(c, input, target, ignore_index, "probabilities");
   if (status != MX_OK) return status;
+  if (mx__cross_entropy_indices_fits(input, target, weight, smoothing)) /* one op and one backward node */
+    return OUT0(c, mx__call2(MX_OP_CROSS_ENTROPY_INDICES, input, target, c->args));
   mx_tensor *logp = mx_log_softmax(input, cd);
   class_targets t = targets_of(input, target, weight, ignore_index);
   mx_tensor *loss = nll(logp, &t, REDUCTION(c));

@@ -169,4 +169,9 @@ mx_status mx__pooled_shape(const char *op, mx_shape in, const mx_pool_params *p,
 bool mx__window_offsets_fit(const mx_pool_params *p);
 mx_tensor *mx__max_pool_gather(const mx_tensor *g, const mx_tensor *indices, const mx_pool_params *p, mx_shape in);
 
+/* Whether mx_cross_entropy's case is its fused primitive's (ops/cross_entropy_fused.c): an (N, C) floating input,
+ * (N) int64 class indices, no weight, no label smoothing, on a device whose backend has the kernels. */
+bool mx__cross_entropy_indices_fits(const mx_tensor *input, const mx_tensor *target, const mx_tensor *weight,
+                                    double label_smoothing);
+
 #endif

@@ -9,6 +9,7 @@
 #include "kernels/cpu/batch_norm_vectors.h"
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/dnnl.h"
 #include "kernels/cpu/dnnl_conv_pool.h"
 #include "kernels/cpu/elementwise.h"
@@ -234,6 +235,8 @@ const mx_backend mx__cpu_backend = {
     .sort = mx__cpu_sort,
     .matmul = mx__cpu_matmul,
     .softmax = mx__cpu_softmax,
+    .cross_entropy = mx__cpu_cross_entropy,
+    .cross_entropy_backward = mx__cpu_cross_entropy_backward,
     .gather = mx__cpu_gather,
     .scatter = mx__cpu_scatter,
     .index_select = mx__cpu_index_select,

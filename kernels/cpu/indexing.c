@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/exp_f32.h"
 #include "kernels/cpu/indexing.h"
 #include "kernels/cpu/parallel.h"
 
@@ -99,32 +100,6 @@ mx_status mx__cpu_index_add(const mx_kview *out, const mx_kview *index, const mx
     else memcpy(o, s, size);
   }
   return MX_OK;
-}
-
-/* e^x for the x <= 0 of a shifted softmax line, written so the loop
- * vectorises (libm's expf is a call per element): Cephes' expf, 2^n times
- * a degree-5 polynomial on [-ln2/2, ln2/2], within 2 ulp. Below -87.33
- * (the smallest normal result) it gives 0, and NaN stays NaN. The choices
- * are bit-mask selects: GCC leaves a loop with ?: on floats unvectorised. */
-#define MX__INLINE static inline __attribute__((always_inline)) /* into each ISA's clone below */
-
-MX__INLINE float select_bits(uint32_t mask, float a, float b) {
-  return mx_bits_f32((mx_f32_bits(a) & mask) | (mx_f32_bits(b) & ~mask));
-}
-
-MX__INLINE float exp_nonpositive(float x) {
-  float clamped = select_bits(-(uint32_t)(x > -88.0f), x, -88.0f); /* NaN too: the int conversion needs a number */
-  float y = clamped * 1.44269504088896341f + 0.5f;
-  float t = (float)(int32_t)y, n = t - (float)(t > y); /* floor(y), as vector code can */
-  float r = clamped - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  float e = (p * r * r + r + 1.0f) * mx_bits_f32((uint32_t)((int32_t)n + 127) << 23);
-  return select_bits(-(uint32_t)(x != x), x, select_bits(-(uint32_t)(x < -87.33654f), 0.0f, e));
 }
 
 /* A float32 line with unit strides (a row-major tensor's last dim): float

@@ -198,6 +198,8 @@ static mx_status cuda_init(void) {
   b->matmul = mx__cuda_matmul;
   b->linear_relu = mx__cuda_linear_relu;
   b->softmax = mx__cuda_softmax;
+  b->cross_entropy = mx__cuda_cross_entropy;
+  b->cross_entropy_backward = mx__cuda_cross_entropy_backward;
   b->gather = mx__cuda_gather;
   b->scatter = mx__cuda_scatter;
   b->index_select = mx__cuda_index_select;

@@ -40,6 +40,10 @@ mx_status mx__cuda_matmul(const mx_kview *out, const mx_kview *a, const mx_kview
 /* relu(a @ b + bias) through cuBLASLt's RELU_BIAS epilogue; MX_NOT_SUPPORTED, no error set, where it declines. */
 mx_status mx__cuda_linear_relu(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias);
 mx_status mx__cuda_softmax(const mx_kview *out, const mx_kview *x, int dim, bool log_softmax);
+mx_status mx__cuda_cross_entropy(const mx_kview *out, const mx_kview *rows, const mx_kview *x, const mx_kview *target,
+                                 int64_t ignore_index, bool mean);
+mx_status mx__cuda_cross_entropy_backward(const mx_kview *dx, const mx_kview *grad, const mx_kview *x,
+                                          const mx_kview *target, int64_t ignore_index, bool mean);
 mx_status mx__cuda_gather(const mx_kview *out, const mx_kview *x, const mx_kview *index, int dim);
 mx_status mx__cuda_scatter(const mx_kview *out, const mx_kview *index, const mx_kview *src, int dim,
                            bool accumulate);

@@ -488,6 +488,7 @@ Test(pytorch_cases, policy_column_matches_the_lists) {
       "binary_cross_entropy",  /* banned: autocast_banned below */
       "softmin",               /* softmax(-x): float32 in PyTorch through softmax */
       "cross_entropy",         /* log_softmax + nll_loss: float32 in PyTorch through both */
+      "cross_entropy_indices", /* cross_entropy's fused primitive: float32 as cross_entropy */
       "normalize",             /* x / norm(x): float32 in PyTorch through norm */
       "rdiv",                  /* scalar / tensor: reciprocal's float32, rdiv_is_float32 below */
       "conv2d_relu",           /* relu(conv2d): lower in PyTorch through conv2d */

@@ -194,7 +194,8 @@ int main(void) {
   test_pool_planar(r);
   test_conv_matmul(r);
   test_batch_norm_elementwise(r);
-  test_fast_paths(r); /* last: the earlier groups keep their random cases */
+  test_fast_paths(r);
+  test_cross_entropy(r); /* last: the earlier groups keep their random cases */
   if (failure_count)
     fprintf(stderr, "%d failures\n", failure_count);
   else

@@ -23,10 +23,11 @@
  * batch_norm_vectors (batch_norm_vectors.cu); max and
  * average pooling and their backward kernels (pool.cu); the direct
  * convolution kernels, forward and both backward (conv.cu, cuDNN made to
- * decline); the integer matmul's reference kernel (matmul.cu). Bit for bit
+ * decline); the integer matmul's reference kernel (matmul.cu); cross_entropy
+ * and its backward (cross_entropy.cu). Bit for bit
  * with the CPU backend, except float sums that add in another order
- * (reduce, channel_sums on awkward values) and float32 softmax (the CPU's
- * vectorised exp), within rounding.
+ * (reduce, channel_sums on awkward values) and float32 softmax and
+ * cross_entropy (the CPU's vectorised exp), within rounding.
  *
  * Not covered: what only a GPU runs — cuBLAS/cuBLASLt matmuls (every float
  * dtype), cuDNN convolutions (conv_cudnn.cu), memory, copies and
@@ -133,6 +134,7 @@ void test_amp(rng &r);
 void test_optim(rng &r);
 void test_reduce_scan_sort(rng &r);
 void test_softmax(rng &r);
+void test_cross_entropy(rng &r);
 void test_batch_norm(rng &r);
 void test_batch_norm_vectors(rng &r);
 void test_pool(rng &r);

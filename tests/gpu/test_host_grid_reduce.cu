@@ -1,7 +1,7 @@
 /* Host-run CUDA kernels against the CPU backend (tests/gpu/host_grid.h):
  * the block reductions (reduce, batch norm's channel sums) over simulated
- * shared memory, scans, sorts, softmax, batch norm's affine and combine,
- * pooling, the direct convolution kernels and the integer matmul, on random
+ * shared memory, scans, sorts, softmax, cross_entropy, batch norm's affine
+ * and combine, pooling, the direct convolution kernels and the integer matmul, on random
  * shapes. */
 #include <math.h>
 #include <string.h>
@@ -101,6 +101,43 @@ void test_softmax(rng &r) {
                    "softmax");
       /* the CPU's float32 lines take a vectorised float exp, within 2 ulp */
       same_values(a, b, dtype == MX_F32 ? ulps(MX_F32, 8) : 0, dtype == MX_F32 ? 1e-30 : 0, "softmax");
+    }
+}
+
+/* cross_entropy over class indices, forward (rows and each reduction) and backward, with ignored rows. The CPU's
+ * float32 rows take a vectorised float exp: within a few ulp, absolutely where the loss lse - x[t] or the
+ * gradient p - 1 cancels (the floors); every other dtype runs the same rows, bit for bit. */
+void test_cross_entropy(rng &r) {
+  for (int round = 0; round < rounds(20); round++)
+    for (mx_dtype dtype : float_dtypes) {
+      pick_grid_cap(r);
+      int64_t shape[2] = {r.range(0, 12), r.range(1, 12)};
+      int64_t ignore_index = r.range(0, 1) ? -100 : r.range(0, shape[1] - 1);
+      int reduction = (int)r.range(0, 2); /* none, mean, sum */
+      describe("cross_entropy of %s (%lld, %lld), reduction %d, ignore_index %lld", mx_dtype_name(dtype),
+               (long long)shape[0], (long long)shape[1], reduction, (long long)ignore_index);
+      host_tensor x = make_tensor(dtype, 2, shape, any_layout(r, true), r);
+      fill_values(x, r.range(0, 3) ? POSITIVE : AWKWARD, r);
+      host_tensor target = make_tensor(MX_I64, 1, shape, r.range(0, 1) ? CONTIGUOUS : GAPPED, r);
+      for (int64_t i = 0; i < shape[0]; i++)
+        ((int64_t *)target.v.data)[i * target.v.strides[0]] = r.range(0, 3) ? r.range(0, shape[1] - 1) : ignore_index;
+      int64_t none_shape[1] = {shape[0]};
+      host_tensor a = make_tensor(dtype, reduction ? 0 : 1, none_shape, any_layout(r, false), r), b = a;
+      const mx_kview *out_a = reduction ? &a.v : NULL, *out_b = reduction ? &b.v : NULL;
+      const mx_kview *rows_a = reduction ? NULL : &a.v, *rows_b = reduction ? NULL : &b.v;
+      check_status(cpu.cross_entropy(out_a, rows_a, &x.v, &target.v, ignore_index, reduction == 1),
+                   mx__cuda_cross_entropy(out_b, rows_b, &x.v, &target.v, ignore_index, reduction == 1),
+                   "cross_entropy");
+      bool f32 = dtype == MX_F32;
+      same_values(a, b, f32 ? ulps(MX_F32, 8) : 0, f32 ? 64 : 0, "cross_entropy");
+
+      host_tensor grad = make_tensor(dtype, reduction ? 0 : 1, none_shape, CONTIGUOUS, r);
+      fill_values(grad, POSITIVE, r);
+      host_tensor da = make_tensor(dtype, 2, shape, any_layout(r, false), r), db = da;
+      check_status(cpu.cross_entropy_backward(&da.v, &grad.v, &x.v, &target.v, ignore_index, reduction == 1),
+                   mx__cuda_cross_entropy_backward(&db.v, &grad.v, &x.v, &target.v, ignore_index, reduction == 1),
+                   "cross_entropy_backward");
+      same_values(da, db, f32 ? ulps(MX_F32, 8) : 0, f32 ? 4 : 0, "cross_entropy_backward");
     }
 }
 

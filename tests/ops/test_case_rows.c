@@ -76,7 +76,8 @@ static const char *const internal_rows[] = {"slice_backward", "softmax_backward"
                                             "batch_norm_elemt", "convolution", "conv_backward_data",
                                             "conv_backward_weight", "rdiv", "batch_norm_elemt_relu",
                                             "conv_backward_weight_bias", "conv2d_max_pool_relu",
-                                            "conv2d_max_pool_relu_backward", "batch_norm_training"};
+                                            "conv2d_max_pool_relu_backward", "batch_norm_training",
+                                            "cross_entropy_indices", "cross_entropy_indices_backward"};
 
 /* Whether the comma-separated names of `inputs` (a trailing "..." dropped) are the tensor inputs of the
  * prototype's parameter list `params`, in any order; outputs (mx_tensor **) are not inputs. */

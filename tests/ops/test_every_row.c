@@ -36,6 +36,8 @@ static const struct {
     {"batch_norm_elemt", "batch_norm_eval"},
     {"batch_norm_elemt_relu", "batch_norm_relu"}, /* batch_norm_relu's primitive */
     {"batch_norm_training", "batch_norm_train"}, /* batch_norm's and batch_norm_relu's primitive in training */
+    {"cross_entropy_indices", "cross_entropy_ignore"}, /* mx_cross_entropy's fused primitive, and its backward */
+    {"cross_entropy_indices_backward", "cross_entropy_ignore"},
 };
 
 /* Rows that truly cannot have a case, each with its reason. Empty: every row can. It stays here, commented, so

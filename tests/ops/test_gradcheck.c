@@ -233,7 +233,9 @@ Test(ops_grad, every_differentiable_op_has_a_case) {
                {"cumprod", "cumprod_"}, {"matmul", "matmul_"},
                /* the primitives under every conv and conv_transpose case, and under batch_norm's */
                {"convolution", "conv"}, {"batch_norm_training", "batch_norm_train"}, {"batch_norm_elemt", "batch_norm"},
-               {"batch_norm_elemt_relu", "batch_norm_relu"}};
+               {"batch_norm_elemt_relu", "batch_norm_relu"},
+               /* mx_cross_entropy's fused primitive, and its backward through the case's gradgradcheck */
+               {"cross_entropy_indices", "cross_entropy_ignore"}, {"cross_entropy_indices_backward", "cross_entropy_ignore"}};
   static const char *elementwise_rows[] = {
 #define MX_UNARY(E, name, ...) #name,
 #define MX_BINARY(E, name, ...) #name,
