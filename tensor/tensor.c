@@ -206,6 +206,7 @@ void (*mx__autograd_meta_free)(mx__autograd_meta *meta);
 void mx__decref(mx_tensor *t) {
   if (atomic_fetch_sub(&t->refs, 1) != 1) return;
   if (t->autograd) mx__autograd_meta_free(t->autograd);
+  mx__prepared_cast_set(t, NULL);
   mx__stats_tensor(t->device, -1);
   storage_decref(t->storage);
   mx__object_free(t, sizeof *t);
