@@ -188,13 +188,13 @@ static mx_status grow(builtin *b, int n) {
   return MX_OK;
 }
 
-/* A new tensor for the step to write p's cast into, when autocast casts p
- * (mx__prepared_cast_wanted), the backend writes casts and p is a dense
+/* A new tensor for the step to write p's cast into, when autocast cast p
+ * since the last step (mx__prepared_cast_asked), the backend writes casts and p is a dense
  * float32 tensor walked row-major; NULL with no error: none. A new one
  * every step, never an earlier cast written over: a graph or the user may
  * still hold that. Held by an internal reference, in no scope. */
 static mx_tensor *new_cast(const builtin *b, mx_tensor *p, bool row_major_walk, mx_status *status) {
-  mx_dtype dtype = mx__prepared_cast_wanted(p);
+  mx_dtype dtype = mx__prepared_cast_asked(p);
   if (dtype == MX_DTYPE_COUNT || !b->backend->optim_casts || p->dtype != MX_F32 || !row_major_walk ||
       !mx_is_contiguous(p))
     return NULL;
@@ -209,18 +209,16 @@ static mx_tensor *new_cast(const builtin *b, mx_tensor *p, bool row_major_walk, 
 }
 
 /* Hands each stepped parameter the cast its step wrote (after its version
- * bump: the cast is of the data at the new version) and drops the others,
- * those of a step skipped on found_inf or failed, with the parameter's
- * earlier cast, stale now. */
+ * bump: the cast is of the data at the new version) in place of its earlier
+ * one, stale now; a step skipped on found_inf or failed attaches none. */
 static void attach_casts(builtin *b, int n, bool stepped) {
   for (int k = 0; k < n; k++) {
     mx_tensor *cast = b->cast_of[k];
-    if (!cast) continue;
     b->cast_of[k] = NULL;
-    bool written = stepped && b->casts[k].written;
+    bool written = cast && stepped && b->casts[k].written;
     if (written) mx__bump_version(cast); /* written once, as mx_to_dtype's copy writes its output */
+    else if (cast) mx__decref(cast);
     mx__prepared_cast_set(b->param_of[k], written ? cast : NULL);
-    if (!written) mx__decref(cast);
   }
 }
 

@@ -30,8 +30,8 @@ void mx__prepared_cast_want(mx_tensor *t, mx_dtype dtype) {
   if (mx__prepared_casts_enabled()) atomic_store_explicit(&t->cast_wanted, (int)dtype + 1, memory_order_relaxed);
 }
 
-mx_dtype mx__prepared_cast_wanted(const mx_tensor *t) {
-  int wanted = atomic_load_explicit(&t->cast_wanted, memory_order_relaxed);
+mx_dtype mx__prepared_cast_asked(mx_tensor *t) {
+  int wanted = atomic_exchange_explicit(&t->cast_wanted, 0, memory_order_relaxed);
   return wanted && versioned(t) && mx__prepared_casts_enabled() ? (mx_dtype)(wanted - 1) : MX_DTYPE_COUNT;
 }
 

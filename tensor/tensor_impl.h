@@ -42,7 +42,7 @@ struct mx_tensor {
   mx_scope *owner;     /* the scope owning the handle; NULL: the caller */
   size_t owner_slot; /* its place in owner's list */
   /* A weight's 16-bit cast written ahead by the optimizer (prepared_cast.c) */
-  atomic_int cast_wanted;                 /* the dtype autocast last cast it to, + 1; 0: none */
+  atomic_int cast_wanted;                 /* the dtype autocast last cast it to since its step, + 1; 0: none */
   _Atomic(struct mx_tensor *) cast_ready; /* NULL, or a cast of dtype cast_dtype, made from storage cast_storage */
   mx_dtype cast_dtype;                    /* at version cast_version */
   uint64_t cast_storage, cast_version;
@@ -120,13 +120,14 @@ mx_status mx__scope_adopt(mx_tensor *t);
  * bits at its first use in every step, just after the optimizer step wrote
  * it; the step can write that cast in the same pass instead. Autocast marks
  * the weights it casts (want); the optimizer asks which dtype a parameter
- * wants (MX_DTYPE_COUNT: none, or prepared casts are off), writes the cast
- * while it updates the parameter and attaches it (set); autocast's next
- * cast of the weight takes it if it is still the cast of the weight's
- * current data (take). Each costs one 16-bit copy of the weight kept alive
- * between steps. MX_PREPARED_CASTS=0 in the environment turns them off. */
+ * was cast to since its last step (asked, which clears the mark;
+ * MX_DTYPE_COUNT: none, or prepared casts are off), writes the cast while
+ * it updates the parameter and attaches it (set); autocast's next cast of
+ * the weight takes it if it is still the cast of the weight's current data
+ * (take). Each costs one 16-bit copy of the weight kept alive between
+ * steps. MX_PREPARED_CASTS=0 in the environment turns them off. */
 void mx__prepared_cast_want(mx_tensor *t, mx_dtype dtype);
-mx_dtype mx__prepared_cast_wanted(const mx_tensor *t);
+mx_dtype mx__prepared_cast_asked(mx_tensor *t);
 /* Attaches cast (an internal reference, which t takes; NULL: none) as t's
  * cast of its data now, dropping any earlier one. */
 void mx__prepared_cast_set(mx_tensor *t, mx_tensor *cast);

@@ -267,6 +267,20 @@ Test(prepared_casts, weight_under_two_dtypes) {
   release_params(off);
 }
 
+/* A weight autocast has not cast since the last step gets no cast from
+ * the next (a float32 forward), and loses the one it had. */
+Test(prepared_casts, only_weights_cast_since_the_last_step) {
+  mx_tensor *p[N_PARAMS];
+  make_params(p, 31);
+  mx_optimizer *opt = optimizer(SGD_MOMENTUM, p);
+  step(opt, p, 0, MX_BF16);
+  for (int i = 0; i < N_PARAMS; i++) cr_assert_not_null(atomic_load(&p[i]->cast_ready));
+  step(opt, p, 1, MX_F32);
+  for (int i = 0; i < N_PARAMS; i++) cr_expect_null(atomic_load(&p[i]->cast_ready), "param %d", i);
+  mx_optimizer_free(opt);
+  release_params(p);
+}
+
 /* --- lifetimes -------------------------------------------------------------------------------------------------- */
 
 /* A weight released with its prepared cast attached frees it: the live
