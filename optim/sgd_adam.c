@@ -189,10 +189,11 @@ static mx_status grow(builtin *b, int n) {
 }
 
 /* A new tensor for the step to write p's cast into, when autocast cast p
- * since the last step (mx__prepared_cast_asked), the backend writes casts and p is a dense
- * float32 tensor walked row-major; NULL with no error: none. A new one
- * every step, never an earlier cast written over: a graph or the user may
- * still hold that. Held by an internal reference, in no scope. */
+ * since the last step (mx__prepared_cast_asked), the backend writes casts
+ * and p is a dense float32 tensor walked row-major; NULL with no error:
+ * none. A new one every step, never an earlier cast written over: a graph
+ * or the user may still hold that. Held by an internal reference, in no
+ * scope. */
 static mx_tensor *new_cast(const builtin *b, mx_tensor *p, bool row_major_walk, mx_status *status) {
   mx_dtype dtype = mx__prepared_cast_asked(p);
   if (dtype == MX_DTYPE_COUNT || !b->backend->optim_casts || p->dtype != MX_F32 || !row_major_walk ||
@@ -217,7 +218,7 @@ static void attach_casts(builtin *b, int n, bool stepped) {
     b->cast_of[k] = NULL;
     bool written = cast && stepped && b->casts[k].written;
     if (written) mx__bump_version(cast); /* written once, as mx_to_dtype's copy writes its output */
-    else if (cast) mx__decref(cast);
+    if (cast && !written) mx__decref(cast);
     mx__prepared_cast_set(b->param_of[k], written ? cast : NULL);
   }
 }
