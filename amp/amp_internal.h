@@ -12,6 +12,8 @@ mx_tensor *mx__cast_cache_find(mx_tensor *source, mx_dtype dtype);
 mx_status mx__cast_cache_add(mx_tensor *source, mx_dtype dtype, mx_tensor *cast);
 void mx__cast_cache_clear(void);
 int64_t mx__cast_cache_entries(void);
+/* The casts served from an optimizer step's prepared casts (autocast.c), all threads, for the tests. */
+int64_t mx__amp_prepared_casts_used(void);
 
 /* --- watching (trace.c): one record per op dispatched in an enabled region ------ */
 #define MX__TRACE_MAX_INPUTS 8

@@ -209,6 +209,24 @@ static bool cacheable(const mx_tensor *t, mx_dtype to, const autocast_state *s, 
          mx_is_leaf(t);
 }
 
+static atomic_llong prepared_casts_used;
+
+int64_t mx__amp_prepared_casts_used(void) { return atomic_load(&prepared_casts_used); }
+
+/* A weight's cast for the cache: the one the optimizer step wrote when it
+ * is still of the weight's data (tensor_impl.h: prepared casts), else a
+ * conversion; the same graph node and bits either way. The weight is
+ * marked, so that the next step writes one. */
+static mx_tensor *cast_weight(mx_tensor *t, mx_dtype to) {
+  mx__prepared_cast_want(t, to);
+  mx_tensor *ready = mx__prepared_cast_take(t, to);
+  if (!ready) return mx_to_dtype(t, to);
+  mx_tensor *c = mx__to_dtype_precomputed(t, ready);
+  mx__decref(ready);
+  if (c) atomic_fetch_add(&prepared_casts_used, 1);
+  return c;
+}
+
 /* t cast to `to` for this call (in the call's scope), through the cache. */
 static mx_tensor *cast(mx_tensor *t, mx_dtype to, const autocast_state *s, mx_device device, mx__cast_kind *kind) {
   int64_t bytes = mx_numel(t) * (int64_t)mx_dtype_size(to);
@@ -226,7 +244,7 @@ static mx_tensor *cast(mx_tensor *t, mx_dtype to, const autocast_state *s, mx_de
   /* recorded even under MX_NO_GRAD, so a later use with grad on still
    * reaches the weight (PyTorch issue 158232) */
   mx_tensor *c = NULL;
-  MX_ENABLE_GRAD { c = mx_to_dtype(t, to); }
+  MX_ENABLE_GRAD { c = cast_weight(t, to); }
   if (!c || mx__cast_cache_add(t, to, c) != MX_OK) return NULL;
   *kind = MX__CAST_CACHED;
   mx__amp_count_cast(bytes, false);

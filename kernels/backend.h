@@ -39,6 +39,18 @@ typedef struct {
   bool relu;              /* max pooling: the search sees relu(x), max_pool_relu's */
 } mx_pool_params;
 
+/* An optimizer step's cast of a dense float32 parameter walked row-major,
+ * for the next autocast region (tensor_impl.h: prepared casts), in host
+ * memory: the step writes the updated parameter rounded to dtype (float16
+ * or bfloat16 as kernels/math.h rounds) at data (the device's memory,
+ * dense, in the walk's order), then sets written; a skipped step writes
+ * neither. */
+typedef struct {
+  void *data;
+  mx_dtype dtype;
+  bool written;
+} mx_optim_cast;
+
 /* One parameter of an optimizer step; the pointers are the device's memory.
  * The state is contiguous, in the parameter's row-major order: float64 for
  * a float64 parameter, float32 for the others. */
@@ -46,6 +58,7 @@ typedef struct {
   mx_kview param, grad; /* one shape, any strides */
   void *state[3];       /* SGD: momentum buffer; Adam: exp_avg, exp_avg_sq, max_exp_avg_sq; NULL: unused */
   int64_t *step;        /* the steps this parameter has taken, counted here; NULL: SGD without momentum */
+  mx_optim_cast *cast;  /* NULL, or where the step writes the parameter's cast (backends with optim_casts) */
 } mx_optim_item;
 
 /* Which of batch norm's per-channel coefficient formulas batch_norm_vectors computes. */
@@ -288,6 +301,9 @@ typedef struct mx_backend {
    * value (0-d, divided by the rows not ignored with mean) or the row's (grad (N)). */
   mx_status (*cross_entropy_backward)(const mx_kview *dx, const mx_kview *grad, const mx_kview *x,
                                       const mx_kview *target, int64_t ignore_index, bool mean);
+  /* Whether sgd_step and adam_step write the items' casts (mx_optim_item); false: the optimizer asks for none.
+   * Appended, as conv_forward_relu. */
+  bool optim_casts;
 } mx_backend;
 
 /* The backend for a device, or NULL with the error set. */

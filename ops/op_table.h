@@ -29,7 +29,7 @@ typedef struct {
   bool keepdim;
   mx_pool_params pool;
   mx_conv_params conv;
-  void *ptr; /* dropout: the generator */
+  void *ptr; /* dropout: the generator; to_dtype: the cast already made (mx__to_dtype_precomputed) */
 } mx__args;
 
 /* One call going through the dispatcher. */
@@ -153,6 +153,11 @@ mx_shape mx__in_shape(mx__bw *bw, int i);
   do {                                                                                    \
     if (mx__needs_grad(bw, i) && !(bw->grad_in[i] = (expr))) return mx_last_status();     \
   } while (0)
+
+/* mx_to_dtype(t, cast's dtype) whose output is a new handle on cast, which
+ * the caller vouches holds t's values in that dtype, bit for bit (amp/'s
+ * prepared casts): the same graph node, without the conversion. */
+mx_tensor *mx__to_dtype_precomputed(const mx_tensor *t, mx_tensor *cast);
 
 /* Sums t down to shape (the inverse of broadcasting). */
 mx_tensor *mx__sum_to(const mx_tensor *t, mx_shape shape);

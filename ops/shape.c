@@ -21,7 +21,12 @@ mx_status mx__fwd_select(mx__call *c) {
   return OUT0(c, mx__tensor_select(c->in[0], (int)c->args->i[0], c->args->i[1]));
 }
 mx_status mx__fwd_expand(mx__call *c) { return OUT0(c, mx__tensor_expand(c->in[0], c->args->shape)); }
-mx_status mx__fwd_to_dtype(mx__call *c) { return OUT0(c, mx__tensor_to_dtype(c->in[0], c->args->dtype)); }
+/* args->ptr, when set, is the cast already made (mx__to_dtype_precomputed): the output is a new handle on it. */
+mx_status mx__fwd_to_dtype(mx__call *c) {
+  const mx_tensor *made = c->args->ptr;
+  if (made) return OUT0(c, mx__tensor_view(made, made->ndim, made->shape, made->strides, made->offset));
+  return OUT0(c, mx__tensor_to_dtype(c->in[0], c->args->dtype));
+}
 mx_status mx__fwd_to_device(mx__call *c) {
   return OUT0(c, mx__tensor_to_device(c->in[0], (mx_device)c->args->i[0]));
 }
@@ -200,6 +205,9 @@ mx_tensor *mx_to_channels_last(const mx_tensor *t) { return mx__call1(MX_OP_TO_C
 mx_tensor *mx_clone(const mx_tensor *t) { return mx__call1(MX_OP_CLONE, t, NULL); }
 mx_tensor *mx_to_dtype(const mx_tensor *t, mx_dtype dtype) {
   return mx__call1(MX_OP_TO_DTYPE, t, &(mx__args){.dtype = dtype});
+}
+mx_tensor *mx__to_dtype_precomputed(const mx_tensor *t, mx_tensor *cast) {
+  return mx__call1(MX_OP_TO_DTYPE, t, &(mx__args){.dtype = cast->dtype, .ptr = cast});
 }
 mx_tensor *mx_to_device(const mx_tensor *t, mx_device device) {
   return mx__call1(MX_OP_TO_DEVICE, t, &(mx__args){.i = {device}});

@@ -23,16 +23,20 @@ static const mx_optimizer_hparam adam_hparams[ADAM_N] = {
 static const char *const sgd_states[] = {"momentum_buffer"};
 static const char *const adam_states[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
 
-/* The built-ins' own data: the backend and a step's items. */
+/* The built-ins' own data: the backend and a step's items, with their
+ * parameters and the casts asked of the step (cast_of[k]: the tensor of
+ * casts[k], an internal reference until it is attached; NULL: none). */
 typedef struct {
   const mx_backend *backend;
   mx_optim_item *items;
+  mx_tensor **param_of, **cast_of;
+  mx_optim_cast *casts;
   int capacity;
 } builtin;
 
 static void builtin_free(void *self) {
   builtin *b = self;
-  if (b) free(b->items);
+  if (b) free(b->items), free(b->param_of), free(b->cast_of), free(b->casts);
   free(b);
 }
 
@@ -169,22 +173,70 @@ static mx_status adam_update_group(mx_optimizer *opt, int group, const double *h
 
 static const float *flag_ptr(const mx_tensor *t) { return t ? (const float *)mx__kview_of(t).data : NULL; }
 
+static mx_status grow(builtin *b, int n) {
+  if (n <= b->capacity) return MX_OK;
+  mx_optim_item *items = realloc(b->items, sizeof *items * (size_t)n);
+  if (items) b->items = items;
+  mx_tensor **param_of = realloc(b->param_of, sizeof *param_of * (size_t)n);
+  if (param_of) b->param_of = param_of;
+  mx_tensor **cast_of = realloc(b->cast_of, sizeof *cast_of * (size_t)n);
+  if (cast_of) b->cast_of = cast_of;
+  mx_optim_cast *casts = realloc(b->casts, sizeof *casts * (size_t)n);
+  if (casts) b->casts = casts;
+  if (!items || !param_of || !cast_of || !casts) return mx__error(MX_OUT_OF_MEMORY, "out of memory");
+  b->capacity = n;
+  return MX_OK;
+}
+
+/* A new tensor for the step to write p's cast into, when autocast cast p
+ * since the last step (mx__prepared_cast_asked), the backend writes casts
+ * and p is a dense float32 tensor walked row-major; NULL with no error:
+ * none. A new one every step, never an earlier cast written over: a graph
+ * or the user may still hold that. Held by an internal reference, in no
+ * scope. */
+static mx_tensor *new_cast(const builtin *b, mx_tensor *p, bool row_major_walk, mx_status *status) {
+  mx_dtype dtype = mx__prepared_cast_asked(p);
+  if (dtype == MX_DTYPE_COUNT || !b->backend->optim_casts || p->dtype != MX_F32 || !row_major_walk ||
+      !mx_is_contiguous(p))
+    return NULL;
+  mx_tensor *cast = mx__tensor_alloc("optimizer step", mx_shape_get(p), dtype, p->device);
+  if (!cast) {
+    *status = mx_last_status();
+    return NULL;
+  }
+  mx__retain(cast);
+  mx_release(cast);
+  return cast;
+}
+
+/* Hands each stepped parameter the cast its step wrote (after its version
+ * bump: the cast is of the data at the new version) in place of its earlier
+ * one, stale now; a step skipped on found_inf or failed attaches none. */
+static void attach_casts(builtin *b, int n, bool stepped) {
+  for (int k = 0; k < n; k++) {
+    mx_tensor *cast = b->cast_of[k];
+    b->cast_of[k] = NULL;
+    bool written = cast && stepped && b->casts[k].written;
+    if (written) mx__bump_version(cast); /* written once, as mx_to_dtype's copy writes its output */
+    if (cast && !written) mx__decref(cast);
+    mx__prepared_cast_set(b->param_of[k], written ? cast : NULL);
+  }
+}
+
 /* The items of the group's parameters that have a gradient (n of them):
- * the kernel's views of the parameter, its gradient and its state. */
+ * the kernel's views of the parameter, its gradient and its state, and
+ * where it writes the parameter's cast. */
 static mx_status collect(mx_optimizer *opt, int group, int n_states, const char *const *names, int *n) {
   builtin *b = mx_optimizer_self(opt);
   const mx__optim_group *g = &opt->groups[group];
-  if (g->n > b->capacity) {
-    mx_optim_item *grown = realloc(b->items, sizeof *grown * (size_t)g->n);
-    if (!grown) return mx__error(MX_OUT_OF_MEMORY, "out of memory");
-    b->items = grown;
-    b->capacity = g->n;
-  }
   *n = 0;
-  for (int i = g->first; i < g->first + g->n; i++) {
+  if (grow(b, g->n) != MX_OK) return mx_last_status();
+  mx_status status = MX_OK;
+  for (int i = g->first; i < g->first + g->n && status == MX_OK; i++) {
     mx_tensor *p = opt->params[i], *grad = mx_grad_of(p);
     if (!grad) continue;
-    mx_optim_item *it = &b->items[(*n)++];
+    int j = (*n)++;
+    mx_optim_item *it = &b->items[j];
     memset(it, 0, sizeof *it);
     it->param = mx__kview_of(p);
     it->grad = mx__kview_of(grad);
@@ -197,14 +249,21 @@ static mx_status collect(mx_optimizer *opt, int group, int n_states, const char 
      * channels-last parameter with channels-last states is one run of
      * memory, and its gradient too when it lies alike. */
     const mx_tensor *first_state = n_states > 0 ? mx__optimizer_find_state(opt, i, names[0]) : NULL;
-    if (laid_channels_last(first_state ? first_state : p)) {
+    bool nhwc_walk = laid_channels_last(first_state ? first_state : p);
+    if (nhwc_walk) {
       it->param = in_nhwc_order(it->param);
       it->grad = in_nhwc_order(it->grad);
     }
     const mx_tensor *steps = mx__optimizer_find_state(opt, i, "step");
     if (steps) it->step = mx__kview_of(steps).data;
+    b->param_of[j] = p;
+    b->cast_of[j] = new_cast(b, p, !nhwc_walk, &status);
+    if (!b->cast_of[j]) continue;
+    b->casts[j] = (mx_optim_cast){.data = mx__kview_of(b->cast_of[j]).data, .dtype = b->cast_of[j]->dtype};
+    it->cast = &b->casts[j];
   }
-  return MX_OK;
+  if (status != MX_OK) attach_casts(b, *n, false);
+  return status;
 }
 
 /* Marks the group's parameters that stepped as written in place (as far as
@@ -224,6 +283,7 @@ static mx_status sgd_step(mx_optimizer *opt, int group, const mx_tensor *found_i
   builtin *b = mx_optimizer_self(opt);
   mx_status status = b->backend->sgd_step(n, b->items, &hp, flag_ptr(found_inf), flag_ptr(grad_scale));
   if (status == MX_OK) bump_versions(opt, group);
+  attach_casts(b, n, status == MX_OK);
   return status;
 }
 
@@ -237,6 +297,7 @@ static mx_status adam_step_with(mx_optimizer *opt, int group, const mx_tensor *f
   builtin *b = mx_optimizer_self(opt);
   mx_status status = b->backend->adam_step(n, b->items, &hp, flag_ptr(found_inf), flag_ptr(grad_scale));
   if (status == MX_OK) bump_versions(opt, group);
+  attach_casts(b, n, status == MX_OK);
   return status;
 }
 

@@ -206,6 +206,9 @@ void (*mx__autograd_meta_free)(mx__autograd_meta *meta);
 void mx__decref(mx_tensor *t) {
   if (atomic_fetch_sub(&t->refs, 1) != 1) return;
   if (t->autograd) mx__autograd_meta_free(t->autograd);
+  /* the last reference: no other thread reads cast_ready, and a plain load spares every tensor's end an exchange */
+  mx_tensor *cast = atomic_load_explicit(&t->cast_ready, memory_order_relaxed);
+  if (cast) mx__decref(cast);
   mx__stats_tensor(t->device, -1);
   storage_decref(t->storage);
   mx__object_free(t, sizeof *t);

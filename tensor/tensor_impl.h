@@ -41,6 +41,11 @@ struct mx_tensor {
                           widen the dtype of a result (PyTorch's rule) */
   mx_scope *owner;     /* the scope owning the handle; NULL: the caller */
   size_t owner_slot; /* its place in owner's list */
+  /* A weight's 16-bit cast written ahead by the optimizer (prepared_cast.c) */
+  atomic_int cast_wanted;                 /* the dtype autocast last cast it to since its step, + 1; 0: none */
+  _Atomic(struct mx_tensor *) cast_ready; /* NULL, or a cast of dtype cast_dtype, made from storage cast_storage */
+  mx_dtype cast_dtype;                    /* at version cast_version */
+  uint64_t cast_storage, cast_version;
 };
 
 /* A contiguous tensor on fresh storage; validates shape, dtype and device,
@@ -110,6 +115,29 @@ mx_tensor *mx__tensor_to_device(const mx_tensor *t, mx_device device);
 
 /* Scope bookkeeping (scope.c), called when a handle is made or dies. */
 mx_status mx__scope_adopt(mx_tensor *t);
+
+/* Prepared casts (prepared_cast.c). Under autocast a weight is cast to 16
+ * bits at its first use in every step, just after the optimizer step wrote
+ * it; the step can write that cast in the same pass instead. Autocast marks
+ * the weights it casts (want); the optimizer asks which dtype a parameter
+ * was cast to since its last step (asked, which clears the mark;
+ * MX_DTYPE_COUNT: none, or prepared casts are off), writes the cast while
+ * it updates the parameter and attaches it (set); autocast's next cast of
+ * the weight takes it if it is still the cast of the weight's current data
+ * (take). Each costs one 16-bit copy of the weight kept alive between
+ * steps. MX_PREPARED_CASTS=0 in the environment turns them off. */
+void mx__prepared_cast_want(mx_tensor *t, mx_dtype dtype);
+mx_dtype mx__prepared_cast_asked(mx_tensor *t);
+/* Attaches cast (an internal reference, which t takes; NULL: none) as t's
+ * cast of its data now, dropping any earlier one. */
+void mx__prepared_cast_set(mx_tensor *t, mx_tensor *cast);
+/* t's attached cast (an internal reference for the caller) if it is of
+ * dtype and of t's data now, else NULL. t keeps a cast of another dtype
+ * (for a use of t under it), and drops a stale one. */
+mx_tensor *mx__prepared_cast_take(mx_tensor *t, mx_dtype dtype);
+/* Whether prepared casts are on (MX_PREPARED_CASTS), and a switch for tests. */
+bool mx__prepared_casts_enabled(void);
+void mx__prepared_casts_set_enabled(bool on);
 
 /* Allocation statistics (memory.c). */
 void mx__stats_storage(mx_device device, int64_t bytes_delta, int storages_delta);

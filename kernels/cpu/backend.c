@@ -264,4 +264,5 @@ const mx_backend mx__cpu_backend = {
     .sgd_step = mx__cpu_sgd_step,
     .adam_step = mx__cpu_adam_step,
     .batch_norm_vectors = mx__cpu_batch_norm_vectors,
+    .optim_casts = true,
 };

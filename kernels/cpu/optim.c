@@ -2,6 +2,7 @@
  * element by element with kernels/math.h's update rules (the ones the CUDA
  * kernels run), rows shared among threads by mx__cpu_foreach. */
 #include "kernels/cpu/optim.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/strided.h"
 #include "kernels/cpu/wide_clones.h"
 
@@ -95,8 +96,7 @@ MX_WIDE_CLONES static void adam_row_f32(const step_ctx *c, const mx__row *row) {
 
 /* A row of the parameter (ptr[0]) and its gradient (ptr[1]); row->first is
  * the row-major index of its first element, hence of its state. */
-static void sgd_row(const mx__row *row, void *arg) {
-  const step_ctx *c = arg;
+static void sgd_row_uncast(const step_ctx *c, const mx__row *row) {
   if (dense_f32(c, row)) {
     sgd_row_f32(c, row);
     return;
@@ -110,8 +110,7 @@ static void sgd_row(const mx__row *row, void *arg) {
   }
 }
 
-static void adam_row(const mx__row *row, void *arg) {
-  const step_ctx *c = arg;
+static void adam_row_uncast(const step_ctx *c, const mx__row *row) {
   if (dense_f32(c, row)) {
     adam_row_f32(c, row);
     return;
@@ -125,6 +124,42 @@ static void adam_row(const mx__row *row, void *arg) {
   }
 }
 
+/* The item's cast (a dense float32 parameter: ptr[0] advances 4 bytes) is
+ * written a block at a time, just after the block's update, while the new
+ * values are still in L1: the parameter's memory is read once for both.
+ * The conversions are the convert kernel's (mx__f32_to_bf16_n, _f16_n), so
+ * the cast has the bits mx_to_dtype gives. */
+enum { CAST_BLOCK = 1024 };
+
+static void step_row(const step_ctx *c, const mx__row *row, void (*update)(const step_ctx *, const mx__row *)) {
+  const mx_optim_cast *cast = c->item->cast;
+  if (!cast) {
+    update(c, row);
+    return;
+  }
+  for (int64_t at = 0; at < row->n; at += CAST_BLOCK) {
+    mx__row part = *row;
+    part.n = row->n - at < CAST_BLOCK ? row->n - at : CAST_BLOCK;
+    part.first = row->first + at;
+    for (int k = 0; k < 2; k++) part.ptr[k] += at * row->step[k];
+    update(c, &part);
+    uint16_t *out = (uint16_t *)cast->data + part.first;
+    if (cast->dtype == MX_BF16)
+      mx__f32_to_bf16_n((const float *)part.ptr[0], out, part.n);
+    else
+      mx__f32_to_f16_n((const float *)part.ptr[0], out, part.n);
+  }
+}
+
+static void sgd_row(const mx__row *row, void *arg) { step_row(arg, row, sgd_row_uncast); }
+static void adam_row(const mx__row *row, void *arg) { step_row(arg, row, adam_row_uncast); }
+
+/* After a parameter's update: its step count and its cast. */
+static void finish(const mx_optim_item *item) {
+  if (item->step) *item->step += 1;
+  if (item->cast) item->cast->written = true;
+}
+
 mx_status mx__cpu_sgd_step(int n, const mx_optim_item *items, const mx_sgd_hparams *h, const float *found_inf,
                            const float *grad_scale) {
   if (found_inf && *found_inf != 0) return MX_OK;
@@ -133,7 +168,7 @@ mx_status mx__cpu_sgd_step(int n, const mx_optim_item *items, const mx_sgd_hpara
     c.sgd = h;
     c.first = items[t].step && *items[t].step == 0;
     mx__cpu_foreach_row_indexed(&items[t].param, &items[t].grad, sgd_row, &c);
-    if (items[t].step) *items[t].step += 1;
+    finish(&items[t]);
   }
   return MX_OK;
 }
@@ -146,7 +181,7 @@ mx_status mx__cpu_adam_step(int n, const mx_optim_item *items, const mx_adam_hpa
     c.adam = h;
     c.factors = mx_adam_factors_of(h, *items[t].step + 1);
     mx__cpu_foreach_row_indexed(&items[t].param, &items[t].grad, adam_row, &c);
-    *items[t].step += 1;
+    finish(&items[t]);
   }
   return MX_OK;
 }

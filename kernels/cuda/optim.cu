@@ -6,7 +6,7 @@
 
 /* Parameters per launch: the chunk travels in the kernel's parameter space
  * (4 KiB on every CUDA version), PyTorch's multi_tensor_apply way. */
-#define PARAMS_PER_LAUNCH 9 /* mx_optim_item is 368 bytes since mx_kview records its origin */
+#define PARAMS_PER_LAUNCH 9 /* mx_optim_item is 376 bytes since mx_kview records its origin and it has a cast */
 
 struct optim_chunk {
   mx_optim_item items[PARAMS_PER_LAUNCH];
