@@ -131,6 +131,7 @@ static void measure(const result_id *id, workload w, int warmup) {
   emit(id, times, repeats);
 }
 
+#if MX_HAVE_DNNL /* the one pair: a GEMM beside oneDNN's */
 /* Two workloads compared with each other (mixgrad's GEMM and its ceiling), measured call by call in
  * turns, so a slow stretch of the machine slows both alike; which of the two goes first alternates, so
  * neither always runs in the cache the other left. Each gets the repeats the slower would get alone. */
@@ -147,6 +148,7 @@ static void measure_pair(const result_id *ids, const workload *w, int warmup) {
     }
   for (int k = 0; k < 2; k++) emit(&ids[k], times[k], repeats);
 }
+#endif
 
 static const char *dtype_label(mx_dtype dtype) { return dtype == MX_BF16 ? "bf16" : dtype == MX_F16 ? "f16" : "f32"; }
 

@@ -139,9 +139,9 @@ mx_loader *mx_loader_new(const mx_dataset *ds, const mx_loader_options *opts) {
     ok = ok && l->slots[i].x && l->slots[i].y && l->slots[i].scratch;
   }
   if (!ok) {
-    free_buffers(l);
     mx__error(MX_OUT_OF_MEMORY, "%s: out of memory for batches of %lld samples of %dx%dx%d", op,
               (long long)l->batch_size, ds->c, ds->h, ds->w);
+    free_buffers(l); /* l with them */
     return NULL;
   }
   mx_loader_reset(l, 0); /* the order exists before the worker can read it */

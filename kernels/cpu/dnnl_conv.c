@@ -718,6 +718,7 @@ bool mx__dnnl_conv_plan_reads_x_as_is(const mx__dnnl_conv_plan *plan) { return f
 
 uint64_t mx__dnnl_conv_reorders(void) { return 0; }
 uint64_t mx__dnnl_conv_weight_reorders(void) { return 0; }
+size_t mx__dnnl_conv_kept_activation_bytes(void) { return 0; }
 
 mx_status mx__dnnl_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
                                 const mx_conv_params *p) {
