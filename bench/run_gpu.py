@@ -15,8 +15,9 @@ matrix product against torch.matmul (bench/gemm_step.c and .py), loss
 scaling's share of the f16 ResNet-9 step (mixgrad's steps with and without
 its GradScaler, alternating in one process), a second, smaller table of the
 convolutional models in float32 with PyTorch's cuDNN defaults on both sides
-(TF32, any algorithm; skipped when the budget left is short of the
-sanitizers' share), then memcheck over the whole GPU suite, then
+(TF32, any algorithm) and one of ResNet-9 in float32 with cuDNN's
+benchmarking on both sides (each skipped when the budget left is short of
+the sanitizers' share), then memcheck over the whole GPU suite, then
 racecheck over the tests of the kernels that share memory within a block
 (reductions, softmax, batch norm, the AMP unscale). A step the budget cannot
 fit is written down as skipped. GPU.md is rewritten after every step and
@@ -45,6 +46,10 @@ AMPS = ["off", "bf16", "f16"]
 # non-deterministic algorithms): how the steps compare where PyTorch's users usually run them.
 PYTORCH_NUMERICS_CONFIGS = [("cnn", "off", 128), ("resnet9", "off", 64)]
 PYTORCH_NUMERICS_FLAGS = ["--cudnn-tf32", "--cudnn-nondeterministic"]
+# ResNet-9 in float32 again, each side's algorithms chosen by timing them (torch.backends.cudnn.benchmark,
+# mx_set_cudnn_benchmark) under the exact numerics: whether the float32 gap is cuDNN's heuristics' choice.
+BENCHMARK_CONFIGS = [("resnet9", "off", 64), ("resnet9-cl", "off", 64)]
+BENCHMARK_FLAGS = ["--cudnn-benchmark"]
 STEP_TARGET = 1.0  # mixgrad/PyTorch step time, every model and precision (issue #32, item 6)
 GEMM_TARGET = 0.95  # mixgrad's matrix product speed over torch.matmul's at 4096 (issue #32, item 6)
 SCALER_TARGET = 0.02  # loss scaling's share of the ResNet-9 step (issue #32, item 6)
@@ -210,7 +215,8 @@ def one_step_run(args, impl, cfg, timeout, log, numerics=()):
 
 def numerics_mismatch(res, numerics):
     """What a step's JSON line says of its cuDNN settings where they are not those asked for, else None."""
-    want = {"cudnn_tf32": "--cudnn-tf32" in numerics, "cudnn_deterministic": "--cudnn-nondeterministic" not in numerics}
+    want = {"cudnn_tf32": "--cudnn-tf32" in numerics, "cudnn_deterministic": "--cudnn-nondeterministic" not in numerics,
+            "cudnn_benchmark": "--cudnn-benchmark" in numerics}
     got = {k: res.get(k) for k in want}
     return None if got == want else f"cuDNN settings {got}, expected {want}"
 
@@ -318,14 +324,24 @@ def fmt_ms(s):
     return f"{s['median']:.3f} ({s['p10']:.3f}-{s['p90']:.3f})" if s else "-"
 
 
-def pytorch_numerics_section(args, extra):
-    """The second table: the convolutional models in float32 with PyTorch's cuDNN defaults on both sides."""
-    out = ["## float32 convolutions with PyTorch's cuDNN defaults, on both sides", "",
-           "The table above runs both sides with mixgrad's cuDNN numerics. Here the CNN and ResNet-9 float32 steps run "
-           f"with `{' '.join(PYTORCH_NUMERICS_FLAGS)}` on both: `torch.backends.cudnn.allow_tf32 = True` and "
-           "`torch.backends.cudnn.deterministic = False` (PyTorch's defaults) against `mx_set_cudnn_allow_tf32(true)` "
-           "and `mx_set_cudnn_deterministic(false)`: TF32 tensor cores for float32 convolutions, and the first "
-           "algorithm cuDNN ranks, deterministic or not. Matrix products stay float32 on both sides.", ""]
+PYTORCH_NUMERICS_TEXT = (
+    "## float32 convolutions with PyTorch's cuDNN defaults, on both sides",
+    "The table above runs both sides with mixgrad's cuDNN numerics. Here the CNN and ResNet-9 float32 steps run "
+    f"with `{' '.join(PYTORCH_NUMERICS_FLAGS)}` on both: `torch.backends.cudnn.allow_tf32 = True` and "
+    "`torch.backends.cudnn.deterministic = False` (PyTorch's defaults) against `mx_set_cudnn_allow_tf32(true)` "
+    "and `mx_set_cudnn_deterministic(false)`: TF32 tensor cores for float32 convolutions, and the first "
+    "algorithm cuDNN ranks, deterministic or not. Matrix products stay float32 on both sides.")
+BENCHMARK_TEXT = (
+    "## ResNet-9 in float32 with cuDNN's algorithms timed, on both sides",
+    "The first table's numerics (exact float32, deterministic algorithms), with `--cudnn-benchmark` on both: "
+    "`torch.backends.cudnn.benchmark = True` against `mx_set_cudnn_benchmark(true)`, each geometry's algorithms "
+    "timed in the warm-up and the fastest allowed kept, where the first table takes cuDNN's heuristics' choice "
+    "(PyTorch: its v8 frontend's; mixgrad: the legacy API's). Off by default on both sides.")
+
+
+def optional_section(args, extra, text):
+    """A later float32 table under other cuDNN settings on both sides; text: its title and what it runs."""
+    out = [text[0], "", text[1], ""]
     if extra is None:
         return out + ["Not reached.", ""]
     if not extra["rounds"]:
@@ -392,7 +408,8 @@ def scaler_section(sc):
     return out + [""]
 
 
-def report(args, facts, tests, timing, memcheck, racecheck, elapsed, extra=None, gemm_result=None, scaler=None):
+def report(args, facts, tests, timing, memcheck, racecheck, elapsed, extra=None, gemm_result=None, scaler=None,
+           benchmark=None):
     pt = facts.get("pytorch", {})
     b = facts.get("build", {})
     out = ["# mixgrad on a GPU: `scripts/gpu-check`", "",
@@ -478,7 +495,8 @@ def report(args, facts, tests, timing, memcheck, racecheck, elapsed, extra=None,
         if notes:
             out += ["", "Notes:", ""] + [f"- {n}" for n in sorted(notes)]
         out.append("")
-        out += pytorch_numerics_section(args, extra)
+        out += optional_section(args, benchmark, BENCHMARK_TEXT)
+        out += optional_section(args, extra, PYTORCH_NUMERICS_TEXT)
     out += gemm_section(args, gemm_result)
     out += scaler_section(scaler)
     return "\n".join(out)
@@ -513,12 +531,12 @@ def main():
                 f.write(logs[name])
 
     state = {"tests": {"skipped": "not reached"}, "timing": None, "extra": None, "memcheck": None, "racecheck": None,
-             "gemm": None, "scaler": None}
+             "gemm": None, "scaler": None, "benchmark": None}
     facts = machine_facts(args)
 
     def write():
         text = report(args, facts, state["tests"], state["timing"], state["memcheck"], state["racecheck"],
-                      time.monotonic() - start, state["extra"], state["gemm"], state["scaler"])
+                      time.monotonic() - start, state["extra"], state["gemm"], state["scaler"], state["benchmark"])
         with open(args.out, "w") as f:
             f.write(text)
         if out_dir:
@@ -536,7 +554,10 @@ def main():
     write()
     state["scaler"] = scaler_share(args, budget, log)
     write()
-    # optional: the float32 table with PyTorch's cuDNN defaults, only from what the sanitizers leave
+    # optional: the float32 tables with cuDNN's benchmarking and with PyTorch's cuDNN defaults, only from what
+    # the sanitizers leave
+    state["benchmark"] = bench(args, budget, log, BENCHMARK_CONFIGS, BENCHMARK_FLAGS, reserve_first_round=True)
+    write()
     state["extra"] = bench(args, budget, log, PYTORCH_NUMERICS_CONFIGS, PYTORCH_NUMERICS_FLAGS,
                            reserve_first_round=True)
     write()

@@ -22,6 +22,10 @@
  * and mx_set_cudnn_deterministic(false) (PyTorch's defaults for its cuDNN
  * convolutions; mixgrad's are exact float32 and deterministic), as
  * train_step.py's flags of those names set torch.backends.cudnn's.
+ * --cudnn-benchmark times cuDNN's algorithms for each new geometry and
+ * keeps the fastest allowed (mx_set_cudnn_benchmark; PyTorch's
+ * torch.backends.cudnn.benchmark, off by default on both); the timing
+ * happens in the warm-up steps.
  * --no-scaler runs an f16 step without its GradScaler. --scaler-share
  * alternates f16 steps with the GradScaler and without it in one process,
  * in pairs whose order alternates too, and prints the second kind's times
@@ -32,7 +36,8 @@
  * The result is one JSON line on stdout:
  *
  *     {"impl":"mixgrad","model":"cnn","amp":"bf16","device":"cpu","batch":128,"threads":2,"warmup":5,
- *      "channels_last":false,"cudnn_tf32":false,"cudnn_deterministic":true,"scaler":false,
+ *      "channels_last":false,"cudnn_tf32":false,"cudnn_deterministic":true,"cudnn_benchmark":false,
+ *      "scaler":false,
  *      "times_ms":[...one per timed step...],["times_without_scaler_ms":[...],]"peak_rss_kb":...,"base_rss_kb":...,
  *      "graph_bytes":...,"forward_bytes":...,"params":...,"version":"0.1.0"}
  *
@@ -56,6 +61,7 @@ typedef struct {
   double seconds; /* a cap on the timed steps' time (warm-up: a quarter of it); 0: none */
   bool channels_last;
   bool cudnn_tf32, cudnn_nondeterministic; /* PyTorch's cuDNN defaults instead of mixgrad's */
+  bool cudnn_benchmark;                    /* algorithms chosen by timing them */
   bool no_scaler;                          /* f16 without loss scaling */
   bool scaler_share;                       /* f16 steps with and without it, alternating */
 } options;
@@ -206,10 +212,12 @@ static void free_state(bench_state *b) {
 static void print_result(const bench_state *b, const options *o, const double *times, const double *times_without,
                          long base_rss_kb, int64_t graph_bytes, int64_t forward_bytes) {
   printf("{\"impl\":\"mixgrad\",\"model\":\"%s\",\"amp\":\"%s\",\"device\":\"%s\",\"batch\":%lld,\"threads\":%d,"
-         "\"warmup\":%lld,\"channels_last\":%s,\"cudnn_tf32\":%s,\"cudnn_deterministic\":%s,\"scaler\":%s,",
+         "\"warmup\":%lld,\"channels_last\":%s,\"cudnn_tf32\":%s,\"cudnn_deterministic\":%s,"
+         "\"cudnn_benchmark\":%s,\"scaler\":%s,",
          o->model, o->amp, mx_device_name(o->device), (long long)o->batch, bench_threads(), (long long)o->warmup,
          o->channels_last ? "true" : "false", mx_cudnn_allow_tf32() ? "true" : "false",
-         mx_cudnn_deterministic() ? "true" : "false", b->scaler ? "true" : "false");
+         mx_cudnn_deterministic() ? "true" : "false", mx_cudnn_benchmark() ? "true" : "false",
+         b->scaler ? "true" : "false");
   bench_json_doubles(stdout, "times_ms", times, (int)o->repeat);
   if (o->scaler_share) {
     putchar(',');
@@ -288,13 +296,16 @@ static int run(bench_state *b, options *o, long base_rss_kb) {
 static void usage(FILE *out) {
   fprintf(out, "usage: train_step [--model mlp|cnn|resnet9] [--amp off|bf16|f16] [--device cpu|cuda] [--batch N]\n"
                "                  [--warmup N] [--repeat N] [--seed N] [--seconds S] [--channels-last]\n"
-               "                  [--cudnn-tf32] [--cudnn-nondeterministic] [--no-scaler | --scaler-share]\n"
+               "                  [--cudnn-tf32] [--cudnn-nondeterministic] [--cudnn-benchmark]\n"
+               "                  [--no-scaler | --scaler-share]\n"
                "Times mixgrad's training step on a random batch and prints one JSON line.\n"
                "Defaults: --model cnn --amp off --device cpu --batch 128 --warmup 5 --repeat 30 --seed 1.\n"
                "--seconds caps the timed steps' time (at least 3 steps) and the warm-up's at a quarter of it.\n"
                "--cudnn-tf32 lets float32 convolutions on cuDNN use TF32 (mx_set_cudnn_allow_tf32), and\n"
                "--cudnn-nondeterministic lets cuDNN pick non-deterministic algorithms (mx_set_cudnn_deterministic):\n"
                "PyTorch's defaults; without them, mixgrad's (exact float32, deterministic).\n"
+               "--cudnn-benchmark: cuDNN's algorithms timed for each new geometry, the fastest allowed kept\n"
+               "(mx_set_cudnn_benchmark, as torch.backends.cudnn.benchmark; off on both by default).\n"
                "--no-scaler: an f16 step without its GradScaler (loss scaling's share is the difference).\n"
                "--scaler-share: f16 steps with and without the GradScaler, alternating in this process\n"
                "(each --repeat makes one of each; the second kind's times are \"times_without_scaler_ms\").\n"
@@ -349,6 +360,7 @@ static int parse_args(int argc, char **argv, options *o) {
     bool *flag = !strcmp(argv[i], "--channels-last")          ? &o->channels_last
                  : !strcmp(argv[i], "--cudnn-tf32")             ? &o->cudnn_tf32
                  : !strcmp(argv[i], "--cudnn-nondeterministic") ? &o->cudnn_nondeterministic
+                 : !strcmp(argv[i], "--cudnn-benchmark")        ? &o->cudnn_benchmark
                  : !strcmp(argv[i], "--no-scaler")              ? &o->no_scaler
                  : !strcmp(argv[i], "--scaler-share")           ? &o->scaler_share
                                                                 : NULL;
@@ -376,6 +388,7 @@ int main(int argc, char **argv) {
   }
   mx_set_cudnn_allow_tf32(o.cudnn_tf32);
   mx_set_cudnn_deterministic(!o.cudnn_nondeterministic);
+  mx_set_cudnn_benchmark(o.cudnn_benchmark);
   long base_rss_kb = bench_current_rss_kb(); /* the process before the model: libraries, runtime */
   mx_manual_seed((uint64_t)o.seed);
   bench_state b = {0};

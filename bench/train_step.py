@@ -27,8 +27,10 @@ and False. --cudnn-tf32 and --cudnn-nondeterministic restore PyTorch's
 defaults, as train_step.c's flags of those names set mixgrad's
 (mx_set_cudnn_allow_tf32, mx_set_cudnn_deterministic). Matrix products keep
 torch.backends.cuda.matmul.allow_tf32's default, False, as mixgrad's cuBLAS
-products use no TF32. The JSON line says which ("cudnn_tf32",
-"cudnn_deterministic").
+products use no TF32. --cudnn-benchmark sets torch.backends.cudnn.benchmark
+= True (each new geometry's algorithms timed, the fastest allowed kept; off by
+default on both sides), as train_step.c's does mx_set_cudnn_benchmark. The JSON
+line says which ("cudnn_tf32", "cudnn_deterministic", "cudnn_benchmark").
 """
 import argparse
 import json
@@ -239,11 +241,14 @@ def main():
     p.add_argument("--cudnn-nondeterministic", action="store_true",
                    help="CUDA: torch.backends.cudnn.deterministic = False, PyTorch's default (default here: True, "
                         "mixgrad's: deterministic algorithms only)")
+    p.add_argument("--cudnn-benchmark", action="store_true",
+                   help="CUDA: torch.backends.cudnn.benchmark = True (default here and in PyTorch: False)")
     p.add_argument("--flops", action="store_true", help="print one step's FLOPs (needs PyTorch 2.1+) and exit")
     args = p.parse_args()
     if args.device == "cuda":
         torch.backends.cudnn.allow_tf32 = args.cudnn_tf32
         torch.backends.cudnn.deterministic = not args.cudnn_nondeterministic
+        torch.backends.cudnn.benchmark = args.cudnn_benchmark
     if args.flops:
         print(json.dumps({"model": args.model, "batch": args.batch, "step_flops": step_flops(args),
                           "version": torch.__version__}))
@@ -252,7 +257,8 @@ def main():
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
     result = {"impl": "pytorch", "model": args.model, "amp": args.amp, "device": args.device, "batch": args.batch,
               "threads": torch.get_num_threads(), "warmup": args.warmup, "channels_last": args.channels_last,
-              "cudnn_tf32": args.cudnn_tf32, "cudnn_deterministic": not args.cudnn_nondeterministic}
+              "cudnn_tf32": args.cudnn_tf32, "cudnn_deterministic": not args.cudnn_nondeterministic,
+              "cudnn_benchmark": args.cudnn_benchmark}
     if args.amp == "f16" and args.device == "cpu" and cpu_autocast_refuses(torch.float16):
         result["skipped"] = f"CPU autocast in PyTorch {torch.__version__} has no float16"
     else:

@@ -43,6 +43,7 @@ static const mx__cuda_host host = {
     .conv_check = mx__conv_check,
     .cudnn_allow_tf32 = mx_cudnn_allow_tf32,
     .cudnn_deterministic = mx_cudnn_deterministic,
+    .cudnn_benchmark = mx_cudnn_benchmark,
 };
 
 /* kernels/cuda/cuda_backend.h's entry points, found in the module. */

@@ -128,6 +128,18 @@ void mx_set_cudnn_allow_tf32(bool allow);
 bool mx_cudnn_allow_tf32(void);
 void mx_set_cudnn_deterministic(bool on);
 bool mx_cudnn_deterministic(void);
+/* mx_set_cudnn_benchmark mirrors torch.backends.cudnn.benchmark: when true,
+ * the first convolution of each geometry times every algorithm cuDNN has
+ * for it on the operands themselves (cudnnFind*AlgorithmEx) and keeps the
+ * fastest allowed by the two settings above; when false (the default, as
+ * PyTorch's), cuDNN's heuristics rank them without running any. The timing
+ * costs milliseconds to seconds per new geometry, so it pays where shapes
+ * repeat (training at a fixed batch size). The two settings above hold
+ * either way; what changes is that the choice rests on timings, so two runs
+ * may choose differently and their float32 results differ in the last bits
+ * (as PyTorch's do); within a run, each geometry keeps its choice. */
+void mx_set_cudnn_benchmark(bool on);
+bool mx_cudnn_benchmark(void);
 
 MX_API_END
 

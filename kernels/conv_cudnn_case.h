@@ -23,10 +23,10 @@ typedef struct {
   int x[5], w[5], y[5];          /* dims (the first nd used) */
   int pad[3], stride[3], dil[3]; /* the first nd - 2 used */
   int groups;
-  /* the settings it runs under (mx_set_cudnn_allow_tf32, mx_set_cudnn_deterministic), read when the case is made,
-   * so an algorithm chosen under one is never reused under the other; allow_tf32 only for float32, the one
-   * dtype it changes, so 16-bit cases keep one key either way */
-  int allow_tf32, deterministic;
+  /* the settings it runs under (mx_set_cudnn_allow_tf32, mx_set_cudnn_deterministic, mx_set_cudnn_benchmark),
+   * read when the case is made, so an algorithm chosen under one is never reused under another; allow_tf32 only
+   * for float32, the one dtype it changes, so 16-bit cases keep one key either way */
+  int allow_tf32, deterministic, benchmark;
 } mx_cudnn_conv_case;
 
 static inline bool mx__cudnn_fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
@@ -82,6 +82,7 @@ static inline bool mx_cudnn_conv_case_of(mx_conv_kind kind, const mx_kview *x, c
   c->x_channels_last = layout[0], c->w_channels_last = layout[1], c->y_channels_last = layout[2];
   c->kind = (int)kind, c->dtype = (int)x->dtype, c->nd = p->spatial == 3 ? 5 : 4, c->groups = (int)p->groups;
   c->allow_tf32 = x->dtype == MX_F32 && mx_cudnn_allow_tf32(), c->deterministic = mx_cudnn_deterministic();
+  c->benchmark = mx_cudnn_benchmark();
   if (!mx__cudnn_dims(x, p->spatial, c->x) || !mx__cudnn_dims(w, p->spatial, c->w) ||
       !mx__cudnn_dims(y, p->spatial, c->y))
     return false;
@@ -104,8 +105,9 @@ static inline bool mx_cudnn_conv_case_of(mx_conv_kind kind, const mx_kview *x, c
  * CUDNN_FMA_MATH when allow_tf32 is off). */
 static inline bool mx_cudnn_fma_only(const mx_cudnn_conv_case *c) { return c->dtype == MX_F32 && !c->allow_tf32; }
 
-/* Which of cuDNN's n ranked answers to take, given which are usable (ran
- * their check, fit the workspace cap) and which deterministic: while the
+/* Which of cuDNN's n ranked answers to take (ranked by its heuristics, or
+ * by the time each took under mx_set_cudnn_benchmark), given which are
+ * usable (ran their check, fit the workspace cap) and which deterministic: while the
  * case is deterministic, the first usable deterministic one, else (none,
  * or determinism off) the first usable one; -1 when none is. */
 static inline int mx_cudnn_pick(const mx_cudnn_conv_case *c, int n, const bool *usable, const bool *deterministic) {

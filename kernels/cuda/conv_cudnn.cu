@@ -11,8 +11,10 @@
  * accumulation and one rounding of the result. Among cuDNN's ranked
  * algorithms that fit, the first deterministic one is taken while
  * determinism is on (the default), so a run repeats its own bits as the
- * CPU's does, else the first. Both settings are part of the case, the key
- * an algorithm is remembered by. 1-d convolutions run as 2-d ones of
+ * CPU's does, else the first. cuDNN ranks them by its heuristics, or, under
+ * mx_set_cudnn_benchmark, by timing each on the operands (as PyTorch's
+ * torch.backends.cudnn.benchmark). The settings are part of the case, the
+ * key an algorithm is remembered by. 1-d convolutions run as 2-d ones of
  * height 1 (cuDNN wants 4 or 5 dims). */
 #include <pthread.h>
 #include <stdio.h>
@@ -155,15 +157,15 @@ static void cache_add(const mx_cudnn_conv_case *c, const algo_choice *v) {
 }
 
 /* cuDNN's ranked answer the case takes (mx_cudnn_pick: usable ones ran
- * their check and fit the workspace cap), with its math type, or FMA for
+ * their check and fit in `workspace` bytes), with its math type, or FMA for
  * float32 without TF32 whatever the answer says; -1 when none. n: the
  * answers cuDNN returned, at most the N asked for. */
 template <class Perf, size_t N>
-static int pick(const Perf (&perf)[N], int n, const mx_cudnn_conv_case *c, algo_choice *out) {
+static int pick(const Perf (&perf)[N], int n, const mx_cudnn_conv_case *c, size_t workspace, algo_choice *out) {
   bool usable[N], deterministic[N];
   n = n < (int)N ? n : (int)N;
   for (int i = 0; i < n; i++) {
-    usable[i] = perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= WORKSPACE_LIMIT;
+    usable[i] = perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= workspace;
     deterministic[i] = perf[i].determinism == CUDNN_DETERMINISTIC;
   }
   int chosen = mx_cudnn_pick(c, n, usable, deterministic);
@@ -174,42 +176,99 @@ static int pick(const Perf (&perf)[N], int n, const mx_cudnn_conv_case *c, algo_
   return chosen;
 }
 
-/* The algorithm for a case, and the workspace it needs with that math
- * type; *declined when cuDNN offers nothing. */
-static mx_status choose(cudnnHandle_t h, const mx_cudnn_conv_case *c, const descriptors *d, algo_choice *out,
-                        bool *declined) {
-  if (cache_find(c, out)) return MX_OK;
-  int n = 0, found = -1;
+/* The workspace a kind's algorithm needs for the case (its math type as set on d->conv). */
+static cudnnStatus_t workspace_size(cudnnHandle_t h, const mx_cudnn_conv_case *c, const descriptors *d, int algo,
+                                    size_t *bytes) {
+  if (c->kind == MX_CONV_FORWARD)
+    return cudnnGetConvolutionForwardWorkspaceSize(h, d->x, d->w, d->conv, d->y, (cudnnConvolutionFwdAlgo_t)algo,
+                                                   bytes);
+  if (c->kind == MX_CONV_BACKWARD_DATA)
+    return cudnnGetConvolutionBackwardDataWorkspaceSize(h, d->w, d->y, d->conv, d->x,
+                                                        (cudnnConvolutionBwdDataAlgo_t)algo, bytes);
+  return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d->x, d->y, d->conv, d->w,
+                                                        (cudnnConvolutionBwdFilterAlgo_t)algo, bytes);
+}
+
+/* cuDNN's heuristics' ranking (nothing runs); *found: the answer taken, -1 when none. */
+static mx_status rank_by_heuristics(cudnnHandle_t h, const mx_cudnn_conv_case *c, const descriptors *d,
+                                    algo_choice *out, int *found, bool *declined) {
+  int n = 0;
   if (c->kind == MX_CONV_FORWARD) {
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     DNN_CALL(cudnnGetConvolutionForwardAlgorithm_v7(h, d->x, d->w, d->conv, d->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                     &n, perf));
-    found = pick(perf, n, c, out);
+    *found = pick(perf, n, c, WORKSPACE_LIMIT, out);
   } else if (c->kind == MX_CONV_BACKWARD_DATA) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     DNN_CALL(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d->w, d->y, d->conv, d->x,
                                                          CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
-    found = pick(perf, n, c, out);
+    *found = pick(perf, n, c, WORKSPACE_LIMIT, out);
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     DNN_CALL(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d->x, d->y, d->conv, d->w,
                                                            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
-    found = pick(perf, n, c, out);
+    *found = pick(perf, n, c, WORKSPACE_LIMIT, out);
   }
+  return MX_OK;
+}
+
+/* Every algorithm timed on the operands themselves (cudnnFind*AlgorithmEx, which blocks the host and writes the
+ * output operand, as the convolution then does again), fastest first, with one workspace as large as the
+ * largest any of them asks for within the cap. Should that workspace not be had, the algorithms that need
+ * none are timed. *found: the answer taken, -1 when none. */
+static mx_status rank_by_timing(cudnnHandle_t h, const mx_cudnn_conv_case *c, const descriptors *d,
+                                const mx_kview *x, const mx_kview *w, const mx_kview *y, algo_choice *out,
+                                int *found, bool *declined) {
+  int count = c->kind == MX_CONV_FORWARD         ? (int)CUDNN_CONVOLUTION_FWD_ALGO_COUNT
+              : c->kind == MX_CONV_BACKWARD_DATA ? (int)CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT
+                                                 : (int)CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+  size_t bytes = 0, need;
+  for (int algo = 0; algo < count; algo++) /* an algorithm without this case answers with an error: skipped */
+    if (workspace_size(h, c, d, algo, &need) == CUDNN_STATUS_SUCCESS && need <= WORKSPACE_LIMIT && need > bytes)
+      bytes = need;
+  void *ws = NULL;
+  if (bytes && cudaMallocAsync(&ws, bytes, mx__cuda_stream()) != cudaSuccess) {
+    (void)cudaGetLastError(); /* out of memory is not sticky: clear it so later checks do not see it */
+    ws = NULL, bytes = 0;
+  }
+  int n = 0;
+  cudnnStatus_t s;
+  if (c->kind == MX_CONV_FORWARD) {
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    s = cudnnFindConvolutionForwardAlgorithmEx(h, d->x, x->data, d->w, w->data, d->conv, d->y, y->data,
+                                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf, ws, bytes);
+    if (s == CUDNN_STATUS_SUCCESS) *found = pick(perf, n, c, bytes, out);
+  } else if (c->kind == MX_CONV_BACKWARD_DATA) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    s = cudnnFindConvolutionBackwardDataAlgorithmEx(h, d->w, w->data, d->y, y->data, d->conv, d->x, x->data,
+                                                    CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf, ws, bytes);
+    if (s == CUDNN_STATUS_SUCCESS) *found = pick(perf, n, c, bytes, out);
+  } else {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    s = cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d->x, x->data, d->y, y->data, d->conv, d->w, w->data,
+                                                      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf, ws, bytes);
+    if (s == CUDNN_STATUS_SUCCESS) *found = pick(perf, n, c, bytes, out);
+  }
+  mx_status freed = ws ? MX_CUDA_STATUS(cudaFreeAsync(ws, mx__cuda_stream())) : MX_OK;
+  DNN_CALL(s);
+  return freed;
+}
+
+/* The algorithm for a case (x, w, y: the operands, timed on under mx_set_cudnn_benchmark), and the workspace it
+ * needs with that math type; *declined when cuDNN offers nothing. */
+static mx_status choose(cudnnHandle_t h, const mx_cudnn_conv_case *c, const descriptors *d, const mx_kview *x,
+                        const mx_kview *w, const mx_kview *y, algo_choice *out, bool *declined) {
+  if (cache_find(c, out)) return MX_OK;
+  int found = -1;
+  MX__RETURN_IF_FAILED(c->benchmark ? rank_by_timing(h, c, d, x, w, y, out, &found, declined)
+                                    : rank_by_heuristics(h, c, d, out, &found, declined));
+  if (*declined) return MX_OK;
   if (found < 0) {
     *declined = true;
     return MX_OK;
   }
   DNN_CALL(cudnnSetConvolutionMathType(d->conv, out->math));
-  if (c->kind == MX_CONV_FORWARD)
-    DNN_CALL(cudnnGetConvolutionForwardWorkspaceSize(h, d->x, d->w, d->conv, d->y,
-                                                     (cudnnConvolutionFwdAlgo_t)out->algo, &out->workspace));
-  else if (c->kind == MX_CONV_BACKWARD_DATA)
-    DNN_CALL(cudnnGetConvolutionBackwardDataWorkspaceSize(h, d->w, d->y, d->conv, d->x,
-                                                          (cudnnConvolutionBwdDataAlgo_t)out->algo, &out->workspace));
-  else
-    DNN_CALL(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-        h, d->x, d->y, d->conv, d->w, (cudnnConvolutionBwdFilterAlgo_t)out->algo, &out->workspace));
+  DNN_CALL(workspace_size(h, c, d, out->algo, &out->workspace));
   cache_add(c, out);
   return MX_OK;
 }
@@ -253,14 +312,17 @@ static mx_status run(cudnnHandle_t h, const mx_cudnn_conv_case *c, descriptors *
                      const mx_kview *y, bool *declined) {
   MX__RETURN_IF_FAILED(describe(c, d, declined));
   if (*declined) return MX_OK;
-  algo_choice a;
-  MX__RETURN_IF_FAILED(choose(h, c, d, &a, declined));
-  if (*declined) return MX_OK;
-  DNN_CALL(cudnnSetConvolutionMathType(d->conv, a.math));
   void *ws = NULL, *filter = NULL;
   mx_kview fv;
+  algo_choice a;
   mx_status st = filter_view(c, w, &filter, &fv);
-  if (st == MX_OK && a.workspace) st = MX_CUDA_STATUS(cudaMallocAsync(&ws, a.workspace, mx__cuda_stream()));
+  if (st == MX_OK) st = choose(h, c, d, x, &fv, y, &a, declined);
+  if (st == MX_OK && !*declined) st = MX_CUDNN_STATUS(cudnnSetConvolutionMathType(d->conv, a.math));
+  if (st != MX_OK || *declined) { /* nothing was written */
+    mx_status freed_filter = filter ? MX_CUDA_STATUS(cudaFreeAsync(filter, mx__cuda_stream())) : MX_OK;
+    return st != MX_OK ? st : freed_filter;
+  }
+  if (a.workspace) st = MX_CUDA_STATUS(cudaMallocAsync(&ws, a.workspace, mx__cuda_stream()));
   cudnnStatus_t s = st == MX_OK ? execute(h, c, d, &a, x, &fv, y, ws) : CUDNN_STATUS_SUCCESS;
   bool ran = st == MX_OK && s == CUDNN_STATUS_SUCCESS;
   if (ran && filter && c->kind == MX_CONV_BACKWARD_WEIGHT) st = mx__cuda_convert(w, &fv); /* back to w's layout */

@@ -35,6 +35,7 @@ typedef struct {
                           const mx_kview *bias, const mx_conv_params *p);
   bool (*cudnn_allow_tf32)(void);
   bool (*cudnn_deterministic)(void);
+  bool (*cudnn_benchmark)(void);
 } mx__cuda_host;
 
 /* Hands the module the library's functions; called once, first. */

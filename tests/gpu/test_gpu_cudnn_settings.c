@@ -1,6 +1,7 @@
-/* A float32 convolution on CUDA under cuDNN's two settings (kernels/base.h:
- * mx_set_cudnn_allow_tf32, mx_set_cudnn_deterministic), forward and
- * backward, against the CPU's exact float32. Skips without a GPU. */
+/* A float32 convolution on CUDA under cuDNN's settings (kernels/base.h:
+ * mx_set_cudnn_allow_tf32, mx_set_cudnn_deterministic,
+ * mx_set_cudnn_benchmark), forward and backward, against the CPU's exact
+ * float32. Skips without a GPU. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -129,9 +130,41 @@ Test(gpu_cudnn_settings, nondeterministic_matches_the_cpu_within_float32_roundin
   mx_scope_end(scope);
 }
 
+/* The step on CUDA twice under the settings in force, against the CPU:
+ * exact float32 (within float32's bound, and not TF32's: float32's
+ * rounding stays near 1e-7 of the terms' magnitudes here, the H200 showed
+ * 6e-8, where TF32's reaches about 1e-5), and the same bits both times. */
+static void expect_exact_and_repeated(const conv_inputs *in, const char *label) {
+  conv_results cpu = conv_step(in->x, in->w, in->b, in->s, MX_CPU), mag = magnitudes(in);
+  conv_results first = conv_step(in->x, in->w, in->b, in->s, MX_CUDA);
+  conv_results again = conv_step(in->x, in->w, in->b, in->s, MX_CUDA);
+  for (int i = 0; i < 4; i++) {
+    char why[256];
+    double worst;
+    size_t n = beyond(cpu.t[i], first.t[i], mag.t[i], F32_REL, &worst, why, sizeof why);
+    cr_expect_eq(n, 0, "%s, %s: %zu elements differ from the CPU; the first, %s", label, names[i], n, why);
+    cr_expect_lt(worst, 0x1p-20, "%s, %s: largest difference %.2g of the terms' magnitudes: TF32's size", label,
+                 names[i], worst);
+    assert_identical(mx_to_device(first.t[i], MX_CPU), again.t[i], names[i]);
+  }
+}
+
+/* Benchmarking times every algorithm and keeps the fastest deterministic
+ * one in exact float32; the second run of the geometry takes the choice
+ * the first remembered. */
+Test(gpu_cudnn_settings, benchmarking_matches_the_cpu_and_repeats_its_bits) {
+  require_gpu();
+  mx_scope *scope = mx_scope_begin();
+  conv_inputs in = random_inputs(3204);
+  mx_set_cudnn_benchmark(true);
+  expect_exact_and_repeated(&in, "benchmarking");
+  mx_set_cudnn_benchmark(false);
+  cr_expect_not(mx_cudnn_benchmark(), "restored");
+  mx_scope_end(scope);
+}
+
 /* The defaults, restored after the two settings were changed: exact
- * float32 again (within float32's bound, not TF32's), and deterministic, so
- * two runs give the same bits. */
+ * float32 again, and deterministic, so two runs give the same bits. */
 Test(gpu_cudnn_settings, the_defaults_restored_repeat_their_bits) {
   require_gpu();
   mx_scope *scope = mx_scope_begin();
@@ -141,18 +174,6 @@ Test(gpu_cudnn_settings, the_defaults_restored_repeat_their_bits) {
   (void)conv_step(in.x, in.w, in.b, in.s, MX_CUDA); /* remembers algorithms for this geometry under both */
   mx_set_cudnn_allow_tf32(false);
   mx_set_cudnn_deterministic(true);
-  conv_results cpu = conv_step(in.x, in.w, in.b, in.s, MX_CPU), mag = magnitudes(&in);
-  conv_results first = conv_step(in.x, in.w, in.b, in.s, MX_CUDA), again = conv_step(in.x, in.w, in.b, in.s, MX_CUDA);
-  for (int i = 0; i < 4; i++) {
-    char why[256];
-    double worst;
-    size_t n = beyond(cpu.t[i], first.t[i], mag.t[i], F32_REL, &worst, why, sizeof why);
-    cr_expect_eq(n, 0, "defaults, %s: %zu elements differ from the CPU; the first, %s", names[i], n, why);
-    /* and float32, not TF32: float32's rounding stays near 1e-7 of the terms' magnitudes here (the H200: 6e-8),
-     * TF32's reaches about 1e-5 */
-    cr_expect_lt(worst, 0x1p-20, "defaults, %s: largest difference %.2g of the terms' magnitudes: TF32's size",
-                 names[i], worst);
-    assert_identical(mx_to_device(first.t[i], MX_CPU), again.t[i], names[i]);
-  }
+  expect_exact_and_repeated(&in, "defaults");
   mx_scope_end(scope);
 }

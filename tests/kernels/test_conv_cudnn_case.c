@@ -181,6 +181,17 @@ Test(conv_cudnn_case, the_settings_are_part_of_the_key) {
   cr_expect_eq(fast.allow_tf32, 0);
   cr_expect_neq(memcmp(&exact, &fast, sizeof exact), 0, "the determinism is part of a float32 key");
   cr_expect_neq(memcmp(&half, &half_fast, sizeof half), 0, "and of a float16 one");
+  cr_expect_eq(exact.benchmark, 0, "the default: cuDNN's heuristics");
+
+  mx_cudnn_conv_case timed, half_timed;
+  mx_set_cudnn_benchmark(true);
+  cr_assert(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &x, &w, &y, &p, &timed));
+  cr_assert(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &hx, &hw, &hy, &p, &half_timed));
+  mx_set_cudnn_benchmark(false);
+  cr_expect_eq(timed.benchmark, 1);
+  cr_expect_eq(timed.deterministic, 1, "the determinism holds under benchmarking");
+  cr_expect_neq(memcmp(&exact, &timed, sizeof exact), 0, "benchmarking is part of a float32 key");
+  cr_expect_neq(memcmp(&half, &half_timed, sizeof half), 0, "and of a float16 one");
 }
 
 /* Which of cuDNN's ranked answers is taken: deterministic, the first
