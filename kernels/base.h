@@ -137,7 +137,10 @@ bool mx_cudnn_deterministic(void);
  * repeat (training at a fixed batch size). The two settings above hold
  * either way; what changes is that the choice rests on timings, so two runs
  * may choose differently and their float32 results differ in the last bits
- * (as PyTorch's do); within a run, each geometry keeps its choice. */
+ * (as PyTorch's do); within a run, each geometry keeps its choice. A
+ * geometry first met inside a CUDA graph's capture takes the heuristics'
+ * choice there (timing waits for the device, which a capture cannot hold)
+ * and is timed at its next run outside one. */
 void mx_set_cudnn_benchmark(bool on);
 bool mx_cudnn_benchmark(void);
 

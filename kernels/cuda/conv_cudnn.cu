@@ -25,6 +25,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/conv_cudnn.h"
+#include "kernels/cuda/graph.h"
 
 /* Workspace cap when choosing an algorithm: larger ones are skipped. */
 #define WORKSPACE_LIMIT ((size_t)1 << 30)
@@ -259,9 +260,12 @@ static mx_status rank_by_timing(cudnnHandle_t h, const mx_cudnn_conv_case *c, co
 static mx_status choose(cudnnHandle_t h, const mx_cudnn_conv_case *c, const descriptors *d, const mx_kview *x,
                         const mx_kview *w, const mx_kview *y, algo_choice *out, bool *declined) {
   if (cache_find(c, out)) return MX_OK;
+  /* Timing waits for the device, which a CUDA graph's capture cannot hold: during one the heuristics choose, and
+   * their choice is not remembered, so the geometry is timed at its next run outside a capture. */
+  bool timed = c->benchmark && !mx__cuda_capturing();
   int found = -1;
-  MX__RETURN_IF_FAILED(c->benchmark ? rank_by_timing(h, c, d, x, w, y, out, &found, declined)
-                                    : rank_by_heuristics(h, c, d, out, &found, declined));
+  MX__RETURN_IF_FAILED(timed ? rank_by_timing(h, c, d, x, w, y, out, &found, declined)
+                             : rank_by_heuristics(h, c, d, out, &found, declined));
   if (*declined) return MX_OK;
   if (found < 0) {
     *declined = true;
@@ -269,7 +273,7 @@ static mx_status choose(cudnnHandle_t h, const mx_cudnn_conv_case *c, const desc
   }
   DNN_CALL(cudnnSetConvolutionMathType(d->conv, out->math));
   DNN_CALL(workspace_size(h, c, d, out->algo, &out->workspace));
-  cache_add(c, out);
+  if (timed || !c->benchmark) cache_add(c, out);
   return MX_OK;
 }
 
