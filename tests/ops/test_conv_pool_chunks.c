@@ -3,8 +3,10 @@
  * within a bound derived from the sums of the terms' magnitudes (float32's rounding of any two orders, and one
  * rounding to bfloat16 apart). Float32 and bfloat16; the first layer's case (x needing no gradient, 1 channel) and
  * one with dx (2 channels: the input's gradient in a layout of its own); with and without a bias and relu's mask;
- * 9 and 7 images in chunks of 2, 2, 2, 2, 1 and 2, 2, 2, 1 (a remainder chunk). The bound catches a dropped chunk:
- * the whole batch less its last sample falls outside it. */
+ * 9 and 7 images in chunks of 2, 2, 2, 2, 1 and 2, 2, 2, 1 (a remainder chunk). The bound catches a dropped chunk
+ * (the whole batch less its last sample falls outside it, checked below) and, in bfloat16, sums rounded once a chunk
+ * (tried by hand: a hundred of the 1152 dw outside). Skipped where the kernel makes no chunks: where oneDNN reorders
+ * x, AVX2 for one. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -123,7 +125,8 @@ static int64_t outside(const void *a, const void *b, const double *bound, int64_
   return bad;
 }
 
-static void check_case(int k, mx_dtype dt) {
+/* Whether the kernel ran case k in chunks. */
+static bool check_case(int k, mx_dtype dt) {
   const chunk_case *c = &cases[k];
   int64_t N = c->n, H = c->h, W = c->w, OH = H / 2, OW = W / 2, C = c->c_out, I = c->c_in;
   int64_t n_x = N * I * H * W, n_w = C * I * 9, n_p = N * C * OH * OW;
@@ -170,7 +173,8 @@ static void check_case(int k, mx_dtype dt) {
   int64_t sample = C * H * W * (dt == MX_BF16 ? 2 : 4);
   mx__cpu_conv_max_pool_relu_chunking(0, 2 * sample + 1);
   grads chunked = run(c, dt, &in, N, &chunks);
-  cr_expect_eq(chunks, (uint64_t)(N + 1) / 2, "case %d: %llu chunks", k, (unsigned long long)chunks);
+  bool in_chunks = chunks > 0; /* none where oneDNN reorders x (dnnl_conv_pool.c): AVX2's blocks of 8 */
+  if (in_chunks) cr_expect_eq(chunks, (uint64_t)(N + 1) / 2, "case %d: %llu chunks", k, (unsigned long long)chunks);
   const char *name = dt == MX_BF16 ? "bfloat16" : "float32";
   int64_t bad = outside(chunked.dw, whole.dw, bound_dw, n_w, N * H * W, dt);
   cr_expect_eq(bad, 0, "case %d, %s: %lld of dw's %lld sums apart", k, name, (long long)bad, (long long)n_w);
@@ -193,11 +197,14 @@ static void check_case(int k, mx_dtype dt) {
                      in.mf,      dy,         bound_dw,   bound_db,   bound_dx,   whole.dx,  whole.dw, whole.db,
                      chunked.dx, chunked.dw, chunked.db, dropped.dx, dropped.dw, dropped.db};
   for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) free(buffers[i]);
+  return in_chunks;
 }
 
 static void check_all(mx_dtype dt) {
   if (!MX_HAVE_DNNL || !mx__dnnl_native(dt)) cr_skip_test("oneDNN runs no native kernels of this dtype here");
-  for (int k = 0; k < CASES; k++) check_case(k, dt);
+  int chunked = 0;
+  for (int k = 0; k < CASES; k++) chunked += check_case(k, dt);
+  if (!chunked) cr_skip_test("the weight's gradient runs in no chunks here (oneDNN reorders x)");
 }
 
 Test(conv_pool_chunks, float32_weight_gradient_in_chunks_is_the_whole_batchs_within_its_rounding) { check_all(MX_F32); }
