@@ -122,7 +122,9 @@ static dnnl_status_t reorder_pd(dnnl_primitive_desc_t *pd, const md_t *from, con
 
 typedef struct {
   int kind;
-  mx_dtype dtype;
+  mx_dtype dtype;                        /* the activations' */
+  mx_dtype w_dtype;                      /* the weights' and the bias's: dtype, or float32 gradients of bfloat16
+                                          * activations (backward weights), summed over chunks of a batch */
   int bias;                              /* forward: whether it adds one; backward weights: whether it writes
                                           * the bias's gradient (diff_bias) too */
   int threads;                           /* oneDNN sizes a primitive's work split for the threads it was made on */
@@ -175,6 +177,9 @@ static bool make_key(conv_key *key, int kind, const mx_kview *const *v, bool bia
   memset(key, 0, sizeof *key);
   key->kind = kind;
   key->dtype = v[ROLE_X]->dtype;
+  key->w_dtype = v[ROLE_W]->dtype;
+  if (key->w_dtype != key->dtype && !(kind == KIND_BWD_WEIGHTS && key->dtype == MX_BF16 && key->w_dtype == MX_F32))
+    return false;
   key->bias = bias;
   key->threads = mx__cpu_threads_here();
   key->relu = relu;
@@ -258,7 +263,7 @@ static dnnl_status_t layout_md(md_t *md, const conv_entry *e, int r, int layout,
   const conv_key *key = &e->key;
   if (layout == LAYOUT_ANY || (layout == LAYOUT_NHWC && r == ROLE_W))
     return mx__dnnl_md_any(md, key->nd[r], key->dims[r], dt);
-  if (layout == LAYOUT_USER) return mx__dnnl_md_copy(md, &e->user_md[r]) ? dnnl_success : dnnl_out_of_memory;
+  if (layout == LAYOUT_USER) return mx__dnnl_md_strided(md, key->nd[r], key->dims[r], dt, key->strides[r]);
   dnnl_dims_t strides = {0};
   mx__channels_last_strides(key->dims[r], strides);
   return mx__dnnl_md_strided(md, key->nd[r], key->dims[r], dt, strides);
@@ -272,12 +277,14 @@ static mx_status create(void *p, const void *k) {
   memset(e, 0, sizeof *e);
   memcpy(&e->key, key, sizeof *key); /* with its zeroed padding: keys are compared by memcmp */
   int kind = key->kind, out = output_role[kind];
-  dnnl_data_type_t dt = key->dtype == MX_BF16 ? dnnl_bf16 : dnnl_f32;
+  dnnl_data_type_t dt = key->dtype == MX_BF16 ? dnnl_bf16 : dnnl_f32,
+                   wdt = key->w_dtype == MX_BF16 ? dnnl_bf16 : dnnl_f32;
   for (int r = 0; r < 3; r++)
-    if (mx__dnnl_md_strided(&e->user_md[r], key->nd[r], key->dims[r], dt, key->strides[r]) != dnnl_success)
+    if (mx__dnnl_md_strided(&e->user_md[r], key->nd[r], key->dims[r], r == ROLE_W ? wdt : dt, key->strides[r]) !=
+        dnnl_success)
       return MX_NOT_SUPPORTED;
   const dnnl_dims_t channels = {key->dims[ROLE_Y][1]};
-  if (key->bias && mx__dnnl_md_tag(&e->bias_md, 1, channels, dt, dnnl_a) != dnnl_success) return MX_NOT_SUPPORTED;
+  if (key->bias && mx__dnnl_md_tag(&e->bias_md, 1, channels, wdt, dnnl_a) != dnnl_success) return MX_NOT_SUPPORTED;
   const md_t *bias = key->bias ? &e->bias_md : NULL;
   const_dnnl_primitive_attr_t attr = key->relu ? mx__dnnl_relu_attr() : mx__dnnl_attr();
   if (!attr) return MX_NOT_SUPPORTED;
@@ -297,6 +304,12 @@ static mx_status create(void *p, const void *k) {
     if (s == dnnl_success && kind != KIND_FWD)
       s = conv_pd(&e->hint, KIND_FWD, conv_md, bias, key->stride, key->dil, key->pad_l, key->pad_r, NULL,
                   mx__dnnl_attr()); /* with the diff_bias's bias, as PyTorch's hint */
+    if (s == dnnl_success && wdt != dt) { /* the hint's weights are the activations' dtype, their gradient not */
+      md_t w_md = MD_NONE;
+      s = layout_md(&w_md, e, ROLE_W, layouts[attempt], wdt) == dnnl_success ? dnnl_success : dnnl_unimplemented;
+      mx__dnnl_md_free(conv_md[ROLE_W]);
+      conv_md[ROLE_W] = w_md;
+    }
     if (s == dnnl_success)
       s = conv_pd(&pd, kind, conv_md, bias, key->stride, key->dil, key->pad_l, key->pad_r, e->hint, attr);
     for (int r = 0; r < 3; r++) mx__dnnl_md_free(conv_md[r]);

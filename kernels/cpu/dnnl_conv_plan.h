@@ -22,8 +22,9 @@ typedef struct {
 
 /* The primitive of kind for the operands in their roles: x (or dx), w (or dw), y (or dy), whose shapes, strides
  * and dtype pick it as the plain calls would (y's data is never read: a view of the tensor an unfused convolution
- * would have had); bias: whether the forward adds one or the backward weights write diff_bias. MX_NOT_BUILT or
- * MX_NOT_SUPPORTED (no error set) where oneDNN declines; MX_BACKEND_ERROR on a failure. */
+ * would have had; backward weights may write a float32 dw, and diff_bias, for bfloat16 x and y: a chunk's sums);
+ * bias: whether the forward adds one or the backward weights write diff_bias. MX_NOT_BUILT or MX_NOT_SUPPORTED (no
+ * error set) where oneDNN declines; MX_BACKEND_ERROR on a failure. */
 mx_status mx__dnnl_conv_plan_begin(mx__dnnl_conv_plan *plan, mx__dnnl_conv_kind kind, const mx_kview *x,
                                    const mx_kview *w, const mx_kview *y, bool bias, const mx_conv_params *p);
 /* Runs it with y at y_prim, in the plan's layout (plan->bytes), the other operands and bias (NULL: none) in their

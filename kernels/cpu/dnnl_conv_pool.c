@@ -31,9 +31,10 @@
 #include "kernels/cpu/pool_search.h"
 #include "kernels/cpu/wide_clones.h"
 
-static atomic_ullong runs[2]; /* forward, backward */
+static atomic_ullong runs[2], weight_chunks; /* forward, backward; the backward's chunks of its weight gradient */
 
 uint64_t mx__cpu_conv_max_pool_relu_runs(bool backward) { return atomic_load(&runs[backward]); }
+uint64_t mx__cpu_conv_max_pool_relu_weight_chunks(void) { return atomic_load(&weight_chunks); }
 
 /* The pooling over the convolution's output in a layout of `block` channels a block. */
 typedef struct {
@@ -226,7 +227,7 @@ static mx_status convolve_and_pool(const mx__dnnl_conv_plan *plan, const mx_kvie
 /* Samples a chunk of the batch when the full-resolution output (or its gradient) is made and used a chunk at a time:
  * where the batch's would take over chunk_from bytes (past what stays in the last-level cache beside the step's
  * other data), about chunk_bytes a chunk, the batch split evenly, so that the convolution's writes are still in
- * cache when the pooling (or the backward-data primitive) reads them. Otherwise the whole batch at once: smaller
+ * cache when the pooling (or the backward primitives) read them. Otherwise the whole batch at once: smaller
  * chunks only cost (oneDNN splits a chunk among the threads less evenly). On the 32 MiB L3 of rounds 19-25's AMD
  * EPYC, the demo CNN's first layer's fused forward alone, 2 threads, CPU time a sample: float32 batch 512 (51 MB of
  * output) 12.4 -> 6.0 us in chunks of 4 MiB; batch 128 (12.8 MB) 5.2 whole, 6.0 in chunks of 2 MiB. */
@@ -433,48 +434,150 @@ static mx_status data_in_chunks(const mx__dnnl_conv_plan *data, int64_t chunk, c
   return status;
 }
 
+/* A contiguous float32 view of v's shape at data: the per-chunk sums of v's gradient. */
+static mx_kview float32_like(const mx_kview *v, float *data) {
+  mx_kview f = {.data = data, .dtype = MX_F32, .ndim = v->ndim};
+  int64_t step = 1;
+  for (int d = v->ndim - 1; d >= 0; d--) f.shape[d] = v->shape[d], f.strides[d] = step, step *= v->shape[d];
+  return f;
+}
+
+/* The float32 sums (row-major) into v (any strides), rounded once to its dtype. */
+static void store_sums(const mx_kview *v, const float *sums) {
+  int64_t numel = mx__kview_numel(v);
+  for (int64_t i = 0; i < numel; i++) {
+    int64_t at = 0, rest = i;
+    for (int d = v->ndim - 1; d >= 0; d--) at += rest % v->shape[d] * v->strides[d], rest /= v->shape[d];
+    if (v->dtype == MX_BF16)
+      ((uint16_t *)v->data)[at] = mx_f32_to_bf16(sums[i]);
+    else
+      ((float *)v->data)[at] = sums[i];
+  }
+}
+
+/* What the backward reads and writes (dx, db and mask NULL: none). */
+typedef struct {
+  const mx_kview *dx, *dw, *db, *g, *mask, *indices, *x, *w, *full;
+  const mx_conv_params *cp;
+  const mx_pool_params *pp;
+} operands;
+
+/* The whole backward a chunk of the batch at a time (chunk samples), for the weight's gradient as for the input's:
+ * each chunk's full-resolution gradient is scattered into a buffer of one chunk's size and read back from cache by
+ * the backward-data primitive (with dx), then scattered again in the weight's layout for the backward-weights one,
+ * run on the chunk's x. dw and db are sums over the batch, so the chunks' are added: oneDNN writes each chunk's in
+ * float32 (a plan with float32 gradients of bfloat16 activations: oneDNN sums bfloat16 products in float32
+ * anyway), added in float32 and rounded to dw's dtype once, as the whole batch's sums are (a bfloat16 sum a chunk,
+ * added, would round once a chunk). They differ from the whole batch's only in the order of their terms. sample:
+ * the larger of the batch plans' sizes a sample. */
+static mx_status in_chunks(const operands *o, int64_t chunk, int64_t sample) {
+  int64_t N = o->x->shape[0], w_numel = mx__kview_numel(o->dw), b_numel = o->db ? mx__kview_numel(o->db) : 0;
+  size_t buf_bytes = (size_t)(chunk * sample), sum_bytes = 2 * sizeof(float) * (size_t)(w_numel + b_numel);
+  char *buf = mx__host_cache_alloc(buf_bytes);
+  float *sums = mx__host_cache_alloc(sum_bytes); /* the sums so far, then a chunk's */
+  mx_status status = MX_OK;
+  if (!buf || !sums)
+    status = mx__error(MX_OUT_OF_MEMORY, "mx_conv2d_max_pool_relu: out of memory for %zu bytes of buffers",
+                       buf_bytes + sum_bytes);
+  for (int64_t n0 = 0; n0 < N && status == MX_OK; n0 += chunk) {
+    int64_t n = N - n0 < chunk ? N - n0 : chunk;
+    mx_kview xs = samples(o->x, n0, n), gs = samples(o->g, n0, n), is = samples(o->indices, n0, n), fs = *o->full;
+    mx_kview ms = o->mask ? samples(o->mask, n0, n) : (mx_kview){0}, dxs = o->dx ? samples(o->dx, n0, n) : xs;
+    fs.shape[0] = n;                                  /* its data is never read */
+    float *to = n0 ? sums + w_numel + b_numel : sums; /* the first chunk's are the sums so far */
+    mx_kview dw = float32_like(o->dw, to), db = o->db ? float32_like(o->db, to + w_numel) : dw;
+    mx__dnnl_conv_plan weights = {0}, data = {0};
+    status = mx__dnnl_conv_plan_begin(&weights, MX__DNNL_CONV_BACKWARD_WEIGHTS, &xs, &dw, &fs, o->db != NULL, o->cp);
+    if (status == MX_OK && o->dx)
+      status = mx__dnnl_conv_plan_begin(&data, MX__DNNL_CONV_BACKWARD_DATA, &dxs, o->w, &fs, false, o->cp);
+    if (status == MX_OK && (!weights.block || weights.block > LANES || weights.bytes > buf_bytes ||
+                            (o->dx && (!data.block || data.block > LANES || data.bytes > buf_bytes))))
+      status = MX_NOT_SUPPORTED; /* the chunk's layouts fit neither the buffer nor the loops */
+    if (status == MX_OK && o->dx) {
+      geometry geo = geometry_of(&fs, &gs, o->pp, data.block);
+      scatter(&geo, buf, &gs, o->mask ? &ms : NULL, &is);
+      status = mx__dnnl_conv_plan_run(&data, &dxs, o->w, &fs, NULL, buf);
+    }
+    if (status == MX_OK) {
+      geometry geo = geometry_of(&fs, &gs, o->pp, weights.block);
+      scatter(&geo, buf, &gs, o->mask ? &ms : NULL, &is);
+      status = mx__dnnl_conv_plan_run(&weights, &xs, &dw, &fs, o->db ? &db : NULL, buf);
+    }
+    for (int64_t i = 0; i < w_numel + b_numel && status == MX_OK && n0; i++) sums[i] += to[i];
+    if (status == MX_OK) atomic_fetch_add(&weight_chunks, 1);
+    mx__dnnl_conv_plan_end(&data);
+    mx__dnnl_conv_plan_end(&weights);
+  }
+  if (status == MX_OK) store_sums(o->dw, sums);
+  if (status == MX_OK && o->db) store_sums(o->db, sums + w_numel);
+  if (buf) mx__host_cache_free(buf, buf_bytes);
+  if (sums) mx__host_cache_free(sums, sum_bytes);
+  return status;
+}
+
+/* The whole batch's weight gradient at once, its full-resolution gradient in a buffer of the batch's; the input's
+ * gradient before it, in chunks where its own gradient is large. */
+static mx_status whole(const operands *o, const mx__dnnl_conv_plan *weights, const mx__dnnl_conv_plan *data) {
+  bool shared = o->dx && mx__dnnl_conv_plans_share_y(weights, data);
+  int64_t N = o->x->shape[0], chunk = o->dx ? chunk_samples(N, (int64_t)data->bytes / N) : N;
+  bool chunked = chunk < N && data->bytes % (size_t)N == 0;
+  size_t data_bytes = chunked ? (size_t)chunk * (data->bytes / (size_t)N) : data->bytes;
+  void *buf = NULL, *data_buf = NULL;
+  mx_status status = MX_OK;
+  if (!(buf = mx__host_cache_alloc(weights->bytes)))
+    status =
+        mx__error(MX_OUT_OF_MEMORY, "mx_conv2d_max_pool_relu: out of memory for a %zu-byte buffer", weights->bytes);
+  if (status == MX_OK && o->dx && !shared && !(data_buf = mx__host_cache_alloc(data_bytes)))
+    status = mx__error(MX_OUT_OF_MEMORY, "mx_conv2d_max_pool_relu: out of memory for a %zu-byte buffer", data_bytes);
+  if (status == MX_OK && !(chunked && shared)) { /* the weight's gradient's, unless the chunks fill it */
+    geometry geo = geometry_of(o->full, o->g, o->pp, weights->block);
+    scatter(&geo, buf, o->g, o->mask, o->indices);
+  }
+  /* the input's gradient first, as the unfused backward runs them (the weight's reads x last: kept copies go) */
+  if (status == MX_OK && o->dx && chunked) {
+    status = data_in_chunks(data, chunk, shared ? buf : data_buf, shared, o->dx, o->g, o->mask, o->indices, o->w,
+                            o->full, o->cp, o->pp);
+  } else if (status == MX_OK && o->dx) {
+    if (data_buf) {
+      geometry geo = geometry_of(o->full, o->g, o->pp, data->block);
+      scatter(&geo, data_buf, o->g, o->mask, o->indices);
+    }
+    status = mx__dnnl_conv_plan_run(data, o->dx, o->w, o->full, NULL, shared ? buf : data_buf);
+  }
+  if (status == MX_OK) status = mx__dnnl_conv_plan_run(weights, o->x, o->dw, o->full, o->db, buf);
+  if (buf) mx__host_cache_free(buf, weights->bytes);
+  if (data_buf) mx__host_cache_free(data_buf, data_bytes);
+  return status;
+}
+
 mx_status mx__cpu_conv_max_pool_relu_backward(const mx_kview *dx, const mx_kview *dw, const mx_kview *db,
                                               const mx_kview *g, const mx_kview *mask, const mx_kview *indices,
                                               const mx_kview *x, const mx_kview *w, const mx_conv_params *cp,
                                               const mx_pool_params *pp, bool channels_last) {
   if (channels_last || !covered(x, g, indices, cp, pp) || (mask && mask->dtype != g->dtype)) return MX_NOT_SUPPORTED;
   mx_kview full = full_view(x, w, cp);
+  operands o = {dx, dw, db, g, mask, indices, x, w, &full, cp, pp};
   mx__dnnl_conv_plan weights = {0}, data = {0};
   mx_status status = mx__dnnl_conv_plan_begin(&weights, MX__DNNL_CONV_BACKWARD_WEIGHTS, x, dw, &full, db != NULL, cp);
   if (status == MX_OK && dx) status = mx__dnnl_conv_plan_begin(&data, MX__DNNL_CONV_BACKWARD_DATA, dx, w, &full,
                                                                false, cp);
   bool fits = weights.block && weights.block <= LANES && (!dx || (data.block && data.block <= LANES));
   if (status == MX_OK && !fits) status = MX_NOT_SUPPORTED;
-  bool shared = dx && status == MX_OK && mx__dnnl_conv_plans_share_y(&weights, &data);
-  int64_t N = x->shape[0], chunk = dx ? chunk_samples(N, (int64_t)data.bytes / N) : N;
-  bool chunked = chunk < N && data.bytes % (size_t)N == 0;
-  size_t data_bytes = chunked ? (size_t)chunk * (data.bytes / (size_t)N) : data.bytes;
-  void *buf = NULL, *data_buf = NULL;
-  if (status == MX_OK && !(buf = mx__host_cache_alloc(weights.bytes)))
-    status = mx__error(MX_OUT_OF_MEMORY, "mx_conv2d_max_pool_relu: out of memory for a %zu-byte buffer",
-                       weights.bytes);
-  if (status == MX_OK && dx && !shared && !(data_buf = mx__host_cache_alloc(data_bytes)))
-    status = mx__error(MX_OUT_OF_MEMORY, "mx_conv2d_max_pool_relu: out of memory for a %zu-byte buffer",
-                       data_bytes);
-  if (status == MX_OK && !(chunked && shared)) { /* the weight's gradient's, unless the chunks fill it */
-    geometry geo = geometry_of(&full, g, pp, weights.block);
-    scatter(&geo, buf, g, mask, indices);
+  /* The whole backward in chunks where the batch's full-resolution gradient is large and the weight's primitive
+   * reads x as it lies: a reordered x was kept whole by the forward (dnnl_conv.c) for the batch's primitive, which
+   * frees it, and a chunk's would not find it; the input's gradient alone in chunks otherwise. */
+  int64_t N = x->shape[0], w_sample = (int64_t)weights.bytes / N, d_sample = dx ? (int64_t)data.bytes / N : 0;
+  int64_t sample = w_sample > d_sample ? w_sample : d_sample, chunk = chunk_samples(N, sample);
+  if (status == MX_OK && chunk < N && weights.bytes % (size_t)N == 0 && (!dx || data.bytes % (size_t)N == 0) &&
+      mx__dnnl_conv_plan_reads_x_as_is(&weights)) {
+    mx__dnnl_conv_plan_end(&data); /* the chunks' plans are their own */
+    mx__dnnl_conv_plan_end(&weights);
+    status = in_chunks(&o, chunk, sample);
+  } else if (status == MX_OK) {
+    status = whole(&o, &weights, &data);
   }
-  /* the input's gradient first, as the unfused backward runs them (the weight's reads x last: kept copies go) */
-  if (status == MX_OK && dx && chunked) {
-    status = data_in_chunks(&data, chunk, shared ? buf : data_buf, shared, dx, g, mask, indices, w, &full, cp, pp);
-  } else if (status == MX_OK && dx) {
-    if (data_buf) {
-      geometry geo = geometry_of(&full, g, pp, data.block);
-      scatter(&geo, data_buf, g, mask, indices);
-    }
-    status = mx__dnnl_conv_plan_run(&data, dx, w, &full, NULL, shared ? buf : data_buf);
-  }
-  if (status == MX_OK) status = mx__dnnl_conv_plan_run(&weights, x, dw, &full, db, buf);
   if (status == MX_OK) atomic_fetch_add(&runs[true], 1);
   if (status == MX_NOT_BUILT) status = MX_NOT_SUPPORTED; /* oneDNN absent: declined too */
-  if (buf) mx__host_cache_free(buf, weights.bytes);
-  if (data_buf) mx__host_cache_free(data_buf, data_bytes);
   mx__dnnl_conv_plan_end(&data);
   mx__dnnl_conv_plan_end(&weights);
   return status;

@@ -16,6 +16,8 @@ mx_status mx__cpu_conv_max_pool_relu_backward(const mx_kview *dx, const mx_kview
 /* How many times the fused forward (backward false) or backward ran, declining none, since the process started:
  * for tests that the fused kernels, not the unfused ones, made a result. */
 uint64_t mx__cpu_conv_max_pool_relu_runs(bool backward);
+/* How many chunks of a batch the fused backward has run its weight's gradient in (the whole batch at once: none). */
+uint64_t mx__cpu_conv_max_pool_relu_weight_chunks(void);
 
 /* Where a batch's full-resolution output is made a chunk of the batch at a time: over from bytes, in chunks of
  * about bytes each (defaults 16 MiB and 4 MiB); for tests that chunk small batches. */

@@ -29,7 +29,9 @@ typedef struct {
  * 40 KiB from any size, set below): the first layer's forward on 9 images (18 KB of float32 output a sample: chunks
  * of 2, 2, 2, 2, 1; bfloat16 3, 3, 3), and the input's gradient of 7 images of 64 channels (37 KB of float32
  * gradient a sample: chunks of 1; bfloat16 2, 2, 2, 1), from 2 input channels in a buffer of their own, from 16 in
- * slices of the weight's gradient's buffer */
+ * slices of the weight's gradient's buffer. From 1 and 2 input channels, which oneDNN reads as they lie (AVX-512),
+ * the weight's gradient runs in the same chunks, summed over them: other sums than the unfused op's, but the same
+ * bits here, where every sum is exact (test_conv_pool_chunks.c compares random values within their rounding) */
 static const pool_case cases[] = {
     {1, 3, 7, 9, 20, 3, 1, 2, true, false},   {3, 16, 8, 8, 32, 3, 1, 2, true, true},
     {3, 8, 7, 9, 16, 3, 0, 2, false, true},   {1, 32, 9, 7, 64, 3, 1, 3, true, true},
