@@ -322,7 +322,7 @@ static mx_status run(cudnnHandle_t h, const mx_cudnn_conv_case *c, descriptors *
   mx_status st = filter_view(c, w, &filter, &fv);
   if (st == MX_OK) st = choose(h, c, d, x, &fv, y, &a, declined);
   if (st == MX_OK && !*declined) st = MX_CUDNN_STATUS(cudnnSetConvolutionMathType(d->conv, a.math));
-  if (st != MX_OK || *declined) { /* nothing was written */
+  if (st != MX_OK || *declined) { /* not run (declined: the direct kernels write the result) */
     mx_status freed_filter = filter ? MX_CUDA_STATUS(cudaFreeAsync(filter, mx__cuda_stream())) : MX_OK;
     return st != MX_OK ? st : freed_filter;
   }
