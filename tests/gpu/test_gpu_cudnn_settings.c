@@ -130,10 +130,19 @@ Test(gpu_cudnn_settings, nondeterministic_matches_the_cpu_within_float32_roundin
   mx_scope_end(scope);
 }
 
+/* Where float32's algorithms end and TF32's begin, in the largest
+ * difference from the CPU over the terms' magnitudes on these inputs.
+ * Float32: about 1e-7 for the direct and implicit-GEMM algorithms (the H200
+ * showed 6e-8); up to 2.4e-6 for the transform-based ones (FFT, Winograd),
+ * which benchmarking may choose: the H100 showed it under compute-sanitizer,
+ * whose slowed timings changed the choice. TF32: inputs rounded to a 10-bit
+ * mantissa give at least 6.8e-5 on these shapes (20 draws, simulated in
+ * float64 by tests/gpu/tf32_error.py). 2^-16 (1.5e-5) lies between, a factor of 4 or more from each. */
+#define NOT_TF32 0x1p-16
+
 /* The step on CUDA twice under the settings in force, against the CPU:
- * exact float32 (within float32's bound, and not TF32's: float32's
- * rounding stays near 1e-7 of the terms' magnitudes here, the H200 showed
- * 6e-8, where TF32's reaches about 1e-5), and the same bits both times. */
+ * exact float32 (within float32's bound, and below TF32's size), and the
+ * same bits both times. */
 static void expect_exact_and_repeated(const conv_inputs *in, const char *label) {
   conv_results cpu = conv_step(in->x, in->w, in->b, in->s, MX_CPU), mag = magnitudes(in);
   conv_results first = conv_step(in->x, in->w, in->b, in->s, MX_CUDA);
@@ -143,7 +152,7 @@ static void expect_exact_and_repeated(const conv_inputs *in, const char *label) 
     double worst;
     size_t n = beyond(cpu.t[i], first.t[i], mag.t[i], F32_REL, &worst, why, sizeof why);
     cr_expect_eq(n, 0, "%s, %s: %zu elements differ from the CPU; the first, %s", label, names[i], n, why);
-    cr_expect_lt(worst, 0x1p-20, "%s, %s: largest difference %.2g of the terms' magnitudes: TF32's size", label,
+    cr_expect_lt(worst, NOT_TF32, "%s, %s: largest difference %.2g of the terms' magnitudes: TF32's size", label,
                  names[i], worst);
     assert_identical(mx_to_device(first.t[i], MX_CPU), again.t[i], names[i]);
   }
