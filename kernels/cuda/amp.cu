@@ -73,7 +73,7 @@ struct unscale_op {
 static_assert(sizeof(unscale_op<false>) <= 4096, "an unscale launch's arguments must fit the 4 KiB parameter space");
 
 /* Whether every gradient of the chunk is float32, 1-d and contiguous
- * (flatten_if_contiguous made them so): unscale_op's DENSE_F32. */
+ * (flatten_if_dense made them so): unscale_op's DENSE_F32. */
 static bool dense_f32(const unscale_chunk &c) {
   for (int t = 0; t < c.n; t++) {
     const mx_kview &g = c.grads[t];
@@ -89,7 +89,7 @@ mx_status mx__cuda_amp_unscale(int n, const mx_kview *grads, const float *scale,
     c.n = n - first < TENSORS_PER_LAUNCH ? n - first : TENSORS_PER_LAUNCH;
     c.start[0] = 0;
     for (int t = 0; t < c.n; t++) {
-      c.grads[t] = flatten_if_contiguous(&grads[first + t]);
+      c.grads[t] = flatten_if_dense(&grads[first + t]);
       c.start[t + 1] = c.start[t] + mx__kview_numel(&grads[first + t]);
     }
     if (c.start[c.n] == 0) continue; /* an empty grid is an invalid configuration */

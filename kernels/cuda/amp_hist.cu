@@ -49,7 +49,7 @@ static int64_t blocks_for(int64_t n) {
 mx_status mx__cuda_amp_histogram(const mx_kview *x, int64_t *hist) {
   int64_t n = mx__kview_numel(x);
   if (n == 0) return MX_OK; /* an empty grid is an invalid configuration */
-  histogram_body body = {flatten_if_contiguous(x), n, hist};
+  histogram_body body = {flatten_if_dense(x), n, hist};
   return launch_block_counts("launch of kernel amp_histogram", blocks_for(n), THREADS_PER_BLOCK, body);
 }
 
@@ -123,7 +123,7 @@ mx_status mx__cuda_amp_unscale_histogram(int n, const mx_kview *grads, const flo
     c.n = n - first < HIST_TENSORS_PER_LAUNCH ? n - first : HIST_TENSORS_PER_LAUNCH;
     c.start[0] = 0;
     for (int t = 0; t < c.n; t++) {
-      c.grads[t] = flatten_if_contiguous(&grads[first + t]);
+      c.grads[t] = flatten_if_dense(&grads[first + t]);
       c.start[t + 1] = c.start[t] + mx__kview_numel(&grads[first + t]);
     }
     if (c.start[c.n] == 0) continue;

@@ -8,8 +8,8 @@
 #ifndef MX_KERNELS_CUDA_COMMON_CUH
 #define MX_KERNELS_CUDA_COMMON_CUH
 
-#include <initializer_list>
 #include <cuda_runtime.h>
+#include <initializer_list>
 
 #include "kernels/backend.h"
 #include "kernels/base_internal.h"
@@ -34,8 +34,7 @@ mx_status mx__cuda_binary(int code, const mx_kview *out, const mx_kview *x, cons
 mx_status mx__cuda_where(const mx_kview *out, const mx_kview *cond, const mx_kview *x, const mx_kview *y);
 mx_status mx__cuda_reduce(int code, const mx_kview *out, const mx_kview *index, const mx_kview *in, uint32_t mask);
 mx_status mx__cuda_scan(int code, const mx_kview *out, const mx_kview *in, int dim, bool reverse);
-mx_status mx__cuda_sort(const mx_kview *values, const mx_kview *indices, const mx_kview *in, int dim,
-                        bool descending);
+mx_status mx__cuda_sort(const mx_kview *values, const mx_kview *indices, const mx_kview *in, int dim, bool descending);
 mx_status mx__cuda_matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b);
 /* relu(a @ b + bias) through cuBLASLt's RELU_BIAS epilogue; MX_NOT_SUPPORTED, no error set, where it declines. */
 mx_status mx__cuda_linear_relu(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias);
@@ -45,8 +44,7 @@ mx_status mx__cuda_cross_entropy(const mx_kview *out, const mx_kview *rows, cons
 mx_status mx__cuda_cross_entropy_backward(const mx_kview *dx, const mx_kview *grad, const mx_kview *x,
                                           const mx_kview *target, int64_t ignore_index, bool mean);
 mx_status mx__cuda_gather(const mx_kview *out, const mx_kview *x, const mx_kview *index, int dim);
-mx_status mx__cuda_scatter(const mx_kview *out, const mx_kview *index, const mx_kview *src, int dim,
-                           bool accumulate);
+mx_status mx__cuda_scatter(const mx_kview *out, const mx_kview *index, const mx_kview *src, int dim, bool accumulate);
 mx_status mx__cuda_index_select(const mx_kview *out, const mx_kview *x, const mx_kview *index, int dim);
 mx_status mx__cuda_index_add(const mx_kview *out, const mx_kview *index, const mx_kview *src, int dim, double alpha,
                              bool accumulate);
@@ -67,14 +65,12 @@ mx_status mx__cuda_channel_combine(const mx_kview *y, const mx_kview *a, const m
                                    const mx_kview *center_b, const mx_kview *scale_b, const mx_kview *shift,
                                    const mx_kview *a_mask);
 mx_status mx__cuda_batch_norm_vectors(mx_bn_vectors_formula formula, const mx_bn_vectors *v);
-mx_status mx__cuda_max_pool(const mx_kview *out, const mx_kview *indices, const mx_kview *x,
-                            const mx_pool_params *p);
+mx_status mx__cuda_max_pool(const mx_kview *out, const mx_kview *indices, const mx_kview *x, const mx_pool_params *p);
 mx_status mx__cuda_max_pool_backward(const mx_kview *dx, const mx_kview *dy, const mx_kview *indices,
                                      const mx_pool_params *p);
 mx_status mx__cuda_avg_pool(const mx_kview *out, const mx_kview *x, const mx_pool_params *p);
 mx_status mx__cuda_avg_pool_backward(const mx_kview *dx, const mx_kview *dy, const mx_pool_params *p);
-mx_status mx__cuda_amp_unscale(int n, const mx_kview *grads, const float *scale, float *found_inf,
-                               int64_t *stats);
+mx_status mx__cuda_amp_unscale(int n, const mx_kview *grads, const float *scale, float *found_inf, int64_t *stats);
 mx_status mx__cuda_amp_update_scale(float *scale, int32_t *growth_tracker, const float *found_inf,
                                     const mx_amp_update_params *p, int64_t *counters);
 mx_status mx__cuda_amp_histogram(const mx_kview *x, int64_t *hist);
@@ -90,32 +86,45 @@ mx_status mx__cuda_adam_step(int n, const mx_optim_item *items, const mx_adam_hp
 /* Bytes per element (the same table as mx_dtype_size, usable on the device). */
 MX_HD static inline int64_t dtype_bytes(mx_dtype dtype) {
   switch (dtype) {
-#define MX__DTYPE_BYTES(name, ctype, size, str) \
-  case MX_##name: return size;
+#define MX__DTYPE_BYTES(name, ctype, size, str)                                                                        \
+  case MX_##name:                                                                                                      \
+    return size;
     MX_DTYPE_MAP(MX__DTYPE_BYTES)
 #undef MX__DTYPE_BYTES
-  default: return 0;
+  default:
+    return 0;
   }
 }
-
 
 /* The raw bits of one element of `bytes` bytes (1, 2, 4 or 8; views are
  * aligned to their element size), held in the low bytes of a uint64_t. */
 MX_HD static inline uint64_t load_bits(const void *src, int64_t bytes) {
   switch (bytes) {
-  case 1: return *(const uint8_t *)src;
-  case 2: return *(const uint16_t *)src;
-  case 4: return *(const uint32_t *)src;
-  default: return *(const uint64_t *)src;
+  case 1:
+    return *(const uint8_t *)src;
+  case 2:
+    return *(const uint16_t *)src;
+  case 4:
+    return *(const uint32_t *)src;
+  default:
+    return *(const uint64_t *)src;
   }
 }
 
 MX_HD static inline void store_bits(void *dst, int64_t bytes, uint64_t bits) {
   switch (bytes) {
-  case 1: *(uint8_t *)dst = (uint8_t)bits; break;
-  case 2: *(uint16_t *)dst = (uint16_t)bits; break;
-  case 4: *(uint32_t *)dst = (uint32_t)bits; break;
-  default: *(uint64_t *)dst = bits; break;
+  case 1:
+    *(uint8_t *)dst = (uint8_t)bits;
+    break;
+  case 2:
+    *(uint16_t *)dst = (uint16_t)bits;
+    break;
+  case 4:
+    *(uint32_t *)dst = (uint32_t)bits;
+    break;
+  default:
+    *(uint64_t *)dst = bits;
+    break;
   }
 }
 
@@ -134,6 +143,22 @@ static inline mx_kview flatten_if_contiguous(const mx_kview *v) {
     f.strides[0] = 1;
   }
   return f;
+}
+
+/* A view whose elements fill one run of memory, row-major or channels-last,
+ * as 1-d [numel] with stride 1: the same elements, in memory order rather
+ * than the view's. Only for passes where each element's result depends on
+ * nothing but its value (unscale, histograms): channels-last weights and
+ * their gradients (mx_module_to_channels_last) take the dense path. */
+static inline mx_kview flatten_if_dense(const mx_kview *v) {
+  if (v->ndim == 4 && !mx__kview_is_contiguous(v) && mx__kview_is_channels_last(v)) {
+    mx_kview f = *v;
+    f.ndim = 1;
+    f.shape[0] = mx__kview_numel(v);
+    f.strides[0] = 1;
+    return f;
+  }
+  return flatten_if_contiguous(v);
 }
 
 /* An elementwise kernel's operands (one shape; broadcast ones with stride
@@ -186,7 +211,10 @@ MX_HD static inline int chunk_tensor_of(const int64_t *start, int n, int64_t i) 
   int lo = 0, hi = n - 1;
   while (lo < hi) {
     int mid = (lo + hi + 1) / 2;
-    if (start[mid] <= i) lo = mid; else hi = mid - 1;
+    if (start[mid] <= i)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   return lo;
 }
@@ -291,8 +319,7 @@ struct grid_pos {
 };
 
 /* op(i) for this thread's linear indices i in [0, n), grid-stride. */
-template <class Op>
-MX_HD static inline void grid_stride(const grid_pos &at, int64_t n, const Op &op) {
+template <class Op> MX_HD static inline void grid_stride(const grid_pos &at, int64_t n, const Op &op) {
   int64_t step = at.threads * at.blocks;
   for (int64_t i = at.block * at.threads + at.thread; i < n; i += step) op(i);
 }
@@ -328,11 +355,12 @@ static inline int64_t grid_blocks(int64_t n) {
 
 /* The block reduction's store of lane `lane`'s partial (see above). */
 template <unsigned LANES, class Body>
-MX_HD static inline void finish_lane(const Body &body, int64_t item, unsigned lane,
-                                     const typename Body::partial &all) {
+MX_HD static inline void finish_lane(const Body &body, int64_t item, unsigned lane, const typename Body::partial &all) {
   static_assert(LANES > 0 && (LANES & (LANES - 1)) == 0, "a block reduction's lanes are a power of two");
-  if constexpr (LANES == 1) body.finish(item, all);
-  else body.finish(item, lane, all);
+  if constexpr (LANES == 1)
+    body.finish(item, all);
+  else
+    body.finish(item, lane, all);
 }
 
 #ifdef MX_CUDA_HOST_GRID
@@ -349,14 +377,10 @@ __device__ static inline grid_pos device_pos() {
 }
 
 /* op carries its views (mx_kview) by value in the kernel's argument. */
-template <class Op>
-__global__ void elementwise_kernel(int64_t n, Op op) {
-  grid_stride(device_pos(), n, op);
-}
+template <class Op> __global__ void elementwise_kernel(int64_t n, Op op) { grid_stride(device_pos(), n, op); }
 
 /* op(i) for every linear index i in [0, n). */
-template <class Op>
-static inline mx_status launch_elementwise(const char *what, int64_t n, Op op) {
+template <class Op> static inline mx_status launch_elementwise(const char *what, int64_t n, Op op) {
   if (n <= 0) return MX_OK; /* an empty grid is an invalid configuration */
   elementwise_kernel<<<(unsigned)grid_blocks(n), THREADS_PER_BLOCK, 0, mx__cuda_stream()>>>(n, op);
   MX_CUDA_CHECK_LAUNCH(what);
@@ -365,10 +389,7 @@ static inline mx_status launch_elementwise(const char *what, int64_t n, Op op) {
 
 /* The body stays in the parameter space (__grid_constant__: no per-thread
  * copy of a large body, such as a multi-tensor chunk, for the indexing). */
-template <class Body>
-__global__ void thread_kernel(const __grid_constant__ Body body) {
-  body(device_pos());
-}
+template <class Body> __global__ void thread_kernel(const __grid_constant__ Body body) { body(device_pos()); }
 
 /* body(pos) on each thread of blocks x threads. */
 template <class Body>
@@ -380,8 +401,7 @@ static inline mx_status launch_threads(const char *what, int64_t blocks, int64_t
 
 /* Block b reduces items b, b + blocks, ...; threads a power of two of at
  * most MAX_THREADS and at least LANES. */
-template <unsigned MAX_THREADS, unsigned LANES, class Body>
-__global__ void block_reduce_kernel(Body body) {
+template <unsigned MAX_THREADS, unsigned LANES, class Body> __global__ void block_reduce_kernel(Body body) {
   __shared__ typename Body::partial parts[MAX_THREADS];
   for (int64_t item = blockIdx.x; item < body.items; item += gridDim.x) {
     parts[threadIdx.x] = body.thread_partial(item, threadIdx.x, blockDim.x);
@@ -403,8 +423,7 @@ static inline mx_status launch_block_reduce(const char *what, int64_t blocks, un
   return MX_OK;
 }
 
-template <class Body>
-__global__ void block_counts_kernel(const __grid_constant__ Body body) {
+template <class Body> __global__ void block_counts_kernel(const __grid_constant__ Body body) {
   __shared__ typename Body::shared s;
   grid_pos at = device_pos();
   body.clear(s, at);
@@ -446,10 +465,26 @@ static inline mx_status scratch_read(void *host, const void *p, size_t bytes) {
 template <template <mx_dtype> class Op, class Init>
 static mx_status launch_typed(const char *what, mx_dtype dtype, int64_t n, const Init &init) {
   switch (dtype) {
-  case MX_F32: { Op<MX_F32> op; init(op); return launch_elementwise(what, n, op); }
-  case MX_F64: { Op<MX_F64> op; init(op); return launch_elementwise(what, n, op); }
-  case MX_BF16: { Op<MX_BF16> op; init(op); return launch_elementwise(what, n, op); }
-  default: { Op<MX_F16> op; init(op); return launch_elementwise(what, n, op); }
+  case MX_F32: {
+    Op<MX_F32> op;
+    init(op);
+    return launch_elementwise(what, n, op);
+  }
+  case MX_F64: {
+    Op<MX_F64> op;
+    init(op);
+    return launch_elementwise(what, n, op);
+  }
+  case MX_BF16: {
+    Op<MX_BF16> op;
+    init(op);
+    return launch_elementwise(what, n, op);
+  }
+  default: {
+    Op<MX_F16> op;
+    init(op);
+    return launch_elementwise(what, n, op);
+  }
   }
 }
 

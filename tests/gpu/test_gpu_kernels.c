@@ -485,6 +485,37 @@ Test(gpu, indexing_matches_cpu) {
 
 /* --- the AMP kernels ------------------------------------------------------------------ */
 
+/* The dense float32 pass (every gradient float32 and one run of memory): a
+ * row-major gradient and a channels-last one, as a channels-last
+ * convolution's weight gradient lies, holding inf, NaN and subnormals. */
+Test(gpu, amp_unscale_dense_float32_channels_last_same_bits) {
+  require_gpu();
+  mx_scope *scope = mx_scope_begin();
+  mx_tensor *cpu[2] = {NULL}, *gpu[2] = {NULL};
+  mx_kview vc[2], vg[2];
+  for (int d = 0; d < 2; d++) {
+    mx_tensor *c = mx_reshape(awkward_tensor(MX_F32, 70 + (uint64_t)d), MX_SHAPE(2, 3, 7, 9));
+    cpu[d] = d ? mx_to_channels_last(c) : c;
+    gpu[d] = d ? mx_to_channels_last(to_cuda(c)) : to_cuda(c);
+    cr_assert(cpu[d] && gpu[d], "%s", mx_last_error());
+    vc[d] = mx__kview_of(cpu[d]);
+    vg[d] = mx__kview_of(gpu[d]);
+  }
+  cr_assert(!mx_is_contiguous(gpu[1]), "the second gradient is channels-last");
+  mx_tensor *scale_c = mx_scalar(3072.0, MX_F32, MX_CPU), *scale_g = to_cuda(scale_c);
+  mx_tensor *found_c = mx_scalar(0.0, MX_F32, MX_CPU), *found_g = to_cuda(found_c);
+  mx_tensor *stats_c = mx_zeros(MX_SHAPE(2, 3), MX_I64, MX_CPU), *stats_g = to_cuda(stats_c);
+  cr_assert_eq(mx__backend(MX_CPU)->amp_unscale(2, vc, mx__kview_of(scale_c).data, mx__kview_of(found_c).data,
+                                                mx__kview_of(stats_c).data), MX_OK, "%s", mx_last_error());
+  cr_assert_eq(mx__backend(MX_CUDA)->amp_unscale(2, vg, mx__kview_of(scale_g).data, mx__kview_of(found_g).data,
+                                                 mx__kview_of(stats_g).data), MX_OK, "%s", mx_last_error());
+  for (int d = 0; d < 2; d++) assert_identical(cpu[d], gpu[d], "amp_unscale");
+  assert_identical(found_c, found_g, "amp_unscale found_inf");
+  assert_identical(stats_c, stats_g, "amp_unscale counts");
+  cr_assert_eq(mx_item(found_c), 1.0, "the planted inf and NaN are found");
+  mx_scope_end(scope);
+}
+
 /* Check-and-unscale over gradients of each dtype it takes (one a strided
  * view), holding inf, NaN and subnormals, then four scale updates: the same
  * bits on both devices, found_inf and the per-gradient counts included. */

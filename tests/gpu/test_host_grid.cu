@@ -190,16 +190,18 @@ void test_indexing(rng &r) {
   }
 }
 
-/* n tensors of random shapes, dtypes from `dtypes`, in random layouts
- * (or, dense, all contiguous: a kernel's dense float32 path). */
+/* n tensors of random shapes (up to 4 dims), dtypes from `dtypes`, in
+ * random layouts (or, dense, each row-major or channels-last: a kernel's
+ * dense float32 path, which takes channels-last weights' gradients too). */
 static std::vector<host_tensor> tensor_list(int n, const mx_dtype *dtypes, int n_dtypes, value_kind kind, rng &r,
                                             bool dense = false) {
   std::vector<host_tensor> list;
   for (int t = 0; t < n; t++) {
-    int64_t shape[3];
-    int ndim = (int)r.range(0, 3);
-    random_shape(r, ndim, 9, 8, shape);
-    list.push_back(make_tensor(dtypes[r.range(0, n_dtypes - 1)], ndim, shape, dense ? CONTIGUOUS : out_layout(r), r));
+    int64_t shape[4];
+    int ndim = (int)r.range(0, 4);
+    random_shape(r, ndim, ndim == 4 ? 5 : 9, 8, shape);
+    layout how = dense ? (r.range(0, 1) ? CHANNELS_LAST : CONTIGUOUS) : out_layout(r);
+    list.push_back(make_tensor(dtypes[r.range(0, n_dtypes - 1)], ndim, shape, how, r));
     fill_values(list.back(), kind, r);
   }
   return list;
@@ -209,7 +211,7 @@ void test_amp(rng &r) {
   static const mx_dtype grad_dtypes[] = {MX_F32, MX_F64, MX_BF16};
   for (int round = 0; round < rounds(40); round++) {
     pick_grid_cap(r);
-    int n = (int)r.range(1, 45); /* past the 20 gradients of one launch */
+    int n = (int)r.range(1, 45);         /* past the 20 gradients of one launch */
     bool dense_f32 = r.range(0, 2) == 0; /* the kernel's float32 path: autocast's gradients */
     describe("amp_unscale of %d %sgradients", n, dense_f32 ? "dense float32 " : "");
     value_kind kind = r.range(0, 2) ? POSITIVE : AWKWARD;
@@ -234,11 +236,11 @@ void test_amp(rng &r) {
     for (int t = 0; t < hn; t++) va.push_back(a[t].v), vb.push_back(b[t].v);
     std::vector<int64_t> hist_a((size_t)2 * hn * MX_AMP_HIST_BINS, 3), hist_b = hist_a;
     found_a = found_b = 0;
-    check_status(cpu.amp_unscale_histogram(hn, va.data(), &scale, &found_a, with_stats ? stats_a.data() : NULL,
-                                           hist_a.data()),
-                 mx__cuda_amp_unscale_histogram(hn, vb.data(), &scale, &found_b, with_stats ? stats_b.data() : NULL,
-                                                hist_b.data()),
-                 "amp_unscale_histogram");
+    check_status(
+        cpu.amp_unscale_histogram(hn, va.data(), &scale, &found_a, with_stats ? stats_a.data() : NULL, hist_a.data()),
+        mx__cuda_amp_unscale_histogram(hn, vb.data(), &scale, &found_b, with_stats ? stats_b.data() : NULL,
+                                       hist_b.data()),
+        "amp_unscale_histogram");
     for (int t = 0; t < hn; t++) same_values(a[t], b[t], 0, 0, "amp_unscale_histogram");
     check(found_a == found_b, "amp_unscale_histogram found_inf: CPU %g, host grid %g", found_a, found_b);
     check(stats_a == stats_b, "amp_unscale_histogram statistics differ");
@@ -333,8 +335,7 @@ void test_optim(rng &r) {
     float found = r.range(0, 5) == 0 ? 1.0f : 0.0f, scale = 1024.0f;
     const float *found_inf = r.range(0, 1) ? &found : NULL, *grad_scale = r.range(0, 1) ? &scale : NULL;
     describe("%s over %d %sparameters, found_inf %s, grad_scale %s", adam ? "adam" : "sgd", n,
-             dense_f32 ? "dense float32 " : "",
-             found_inf ? (found ? "1" : "0") : "none", grad_scale ? "1024" : "none");
+             dense_f32 ? "dense float32 " : "", found_inf ? (found ? "1" : "0") : "none", grad_scale ? "1024" : "none");
     mx_status sa, sb;
     const void *h = adam ? (const void *)&adam_h : (const void *)&sgd;
     run_optim(adam, a, h, found_inf, grad_scale, false, &sa);
