@@ -34,8 +34,10 @@ MX_HD static inline double relu_grad(double g, double y) { return mx_relu_grad_f
  * rows have plane 1: a quotient by 1), and load and store D's storage
  * directly: a few dozen instructions an element where the general kernels'
  * 64-bit division, modulo and dtype switches on each load and store took
- * about 150, so that they were bound by instructions, not memory. The
- * general kernels take the rest. The arithmetic is the same in both, in T
+ * about 150, so that they were bound by instructions, not memory; and
+ * each thread loads UNROLL elements before it stores any (launch_unrolled),
+ * so that 16-bit data is not bound by memory latency. The general kernels
+ * take the rest. The arithmetic is the same in both, in T
  * (float, or double for float64), so are the bits. */
 
 /* Element i's channel in a contiguous (N, C, *) tensor, for i < 2^31. */
@@ -83,10 +85,17 @@ struct affine_typed_op {
   bool relu;
   const T *center, *scale, *shift; /* center NULL: zeros */
   channel_index channel;
-  MX_HD void operator()(int64_t at) const {
+  struct loaded {
+    typename V::storage x, mask;
+  };
+  MX_HD loaded load(int64_t i) const {
+    loaded v = {x[i], mask ? mask[i] : x[i]};
+    return v;
+  }
+  MX_HD void store(int64_t at, const loaded &in) const {
     uint32_t i = (uint32_t)at, c = channel.of(i);
-    T v = V::load(x[i]);
-    if (mask) v = relu_grad(v, V::load(mask[i]));
+    T v = V::load(in.x);
+    if (mask) v = relu_grad(v, V::load(in.mask));
     T m = center ? center[c] : (T)0;
     T r = (v - m) * scale[c] + shift[c];
     y[i] = relu ? V::store_relu(r) : V::store(r);
@@ -152,11 +161,18 @@ struct combine_typed_op {
   const typename V::storage *a, *b, *mask; /* mask NULL: none */
   const T *scale_a, *center_b, *scale_b, *shift;
   channel_index channel;
-  MX_HD void operator()(int64_t at) const {
+  struct loaded {
+    typename V::storage a, b, mask;
+  };
+  MX_HD loaded load(int64_t i) const {
+    loaded v = {a[i], b[i], mask ? mask[i] : a[i]};
+    return v;
+  }
+  MX_HD void store(int64_t at, const loaded &in) const {
     uint32_t i = (uint32_t)at, c = channel.of(i);
-    T g = V::load(a[i]);
-    if (mask) g = relu_grad(g, V::load(mask[i]));
-    T p = g * scale_a[c], q = (V::load(b[i]) - center_b[c]) * scale_b[c];
+    T g = V::load(in.a);
+    if (mask) g = relu_grad(g, V::load(in.mask));
+    T p = g * scale_a[c], q = (V::load(in.b) - center_b[c]) * scale_b[c];
     T r = (p + q) + shift[c];
     y[i] = V::store(r);
   }

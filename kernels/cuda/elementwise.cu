@@ -126,7 +126,8 @@ struct binary_op {
  * same float arithmetic as the generic ops; only the loads and stores are
  * typed (float_value: no dtype switch, no trip through double, so a
  * signalling NaN that a function passes through, such as MAXIMUM's, stays
- * signalling in a float32 output, as in the CPU's kernels). Binary
+ * signalling in a float32 output, as in the CPU's kernels), and a thread
+ * has UNROLL elements' loads in flight (launch_unrolled). Binary
  * comparisons (bool output) stay generic. */
 template <mx_dtype D>
 struct dense_unary_op {
@@ -136,9 +137,9 @@ struct dense_unary_op {
   int64_t in_step;
   int code;
   float a, b;
-  MX_HD void operator()(int64_t i) const {
-    out[i] = E::store(unary_value<float>(code, E::load(in[i * in_step]), a, b));
-  }
+  typedef typename E::storage loaded;
+  MX_HD loaded load(int64_t i) const { return in[i * in_step]; }
+  MX_HD void store(int64_t i, const loaded &v) const { out[i] = E::store(unary_value<float>(code, E::load(v), a, b)); }
 };
 
 template <mx_dtype D>
@@ -149,8 +150,15 @@ struct dense_binary_op {
   int64_t x_step, y_step;
   int code;
   float alpha;
-  MX_HD void operator()(int64_t i) const {
-    out[i] = E::store(binary_value<float>(code, E::load(x[i * x_step]), E::load(y[i * y_step]), alpha));
+  struct loaded {
+    typename E::storage x, y;
+  };
+  MX_HD loaded load(int64_t i) const {
+    loaded v = {x[i * x_step], y[i * y_step]};
+    return v;
+  }
+  MX_HD void store(int64_t i, const loaded &in) const {
+    out[i] = E::store(binary_value<float>(code, E::load(in.x), E::load(in.y), alpha));
   }
 };
 
@@ -179,7 +187,7 @@ mx_status mx__cuda_unary(int code, const mx_kview *out, const mx_kview *in, doub
       op.in_step = in_step;
       op.code = code;
       op.a = (float)a, op.b = (float)b;
-      return launch_elementwise("launch of kernel unary", mx__kview_numel(out), op);
+      return launch_unrolled("launch of kernel unary", mx__kview_numel(out), op);
     });
   auto launch = [&](auto zero) {
     using T = decltype(zero);
@@ -213,7 +221,7 @@ mx_status mx__cuda_binary(int code, const mx_kview *out, const mx_kview *x, cons
       op.x_step = x_step, op.y_step = y_step;
       op.code = code;
       op.alpha = (float)alpha;
-      return launch_elementwise("launch of kernel binary", mx__kview_numel(out), op);
+      return launch_unrolled("launch of kernel binary", mx__kview_numel(out), op);
     });
   auto launch = [&](auto zero) {
     using T = decltype(zero);

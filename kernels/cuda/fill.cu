@@ -54,9 +54,11 @@ struct dense_convert_op {
   typename float_value<OUT>::storage *out;
   const typename float_value<SRC>::storage *src;
   int64_t src_step;
-  MX_HD void operator()(int64_t i) const {
-    if constexpr (OUT == SRC) out[i] = src[i * src_step];
-    else out[i] = float_value<OUT>::store(float_value<SRC>::load(src[i * src_step]));
+  typedef typename float_value<SRC>::storage loaded;
+  MX_HD loaded load(int64_t i) const { return src[i * src_step]; }
+  MX_HD void store(int64_t i, const loaded &v) const {
+    if constexpr (OUT == SRC) out[i] = v;
+    else out[i] = float_value<OUT>::store(float_value<SRC>::load(v));
   }
 };
 
@@ -71,7 +73,7 @@ mx_status mx__cuda_convert(const mx_kview *out, const mx_kview *src) {
         op.out = (decltype(op.out))v[0].data;
         op.src = (decltype(op.src))v[1].data;
         op.src_step = src_step;
-        return launch_elementwise("launch of kernel convert", n, op);
+        return launch_unrolled("launch of kernel convert", n, op);
       });
     });
   convert_op op;
