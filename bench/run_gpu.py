@@ -226,7 +226,8 @@ def bench(args, budget, log, configs=None, numerics=(), reserve_first_round=Fals
     numerics: train_step's cuDNN flags, on both sides. reserve_first_round: the sanitizers' reserve is kept
     from the first round on (else from the second), so a later, optional table never eats into it."""
     configs = configs or [(m, a, b) for m, b in CONFIGS for a in AMPS]
-    results = {c: {"mixgrad": [], "pytorch": [], "errors": [], "notes": set()} for c in configs}
+    results = {c: {"mixgrad": [], "pytorch": [], "host": {"mixgrad": [], "pytorch": []}, "errors": [],
+                   "notes": set()} for c in configs}
     rounds_done = 0
     for r in range(args.rounds):
         # a quick run's one round leaves the sanitizers their share too, process by process
@@ -246,6 +247,7 @@ def bench(args, budget, log, configs=None, numerics=(), reserve_first_round=Fals
                     results[c]["errors"].append(f"{impl}: {mismatch}; its times left out")
                 elif "times_ms" in res:
                     results[c][impl].extend(res["times_ms"])
+                    results[c]["host"][impl].extend(res.get("host_ms", []))
                     if impl == "pytorch":
                         results[c]["notes"].add(f"PyTorch {res.get('version', '?')}")
                 elif "skipped" in res:
@@ -322,6 +324,10 @@ def stats(times):
 
 def fmt_ms(s):
     return f"{s['median']:.3f} ({s['p10']:.3f}-{s['p90']:.3f})" if s else "-"
+
+
+def fmt_median(s):
+    return f"{s['median']:.3f}" if s else "-"
 
 
 PYTORCH_NUMERICS_TEXT = (
@@ -468,9 +474,13 @@ def report(args, facts, tests, timing, memcheck, racecheck, elapsed, extra=None,
                 "synchronisation. Milliseconds: median (p10-p90) of the pooled steps. Target (issue #32): "
                 f"mixgrad/PyTorch <= {STEP_TARGET}. Both sides run mixgrad's cuDNN numerics: float32 convolutions "
                 "in exact float32 (no TF32) and deterministic algorithms only (`torch.backends.cudnn.allow_tf32 = "
-                "False`, `deterministic = True`; the next table has PyTorch's defaults).", "",
-                "| model | batch | amp | mixgrad ms | PyTorch ms | mixgrad/PyTorch | target |",
-                "|---|---|---|---|---|---|---|"]
+                "False`, `deterministic = True`; the next table has PyTorch's defaults). Host ms: the median time "
+                "a step took to be queued, before its closing synchronisation (`host_ms`): near the step's own, "
+                "the host bounds the step (or a synchronisation inside it waits for the device); well below it, "
+                "the device does.", "",
+                "| model | batch | amp | mixgrad ms | PyTorch ms | mixgrad/PyTorch | target | mixgrad host ms | "
+                "PyTorch host ms |",
+                "|---|---|---|---|---|---|---|---|---|"]
         med = {}
         notes = set()
         for (model, amp, batch), r in timing["results"].items():
@@ -478,8 +488,9 @@ def report(args, facts, tests, timing, memcheck, racecheck, elapsed, extra=None,
             med[(model, amp)] = (m and m["median"], p and p["median"])
             ratio = m["median"] / p["median"] if m and p else None
             verdict = "" if ratio is None else ("PASS" if ratio <= STEP_TARGET else "MISS")
+            host = [fmt_median(stats(r["host"][impl])) for impl in ("mixgrad", "pytorch")]
             out.append(f"| {model} | {batch} | {amp} | {fmt_ms(m)} | {fmt_ms(p)} | "
-                       f"{'-' if ratio is None else f'{ratio:.2f}'} | {verdict} |")
+                       f"{'-' if ratio is None else f'{ratio:.2f}'} | {verdict} | {host[0]} | {host[1]} |")
             notes |= r["notes"]
             for e in r["errors"]:
                 notes.add(f"{model} {amp}: {e}")

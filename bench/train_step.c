@@ -33,12 +33,18 @@
  * difference. Separate processes cannot show it: on a GPU machine one
  * process's median step differs from the next one's by up to 30%
  * (bench/GPU.md), far more than the 2% being measured.
+ * "host_ms" times each timed step (with the GradScaler, under
+ * --scaler-share) up to its closing synchronisation: the host's part. On a
+ * GPU a step whose host part is near its whole time is bound by the host
+ * (or waits for the device inside the step); one well below it, by the
+ * device. On the CPU the two are the same.
  * The result is one JSON line on stdout:
  *
  *     {"impl":"mixgrad","model":"cnn","amp":"bf16","device":"cpu","batch":128,"threads":2,"warmup":5,
  *      "channels_last":false,"cudnn_tf32":false,"cudnn_deterministic":true,"cudnn_benchmark":false,
  *      "scaler":false,
- *      "times_ms":[...one per timed step...],["times_without_scaler_ms":[...],]"peak_rss_kb":...,"base_rss_kb":...,
+ *      "times_ms":[...one per timed step...],"host_ms":[...],["times_without_scaler_ms":[...],]
+ *      "peak_rss_kb":...,"base_rss_kb":...,
  *      "graph_bytes":...,"forward_bytes":...,"params":...,"version":"0.1.0"}
  *
  * and a one-line summary on stderr for people.
@@ -129,7 +135,9 @@ static mx_status backward_step(bench_state *b, mx_scaler *scaler, mx_tensor *los
   return st == MX_OK ? mx_scaler_update(scaler) : st;
 }
 
-static mx_status train_step(bench_state *b, mx_scaler *scaler) {
+/* A step; *host_ms (NULL: not wanted) its time from start_ms until the
+ * host has queued all of it, before the closing synchronisation. */
+static mx_status train_step(bench_state *b, mx_scaler *scaler, double start_ms, double *host_ms) {
   mx_scope *s = mx_scope_begin();
   mx_status st = mx_optimizer_zero_grad(b->opt, true);
   if (st == MX_OK) {
@@ -137,6 +145,7 @@ static mx_status train_step(bench_state *b, mx_scaler *scaler) {
     st = loss ? backward_step(b, scaler, loss) : mx_last_status();
   }
   mx_scope_end(s);
+  if (host_ms) *host_ms = bench_now_ms() - start_ms;
   return st == MX_OK ? mx_synchronize(b->device) : st;
 }
 
@@ -209,8 +218,8 @@ static void free_state(bench_state *b) {
   mx_module_free(b->net);
 }
 
-static void print_result(const bench_state *b, const options *o, const double *times, const double *times_without,
-                         long base_rss_kb, int64_t graph_bytes, int64_t forward_bytes) {
+static void print_result(const bench_state *b, const options *o, const double *times, const double *host_times,
+                         const double *times_without, long base_rss_kb, int64_t graph_bytes, int64_t forward_bytes) {
   printf("{\"impl\":\"mixgrad\",\"model\":\"%s\",\"amp\":\"%s\",\"device\":\"%s\",\"batch\":%lld,\"threads\":%d,"
          "\"warmup\":%lld,\"channels_last\":%s,\"cudnn_tf32\":%s,\"cudnn_deterministic\":%s,"
          "\"cudnn_benchmark\":%s,\"scaler\":%s,",
@@ -219,6 +228,8 @@ static void print_result(const bench_state *b, const options *o, const double *t
          mx_cudnn_deterministic() ? "true" : "false", mx_cudnn_benchmark() ? "true" : "false",
          b->scaler ? "true" : "false");
   bench_json_doubles(stdout, "times_ms", times, (int)o->repeat);
+  putchar(',');
+  bench_json_doubles(stdout, "host_ms", host_times, (int)o->repeat);
   if (o->scaler_share) {
     putchar(',');
     bench_json_doubles(stdout, "times_without_scaler_ms", times_without, (int)o->repeat);
@@ -247,10 +258,11 @@ static bool loop_done(const options *o, int64_t done, int64_t count, int64_t lea
  * caps a slow configuration's process: warm-up stops after a quarter of
  * it (one step at least), timing after all of it (three steps at least),
  * as in train_step.py. */
-/* One timed step, with the GradScaler or without it; its time in *ms. */
-static mx_status timed_step(bench_state *b, mx_scaler *scaler, double *ms) {
+/* One timed step, with the GradScaler or without it; its time in *ms, its
+ * host's part in *host_ms (NULL: not wanted). */
+static mx_status timed_step(bench_state *b, mx_scaler *scaler, double *ms, double *host_ms) {
   double t0 = bench_now_ms();
-  mx_status st = train_step(b, scaler);
+  mx_status st = train_step(b, scaler, t0, host_ms);
   *ms = bench_now_ms() - t0;
   return st;
 }
@@ -258,35 +270,34 @@ static mx_status timed_step(bench_state *b, mx_scaler *scaler, double *ms) {
 /* A timed iteration: one step, or with --scaler-share a pair, the one with
  * the GradScaler first in even iterations and second in odd ones, so
  * neither kind always follows the other. */
-static mx_status timed_iteration(bench_state *b, const options *o, int64_t i, double *with, double *without) {
-  if (!o->scaler_share) return timed_step(b, b->scaler, with);
+static mx_status timed_iteration(bench_state *b, const options *o, int64_t i, double *with, double *host,
+                                 double *without) {
+  if (!o->scaler_share) return timed_step(b, b->scaler, with, host);
   bool scaler_first = i % 2 == 0;
-  mx_status st = scaler_first ? timed_step(b, b->scaler, with) : timed_step(b, NULL, without);
+  mx_status st = scaler_first ? timed_step(b, b->scaler, with, host) : timed_step(b, NULL, without, NULL);
   if (st != MX_OK) return st;
-  return scaler_first ? timed_step(b, NULL, without) : timed_step(b, b->scaler, with);
+  return scaler_first ? timed_step(b, NULL, without, NULL) : timed_step(b, b->scaler, with, host);
 }
 
 static int run(bench_state *b, options *o, long base_rss_kb) {
   double *times = malloc((size_t)o->repeat * sizeof *times);
+  double *host_times = malloc((size_t)o->repeat * sizeof *host_times);
   double *times_without = malloc((size_t)o->repeat * sizeof *times_without);
-  if (!times || !times_without) {
-    free(times);
-    free(times_without);
-    return fail("out of memory");
-  }
-  int rc = 0;
+  int rc = times && host_times && times_without ? 0 : fail("out of memory");
   double start = bench_now_ms(), unused;
   for (int64_t i = 0; rc == 0 && !loop_done(o, i, o->warmup, 1, 0.25, start); i++)
-    if (timed_iteration(b, o, i, &unused, &unused) != MX_OK) rc = fail("warm-up step");
+    if (timed_iteration(b, o, i, &unused, NULL, &unused) != MX_OK) rc = fail("warm-up step");
   start = bench_now_ms();
   int64_t timed = 0;
   for (; rc == 0 && !loop_done(o, timed, o->repeat, 3, 1.0, start); timed++)
-    if (timed_iteration(b, o, timed, &times[timed], &times_without[timed]) != MX_OK) rc = fail("timed step");
+    if (timed_iteration(b, o, timed, &times[timed], &host_times[timed], &times_without[timed]) != MX_OK)
+      rc = fail("timed step");
   o->repeat = timed;
   int64_t graph_bytes = 0, forward_bytes = 0;
   if (rc == 0 && measure_graph(b, &graph_bytes, &forward_bytes) != MX_OK) rc = fail("measuring step");
-  if (rc == 0) print_result(b, o, times, times_without, base_rss_kb, graph_bytes, forward_bytes);
+  if (rc == 0) print_result(b, o, times, host_times, times_without, base_rss_kb, graph_bytes, forward_bytes);
   free(times);
+  free(host_times);
   free(times_without);
   return rc;
 }

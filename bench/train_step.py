@@ -11,7 +11,8 @@ The same models, optimizers, step and JSON line as the C program: a step is
 zero_grad(set_to_none=True), forward under torch.autocast, cross-entropy,
 backward, optimizer step, on one random batch; on CUDA, f16 goes through a
 GradScaler as mixgrad's does, and each step ends with torch.cuda.synchronize()
-as mixgrad's ends with mx_synchronize. Threads:
+as mixgrad's ends with mx_synchronize; "host_ms" times each step up to that
+synchronisation, as train_step.c's does. Threads:
 torch.set_num_threads(OMP_NUM_THREADS, default 2), since torch's own default
 on these machines is 1. Where CPU autocast has no float16 (PyTorch 1.13),
 --amp f16 on the CPU prints a line with "skipped" and times nothing.
@@ -142,10 +143,13 @@ class Bench:
             self.scaler.update()
 
     def step(self):
+        """A step; the time the host took to queue it (perf_counter's), before the closing synchronisation."""
         self.opt.zero_grad(set_to_none=True)
         self.backward_step(self.forward_loss())
+        queued = time.perf_counter()
         if self.device == "cuda":
             torch.cuda.synchronize()
+        return queued
 
     def measure_graph(self):
         """One more step, untimed: the bytes of the unique storages autograd
@@ -187,14 +191,15 @@ def run(args, base_rss_kb):
     while not loop_done(args, done, args.warmup, 1, 0.25, start):
         b.step()
         done += 1
-    times = []
+    times, host = [], []
     start = time.perf_counter()
     while not loop_done(args, len(times), args.repeat, 3, 1.0, start):
         t0 = time.perf_counter()
-        b.step()
+        queued = b.step()
         times.append((time.perf_counter() - t0) * 1e3)
+        host.append((queued - t0) * 1e3)
     graph_bytes = b.measure_graph()
-    return {"times_ms": [round(t, 6) for t in times],
+    return {"times_ms": [round(t, 6) for t in times], "host_ms": [round(t, 6) for t in host],
             "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
             "base_rss_kb": base_rss_kb, "graph_bytes": graph_bytes,
             "params": sum(p.numel() for p in b.net.parameters())}
