@@ -156,6 +156,32 @@ Test(gpu, to_dtype_every_16bit_pattern) {
   }
 }
 
+/* float32 to float16 where rounding decides: each finite float16 value,
+ * the midpoint between it and the next (a tie: to even), and the float32
+ * values either side of that midpoint, both signs; past 65504 the
+ * midpoint 65520 and its neighbours (to inf or not), and the subnormals'
+ * ties down to half the smallest one (to zero). The device converts
+ * with its own instruction (kernels/math.h), the CPU in code. */
+Test(gpu, to_dtype_float32_at_every_float16_rounding_edge) {
+  require_gpu();
+  enum { PER = 4, N = 2 * 0x7c00 * PER };
+  static float values[N];
+  int n = 0;
+  for (int sign = 0; sign < 2; sign++)
+    for (uint32_t h = 0; h < 0x7c00; h++) { /* every finite magnitude; 0x7bff's next is inf's place, 65536 */
+      float low = mx_f16_to_f32((uint16_t)h);
+      float high = h + 1 < 0x7c00 ? mx_f16_to_f32((uint16_t)(h + 1)) : 65536.0f;
+      float mid = low + (high - low) / 2; /* exact: float16's 11 bits fit float32's 24 */
+      float edge[PER] = {low, mid, nextafterf(mid, 0.0f), nextafterf(mid, INFINITY)};
+      for (int k = 0; k < PER; k++) values[n++] = sign ? -edge[k] : edge[k];
+    }
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *c = mx_from_data(values, MX_SHAPE(n), MX_F32, MX_CPU);
+  cr_assert_not_null(c, "%s", mx_last_error());
+  assert_identical(mx_to_dtype(c, MX_F16), mx_to_dtype(to_cuda(c), MX_F16), "float32 -> float16 at rounding edges");
+  mx_scope_end(s);
+}
+
 /* --- strided views made contiguous ----------------------------------------------------- */
 
 typedef mx_tensor *(*view_fn)(const mx_tensor *t);
