@@ -33,21 +33,7 @@ MX_HD static inline float mx_bits_f32(uint32_t u) {
 
 /* --- float16 (IEEE 754 binary16), round to nearest even ------------------ */
 
-/* On a GPU both conversions take the hardware's instruction (PTX cvt, no
- * flush to zero: this build passes no -ftz) for every value but NaN: IEEE
- * 754 defines one result for each, so the bits are the same, and the code
- * below widens a float16 zero or subnormal on another branch than its
- * neighbours, which a warp of ReLU's outputs takes both ways. A NaN keeps
- * the code below, which keeps its payload as the CPU's F16C does. */
-
 MX_HD static inline uint16_t mx_f32_to_f16(float f) {
-#ifdef __CUDA_ARCH__
-  if ((mx_f32_bits(f) & 0x7fffffffu) <= 0x7f800000u) {
-    unsigned short h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-  }
-#endif
   uint32_t x = mx_f32_bits(f);
   uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
   uint32_t a = x & 0x7fffffffu;
@@ -73,13 +59,6 @@ MX_HD static inline uint16_t mx_f32_to_f16(float f) {
 }
 
 MX_HD static inline float mx_f16_to_f32(uint16_t h) {
-#ifdef __CUDA_ARCH__
-  if ((h & 0x7c00u) != 0x7c00u) { /* neither inf nor NaN */
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)h));
-    return f;
-  }
-#endif
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
   uint32_t exponent = (h >> 10) & 0x1fu;
   uint32_t mantissa = h & 0x3ffu;

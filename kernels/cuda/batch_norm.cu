@@ -312,7 +312,7 @@ MX_HD static inline void load_group(const mx_kview &v, const int64_t *k, T *out)
   case MX_F16:
     for (int u = 0; u < SUMS_GROUP; u++) bits[u] = ((const uint16_t *)v.data)[k[u]];
     for (int u = 0; u < SUMS_GROUP; u++)
-      out[u] = (T)(v.dtype == MX_BF16 ? mx_bf16_to_f32(bits[u]) : mx_f16_to_f32(bits[u]));
+      out[u] = (T)(v.dtype == MX_BF16 ? mx_bf16_to_f32(bits[u]) : f16_to_f32(bits[u]));
     break;
   default:
     for (int u = 0; u < SUMS_GROUP; u++)

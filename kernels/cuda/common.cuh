@@ -252,6 +252,34 @@ static inline divider divider_of(int64_t d) {
  * a compute value r they store what those store given (double)r, since
  * (float)(double)r is r. A kernel templated on the dtype loads and stores
  * its values directly, without mx_element_load's switch per element. */
+/* float16 conversions: on the device the hardware's cvt (no flush to zero:
+ * this build passes no -ftz) for every value but NaN, kernels/math.h's
+ * code otherwise. IEEE 754 defines one result for each value, so the bits
+ * are math.h's; its code widens a zero or subnormal on another branch than
+ * its neighbours, which a warp of ReLU's outputs takes both ways. A NaN
+ * keeps math.h's code, which keeps its payload as the CPU's F16C does. */
+MX_HD static inline float f16_to_f32(uint16_t h) {
+#ifdef __CUDA_ARCH__
+  if ((h & 0x7c00u) != 0x7c00u) { /* neither inf nor NaN */
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)h));
+    return f;
+  }
+#endif
+  return mx_f16_to_f32(h);
+}
+
+MX_HD static inline uint16_t f32_to_f16(float f) {
+#ifdef __CUDA_ARCH__
+  if ((mx_f32_bits(f) & 0x7fffffffu) <= 0x7f800000u) { /* not NaN */
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+  }
+#endif
+  return mx_f32_to_f16(f);
+}
+
 template <mx_dtype D> struct float_value;
 template <> struct float_value<MX_F32> {
   typedef float storage, compute;
@@ -275,9 +303,9 @@ template <> struct float_value<MX_BF16> {
 template <> struct float_value<MX_F16> {
   typedef uint16_t storage;
   typedef float compute;
-  MX_HD static float load(uint16_t v) { return mx_f16_to_f32(v); }
-  MX_HD static uint16_t store(float v) { return mx_f32_to_f16(v); }
-  MX_HD static uint16_t store_relu(float v) { return mx_relu_half_bits(mx_f32_to_f16(v), false); }
+  MX_HD static float load(uint16_t v) { return f16_to_f32(v); }
+  MX_HD static uint16_t store(float v) { return f32_to_f16(v); }
+  MX_HD static uint16_t store_relu(float v) { return mx_relu_half_bits(f32_to_f16(v), false); }
 };
 
 /* --- atomics: one thread at a time on the host grid, so plain there ------------------ */

@@ -161,7 +161,7 @@ Test(gpu, to_dtype_every_16bit_pattern) {
  * values either side of that midpoint, both signs; past 65504 the
  * midpoint 65520 and its neighbours (to inf or not), and the subnormals'
  * ties down to half the smallest one (to zero). The device converts
- * with its own instruction (kernels/math.h), the CPU in code. */
+ * with its own instruction (kernels/cuda/common.cuh), the CPU in code. */
 Test(gpu, to_dtype_float32_at_every_float16_rounding_edge) {
   require_gpu();
   enum { PER = 4, N = 2 * 0x7c00 * PER };
