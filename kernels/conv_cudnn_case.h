@@ -105,12 +105,45 @@ static inline bool mx_cudnn_conv_case_of(mx_conv_kind kind, const mx_kview *x, c
  * CUDNN_FMA_MATH when allow_tf32 is off). */
 static inline bool mx_cudnn_fma_only(const mx_cudnn_conv_case *c) { return c->dtype == MX_F32 && !c->allow_tf32; }
 
+/* Whether the case is one where cuDNN's legacy heuristics misrank Winograd:
+ * float32 on FMA arithmetic, ranked by the heuristics (not timed), a 2-d
+ * 3x3 filter at stride 1 and dilation 1, one group. There the
+ * non-fused Winograd algorithm was the fastest deterministic one in each
+ * direction at every ResNet-9 geometry an H200 timed, but the 3-channel
+ * first layer's forward and weight gradient, and never slower than the
+ * heuristics' pick (up to 8.8x faster: bench/cudnn_rank, bench/NOTES.md
+ * round 29), yet the heuristics rank it low or last. PyTorch's default (cuDNN's v8
+ * heuristics) takes Winograd there. */
+static inline bool mx_cudnn_prefers_winograd(const mx_cudnn_conv_case *c) {
+  if (!mx_cudnn_fma_only(c) || c->benchmark || c->nd != 4 || c->groups != 1) return false;
+  if (c->w[2] != 3 || c->w[3] != 3) return false;
+  for (int j = 0; j < 2; j++)
+    if (c->stride[j] != 1 || c->dil[j] != 1) return false;
+  return true;
+}
+
+/* Whether the case runs on row-major (NCHW) copies of its channels-last
+ * activations: where Winograd is preferred, since cuDNN offers it (and FFT)
+ * for NCHW only. Its NHWC float32 algorithms, implicit GEMMs, took 2.1x
+ * the NCHW Winograd time over ResNet-9's geometries on an H200 (7.0 ms
+ * against 3.4 for one of each; bench/NOTES.md round 29), far more than the
+ * copies, which move each activation once more. */
+static inline bool mx_cudnn_runs_in_nchw(const mx_cudnn_conv_case *c) {
+  return mx_cudnn_prefers_winograd(c) && c->x_channels_last && c->y_channels_last;
+}
+
 /* Which of cuDNN's n ranked answers to take (ranked by its heuristics, or
  * by the time each took under mx_set_cudnn_benchmark), given which are
- * usable (ran their check, fit the workspace cap) and which deterministic: while the
- * case is deterministic, the first usable deterministic one, else (none,
- * or determinism off) the first usable one; -1 when none is. */
-static inline int mx_cudnn_pick(const mx_cudnn_conv_case *c, int n, const bool *usable, const bool *deterministic) {
+ * usable (ran their check, fit the workspace cap), which deterministic and
+ * which the non-fused Winograd algorithm: while the case is deterministic,
+ * the first usable deterministic one, else (none, or determinism off) the
+ * first usable one; -1 when none is. Where mx_cudnn_prefers_winograd, a
+ * usable Winograd answer (deterministic, while the case is) comes first. */
+static inline int mx_cudnn_pick(const mx_cudnn_conv_case *c, int n, const bool *usable, const bool *deterministic,
+                                const bool *winograd) {
+  if (mx_cudnn_prefers_winograd(c))
+    for (int i = 0; i < n; i++)
+      if (usable[i] && winograd[i] && (!c->deterministic || deterministic[i])) return i;
   int first = -1;
   for (int i = 0; i < n; i++) {
     if (!usable[i]) continue;

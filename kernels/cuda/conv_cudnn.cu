@@ -11,7 +11,9 @@
  * accumulation and one rounding of the result. Among cuDNN's ranked
  * algorithms that fit, the first deterministic one is taken while
  * determinism is on (the default), so a run repeats its own bits as the
- * CPU's does, else the first. cuDNN ranks them by its heuristics, or, under
+ * CPU's does, else the first; but a float32 3x3 convolution on FMA takes
+ * the non-fused Winograd algorithm where cuDNN offers it, which its legacy
+ * heuristics misrank (mx_cudnn_prefers_winograd). cuDNN ranks them by its heuristics, or, under
  * mx_set_cudnn_benchmark, by timing each on the operands (as PyTorch's
  * torch.backends.cudnn.benchmark). The settings are part of the case, the
  * key an algorithm is remembered by. 1-d convolutions run as 2-d ones of
@@ -161,15 +163,24 @@ static void cache_add(const mx_cudnn_conv_case *c, const algo_choice *v) {
  * their check and fit in `workspace` bytes), with its math type, or FMA for
  * float32 without TF32 whatever the answer says; -1 when none. n: the
  * answers cuDNN returned, at most the N asked for. */
+static bool is_winograd(cudnnConvolutionFwdAlgo_t a) { return a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED; }
+static bool is_winograd(cudnnConvolutionBwdDataAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+}
+static bool is_winograd(cudnnConvolutionBwdFilterAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
 template <class Perf, size_t N>
 static int pick(const Perf (&perf)[N], int n, const mx_cudnn_conv_case *c, size_t workspace, algo_choice *out) {
-  bool usable[N], deterministic[N];
+  bool usable[N], deterministic[N], winograd[N];
   n = n < (int)N ? n : (int)N;
   for (int i = 0; i < n; i++) {
     usable[i] = perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= workspace;
     deterministic[i] = perf[i].determinism == CUDNN_DETERMINISTIC;
+    winograd[i] = is_winograd(perf[i].algo);
   }
-  int chosen = mx_cudnn_pick(c, n, usable, deterministic);
+  int chosen = mx_cudnn_pick(c, n, usable, deterministic, winograd);
   if (chosen >= 0) {
     out->algo = (int)perf[chosen].algo;
     out->math = mx_cudnn_fma_only(c) ? CUDNN_FMA_MATH : perf[chosen].mathType;
@@ -341,11 +352,44 @@ static mx_status run(cudnnHandle_t h, const mx_cudnn_conv_case *c, descriptors *
   return freed != MX_OK ? freed : freed_filter;
 }
 
+/* A row-major view with v's shape and dtype over data. */
+static mx_kview row_major_twin(const mx_kview *v, void *data) {
+  mx_kview t = *v;
+  t.data = data;
+  t.strides[t.ndim - 1] = 1;
+  for (int d = t.ndim - 2; d >= 0; d--) t.strides[d] = t.strides[d + 1] * t.shape[d + 1];
+  return t;
+}
+
+/* The convolution on row-major copies of its channels-last x and y
+ * (mx_cudnn_runs_in_nchw): the operands it reads are copied in (x for the
+ * forward and the weight's gradient, y's gradient for both backwards), the
+ * one it writes copied out; the filter follows x's layout as ever. */
+static mx_status conv_in_nchw(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, const mx_kview *y,
+                              const mx_conv_params *p, bool *declined) {
+  cudaStream_t stream = mx__cuda_stream();
+  void *xd = NULL, *yd = NULL;
+  size_t x_bytes = (size_t)mx__kview_numel(x) * mx_dtype_size(x->dtype);
+  size_t y_bytes = (size_t)mx__kview_numel(y) * mx_dtype_size(y->dtype);
+  mx_status st = MX_CUDA_STATUS(cudaMallocAsync(&xd, x_bytes, stream));
+  if (st == MX_OK) st = MX_CUDA_STATUS(cudaMallocAsync(&yd, y_bytes, stream));
+  mx_kview xs = row_major_twin(x, xd), ys = row_major_twin(y, yd);
+  if (st == MX_OK && kind != MX_CONV_BACKWARD_DATA) st = mx__cuda_convert(&xs, x);
+  if (st == MX_OK && kind != MX_CONV_FORWARD) st = mx__cuda_convert(&ys, y);
+  if (st == MX_OK) st = mx__cudnn_conv(kind, &xs, w, &ys, p, declined); /* declined: nothing written */
+  if (st == MX_OK && !*declined && kind == MX_CONV_FORWARD) st = mx__cuda_convert(y, &ys);
+  if (st == MX_OK && !*declined && kind == MX_CONV_BACKWARD_DATA) st = mx__cuda_convert(x, &xs);
+  mx_status freed_x = xd ? MX_CUDA_STATUS(cudaFreeAsync(xd, stream)) : MX_OK;
+  mx_status freed_y = yd ? MX_CUDA_STATUS(cudaFreeAsync(yd, stream)) : MX_OK;
+  return st != MX_OK ? st : freed_x != MX_OK ? freed_x : freed_y;
+}
+
 mx_status mx__cudnn_conv(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, const mx_kview *y,
                          const mx_conv_params *p, bool *declined) {
   mx_cudnn_conv_case c;
   *declined = !mx_cudnn_conv_case_of(kind, x, w, y, p, &c);
   if (*declined) return MX_OK;
+  if (mx_cudnn_runs_in_nchw(&c)) return conv_in_nchw(kind, x, w, y, p, declined);
   cudnnHandle_t h = NULL;
   MX__RETURN_IF_FAILED(dnn_handle(&h));
   descriptors d;

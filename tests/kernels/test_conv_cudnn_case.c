@@ -201,15 +201,82 @@ Test(conv_cudnn_case, the_pick_honours_the_determinism) {
   mx_cudnn_conv_case c;
   memset(&c, 0, sizeof c);
   bool usable[5] = {false, true, true, true, true}, deterministic[5] = {true, false, false, true, true};
+  bool no_winograd[5] = {false};
   c.deterministic = 1;
-  cr_expect_eq(mx_cudnn_pick(&c, 5, usable, deterministic), 3, "the first usable deterministic answer");
-  cr_expect_eq(mx_cudnn_pick(&c, 3, usable, deterministic), 1, "none deterministic: the first usable one");
+  cr_expect_eq(mx_cudnn_pick(&c, 5, usable, deterministic, no_winograd), 3, "the first usable deterministic answer");
+  cr_expect_eq(mx_cudnn_pick(&c, 3, usable, deterministic, no_winograd), 1, "none deterministic: the first usable one");
   c.deterministic = 0;
-  cr_expect_eq(mx_cudnn_pick(&c, 5, usable, deterministic), 1, "the first usable answer, deterministic or not");
+  cr_expect_eq(mx_cudnn_pick(&c, 5, usable, deterministic, no_winograd), 1, "the first usable answer, deterministic or not");
   bool none[2] = {false, false};
-  cr_expect_eq(mx_cudnn_pick(&c, 2, none, deterministic), -1, "nothing usable");
+  cr_expect_eq(mx_cudnn_pick(&c, 2, none, deterministic, no_winograd), -1, "nothing usable");
   c.deterministic = 1;
-  cr_expect_eq(mx_cudnn_pick(&c, 2, none, deterministic), -1, "nothing usable");
+  cr_expect_eq(mx_cudnn_pick(&c, 2, none, deterministic, no_winograd), -1, "nothing usable");
+}
+
+/* A float32 3x3 convolution at stride 1 on FMA, ranked by the heuristics,
+ * takes the usable (and, while deterministic, deterministic) Winograd
+ * answer wherever the heuristics rank it; any other case keeps their order. */
+Test(conv_cudnn_case, a_float32_3x3_convolution_prefers_winograd) {
+  mx_kview x = shape_view(MX_F32, 4, (int64_t[]){2, 4, 6, 6}), w = shape_view(MX_F32, 4, (int64_t[]){8, 4, 3, 3}),
+           y = shape_view(MX_F32, 4, (int64_t[]){2, 8, 6, 6});
+  mx_conv_params p = params(2, 1, 1, 1, 1);
+  mx_cudnn_conv_case c;
+  cr_assert(mx_cudnn_conv_case_of(MX_CONV_BACKWARD_DATA, &x, &w, &y, &p, &c));
+  bool usable[4] = {true, true, false, true}, deterministic[4] = {true, true, true, false};
+  bool winograd[4] = {false, false, true, false}, late_winograd[4] = {false, true, false, false};
+  cr_expect(mx_cudnn_prefers_winograd(&c));
+  cr_expect_eq(mx_cudnn_pick(&c, 4, usable, deterministic, winograd), 0, "an unusable Winograd answer is passed over");
+  cr_expect_eq(mx_cudnn_pick(&c, 4, usable, deterministic, late_winograd), 1, "Winograd first, wherever ranked");
+  bool nondeterministic_winograd[4] = {false, false, false, true};
+  cr_expect_eq(mx_cudnn_pick(&c, 4, usable, deterministic, nondeterministic_winograd), 0,
+               "not a nondeterministic one while deterministic");
+  c.deterministic = 0;
+  cr_expect_eq(mx_cudnn_pick(&c, 4, usable, deterministic, nondeterministic_winograd), 3, "but without");
+
+  mx_cudnn_conv_case other = c;
+  other.allow_tf32 = 1;
+  cr_expect_not(mx_cudnn_prefers_winograd(&other), "TF32: the heuristics rank tensor-core answers");
+  other = c, other.dtype = MX_BF16;
+  cr_expect_not(mx_cudnn_prefers_winograd(&other), "16-bit: tensor cores");
+  other = c, other.benchmark = 1;
+  cr_expect_not(mx_cudnn_prefers_winograd(&other), "timed: the fastest wins anyway");
+  other = c, other.stride[1] = 2;
+  cr_expect_not(mx_cudnn_prefers_winograd(&other), "stride 2");
+  other = c, other.dil[0] = 2;
+  cr_expect_not(mx_cudnn_prefers_winograd(&other), "dilation 2");
+  other = c, other.w[2] = 5, other.w[3] = 5;
+  cr_expect_not(mx_cudnn_prefers_winograd(&other), "a 5x5 filter: not measured");
+  other = c, other.groups = 2;
+  cr_expect_not(mx_cudnn_prefers_winograd(&other), "grouped");
+  other = c, other.nd = 5;
+  cr_expect_not(mx_cudnn_prefers_winograd(&other), "3-d");
+  cr_expect_eq(mx_cudnn_pick(&other, 4, usable, deterministic, late_winograd), 0, "elsewhere the ranking stands");
+}
+
+/* A float32 3x3 convolution on FMA with channels-last activations runs on
+ * row-major copies (cuDNN's Winograd is NCHW only); a 16-bit one, or one
+ * with a row-major operand, keeps its layout. */
+Test(conv_cudnn_case, float32_channels_last_winograd_cases_run_in_nchw) {
+  int64_t xs[4] = {2, 8, 6, 6}, ws[4] = {4, 8, 3, 3}, ys[4] = {2, 4, 6, 6};
+  mx_conv_params p = params(2, 1, 1, 1, 1);
+  mx_kview x = channels_last_view(MX_F32, xs), w = shape_view(MX_F32, 4, ws), y = channels_last_view(MX_F32, ys);
+  mx_cudnn_conv_case c;
+  cr_assert(mx_cudnn_conv_case_of(MX_CONV_BACKWARD_WEIGHT, &x, &w, &y, &p, &c));
+  cr_expect(mx_cudnn_runs_in_nchw(&c));
+  mx_kview row_major_y = shape_view(MX_F32, 4, ys);
+  cr_assert(mx_cudnn_conv_case_of(MX_CONV_BACKWARD_DATA, &x, &w, &row_major_y, &p, &c));
+  cr_expect_not(mx_cudnn_runs_in_nchw(&c), "a row-major gradient: cuDNN takes the mixed layouts as they are");
+  mx_kview row_major_x = shape_view(MX_F32, 4, xs);
+  cr_assert(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &row_major_x, &w, &row_major_y, &p, &c));
+  cr_expect_not(mx_cudnn_runs_in_nchw(&c), "already row-major");
+  mx_kview hx = channels_last_view(MX_F16, xs), hw = shape_view(MX_F16, 4, ws), hy = channels_last_view(MX_F16, ys);
+  cr_assert(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &hx, &hw, &hy, &p, &c));
+  cr_expect_not(mx_cudnn_runs_in_nchw(&c), "16-bit: NHWC is what its tensor cores want");
+  mx_conv_params strided = params(2, 2, 1, 1, 1);
+  int64_t half_ys[4] = {2, 4, 3, 3};
+  mx_kview small_y = channels_last_view(MX_F32, half_ys);
+  cr_assert(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &x, &w, &small_y, &strided, &c));
+  cr_expect_not(mx_cudnn_runs_in_nchw(&c), "stride 2: no Winograd");
 }
 
 /* FMA arithmetic whatever cuDNN answers: float32 unless TF32 is allowed;
