@@ -12,12 +12,15 @@
  * algo:milliseconds, "d" for deterministic. Last, per layout, the summed
  * milliseconds of three rules: the FMA list's first deterministic answer
  * (mixgrad's), the DEFAULT list's first deterministic answer run under
- * FMA, and the fastest deterministic timing. */
+ * FMA, and the fastest deterministic timing. Each case also prints the
+ * host's microseconds to queue one call of the chosen algorithm (the mean
+ * of 20, queued without waiting): what a host-bound step pays a call. */
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #define CHECK_CUDA(call)                                                                          \
   do {                                                                                            \
@@ -119,6 +122,38 @@ static float timed_ms(const answer *t, int n, int algo) {
   return -1;
 }
 
+static double now_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
+}
+
+static cudnnStatus_t execute(setup *s, int kind, int algo) {
+  const float one = 1, zero = 0;
+  if (kind == FWD)
+    return cudnnConvolutionForward(s->h, &one, s->x, s->xd, s->w, s->wd, s->conv, (cudnnConvolutionFwdAlgo_t)algo,
+                                   s->ws, WORKSPACE_LIMIT, &zero, s->y, s->yd);
+  if (kind == DATA)
+    return cudnnConvolutionBackwardData(s->h, &one, s->w, s->wd, s->y, s->yd, s->conv,
+                                        (cudnnConvolutionBwdDataAlgo_t)algo, s->ws, WORKSPACE_LIMIT, &zero, s->x,
+                                        s->xd);
+  return cudnnConvolutionBackwardFilter(s->h, &one, s->x, s->xd, s->y, s->yd, s->conv,
+                                        (cudnnConvolutionBwdFilterAlgo_t)algo, s->ws, WORKSPACE_LIMIT, &zero, s->w,
+                                        s->wd);
+}
+
+/* The host's microseconds to queue one call of algo (FMA math), -1 when it fails. */
+static double host_us_per_call(setup *s, int kind, int algo) {
+  if (algo < 0 || execute(s, kind, algo) != CUDNN_STATUS_SUCCESS) return -1;
+  CHECK_CUDA(cudaDeviceSynchronize());
+  const int calls = 20;
+  double t0 = now_us();
+  for (int i = 0; i < calls; i++) CHECK_DNN(execute(s, kind, algo));
+  double t1 = now_us();
+  CHECK_CUDA(cudaDeviceSynchronize());
+  return (t1 - t0) / calls;
+}
+
 int main(void) {
   /* ResNet-9's convolutions at batch 64: in channels, out channels, side */
   static const int geometry[][3] = {{3, 64, 32}, {64, 128, 32}, {128, 128, 16}, {128, 256, 16}, {256, 512, 8},
@@ -163,7 +198,8 @@ int main(void) {
         float ours = timed_ms(timed, n_timed, first_deterministic(fma, n_fma));
         float by_def = timed_ms(timed, n_timed, first_deterministic(def, n_def));
         float best = timed_ms(timed, n_timed, first_deterministic(timed, n_timed));
-        printf("  chosen %.3f, by DEFAULT's list %.3f, fastest deterministic %.3f ms\n", ours, by_def, best);
+        printf("  chosen %.3f, by DEFAULT's list %.3f, fastest deterministic %.3f ms; host %.1f us a call\n", ours,
+               by_def, best, host_us_per_call(&s, kind, first_deterministic(timed, n_timed)));
         total[0] += ours, total[1] += by_def, total[2] += best;
       }
     }
