@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "nn/nn_internal.h"
+#include "tensor/tensor_impl.h"
 
 typedef struct {
   int spatial; /* BatchNorm: 1, 2 or 3 */
@@ -11,6 +12,10 @@ typedef struct {
   double eps, momentum;
   bool affine, track;
   mx_tensor *weight, *bias, *running_mean, *running_var, *num_batches_tracked;
+  /* BatchNorm: 1 on num_batches_tracked's device, which each training step
+   * adds; made once (again after the module moves), since on a GPU a new
+   * scalar a step is an allocation and a fill launch more per layer */
+  mx_tensor *one;
 } norm_self;
 
 /* The affine parameters of shape, ones and zeros (none unless affine). */
@@ -25,8 +30,23 @@ static mx_status add_affine(mx_module *m, norm_self *s, mx_shape shape) {
 /* --- BatchNorm ---------------------------------------------------------------------------------------------------- */
 
 /* The module's batch norm of x, followed by relu in the same passes when asked (mx_batch_norm_relu). */
+/* num_batches_tracked += 1, adding the module's kept 1 (made on the buffer's device when missing or elsewhere). */
+static mx_status count_batch(norm_self *s) {
+  mx_device device = mx_device_of(s->num_batches_tracked);
+  if (!s->one || mx_device_of(s->one) != device) {
+    if (s->one) mx__decref(s->one);
+    s->one = mx_scalar(1, MX_I64, device);
+    if (!s->one) return mx_last_status();
+    mx__retain(s->one); /* the module's own reference: no scope releases it */
+    mx_release(s->one);
+  }
+  mx_status status = MX_OK;
+  MX_NO_GRAD { status = mx_add_(s->num_batches_tracked, s->one); }
+  return status;
+}
+
 static mx_tensor *batch_norm_run(mx_module *m, const mx_tensor *x, bool relu) {
-  const norm_self *s = mx_module_self(m);
+  norm_self *s = mx_module_self(m);
   int ndim = mx_ndim(x);
   bool fits = s->spatial == 1 ? ndim == 2 || ndim == 3 : ndim == s->spatial + 2;
   if (!fits) {
@@ -45,11 +65,7 @@ static mx_tensor *batch_norm_run(mx_module *m, const mx_tensor *x, bool relu) {
   bool training = mx_module_is_training(m);
   double factor = s->momentum;
   if (training && s->track) {
-    mx_status status = MX_OK;
-    MX_NO_GRAD {
-      status = mx_add_(s->num_batches_tracked, mx_scalar(1, MX_I64, mx_device_of(s->num_batches_tracked)));
-    }
-    if (status != MX_OK) return NULL;
+    if (count_batch(s) != MX_OK) return NULL;
     if (isnan(s->momentum)) factor = 1 / mx_item(s->num_batches_tracked); /* a cumulative moving average */
   }
   mx_tensor *running_mean = s->track ? s->running_mean : NULL, *running_var = s->track ? s->running_var : NULL;
@@ -72,8 +88,14 @@ static void batch_norm_extra(const mx_module *m, char *buf, size_t size) {
            momentum, mx__bool_repr(s->affine), mx__bool_repr(s->track));
 }
 
+static void batch_norm_free_self(void *self) {
+  norm_self *s = self;
+  if (s->one) mx__decref(s->one);
+  free(s);
+}
+
 #define BN_TYPE(type_name) \
-  {.name = type_name, .forward = batch_norm_forward, .free_self = free, .extra = batch_norm_extra}
+  {.name = type_name, .forward = batch_norm_forward, .free_self = batch_norm_free_self, .extra = batch_norm_extra}
 static const mx_module_type batch_norm_types[3] = {BN_TYPE("BatchNorm1d"), BN_TYPE("BatchNorm2d"),
                                                    BN_TYPE("BatchNorm3d")};
 
