@@ -105,31 +105,36 @@ static inline bool mx_cudnn_conv_case_of(mx_conv_kind kind, const mx_kview *x, c
  * CUDNN_FMA_MATH when allow_tf32 is off). */
 static inline bool mx_cudnn_fma_only(const mx_cudnn_conv_case *c) { return c->dtype == MX_F32 && !c->allow_tf32; }
 
-/* Whether the case is one where cuDNN's legacy heuristics misrank Winograd:
- * float32 on FMA arithmetic, ranked by the heuristics (not timed), a 2-d
- * 3x3 filter at stride 1 and dilation 1, one group. There the
- * non-fused Winograd algorithm was the fastest deterministic one in each
- * direction at every ResNet-9 geometry an H200 timed, but the 3-channel
- * first layer's forward and weight gradient, and never slower than the
- * heuristics' pick (up to 8.8x faster: bench/cudnn_rank, bench/NOTES.md
- * round 29), yet the heuristics rank it low or last. PyTorch's default (cuDNN's v8
- * heuristics) takes Winograd there. */
-static inline bool mx_cudnn_prefers_winograd(const mx_cudnn_conv_case *c) {
-  if (!mx_cudnn_fma_only(c) || c->benchmark || c->nd != 4 || c->groups != 1) return false;
+/* Whether the case is a float32 convolution on FMA arithmetic that cuDNN's
+ * non-fused Winograd serves best: 2-d, a 3x3 filter at stride 1 and
+ * dilation 1, one group. At every ResNet-9 geometry an H200 timed it was
+ * the fastest deterministic algorithm in each direction, but the
+ * 3-channel first layer's forward and weight gradient (bench/cudnn_rank,
+ * bench/NOTES.md round 29). */
+static inline bool mx_cudnn_winograd_case(const mx_cudnn_conv_case *c) {
+  if (!mx_cudnn_fma_only(c) || c->nd != 4 || c->groups != 1) return false;
   if (c->w[2] != 3 || c->w[3] != 3) return false;
   for (int j = 0; j < 2; j++)
     if (c->stride[j] != 1 || c->dil[j] != 1) return false;
   return true;
 }
 
+/* Whether the heuristics' ranking is overruled for Winograd: in a
+ * Winograd case ranked by them (timing finds it anyway). They rank it low
+ * or last, though it was never slower than their pick there and up to
+ * 8.8x faster; PyTorch's default, cuDNN's v8 heuristics, takes it. */
+static inline bool mx_cudnn_prefers_winograd(const mx_cudnn_conv_case *c) {
+  return mx_cudnn_winograd_case(c) && !c->benchmark;
+}
+
 /* Whether the case runs on row-major (NCHW) copies of its channels-last
- * activations: where Winograd is preferred, since cuDNN offers it (and FFT)
- * for NCHW only. Its NHWC float32 algorithms, implicit GEMMs, took 2.1x
- * the NCHW Winograd time over ResNet-9's geometries on an H200 (7.0 ms
- * against 3.4 for one of each; bench/NOTES.md round 29), far more than the
- * copies, which move each activation once more. */
+ * activations: a Winograd case, ranked or timed, since cuDNN offers
+ * Winograd (and FFT) for NCHW only. Its NHWC float32 algorithms, implicit
+ * GEMMs, took 2.1x the NCHW Winograd time over ResNet-9's geometries on an
+ * H200, timed or not (7.0 ms against 3.4 for one of each; round 29), far
+ * more than the copies, which move each activation once more. */
 static inline bool mx_cudnn_runs_in_nchw(const mx_cudnn_conv_case *c) {
-  return mx_cudnn_prefers_winograd(c) && c->x_channels_last && c->y_channels_last;
+  return mx_cudnn_winograd_case(c) && c->x_channels_last && c->y_channels_last;
 }
 
 /* Which of cuDNN's n ranked answers to take (ranked by its heuristics, or

@@ -277,6 +277,11 @@ Test(conv_cudnn_case, float32_channels_last_winograd_cases_run_in_nchw) {
   mx_kview small_y = channels_last_view(MX_F32, half_ys);
   cr_assert(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &x, &w, &small_y, &strided, &c));
   cr_expect_not(mx_cudnn_runs_in_nchw(&c), "stride 2: no Winograd");
+  mx_set_cudnn_benchmark(true);
+  cr_assert(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &x, &w, &y, &p, &c));
+  mx_set_cudnn_benchmark(false);
+  cr_expect(mx_cudnn_runs_in_nchw(&c), "timed too: NHWC has no algorithm as fast");
+  cr_expect_not(mx_cudnn_prefers_winograd(&c), "but timing picks");
 }
 
 /* FMA arithmetic whatever cuDNN answers: float32 unless TF32 is allowed;
