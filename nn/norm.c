@@ -29,7 +29,6 @@ static mx_status add_affine(mx_module *m, norm_self *s, mx_shape shape) {
 
 /* --- BatchNorm ---------------------------------------------------------------------------------------------------- */
 
-/* The module's batch norm of x, followed by relu in the same passes when asked (mx_batch_norm_relu). */
 /* num_batches_tracked += 1, adding the module's kept 1 (made on the buffer's device when missing or elsewhere). */
 static mx_status count_batch(norm_self *s) {
   mx_device device = mx_device_of(s->num_batches_tracked);
@@ -45,6 +44,7 @@ static mx_status count_batch(norm_self *s) {
   return status;
 }
 
+/* The module's batch norm of x, followed by relu in the same passes when asked (mx_batch_norm_relu). */
 static mx_tensor *batch_norm_run(mx_module *m, const mx_tensor *x, bool relu) {
   norm_self *s = mx_module_self(m);
   int ndim = mx_ndim(x);

@@ -11,13 +11,14 @@
  * accumulation and one rounding of the result. Among cuDNN's ranked
  * algorithms that fit, the first deterministic one is taken while
  * determinism is on (the default), so a run repeats its own bits as the
- * CPU's does, else the first; but a float32 3x3 convolution on FMA takes
- * the non-fused Winograd algorithm where cuDNN offers it, which its legacy
- * heuristics misrank (mx_cudnn_prefers_winograd). cuDNN ranks them by its heuristics, or, under
- * mx_set_cudnn_benchmark, by timing each on the operands (as PyTorch's
- * torch.backends.cudnn.benchmark). The settings are part of the case, the
- * key an algorithm is remembered by. 1-d convolutions run as 2-d ones of
- * height 1 (cuDNN wants 4 or 5 dims). */
+ * CPU's does, else the first. cuDNN ranks them by its heuristics, or,
+ * under mx_set_cudnn_benchmark, by timing each on the operands (as
+ * PyTorch's torch.backends.cudnn.benchmark). A float32 3x3 convolution on
+ * FMA takes the non-fused Winograd algorithm where cuDNN offers it, which
+ * the legacy heuristics misrank (mx_cudnn_prefers_winograd), on NCHW
+ * copies of channels-last activations (mx_cudnn_runs_in_nchw). The
+ * settings are part of the case, the key an algorithm is remembered by.
+ * 1-d convolutions run as 2-d ones of height 1 (cuDNN wants 4 or 5 dims). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -159,10 +160,7 @@ static void cache_add(const mx_cudnn_conv_case *c, const algo_choice *v) {
   pthread_mutex_unlock(&cache.lock);
 }
 
-/* cuDNN's ranked answer the case takes (mx_cudnn_pick: usable ones ran
- * their check and fit in `workspace` bytes), with its math type, or FMA for
- * float32 without TF32 whatever the answer says; -1 when none. n: the
- * answers cuDNN returned, at most the N asked for. */
+/* Whether an answer is the non-fused Winograd algorithm (mx_cudnn_prefers_winograd). */
 static bool is_winograd(cudnnConvolutionFwdAlgo_t a) { return a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED; }
 static bool is_winograd(cudnnConvolutionBwdDataAlgo_t a) {
   return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
@@ -171,6 +169,10 @@ static bool is_winograd(cudnnConvolutionBwdFilterAlgo_t a) {
   return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
 }
 
+/* cuDNN's ranked answer the case takes (mx_cudnn_pick: usable ones ran
+ * their check and fit in `workspace` bytes), with its math type, or FMA for
+ * float32 without TF32 whatever the answer says; -1 when none. n: the
+ * answers cuDNN returned, at most the N asked for. */
 template <class Perf, size_t N>
 static int pick(const Perf (&perf)[N], int n, const mx_cudnn_conv_case *c, size_t workspace, algo_choice *out) {
   bool usable[N], deterministic[N], winograd[N];
