@@ -14,7 +14,9 @@
  * (mixgrad's), the DEFAULT list's first deterministic answer run under
  * FMA, and the fastest deterministic timing. Each case also prints the
  * host's microseconds to queue one call of the chosen algorithm (the mean
- * of 20, queued without waiting): what a host-bound step pays a call. */
+ * of 20, queued without waiting), and last their median: what a
+ * host-bound step pays a call. scripts/gpu-check runs it and quotes the
+ * totals and that median in bench/GPU.md. */
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <stdbool.h>
@@ -154,6 +156,11 @@ static double host_us_per_call(setup *s, int kind, int algo) {
   return (t1 - t0) / calls;
 }
 
+static int compare_doubles(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
 int main(void) {
   /* ResNet-9's convolutions at batch 64: in channels, out channels, side */
   static const int geometry[][3] = {{3, 64, 32}, {64, 128, 32}, {128, 128, 16}, {128, 256, 16}, {256, 512, 8},
@@ -174,6 +181,8 @@ int main(void) {
   CHECK_CUDA(cudaMemset(s.yd, 0, most));
   CHECK_CUDA(cudaMemset(s.wd, 0, (size_t)512 * 512 * 9 * sizeof(float)));
   int pad[2] = {1, 1}, stride[2] = {1, 1}, dil[2] = {1, 1};
+  double host[2 * (sizeof geometry / sizeof geometry[0]) * KINDS];
+  int n_host = 0;
   for (int nhwc = 0; nhwc < 2; nhwc++) {
     double total[3] = {0, 0, 0}; /* mixgrad's rule, the DEFAULT list's, the fastest */
     for (int g = 0; g < count; g++) {
@@ -198,13 +207,17 @@ int main(void) {
         float ours = timed_ms(timed, n_timed, first_deterministic(fma, n_fma));
         float by_def = timed_ms(timed, n_timed, first_deterministic(def, n_def));
         float best = timed_ms(timed, n_timed, first_deterministic(timed, n_timed));
+        double us = host_us_per_call(&s, kind, first_deterministic(timed, n_timed));
         printf("  chosen %.3f, by DEFAULT's list %.3f, fastest deterministic %.3f ms; host %.1f us a call\n", ours,
-               by_def, best, host_us_per_call(&s, kind, first_deterministic(timed, n_timed)));
+               by_def, best, us);
+        if (us >= 0 && n_host < (int)(sizeof host / sizeof host[0])) host[n_host++] = us;
         total[0] += ours, total[1] += by_def, total[2] += best;
       }
     }
     printf("%s totals (one of each convolution): heuristics under FMA %.3f ms, DEFAULT's list %.3f ms, "
            "fastest deterministic %.3f ms\n\n", nhwc ? "NHWC" : "NCHW", total[0], total[1], total[2]);
   }
+  qsort(host, (size_t)n_host, sizeof host[0], compare_doubles);
+  if (n_host) printf("host: median %.1f us to queue a convolution call (%d cases)\n", host[n_host / 2], n_host);
   return 0;
 }

@@ -284,6 +284,23 @@ def gemm(args, budget, log):
     return {"n": n, "rounds": rounds, "results": results}
 
 
+def cudnn_ranking(args, budget, log):
+    """bench/cudnn_rank: cuDNN's float32 picks for ResNet-9's convolutions against the fastest, and the host's
+    time to queue one convolution call (a few seconds)."""
+    exe = os.path.join(args.bundle, "bin", "cudnn_rank")
+    if args.device != "cuda":
+        return {"skipped": "not on a GPU"}
+    if not os.path.exists(exe):
+        return {"skipped": "not in the bundle"}
+    timeout = budget.timeout(30, reserve=args.sanitizer_reserve)
+    if timeout is None:
+        return {"skipped": "out of time"}
+    code, out, secs = run([exe], timeout, env=mixgrad_env())
+    log("cudnn_rank.log", out)
+    lines = [l.strip() for l in out.splitlines() if "totals" in l or l.startswith("host:")]
+    return {"code": code, "lines": lines, "seconds": secs}
+
+
 def scaler_share(args, budget, log):
     """mixgrad's f16 ResNet-9 step with its GradScaler and without, alternating step by step in one process
     (train_step --scaler-share): one process's median step can differ from the next one's by 30% on a GPU
@@ -393,6 +410,20 @@ def gemm_section(args, g):
     return out + [""]
 
 
+def cudnn_rank_section(r):
+    out = ["## cuDNN's float32 algorithms", ""]
+    if r is None:
+        return out + ["Not reached.", ""]
+    if "skipped" in r:
+        return out + [f"Skipped: {r['skipped']}.", ""]
+    out += ["`bench/cudnn_rank` (its whole output in `$OUT/cudnn_rank.log`): for one of each of ResNet-9's float32 "
+            "convolutions at batch 64, in each direction, the time of the legacy heuristics' first deterministic "
+            "pick under FMA math (what mixgrad took before it preferred Winograd: `kernels/conv_cudnn_case.h`), "
+            "of the DEFAULT math list's pick, and of the fastest deterministic algorithm, summed; then the host's "
+            f"time to queue one call. Exit {r['code']}, {r['seconds']:.1f} s.", ""]
+    return out + [f"- {l}" for l in r["lines"]] + [""]
+
+
 def scaler_section(sc):
     model, amp, batch = SCALER_CONFIG
     out = ["## Loss scaling's share of the step", ""]
@@ -415,7 +446,7 @@ def scaler_section(sc):
 
 
 def report(args, facts, tests, timing, memcheck, racecheck, elapsed, extra=None, gemm_result=None, scaler=None,
-           benchmark=None):
+           benchmark=None, ranking=None):
     pt = facts.get("pytorch", {})
     b = facts.get("build", {})
     out = ["# mixgrad on a GPU: `scripts/gpu-check`", "",
@@ -510,6 +541,7 @@ def report(args, facts, tests, timing, memcheck, racecheck, elapsed, extra=None,
         out += optional_section(args, extra, PYTORCH_NUMERICS_TEXT)
     out += gemm_section(args, gemm_result)
     out += scaler_section(scaler)
+    out += cudnn_rank_section(ranking)
     return "\n".join(out)
 
 
@@ -542,12 +574,13 @@ def main():
                 f.write(logs[name])
 
     state = {"tests": {"skipped": "not reached"}, "timing": None, "extra": None, "memcheck": None, "racecheck": None,
-             "gemm": None, "scaler": None, "benchmark": None}
+             "gemm": None, "scaler": None, "benchmark": None, "ranking": None}
     facts = machine_facts(args)
 
     def write():
         text = report(args, facts, state["tests"], state["timing"], state["memcheck"], state["racecheck"],
-                      time.monotonic() - start, state["extra"], state["gemm"], state["scaler"], state["benchmark"])
+                      time.monotonic() - start, state["extra"], state["gemm"], state["scaler"], state["benchmark"],
+                      state["ranking"])
         with open(args.out, "w") as f:
             f.write(text)
         if out_dir:
@@ -564,6 +597,8 @@ def main():
     state["gemm"] = gemm(args, budget, log)
     write()
     state["scaler"] = scaler_share(args, budget, log)
+    write()
+    state["ranking"] = cudnn_ranking(args, budget, log)
     write()
     # optional: the float32 tables with cuDNN's benchmarking and with PyTorch's cuDNN defaults, only from what
     # the sanitizers leave
