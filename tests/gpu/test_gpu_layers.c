@@ -79,10 +79,11 @@ static mx_tensor *conv_config(const mx_tensor *x, const mx_tensor *w, const mx_t
  * A float32 3x3 convolution at stride 1 runs cuDNN's Winograd
  * (kernels/conv_cudnn_case.h), whose transforms round in proportion to the
  * terms' magnitudes rather than the result's: the H200 showed differences
- * of 1e-5 to 8e-5 on results of 1 to 2 (bench/NOTES.md round 29). Its bound is 1e-5 of
- * the larger of the result and the number of terms in the longest sum
- * (here the weight's gradient, about as many terms as their magnitudes'
- * sum): far below TF32's rounding, 2^-11 of each term. */
+ * of 1e-5 to 8e-5 on results of 1 to 2 (bench/NOTES.md round 29). Its
+ * bound is 1e-5 of the larger of the result and the number of terms in
+ * the longest sum (the weight's gradient): products of two standard normal
+ * values average 0.64 in magnitude, so the count stands for the terms'
+ * magnitudes' sum. TF32 rounds each term by up to 2^-11, far more. */
 #define F64_BIAS_SUM_REL 1e-12
 
 Test(gpu, conv2d_forward_and_backward_match_cpu) {
