@@ -24,21 +24,21 @@
 #include <stdlib.h>
 #include <time.h>
 
-#define CHECK_CUDA(call)                                                                          \
-  do {                                                                                            \
-    cudaError_t e_ = (call);                                                                      \
-    if (e_ != cudaSuccess) {                                                                      \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));      \
-      exit(1);                                                                                    \
-    }                                                                                             \
+/* Stops the program at a failed call, naming it and the library's message. */
+static void check(bool ok, const char *call, const char *message, const char *file, int line) {
+  if (ok) return;
+  fprintf(stderr, "%s:%d: %s: %s\n", file, line, call, message);
+  exit(1);
+}
+#define CHECK_CUDA(call)                                                                      \
+  do {                                                                                        \
+    cudaError_t e_ = (call);                                                                  \
+    check(e_ == cudaSuccess, #call, cudaGetErrorString(e_), __FILE__, __LINE__);              \
   } while (0)
-#define CHECK_DNN(call)                                                                           \
-  do {                                                                                            \
-    cudnnStatus_t s_ = (call);                                                                    \
-    if (s_ != CUDNN_STATUS_SUCCESS) {                                                             \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudnnGetErrorString(s_));     \
-      exit(1);                                                                                    \
-    }                                                                                             \
+#define CHECK_DNN(call)                                                                       \
+  do {                                                                                        \
+    cudnnStatus_t s_ = (call);                                                                \
+    check(s_ == CUDNN_STATUS_SUCCESS, #call, cudnnGetErrorString(s_), __FILE__, __LINE__);    \
   } while (0)
 
 enum { FWD, DATA, FILTER, KINDS };

@@ -307,6 +307,15 @@ static cudnnStatus_t execute(cudnnHandle_t h, const mx_cudnn_conv_case *c, const
                                         w->data);
 }
 
+/* A row-major view with v's shape and dtype over data. */
+static mx_kview row_major_twin(const mx_kview *v, void *data) {
+  mx_kview t = *v;
+  t.data = data;
+  t.strides[t.ndim - 1] = 1;
+  for (int d = t.ndim - 2; d >= 0; d--) t.strides[d] = t.strides[d + 1] * t.shape[d + 1];
+  return t;
+}
+
 /* The filter as cuDNN reads it, in x's layout: w itself where it lies so,
  * else a copy in *buffer (the caller frees it; KRSC beside a channels-last
  * x, row-major beside a row-major one), filled from w unless the
@@ -315,13 +324,8 @@ static mx_status filter_view(const mx_cudnn_conv_case *c, const mx_kview *w, voi
   *out = *w;
   if (c->w_channels_last == c->x_channels_last) return MX_OK;
   MX_CUDA_CHECK(cudaMallocAsync(buffer, (size_t)mx__kview_numel(w) * mx_dtype_size(w->dtype), mx__cuda_stream()));
-  out->data = *buffer;
-  if (c->x_channels_last) {
-    mx__channels_last_strides(w->shape, out->strides);
-  } else {
-    out->strides[w->ndim - 1] = 1;
-    for (int d = w->ndim - 2; d >= 0; d--) out->strides[d] = out->strides[d + 1] * w->shape[d + 1];
-  }
+  *out = row_major_twin(w, *buffer);
+  if (c->x_channels_last) mx__channels_last_strides(w->shape, out->strides);
   return c->kind == MX_CONV_BACKWARD_WEIGHT ? MX_OK : mx__cuda_convert(out, w);
 }
 
@@ -352,15 +356,6 @@ static mx_status run(cudnnHandle_t h, const mx_cudnn_conv_case *c, descriptors *
   }
   MX__RETURN_IF_FAILED(mx__cudnn_status(s, "the cuDNN convolution", __FILE__, __LINE__));
   return freed != MX_OK ? freed : freed_filter;
-}
-
-/* A row-major view with v's shape and dtype over data. */
-static mx_kview row_major_twin(const mx_kview *v, void *data) {
-  mx_kview t = *v;
-  t.data = data;
-  t.strides[t.ndim - 1] = 1;
-  for (int d = t.ndim - 2; d >= 0; d--) t.strides[d] = t.strides[d + 1] * t.shape[d + 1];
-  return t;
 }
 
 /* The convolution on row-major copies of its channels-last x and y
