@@ -93,9 +93,9 @@ static double time_convolution(dnnl_engine_t engine, dnnl_stream_t stream, int k
 }
 
 int main(void) {
-  /* batch, in channels, side, out channels: the CNN's two convolutions (the first's single input channel
-   * has no Winograd), then ResNet-9's past its first */
-  static const int64_t geometry[][5] = {{128, 1, 28, 28, 32},  {128, 32, 14, 14, 64}, {64, 64, 32, 32, 128},
+  /* batch, in channels, side, out channels: the CNN's two convolutions, then ResNet-9's */
+  static const int64_t geometry[][5] = {{128, 1, 28, 28, 32},  {128, 32, 14, 14, 64}, {64, 3, 32, 32, 64},
+                                        {64, 64, 32, 32, 128},
                                         {64, 128, 16, 16, 128}, {64, 128, 16, 16, 256}, {64, 256, 8, 8, 512},
                                         {64, 512, 4, 4, 512}};
   static const char *const kind_name[3] = {"forward", "backward data", "backward weights"};

@@ -59,6 +59,9 @@ mx_status mx__dnnl_conv_backward_weight_bias(const mx_kview *dw, const mx_kview 
 uint64_t mx__dnnl_conv_reorders(void);
 /* Those of them that reordered a weight or its gradient. */
 uint64_t mx__dnnl_conv_weight_reorders(void);
+/* How many convolutions have run as oneDNN's Winograd (dnnl_conv.c,
+ * winograd_fits) since the process started, for tests that check where. */
+uint64_t mx__dnnl_conv_winograd_runs(void);
 /* The bytes of reordered activations kept now (dnnl_conv.c, "kept"). */
 size_t mx__dnnl_conv_kept_activation_bytes(void);
 

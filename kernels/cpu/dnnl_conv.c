@@ -1,5 +1,7 @@
 /* oneDNN convolution primitives (forward, with or without a ReLU post-op;
- * backward data, backward weights), created once per shape and reused.
+ * backward data, backward weights), created once per shape and reused:
+ * direct, or Winograd for the float32 3x3 convolutions it speeds up
+ * (winograd_fits).
  *
  * The primitives choose their own layouts (format_any: blocked, e.g.
  * nChw16c), and operands whose layout differs from the view's are reordered
@@ -67,22 +69,22 @@ typedef mx__dnnl_md md_t;
 /* --- the two API generations ------------------------------------------------------ */
 /* md[ROLE_*] and bias (NULL: none): the forward's, or the backward weights' diff_bias. */
 #if DNNL_VERSION_MAJOR >= 3
-static dnnl_status_t conv_pd(dnnl_primitive_desc_t *pd, int kind, const md_t *md, const md_t *bias,
-                             const dnnl_dims_t strides, const dnnl_dims_t dil, const dnnl_dims_t pad_l,
+static dnnl_status_t conv_pd(dnnl_primitive_desc_t *pd, int kind, dnnl_alg_kind_t alg, const md_t *md,
+                             const md_t *bias, const dnnl_dims_t strides, const dnnl_dims_t dil, const dnnl_dims_t pad_l,
                              const dnnl_dims_t pad_r, const_dnnl_primitive_desc_t hint,
                              const_dnnl_primitive_attr_t attr) {
   dnnl_engine_t engine = mx__dnnl_engine();
   switch (kind) {
   case KIND_FWD:
-    return dnnl_convolution_forward_primitive_desc_create(pd, engine, dnnl_forward_training, dnnl_convolution_direct,
+    return dnnl_convolution_forward_primitive_desc_create(pd, engine, dnnl_forward_training, alg,
                                                           md[ROLE_X], md[ROLE_W], bias ? *bias : NULL, md[ROLE_Y],
                                                           strides, dil, pad_l, pad_r, attr);
   case KIND_BWD_DATA:
-    return dnnl_convolution_backward_data_primitive_desc_create(pd, engine, dnnl_convolution_direct, md[ROLE_X],
+    return dnnl_convolution_backward_data_primitive_desc_create(pd, engine, alg, md[ROLE_X],
                                                                 md[ROLE_W], md[ROLE_Y], strides, dil, pad_l, pad_r,
                                                                 hint, attr);
   default:
-    return dnnl_convolution_backward_weights_primitive_desc_create(pd, engine, dnnl_convolution_direct, md[ROLE_X],
+    return dnnl_convolution_backward_weights_primitive_desc_create(pd, engine, alg, md[ROLE_X],
                                                                    md[ROLE_W], bias ? *bias : NULL, md[ROLE_Y],
                                                                    strides, dil, pad_l, pad_r, hint, attr);
   }
@@ -91,23 +93,23 @@ static dnnl_status_t reorder_pd(dnnl_primitive_desc_t *pd, const md_t *from, con
   return dnnl_reorder_primitive_desc_create(pd, *from, mx__dnnl_engine(), *to, mx__dnnl_engine(), mx__dnnl_attr());
 }
 #else
-static dnnl_status_t conv_pd(dnnl_primitive_desc_t *pd, int kind, const md_t *md, const md_t *bias,
-                             const dnnl_dims_t strides, const dnnl_dims_t dil, const dnnl_dims_t pad_l,
+static dnnl_status_t conv_pd(dnnl_primitive_desc_t *pd, int kind, dnnl_alg_kind_t alg, const md_t *md,
+                             const md_t *bias, const dnnl_dims_t strides, const dnnl_dims_t dil, const dnnl_dims_t pad_l,
                              const dnnl_dims_t pad_r, const_dnnl_primitive_desc_t hint,
                              const_dnnl_primitive_attr_t attr) {
   dnnl_convolution_desc_t desc;
   dnnl_status_t s;
   switch (kind) {
   case KIND_FWD:
-    s = dnnl_dilated_convolution_forward_desc_init(&desc, dnnl_forward_training, dnnl_convolution_direct, &md[ROLE_X],
+    s = dnnl_dilated_convolution_forward_desc_init(&desc, dnnl_forward_training, alg, &md[ROLE_X],
                                                    &md[ROLE_W], bias, &md[ROLE_Y], strides, dil, pad_l, pad_r);
     break;
   case KIND_BWD_DATA:
-    s = dnnl_dilated_convolution_backward_data_desc_init(&desc, dnnl_convolution_direct, &md[ROLE_X], &md[ROLE_W],
+    s = dnnl_dilated_convolution_backward_data_desc_init(&desc, alg, &md[ROLE_X], &md[ROLE_W],
                                                          &md[ROLE_Y], strides, dil, pad_l, pad_r);
     break;
   default:
-    s = dnnl_dilated_convolution_backward_weights_desc_init(&desc, dnnl_convolution_direct, &md[ROLE_X], &md[ROLE_W],
+    s = dnnl_dilated_convolution_backward_weights_desc_init(&desc, alg, &md[ROLE_X], &md[ROLE_W],
                                                             bias, &md[ROLE_Y], strides, dil, pad_l, pad_r);
     break;
   }
@@ -130,6 +132,7 @@ typedef struct {
   int threads;                           /* oneDNN sizes a primitive's work split for the threads it was made on */
   int relu;                              /* forward: whether a ReLU post-op follows */
   int nhwc;                              /* 2-d, an activation channels-last: LAYOUT_NHWC */
+  int winograd;                          /* winograd_fits: tried with Winograd first */
   int nd[3];                             /* per role; weights get a groups dim when groups > 1 */
   dnnl_dims_t dims[3], strides[3];       /* per role, as oneDNN sees them: up to (G, O, I, D, H, W) */
   dnnl_dims_t stride, dil, pad_l, pad_r; /* spatial, oneDNN's conventions */
@@ -148,6 +151,7 @@ static bool moved(const step *reorder) { return reorder->primitive || reorder->c
 typedef struct {
   conv_key key;
   dnnl_primitive_t primitive; /* NULL: oneDNN has no kernel for this */
+  bool winograd;              /* the primitive is oneDNN's Winograd, not direct */
   dnnl_primitive_desc_t hint; /* the forward descriptor a backward one was made with */
   md_t user_md[3], prim_md[3], scratch_md;
   md_t bias_md; /* the forward's bias, a plain vector; MD_NONE without one */
@@ -168,6 +172,23 @@ static void entry_clear(void *p) {
   mx__dnnl_md_free(e->scratch_md);
   mx__dnnl_md_free(e->bias_md);
   memset(e, 0, sizeof *e);
+}
+
+/* Whether oneDNN's float32 Winograd (F(4x4, 3x3): jit_wino_4x3 on AVX-512)
+ * is tried before direct: float32 throughout, 2-d, a 3x3 filter at stride 1
+ * and dilation 1, one group, 16 input channels or more, activations not
+ * channels-last (its kernels read the blocked layout only, and a
+ * channels-last CNN is kept free of activation reorders). Measured by
+ * bench/dnnl_winograd on the CNN's and ResNet-9's layers: 1.3-2.9x direct's
+ * speed, where direct already runs at the machine's float32 ceiling; with
+ * 1 or 3 input channels 3-10x slower (bench/NOTES.md, round 30). Its
+ * transforms round in proportion to the terms' magnitudes rather than the
+ * sum's, as cuDNN's Winograd does on the GPU; bfloat16 has no Winograd. */
+static bool winograd_fits(const conv_key *key, const mx_conv_params *p) {
+  if (key->dtype != MX_F32 || key->w_dtype != MX_F32 || key->nhwc || p->spatial != 2 || p->groups != 1) return false;
+  for (int j = 0; j < 2; j++) /* weights (O, I, H, W) */
+    if (key->dims[ROLE_W][2 + j] != 3 || p->stride[j] != 1 || p->dilation[j] != 1) return false;
+  return key->dims[ROLE_W][1] >= 16;
 }
 
 /* Fills the key from the views in their roles; false when oneDNN cannot
@@ -230,6 +251,7 @@ static bool make_key(conv_key *key, int kind, const mx_kview *const *v, bool bia
     key->pad_l[j] = pad;
     key->pad_r[j] = pad_r > 0 ? pad_r : 0;
   }
+  key->winograd = winograd_fits(key, p);
   return true;
 }
 
@@ -291,27 +313,45 @@ static mx_status create(void *p, const void *k) {
   mx_status status = MX_OK;
   dnnl_primitive_desc_t pd = NULL;
   dnnl_status_t s = dnnl_unimplemented;
-  /* the preferred layouts, then the others where oneDNN has no kernel */
+  /* Winograd where it fits, then direct in the preferred layouts, then in
+   * the others, until oneDNN has a kernel */
   int first = key->nhwc ? LAYOUT_NHWC : preferred_layout(kind, key->dims[ROLE_X][1]);
-  int layouts[2] = {first, first == LAYOUT_ANY ? LAYOUT_USER : LAYOUT_ANY};
-  for (int attempt = 0; attempt < 2 && s == dnnl_unimplemented; attempt++) {
+  dnnl_alg_kind_t algs[3];
+  int layouts[3], attempts = 0;
+  if (key->winograd) algs[attempts] = dnnl_convolution_winograd, layouts[attempts++] = LAYOUT_ANY;
+  algs[attempts] = dnnl_convolution_direct, layouts[attempts++] = first;
+  algs[attempts] = dnnl_convolution_direct, layouts[attempts++] = first == LAYOUT_ANY ? LAYOUT_USER : LAYOUT_ANY;
+  for (int attempt = 0; attempt < attempts && s == dnnl_unimplemented; attempt++) {
+    dnnl_alg_kind_t alg = algs[attempt];
+    int layout = layouts[attempt];
     md_t conv_md[3] = {MD_NONE, MD_NONE, MD_NONE};
     bool ok = true;
-    for (int r = 0; r < 3; r++) ok = ok && layout_md(&conv_md[r], e, r, layouts[attempt], dt) == dnnl_success;
+    for (int r = 0; r < 3; r++) ok = ok && layout_md(&conv_md[r], e, r, layout, dt) == dnnl_success;
     if (e->hint) dnnl_primitive_desc_destroy(e->hint);
     e->hint = NULL;
     s = ok ? dnnl_success : dnnl_unimplemented;
     if (s == dnnl_success && kind != KIND_FWD)
-      s = conv_pd(&e->hint, KIND_FWD, conv_md, bias, key->stride, key->dil, key->pad_l, key->pad_r, NULL,
+      s = conv_pd(&e->hint, KIND_FWD, alg, conv_md, bias, key->stride, key->dil, key->pad_l, key->pad_r, NULL,
                   mx__dnnl_attr()); /* with the diff_bias's bias, as PyTorch's hint */
     if (s == dnnl_success && wdt != dt) { /* the hint's weights are the activations' dtype, their gradient not */
       md_t w_md = MD_NONE;
-      s = layout_md(&w_md, e, ROLE_W, layouts[attempt], wdt) == dnnl_success ? dnnl_success : dnnl_unimplemented;
+      s = layout_md(&w_md, e, ROLE_W, layout, wdt) == dnnl_success ? dnnl_success : dnnl_unimplemented;
       mx__dnnl_md_free(conv_md[ROLE_W]);
       conv_md[ROLE_W] = w_md;
     }
     if (s == dnnl_success)
-      s = conv_pd(&pd, kind, conv_md, bias, key->stride, key->dil, key->pad_l, key->pad_r, e->hint, attr);
+      s = conv_pd(&pd, kind, alg, conv_md, bias, key->stride, key->dil, key->pad_l, key->pad_r, e->hint, attr);
+    e->winograd = s == dnnl_success && alg == dnnl_convolution_winograd;
+    /* a ReLU oneDNN cannot fuse into its Winograd (2.6 cannot) while the
+     * plain convolution runs as Winograd: declined, so the caller runs that
+     * and then the ReLU kernel, and fused and unfused sum alike */
+    dnnl_primitive_desc_t plain = NULL;
+    if (s == dnnl_unimplemented && ok && key->relu && alg == dnnl_convolution_winograd &&
+        conv_pd(&plain, kind, alg, conv_md, bias, key->stride, key->dil, key->pad_l, key->pad_r, NULL,
+                mx__dnnl_attr()) == dnnl_success) {
+      dnnl_primitive_desc_destroy(plain);
+      attempts = 0;
+    }
     for (int r = 0; r < 3; r++) mx__dnnl_md_free(conv_md[r]);
   }
   if (s == dnnl_unimplemented) return MX_NOT_SUPPORTED;
@@ -391,10 +431,11 @@ static struct {
   uint64_t tick;
 } kept = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-static atomic_ullong reorders_run, weight_reorders_run;
+static atomic_ullong reorders_run, weight_reorders_run, winograd_run;
 
 uint64_t mx__dnnl_conv_reorders(void) { return atomic_load(&reorders_run); }
 uint64_t mx__dnnl_conv_weight_reorders(void) { return atomic_load(&weight_reorders_run); }
+uint64_t mx__dnnl_conv_winograd_runs(void) { return atomic_load(&winograd_run); }
 
 size_t mx__dnnl_conv_kept_activation_bytes(void) {
   pthread_mutex_lock(&kept.lock);
@@ -584,6 +625,7 @@ static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx
     s = mx__dnnl_execute(t->stream, e->primitive, bias_mem ? 4 : 3, args, &e->scratch_md, e->scratch_size,
                          scratch);
     if (s != dnnl_success) status = fail(kind, "executing", s);
+    else if (e->winograd) atomic_fetch_add(&winograd_run, 1);
   }
   bool back = !given[out]; /* the output goes back into its view */
   if (status == MX_OK && back && moved(&e->reorder[out])) count_reorder(out);
@@ -731,6 +773,7 @@ bool mx__dnnl_conv_plan_reads_x_as_is(const mx__dnnl_conv_plan *plan) { return f
 
 uint64_t mx__dnnl_conv_reorders(void) { return 0; }
 uint64_t mx__dnnl_conv_weight_reorders(void) { return 0; }
+uint64_t mx__dnnl_conv_winograd_runs(void) { return 0; }
 size_t mx__dnnl_conv_kept_activation_bytes(void) { return 0; }
 
 mx_status mx__dnnl_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,

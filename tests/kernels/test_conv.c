@@ -550,7 +550,8 @@ Test(conv, shape_and_dtype_errors) {
 typedef struct {
   const conv_case *c;
   tens t[3];
-  const mx_kview *want;
+  const mx_kview *want, *bound; /* the loops' result; its terms' magnitudes summed */
+  double abs_k;                  /* the bound's factor: onednn_matches_reference_f32's */
   int bad;
   mx_conv_kind kind;
 } thread_job;
@@ -563,7 +564,7 @@ static void *thread_main(void *arg) {
     fill(&j->t[out].v, NAN);
     if (run_kind(0, j->kind, &j->t[0].v, &j->t[1].v, &j->t[2].v, &p) != MX_OK) j->bad++;
     for (int64_t i = 0; i < numel(j->want); i++)
-      if (!(fabs(get(&j->t[out].v, i) - get(j->want, i)) <= 1e-5 * (1 + fabs(get(j->want, i))))) {
+      if (!(fabs(get(&j->t[out].v, i) - get(j->want, i)) <= j->abs_k * get(j->bound, i))) {
         j->bad++;
         break;
       }
@@ -574,7 +575,7 @@ static void *thread_main(void *arg) {
 Test(conv, concurrent_threads_share_primitives) {
   enum { T = 6 };
   thread_job jobs[T];
-  tens want[T];
+  tens want[T], exact[T], bound[T];
   for (int i = 0; i < T; i++) {
     thread_job *j = &jobs[i];
     j->c = &cases[i % 2 ? 9 : 2];
@@ -591,6 +592,10 @@ Test(conv, concurrent_threads_share_primitives) {
     for (int k = 0; k < 3; k++)
       if (k != out) tens_free(&r[k]);
     j->want = &want[i].v;
+    exact_and_bound(j->t, j->kind, &p, &exact[i], &bound[i]);
+    case_shapes s = shapes_of(j->c);
+    j->bound = &bound[i].v;
+    j->abs_k = 2 * ((double)reduction_length(j->c, j->kind, &s) + 1) * 0x1p-24;
   }
   pthread_t th[T];
   for (int i = 0; i < T; i++) cr_assert_eq(pthread_create(&th[i], NULL, thread_main, &jobs[i]), 0);
@@ -598,7 +603,33 @@ Test(conv, concurrent_threads_share_primitives) {
   for (int i = 0; i < T; i++) {
     cr_expect_eq(jobs[i].bad, 0, "thread %d (%s %s) got wrong results", i, jobs[i].c->name, kind_str(jobs[i].kind));
     for (int k = 0; k < 3; k++) tens_free(&jobs[i].t[k]);
-    tens_free(&want[i]);
+    tens_free(&want[i]), tens_free(&exact[i]), tens_free(&bound[i]);
+  }
+}
+
+/* Where float32 runs as oneDNN's Winograd (kernels/cpu/dnnl_conv.c, winograd_fits): a 3x3 filter at stride 1 with
+ * 16 input channels or more, on a CPU with AVX-512 (oneDNN's only Winograd); never a strided, 1x1 or few-channel
+ * one. Its results are held to direct's bounds in onednn_matches_reference_f32 (they stay within 9 u of the terms'
+ * magnitudes there; direct within 3). */
+Test(conv, float32_runs_winograd_on_3x3_stride_1_with_16_channels_or_more) {
+  if (!MX_HAVE_DNNL) cr_skip_test("built without oneDNN");
+  bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  static const int case_index[] = {9, 2, 8, 4};
+  for (size_t i = 0; i < sizeof case_index / sizeof *case_index; i++) {
+    const conv_case *c = &cases[case_index[i]];
+    mx_conv_params p = params_of(c);
+    for (int k = 0; k < 3; k++) {
+      tens t[3];
+      make_operands(t, c, (mx_conv_kind)k, MX_F32);
+      uint64_t before = mx__dnnl_conv_winograd_runs();
+      cr_assert_eq(run_kind(0, (mx_conv_kind)k, &t[0].v, &t[1].v, &t[2].v, &p), MX_OK, "%s", mx_last_error());
+      uint64_t want = avx512 && case_index[i] == 9;
+      cr_expect_eq(mx__dnnl_conv_winograd_runs() - before, want, "%s %s: %llu Winograd runs, want %llu", c->name,
+                   kind_str((mx_conv_kind)k), (unsigned long long)(mx__dnnl_conv_winograd_runs() - before),
+                   (unsigned long long)want);
+      for (int r = 0; r < 3; r++) tens_free(&t[r]);
+    }
   }
 }
 
