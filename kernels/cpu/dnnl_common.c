@@ -61,31 +61,41 @@ bool mx__dnnl_runs(mx_dtype dt) {
 dnnl_engine_t mx__dnnl_engine(void) { return engine; }
 const_dnnl_primitive_attr_t mx__dnnl_attr(void) { return attr; }
 
-static dnnl_primitive_attr_t relu_attr;
+/* [0]: clip to [0, inf]; [1]: eltwise_relu with alpha 0 (mx__dnnl_jit_relu_attr) */
+static dnnl_primitive_attr_t relu_attr[2];
 static pthread_once_t relu_attr_once = PTHREAD_ONCE_INIT;
 
-static dnnl_status_t append_clip_to_positive(dnnl_post_ops_t ops) {
+static dnnl_status_t append_relu(dnnl_post_ops_t ops, bool clip) {
+  dnnl_alg_kind_t alg = clip ? dnnl_eltwise_clip : dnnl_eltwise_relu;
+  float beta = clip ? INFINITY : 0.f;
 #if DNNL_VERSION_MAJOR >= 3
-  return dnnl_post_ops_append_eltwise(ops, dnnl_eltwise_clip, 0.f, INFINITY);
+  return dnnl_post_ops_append_eltwise(ops, alg, 0.f, beta);
 #else
-  return dnnl_post_ops_append_eltwise(ops, 1.f, dnnl_eltwise_clip, 0.f, INFINITY);
+  return dnnl_post_ops_append_eltwise(ops, 1.f, alg, 0.f, beta);
 #endif
 }
 
-static void make_relu_attr(void) {
-  dnnl_post_ops_t ops = NULL;
-  dnnl_primitive_attr_t made = NULL;
-  bool ok = attr && dnnl_post_ops_create(&ops) == dnnl_success && append_clip_to_positive(ops) == dnnl_success &&
-            dnnl_primitive_attr_clone(&made, attr) == dnnl_success &&
-            dnnl_primitive_attr_set_post_ops(made, ops) == dnnl_success;
-  if (ops) dnnl_post_ops_destroy(ops);
-  if (!ok && made) dnnl_primitive_attr_destroy(made);
-  relu_attr = ok ? made : NULL;
+static void make_relu_attrs(void) {
+  for (int k = 0; k < 2; k++) {
+    dnnl_post_ops_t ops = NULL;
+    dnnl_primitive_attr_t made = NULL;
+    bool ok = attr && dnnl_post_ops_create(&ops) == dnnl_success && append_relu(ops, k == 0) == dnnl_success &&
+              dnnl_primitive_attr_clone(&made, attr) == dnnl_success &&
+              dnnl_primitive_attr_set_post_ops(made, ops) == dnnl_success;
+    if (ops) dnnl_post_ops_destroy(ops);
+    if (!ok && made) dnnl_primitive_attr_destroy(made);
+    relu_attr[k] = ok ? made : NULL;
+  }
 }
 
 const_dnnl_primitive_attr_t mx__dnnl_relu_attr(void) {
-  pthread_once(&relu_attr_once, make_relu_attr);
-  return relu_attr;
+  pthread_once(&relu_attr_once, make_relu_attrs);
+  return relu_attr[0];
+}
+
+const_dnnl_primitive_attr_t mx__dnnl_jit_relu_attr(void) {
+  pthread_once(&relu_attr_once, make_relu_attrs);
+  return relu_attr[1];
 }
 
 /* --- per thread --------------------------------------------------------------------- */

@@ -44,6 +44,10 @@ const_dnnl_primitive_attr_t mx__dnnl_attr(void);
  * post-ops); a NaN sum becomes 0 where relu keeps NaN. Made once; NULL when
  * oneDNN refused it (the fused kernels then decline). */
 const_dnnl_primitive_attr_t mx__dnnl_relu_attr(void);
+/* The same with eltwise_relu at alpha 0, for primitives that take no clip
+ * (Winograd, in 2.6) and are JIT code only: oneDNN's JIT post-ops compute
+ * it as max(s, +0), clip's result bit for bit (GEMM post-ops do not). */
+const_dnnl_primitive_attr_t mx__dnnl_jit_relu_attr(void);
 
 /* --- per thread --------------------------------------------------------------------- */
 

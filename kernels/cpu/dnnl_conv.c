@@ -308,8 +308,6 @@ static mx_status create(void *p, const void *k) {
   const dnnl_dims_t channels = {key->dims[ROLE_Y][1]};
   if (key->bias && mx__dnnl_md_tag(&e->bias_md, 1, channels, wdt, dnnl_a) != dnnl_success) return MX_NOT_SUPPORTED;
   const md_t *bias = key->bias ? &e->bias_md : NULL;
-  const_dnnl_primitive_attr_t attr = key->relu ? mx__dnnl_relu_attr() : mx__dnnl_attr();
-  if (!attr) return MX_NOT_SUPPORTED;
   mx_status status = MX_OK;
   dnnl_primitive_desc_t pd = NULL;
   dnnl_status_t s = dnnl_unimplemented;
@@ -324,8 +322,12 @@ static mx_status create(void *p, const void *k) {
   for (int attempt = 0; attempt < attempts && s == dnnl_unimplemented; attempt++) {
     dnnl_alg_kind_t alg = algs[attempt];
     int layout = layouts[attempt];
+    /* the ReLU: clip, but Winograd takes none (2.6), and, JIT code, computes eltwise_relu as clip does */
+    const_dnnl_primitive_attr_t attr = !key->relu                         ? mx__dnnl_attr()
+                                       : alg == dnnl_convolution_winograd ? mx__dnnl_jit_relu_attr()
+                                                                          : mx__dnnl_relu_attr();
     md_t conv_md[3] = {MD_NONE, MD_NONE, MD_NONE};
-    bool ok = true;
+    bool ok = attr != NULL;
     for (int r = 0; r < 3; r++) ok = ok && layout_md(&conv_md[r], e, r, layout, dt) == dnnl_success;
     if (e->hint) dnnl_primitive_desc_destroy(e->hint);
     e->hint = NULL;
@@ -342,11 +344,11 @@ static mx_status create(void *p, const void *k) {
     if (s == dnnl_success)
       s = conv_pd(&pd, kind, alg, conv_md, bias, key->stride, key->dil, key->pad_l, key->pad_r, e->hint, attr);
     e->winograd = s == dnnl_success && alg == dnnl_convolution_winograd;
-    /* a ReLU oneDNN cannot fuse into its Winograd (2.6 cannot) while the
-     * plain convolution runs as Winograd: declined, so the caller runs that
-     * and then the ReLU kernel, and fused and unfused sum alike */
+    /* a ReLU oneDNN cannot fuse into its Winograd while the plain
+     * convolution runs as Winograd: declined, so the caller runs that and
+     * then the ReLU kernel, and fused and unfused sum alike */
     dnnl_primitive_desc_t plain = NULL;
-    if (s == dnnl_unimplemented && ok && key->relu && alg == dnnl_convolution_winograd &&
+    if (s == dnnl_unimplemented && key->relu && alg == dnnl_convolution_winograd &&
         conv_pd(&plain, kind, alg, conv_md, bias, key->stride, key->dil, key->pad_l, key->pad_r, NULL,
                 mx__dnnl_attr()) == dnnl_success) {
       dnnl_primitive_desc_destroy(plain);

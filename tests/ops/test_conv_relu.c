@@ -69,28 +69,44 @@ Test(conv2d_relu, bfloat16_autocast_lowers_it_as_conv2d) {
 }
 
 /* The fused kernel is oneDNN's post-op here (the comparisons above would pass trivially if it declined), and its
- * output matches oneDNN's plain convolution followed by the ReLU kernel. float32 on 3 input channels: with 16 a
- * 3x3 convolution runs as Winograd, whose ReLU oneDNN 2.6 does not fuse (the kernel declines; the comparisons above
- * cover that path). */
+ * output matches oneDNN's plain convolution followed by the ReLU kernel, but where a NaN input makes the sum NaN:
+ * the post-op writes 0 there (ops.h). float32 on 3 input channels runs direct (clip), on 16 as Winograd
+ * (eltwise_relu); bfloat16 direct. */
 Test(conv2d_relu, the_cpu_runs_the_relu_as_a_onednn_post_op) {
   if (!MX_HAVE_DNNL) cr_skip_test("built without oneDNN");
-  mx_dtype dtypes[2] = {MX_F32, MX_BF16};
-  for (int d = 0; d < 2; d++) {
-    if (!mx__dnnl_native(dtypes[d])) continue;
-    const conv_case *c = &cases[dtypes[d] == MX_F32 ? 0 : 1];
+  static const struct {
+    mx_dtype dtype;
+    int k;
+  } runs[] = {{MX_F32, 0}, {MX_F32, 1}, {MX_BF16, 1}};
+  for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+    mx_dtype dt = runs[i].dtype;
+    if (!mx__dnnl_native(dt)) continue;
+    const conv_case *c = &cases[runs[i].k];
     mx_scope *scope = mx_scope_begin();
     mx_generator *gen = mx_generator_new(7);
-    mx_tensor *x = fused_case_leaf(MX_SHAPE(c->n, c->c_in, c->h, c->w), dtypes[d], gen);
-    mx_tensor *w = fused_case_leaf(MX_SHAPE(c->c_out, c->c_in, c->k, c->k), dtypes[d], gen);
-    mx_tensor *b = fused_case_leaf(MX_SHAPE(c->c_out), dtypes[d], gen);
-    mx_tensor *fused = mx_empty(MX_SHAPE(c->n, c->c_out, c->h, c->w), dtypes[d], MX_CPU);
-    mx_tensor *plain = mx_empty(MX_SHAPE(c->n, c->c_out, c->h, c->w), dtypes[d], MX_CPU);
+    mx_tensor *x = fused_case_leaf(MX_SHAPE(c->n, c->c_in, c->h, c->w), dt, gen);
+    mx_tensor *w = fused_case_leaf(MX_SHAPE(c->c_out, c->c_in, c->k, c->k), dt, gen);
+    mx_tensor *b = fused_case_leaf(MX_SHAPE(c->c_out), dt, gen);
+    cr_assert_eq(mx_fill_(mx_select(mx_select(mx_select(mx_select(x, 0, 0), 0, 0), 0, 4), 0, 4), NAN), MX_OK, "%s",
+                 mx_last_error());
+    mx_tensor *fused = mx_empty(MX_SHAPE(c->n, c->c_out, c->h, c->w), dt, MX_CPU);
+    mx_tensor *plain = mx_empty(MX_SHAPE(c->n, c->c_out, c->h, c->w), dt, MX_CPU);
     mx_conv_params p = {.spatial = 2, .stride = {1, 1}, .padding = {1, 1}, .dilation = {1, 1}, .groups = 1};
     mx_kview xv = mx__kview_of(x), wv = mx__kview_of(w), bv = mx__kview_of(b);
     mx_kview fv = mx__kview_of(fused), pv = mx__kview_of(plain);
+    uint64_t winograd = mx__dnnl_conv_winograd_runs();
     cr_expect_eq(mx__dnnl_conv_forward_relu(&fv, &xv, &wv, &bv, &p), MX_OK, "%s", mx_last_error());
     cr_expect_eq(mx__dnnl_conv_forward(&pv, &xv, &wv, &bv, &p), MX_OK, "%s", mx_last_error());
-    fused_case_same_bits(fused, mx_relu(plain), "kernel output", (int)(c - cases), dtypes[d]);
+    bool wants_winograd = dt == MX_F32 && c->c_in >= 16 && __builtin_cpu_supports("avx512f");
+    cr_expect_eq(mx__dnnl_conv_winograd_runs() - winograd, wants_winograd ? 2 : 0, "case %d (%s)", runs[i].k,
+                 mx_dtype_name(dt));
+    /* the NaN pixel's 3x3 neighbours in every output channel; with Winograd, the whole of each 4x4 output tile
+     * that reads it (its transforms mix a tile's inputs) */
+    mx_tensor *nan = mx_ne(plain, plain);
+    double nans = mx_item(mx_sum(nan, MX_ALL_DIMS, false));
+    if (wants_winograd) cr_expect(nans >= 9 * c->c_out && nans <= 64 * c->c_out, "%g NaN", nans);
+    else cr_expect_eq(nans, 9 * c->c_out, "case %d (%s): %g NaN", runs[i].k, mx_dtype_name(dt), nans);
+    fused_case_same_bits(fused, mx_masked_fill(mx_relu(plain), nan, 0), "kernel output", runs[i].k, dt);
     mx_tensor *negative = mx_lt_scalar(plain, 0);
     cr_expect_gt(mx_item(mx_sum(negative, MX_ALL_DIMS, false)), 0, "no negative sum: the ReLU did nothing");
     mx_generator_free(gen);
