@@ -183,12 +183,31 @@ static void entry_clear(void *p) {
  * speed, where direct already runs at the machine's float32 ceiling; with
  * 1 or 3 input channels 3-10x slower (bench/NOTES.md, round 30). Its
  * transforms round in proportion to the terms' magnitudes rather than the
- * sum's, as cuDNN's Winograd does on the GPU; bfloat16 has no Winograd. */
-static bool winograd_fits(const conv_key *key, const mx_conv_params *p) {
-  if (key->dtype != MX_F32 || key->w_dtype != MX_F32 || key->nhwc || p->spatial != 2 || p->groups != 1) return false;
+ * sum's, as cuDNN's Winograd does on the GPU. oneDNN has no bfloat16
+ * Winograd, and its bfloat16 direct kernels are slower than float32's
+ * Winograd from 64 input channels (the ResNet's; at the CNN's 32 they are
+ * about even): bfloat16 operands of those geometries are converted to
+ * float32 by the reorders into the primitive's layout and back (a pass
+ * each, as bfloat16's own reorders), and the primitive runs in float32. Not
+ * with a bias (a float32 primitive takes a float32 one; the ResNet's
+ * convolutions have none), and a plan declines them (plan_begin). */
+static bool winograd_geometry(bool nhwc, const dnnl_dim_t *w_dims, const mx_conv_params *p) {
+  if (nhwc || p->spatial != 2 || p->groups != 1) return false;
   for (int j = 0; j < 2; j++) /* weights (O, I, H, W) */
-    if (key->dims[ROLE_W][2 + j] != 3 || p->stride[j] != 1 || p->dilation[j] != 1) return false;
-  return key->dims[ROLE_W][1] >= 16;
+    if (w_dims[2 + j] != 3 || p->stride[j] != 1 || p->dilation[j] != 1) return false;
+  return w_dims[1] >= 16;
+}
+
+static bool winograd_fits(const conv_key *key, const mx_conv_params *p) {
+  bool f32 = key->dtype == MX_F32 && key->w_dtype == MX_F32,
+       bf16 = key->dtype == MX_BF16 && !key->bias && key->dims[ROLE_W][1] >= 64;
+  return (f32 || bf16) && winograd_geometry(key->nhwc, key->dims[ROLE_W], p);
+}
+
+/* Whether an activation is channels-last and not row-major as well (one
+ * channel or one pixel: the other operand decides): LAYOUT_NHWC's. */
+static bool nhwc_activation(const mx_kview *v, const mx_conv_params *p) {
+  return p->spatial == 2 && mx__kview_is_channels_last(v) && !mx__kview_is_contiguous(v);
 }
 
 /* Fills the key from the views in their roles; false when oneDNN cannot
@@ -204,10 +223,7 @@ static bool make_key(conv_key *key, int kind, const mx_kview *const *v, bool bia
   key->bias = bias;
   key->threads = mx__cpu_threads_here();
   key->relu = relu;
-  /* channels-last activations: x or y channels-last, and not row-major as
-   * well (one channel or one pixel: the other operand decides) */
-  for (int r = 0; r < 3; r++)
-    key->nhwc |= r != ROLE_W && p->spatial == 2 && mx__kview_is_channels_last(v[r]) && !mx__kview_is_contiguous(v[r]);
+  for (int r = 0; r < 3; r++) key->nhwc |= r != ROLE_W && nhwc_activation(v[r], p);
   int64_t G = p->groups;
   for (int r = 0; r < 3; r++) {
     const mx_kview *view = v[r];
@@ -326,18 +342,21 @@ static mx_status create(void *p, const void *k) {
     const_dnnl_primitive_attr_t attr = !key->relu                         ? mx__dnnl_attr()
                                        : alg == dnnl_convolution_winograd ? mx__dnnl_jit_relu_attr()
                                                                           : mx__dnnl_relu_attr();
+    /* the data types it computes in: float32 for Winograd (winograd_fits) */
+    dnnl_data_type_t cdt = alg == dnnl_convolution_winograd ? dnnl_f32 : dt,
+                     cwdt = alg == dnnl_convolution_winograd ? dnnl_f32 : wdt;
     md_t conv_md[3] = {MD_NONE, MD_NONE, MD_NONE};
     bool ok = attr != NULL;
-    for (int r = 0; r < 3; r++) ok = ok && layout_md(&conv_md[r], e, r, layout, dt) == dnnl_success;
+    for (int r = 0; r < 3; r++) ok = ok && layout_md(&conv_md[r], e, r, layout, cdt) == dnnl_success;
     if (e->hint) dnnl_primitive_desc_destroy(e->hint);
     e->hint = NULL;
     s = ok ? dnnl_success : dnnl_unimplemented;
     if (s == dnnl_success && kind != KIND_FWD)
       s = conv_pd(&e->hint, KIND_FWD, alg, conv_md, bias, key->stride, key->dil, key->pad_l, key->pad_r, NULL,
                   mx__dnnl_attr()); /* with the diff_bias's bias, as PyTorch's hint */
-    if (s == dnnl_success && wdt != dt) { /* the hint's weights are the activations' dtype, their gradient not */
+    if (s == dnnl_success && cwdt != cdt) { /* the hint's weights are the activations' dtype, their gradient not */
       md_t w_md = MD_NONE;
-      s = layout_md(&w_md, e, ROLE_W, layout, wdt) == dnnl_success ? dnnl_success : dnnl_unimplemented;
+      s = layout_md(&w_md, e, ROLE_W, layout, cwdt) == dnnl_success ? dnnl_success : dnnl_unimplemented;
       mx__dnnl_md_free(conv_md[ROLE_W]);
       conv_md[ROLE_W] = w_md;
     }
@@ -699,6 +718,10 @@ mx_status mx__dnnl_conv_plan_begin(mx__dnnl_conv_plan *plan, mx__dnnl_conv_kind 
   const mx_kview *v[3] = {x, w, y};
   conv_key key;
   if (!make_key(&key, (int)kind, v, bias, false, p)) return MX_NOT_SUPPORTED;
+  /* the plain calls run these in float32, but a plan's y keeps the view's
+   * dtype in the primitive's layout: declined, so the caller runs the plain
+   * calls and fused and unfused agree */
+  if (key.winograd && key.dtype != MX_F32) return MX_NOT_SUPPORTED;
   mx_status status = MX_OK;
   conv_entry *e = mx__dnnl_cache_acquire(&cache, &key, &status);
   if (!e) return status;

@@ -119,6 +119,8 @@ static const conv_case cases[] = {
      * oneDNN's channel blocks (2-d: the channels-32 cases), spatial sizes not a multiple of 8 */
     {"1d channels 16", 1, 2, 16, 32, 1, {19}, {3}, {1}, {1}, {1}, {0}},
     {"3d channels 16", 3, 2, 16, 16, 1, {3, 4, 5}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {0, 0, 0}},
+    /* Winograd: float32 from 16 input channels (the channels-32 case too), bfloat16 from 64 */
+    {"2d 3x3 channels 64 pad 1", 2, 2, 64, 8, 1, {6, 6}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {0, 0}},
 };
 #define NCASES (sizeof cases / sizeof *cases)
 
@@ -607,27 +609,32 @@ Test(conv, concurrent_threads_share_primitives) {
   }
 }
 
-/* Where float32 runs as oneDNN's Winograd (kernels/cpu/dnnl_conv.c, winograd_fits): a 3x3 filter at stride 1 with
- * 16 input channels or more, on a CPU with AVX-512 (oneDNN's only Winograd); never a strided, 1x1 or few-channel
- * one. Its results are held to direct's bounds in onednn_matches_reference_f32 (they stay within 9 u of the terms'
- * magnitudes there; direct within 3). */
-Test(conv, float32_runs_winograd_on_3x3_stride_1_with_16_channels_or_more) {
+/* Where oneDNN's Winograd runs (kernels/cpu/dnnl_conv.c, winograd_fits): a 3x3 filter at stride 1, float32 from 16
+ * input channels, bfloat16 (on float32 copies) from 64, on a CPU with AVX-512 (oneDNN's only Winograd); never a
+ * strided, 1x1 or few-channel one. Its results are held to direct's bounds in onednn_matches_reference_f32 (they stay
+ * within 9 u of the terms' magnitudes there; direct within 3) and in the bfloat16 tests. */
+Test(conv, winograd_runs_on_3x3_stride_1_with_enough_channels) {
   if (!MX_HAVE_DNNL) cr_skip_test("built without oneDNN");
   bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  static const int case_index[] = {9, 2, 8, 4};
-  for (size_t i = 0; i < sizeof case_index / sizeof *case_index; i++) {
-    const conv_case *c = &cases[case_index[i]];
+  static const struct {
+    int index;
+    mx_dtype dtype;
+    bool winograd;
+  } runs[] = {{9, MX_F32, true},   {14, MX_F32, true},  {2, MX_F32, false},
+              {8, MX_F32, false},  {4, MX_F32, false},  {9, MX_BF16, false}, {14, MX_BF16, true}};
+  for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+    const conv_case *c = &cases[runs[i].index];
+    if (runs[i].dtype == MX_BF16 && !mx__dnnl_native(MX_BF16)) continue;
     mx_conv_params p = params_of(c);
     for (int k = 0; k < 3; k++) {
       tens t[3];
-      make_operands(t, c, (mx_conv_kind)k, MX_F32);
+      make_operands(t, c, (mx_conv_kind)k, runs[i].dtype);
       uint64_t before = mx__dnnl_conv_winograd_runs();
       cr_assert_eq(run_kind(0, (mx_conv_kind)k, &t[0].v, &t[1].v, &t[2].v, &p), MX_OK, "%s", mx_last_error());
-      uint64_t want = avx512 && case_index[i] == 9;
-      cr_expect_eq(mx__dnnl_conv_winograd_runs() - before, want, "%s %s: %llu Winograd runs, want %llu", c->name,
-                   kind_str((mx_conv_kind)k), (unsigned long long)(mx__dnnl_conv_winograd_runs() - before),
-                   (unsigned long long)want);
+      uint64_t want = avx512 && runs[i].winograd, got = mx__dnnl_conv_winograd_runs() - before;
+      cr_expect_eq(got, want, "%s %s (%s): %llu Winograd runs, want %llu", c->name, kind_str((mx_conv_kind)k),
+                   mx_dtype_name(runs[i].dtype), (unsigned long long)got, (unsigned long long)want);
       for (int r = 0; r < 3; r++) tens_free(&t[r]);
     }
   }
