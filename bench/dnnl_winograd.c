@@ -1,9 +1,10 @@
 /* oneDNN's float32 convolutions on this CPU, direct against Winograd
  * (dnnl_convolution_direct and dnnl_convolution_winograd, each in the
- * layouts oneDNN picks), for the CNN's and ResNet-9's 3x3 stride-1
- * geometries, in each direction: milliseconds a call, the median of 20
- * after 5 warm-ups, and the implementation oneDNN chose (bench/NOTES.md,
- * round 29: the lead it found for issue #38).
+ * layouts oneDNN picks), beside bfloat16's direct (oneDNN has no bfloat16
+ * Winograd), for the CNN's and ResNet-9's 3x3 stride-1 geometries, in each
+ * direction: milliseconds a call, the median of 20 after 5 warm-ups, and
+ * the implementations oneDNN chose (bench/NOTES.md, rounds 29 and 30: why
+ * kernels/cpu/dnnl_conv.c takes Winograd where it does).
  *
  *     OMP_NUM_THREADS=2 build/bench/dnnl_winograd */
 #include <oneapi/dnnl/dnnl.h>
@@ -26,14 +27,14 @@ static int compare_doubles(const void *a, const void *b) {
 }
 
 /* The primitive descriptor of one direction under alg (NULL when oneDNN has none). */
-static dnnl_primitive_desc_t describe(dnnl_engine_t engine, int kind, dnnl_alg_kind_t alg, const int64_t shape[4],
-                                      int64_t out_channels) {
+static dnnl_primitive_desc_t describe(dnnl_engine_t engine, int kind, dnnl_alg_kind_t alg, dnnl_data_type_t dt,
+                                      const int64_t shape[4], int64_t out_channels) {
   dnnl_dims_t xd = {shape[0], shape[1], shape[2], shape[3]}, wd = {out_channels, shape[1], 3, 3},
               yd = {shape[0], out_channels, shape[2], shape[3]}, one = {1, 1};
   dnnl_memory_desc_t x, w, y;
-  dnnl_memory_desc_init_by_tag(&x, 4, xd, dnnl_f32, dnnl_format_tag_any);
-  dnnl_memory_desc_init_by_tag(&w, 4, wd, dnnl_f32, dnnl_format_tag_any);
-  dnnl_memory_desc_init_by_tag(&y, 4, yd, dnnl_f32, dnnl_format_tag_any);
+  dnnl_memory_desc_init_by_tag(&x, 4, xd, dt, dnnl_format_tag_any);
+  dnnl_memory_desc_init_by_tag(&w, 4, wd, dt, dnnl_format_tag_any);
+  dnnl_memory_desc_init_by_tag(&y, 4, yd, dt, dnnl_format_tag_any);
   dnnl_convolution_desc_t forward, d;
   dnnl_primitive_desc_t hint = NULL, pd = NULL;
   if (dnnl_convolution_forward_desc_init(&forward, dnnl_forward_training, alg, &x, &w, NULL, &y, one, one, one) !=
@@ -52,9 +53,10 @@ static dnnl_primitive_desc_t describe(dnnl_engine_t engine, int kind, dnnl_alg_k
 /* Milliseconds a call (median of 20 after 5 warm-ups), -1 when oneDNN has no such convolution or it fails;
  * impl: what oneDNN chose. */
 static double time_convolution(dnnl_engine_t engine, dnnl_stream_t stream, int kind, dnnl_alg_kind_t alg,
-                               const int64_t shape[4], int64_t out_channels, char *impl, size_t impl_size) {
+                               dnnl_data_type_t dt, const int64_t shape[4], int64_t out_channels, char *impl,
+                               size_t impl_size) {
   snprintf(impl, impl_size, "none");
-  dnnl_primitive_desc_t pd = describe(engine, kind, alg, shape, out_channels);
+  dnnl_primitive_desc_t pd = describe(engine, kind, alg, dt, shape, out_channels);
   if (!pd) return -1;
   const char *name = NULL;
   if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) == dnnl_success && name)
@@ -106,19 +108,23 @@ int main(void) {
     fprintf(stderr, "dnnl_winograd: no oneDNN CPU engine\n");
     return 1;
   }
-  printf("| geometry (N, C -> K, side) | direction | direct ms | Winograd ms | direct/Winograd | implementations |\n"
-         "|---|---|---|---|---|---|\n");
+  printf("| geometry (N, C -> K, side) | direction | direct ms | Winograd ms | direct/Winograd | bf16 direct ms "
+         "| bf16 direct/Winograd | implementations |\n"
+         "|---|---|---|---|---|---|---|---|\n");
   for (size_t g = 0; g < sizeof geometry / sizeof geometry[0]; g++) {
     const int64_t *shape = geometry[g], out_channels = geometry[g][4];
     for (int kind = FORWARD; kind <= BACKWARD_WEIGHTS; kind++) {
-      char direct_impl[128], winograd_impl[128];
-      double direct = time_convolution(engine, stream, kind, dnnl_convolution_direct, shape, out_channels,
+      char direct_impl[128], winograd_impl[128], bf16_impl[128];
+      double direct = time_convolution(engine, stream, kind, dnnl_convolution_direct, dnnl_f32, shape, out_channels,
                                        direct_impl, sizeof direct_impl);
-      double winograd = time_convolution(engine, stream, kind, dnnl_convolution_winograd, shape, out_channels,
-                                         winograd_impl, sizeof winograd_impl);
-      printf("| %lld, %lld -> %lld, %lld | %s | %.3f | %.3f | %.2f | %s, %s |\n", (long long)shape[0],
-             (long long)shape[1], (long long)out_channels, (long long)shape[2], kind_name[kind], direct, winograd,
-             direct > 0 && winograd > 0 ? direct / winograd : 0.0, direct_impl, winograd_impl);
+      double winograd = time_convolution(engine, stream, kind, dnnl_convolution_winograd, dnnl_f32, shape,
+                                         out_channels, winograd_impl, sizeof winograd_impl);
+      double bf16 = time_convolution(engine, stream, kind, dnnl_convolution_direct, dnnl_bf16, shape, out_channels,
+                                     bf16_impl, sizeof bf16_impl);
+      printf("| %lld, %lld -> %lld, %lld | %s | %.3f | %.3f | %.2f | %.3f | %.2f | %s, %s, %s |\n",
+             (long long)shape[0], (long long)shape[1], (long long)out_channels, (long long)shape[2], kind_name[kind],
+             direct, winograd, direct > 0 && winograd > 0 ? direct / winograd : 0.0, bf16,
+             bf16 > 0 && winograd > 0 ? bf16 / winograd : 0.0, direct_impl, winograd_impl, bf16_impl);
     }
   }
   dnnl_stream_destroy(stream);

@@ -70,8 +70,8 @@ typedef mx__dnnl_md md_t;
 /* md[ROLE_*] and bias (NULL: none): the forward's, or the backward weights' diff_bias. */
 #if DNNL_VERSION_MAJOR >= 3
 static dnnl_status_t conv_pd(dnnl_primitive_desc_t *pd, int kind, dnnl_alg_kind_t alg, const md_t *md,
-                             const md_t *bias, const dnnl_dims_t strides, const dnnl_dims_t dil, const dnnl_dims_t pad_l,
-                             const dnnl_dims_t pad_r, const_dnnl_primitive_desc_t hint,
+                             const md_t *bias, const dnnl_dims_t strides, const dnnl_dims_t dil,
+                             const dnnl_dims_t pad_l, const dnnl_dims_t pad_r, const_dnnl_primitive_desc_t hint,
                              const_dnnl_primitive_attr_t attr) {
   dnnl_engine_t engine = mx__dnnl_engine();
   switch (kind) {
@@ -94,8 +94,8 @@ static dnnl_status_t reorder_pd(dnnl_primitive_desc_t *pd, const md_t *from, con
 }
 #else
 static dnnl_status_t conv_pd(dnnl_primitive_desc_t *pd, int kind, dnnl_alg_kind_t alg, const md_t *md,
-                             const md_t *bias, const dnnl_dims_t strides, const dnnl_dims_t dil, const dnnl_dims_t pad_l,
-                             const dnnl_dims_t pad_r, const_dnnl_primitive_desc_t hint,
+                             const md_t *bias, const dnnl_dims_t strides, const dnnl_dims_t dil,
+                             const dnnl_dims_t pad_l, const dnnl_dims_t pad_r, const_dnnl_primitive_desc_t hint,
                              const_dnnl_primitive_attr_t attr) {
   dnnl_convolution_desc_t desc;
   dnnl_status_t s;
@@ -185,8 +185,9 @@ static void entry_clear(void *p) {
  * transforms round in proportion to the terms' magnitudes rather than the
  * sum's, as cuDNN's Winograd does on the GPU. oneDNN has no bfloat16
  * Winograd, and its bfloat16 direct kernels are slower than float32's
- * Winograd from 64 input channels (the ResNet's; at the CNN's 32 they are
- * about even): bfloat16 operands of those geometries are converted to
+ * Winograd from 64 input channels and 8x8 outputs (1.1-1.5x on the ResNet's
+ * layers; bfloat16 direct is faster at the CNN's 32 channels, and even at
+ * 4x4 outputs): bfloat16 operands of those geometries are converted to
  * float32 by the reorders into the primitive's layout and back (a pass
  * each, as bfloat16's own reorders), and the primitive runs in float32. Not
  * with a bias (a float32 primitive takes a float32 one; the ResNet's
@@ -200,7 +201,8 @@ static bool winograd_geometry(bool nhwc, const dnnl_dim_t *w_dims, const mx_conv
 
 static bool winograd_fits(const conv_key *key, const mx_conv_params *p) {
   bool f32 = key->dtype == MX_F32 && key->w_dtype == MX_F32,
-       bf16 = key->dtype == MX_BF16 && !key->bias && key->dims[ROLE_W][1] >= 64;
+       bf16 = key->dtype == MX_BF16 && !key->bias && key->dims[ROLE_W][1] >= 64 &&
+              key->dims[ROLE_Y][2] * key->dims[ROLE_Y][3] >= 64;
   return (f32 || bf16) && winograd_geometry(key->nhwc, key->dims[ROLE_W], p);
 }
 
