@@ -20,11 +20,13 @@ typedef struct {
 } conv_case;
 
 /* Small channel counts (the plain layouts), 16 and more (oneDNN's blocked ones, and bf16's channel blocks), an
- * image's 3 channels, groups, strides, dilation, padding, with and without a bias. */
+ * image's 3 channels, groups, strides, dilation, padding, with and without a bias; float32 3x3 stride-1 ones from
+ * 16 channels run as Winograd, bfloat16 ones from 64 without a bias too (the last; kernels/cpu/dnnl_conv.c). */
 static const conv_case cases[] = {
     {2, 3, 9, 9, 8, 3, 1, 1, 1, 1, true},    {2, 16, 8, 8, 32, 3, 1, 1, 1, 1, true},
     {1, 32, 7, 6, 16, 3, 2, 1, 1, 1, false}, {2, 8, 9, 7, 12, 3, 1, 2, 2, 2, true},
     {3, 4, 5, 5, 6, 1, 1, 0, 1, 1, true},    {1, 16, 10, 10, 16, 5, 2, 2, 1, 4, false},
+    {2, 64, 8, 8, 16, 3, 1, 1, 1, 1, false},
 };
 
 
