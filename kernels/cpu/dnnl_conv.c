@@ -1,7 +1,7 @@
 /* oneDNN convolution primitives (forward, with or without a ReLU post-op;
  * backward data, backward weights), created once per shape and reused:
- * direct, or Winograd for the float32 3x3 convolutions it speeds up
- * (winograd_fits).
+ * direct, or Winograd for the 3x3 convolutions it speeds up (float32,
+ * and bfloat16 computed in float32: winograd_fits).
  *
  * The primitives choose their own layouts (format_any: blocked, e.g.
  * nChw16c), and operands whose layout differs from the view's are reordered
@@ -179,7 +179,7 @@ static void entry_clear(void *p) {
  * and dilation 1, one group, 16 input channels or more, activations not
  * channels-last (its kernels read the blocked layout only, and a
  * channels-last CNN is kept free of activation reorders). Measured by
- * bench/dnnl_winograd on the CNN's and ResNet-9's layers: 1.3-2.9x direct's
+ * bench/dnnl_winograd on the CNN's and ResNet-9's layers: 1.4-3.0x direct's
  * speed, where direct already runs at the machine's float32 ceiling; with
  * 1 or 3 input channels 3-10x slower (bench/NOTES.md, round 30). Its
  * transforms round in proportion to the terms' magnitudes rather than the
