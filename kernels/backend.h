@@ -43,8 +43,10 @@ typedef struct {
  * for the next autocast region (tensor_impl.h: prepared casts), in host
  * memory: the step writes the updated parameter rounded to dtype (float16
  * or bfloat16 as kernels/math.h rounds) at data (the device's memory,
- * dense, in the walk's order), then sets written; a skipped step writes
- * neither. */
+ * dense, in the walk's order), then sets written. A step skipped on
+ * found_inf writes neither where the backend reads found_inf on the host
+ * (the CPU); where it is read on the device (CUDA), the step writes the
+ * cast of the parameter as it stands, skipped or not, and sets written. */
 typedef struct {
   void *data;
   mx_dtype dtype;
@@ -240,7 +242,8 @@ typedef struct mx_backend {
 
   /* Optimizers: one pass over n parameters sharing hyper-parameters
    * (mx_optim_item; kernels/math.h's element updates). found_inf (NULL:
-   * none): when *found_inf != 0 nothing at all is written. grad_scale (NULL:
+   * none): when *found_inf != 0 no parameter, state or step count is
+   * written (the items' casts: mx_optim_cast). grad_scale (NULL:
    * none): gradients are multiplied by mx_amp_inv_scale(*grad_scale) as they
    * are read. Gradients are never written. */
   mx_status (*sgd_step)(int n, const mx_optim_item *items, const mx_sgd_hparams *h, const float *found_inf,

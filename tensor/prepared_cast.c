@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda_graph.h"
 #include "tensor/tensor_impl.h"
 
 static atomic_int enabled = -1; /* -1: not read from the environment yet */
@@ -30,9 +31,16 @@ void mx__prepared_cast_want(mx_tensor *t, mx_dtype dtype) {
   if (mx__prepared_casts_enabled()) atomic_store_explicit(&t->cast_wanted, (int)dtype + 1, memory_order_relaxed);
 }
 
+/* While a CUDA graph is captured, none are made or taken: a replay runs no
+ * host code, so a cast attached during the capture would never be handed
+ * on, and one taken would be read by every replay, however often the
+ * captured step rewrites the weight. The captured forward casts afresh. */
+static bool capturing(const mx_tensor *t) { return t->device == MX_CUDA && mx_cuda_graph_capturing(); }
+
 mx_dtype mx__prepared_cast_asked(mx_tensor *t) {
   int wanted = atomic_exchange_explicit(&t->cast_wanted, 0, memory_order_relaxed);
-  return wanted && versioned(t) && mx__prepared_casts_enabled() ? (mx_dtype)(wanted - 1) : MX_DTYPE_COUNT;
+  return wanted && versioned(t) && mx__prepared_casts_enabled() && !capturing(t) ? (mx_dtype)(wanted - 1)
+                                                                                   : MX_DTYPE_COUNT;
 }
 
 /* The dtype, storage id and version are written before the cast is
@@ -51,8 +59,8 @@ mx_tensor *mx__prepared_cast_take(mx_tensor *t, mx_dtype dtype) {
   mx_tensor *cast = atomic_exchange(&t->cast_ready, NULL);
   if (!cast) return NULL;
   bool current = cast->device == t->device && t->cast_storage == t->storage->id &&
-                 t->cast_version == atomic_load(&t->storage->version) && versioned(t);
+                 t->cast_version == atomic_load(&t->storage->version) && versioned(t) && !capturing(t);
   if (current) return cast;
-  mx__decref(cast); /* stale: the weight was written, moved or exposed since */
+  mx__decref(cast); /* stale (the weight was written, moved or exposed since), or met in a capture */
   return NULL;
 }

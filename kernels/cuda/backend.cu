@@ -223,6 +223,7 @@ static mx_status cuda_init(void) {
   b->amp_unscale_histogram = mx__cuda_amp_unscale_histogram;
   b->sgd_step = mx__cuda_sgd_step;
   b->adam_step = mx__cuda_adam_step;
+  b->optim_casts = true;
   return MX_OK;
 }
 

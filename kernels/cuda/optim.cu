@@ -9,10 +9,18 @@
 #define PARAMS_PER_LAUNCH 9 /* mx_optim_item is 376 bytes since mx_kview records its origin and it has a cast */
 
 struct optim_chunk {
-  mx_optim_item items[PARAMS_PER_LAUNCH];
-  int64_t start[PARAMS_PER_LAUNCH + 1]; /* prefix sums of the numels */
+  mx_optim_item items[PARAMS_PER_LAUNCH]; /* their cast pointers are the host's: the casts are below */
+  int64_t start[PARAMS_PER_LAUNCH + 1];   /* prefix sums of the numels */
+  uint16_t *cast[PARAMS_PER_LAUNCH];      /* NULL, or where the parameter's 16-bit cast goes (dense, walk order) */
+  mx_dtype cast_dtype[PARAMS_PER_LAUNCH];
   int n;
+  bool any_cast;
 };
+
+/* The updated float32 value rounded as mx_to_dtype's convert kernel rounds it. */
+MX_HD static inline void write_cast(const optim_chunk &c, int t, int64_t k, float v) {
+  c.cast[t][k] = c.cast_dtype[t] == MX_BF16 ? float_value<MX_BF16>::store(v) : float_value<MX_F16>::store(v);
+}
 
 /* The step counts of a chunk's parameters, counted after their update. */
 struct step_list {
@@ -41,8 +49,10 @@ struct adam_update {
 };
 
 /* Every thread walks the chunk's flat index space grid-stride; found_inf
- * set: the whole launch writes nothing. DENSE_F32: every parameter and
- * gradient of the chunk is float32 and one run of memory (the common case,
+ * set: the launch writes no parameter or state, only the casts, of the
+ * parameters as they are (the host cannot know of the skip without
+ * waiting, so it hands them to autocast either way). DENSE_F32: every
+ * parameter and gradient of the chunk is float32 and one run of memory (the common case,
  * chosen on the host), read and written as floats: the values
  * mx_element_load and mx_element_store give, without their per-element
  * switch on the dtype and the strided offset. */
@@ -52,7 +62,8 @@ struct optim_op {
   Update u;
   const float *found_inf, *grad_scale;
   MX_HD void operator()(const grid_pos &at) const {
-    if (found_inf && *found_inf != 0.0f) return;
+    bool skip = found_inf && *found_inf != 0.0f;
+    if (skip && !c.any_cast) return;
     Update mine = u; /* begin() keeps the current parameter's part here */
     float inv_scale = grad_scale ? mx_amp_inv_scale(*grad_scale) : 1.0f;
     int64_t total = c.start[c.n];
@@ -66,18 +77,25 @@ struct optim_op {
         current = t;
       }
       int64_t k = i - c.start[t];
+      /* a parameter with a cast is dense float32 (sgd_adam.c: new_cast), whichever branch runs */
+      float *cast_of = c.cast[t] ? (float *)it.param.data + k : NULL;
+      if (skip) {
+        if (cast_of) write_cast(c, t, k, *cast_of);
+        continue;
+      }
       if constexpr (DENSE_F32) {
         float *p = (float *)it.param.data + k;
         double g = ((const float *)it.grad.data)[k];
         if (grad_scale) g = mx_optim_unscale(g, inv_scale, false);
         *p = (float)mine.element(it, k, *p, g, false);
-        continue;
+      } else {
+        bool f64 = it.param.dtype == MX_F64;
+        double g = mx_element_load(element(it.grad, k), it.grad.dtype);
+        if (grad_scale) g = mx_optim_unscale(g, inv_scale, f64);
+        char *p = element(it.param, k);
+        mx_element_store(p, it.param.dtype, mine.element(it, k, mx_element_load(p, it.param.dtype), g, f64));
       }
-      bool f64 = it.param.dtype == MX_F64;
-      double g = mx_element_load(element(it.grad, k), it.grad.dtype);
-      if (grad_scale) g = mx_optim_unscale(g, inv_scale, f64);
-      char *p = element(it.param, k);
-      mx_element_store(p, it.param.dtype, mine.element(it, k, mx_element_load(p, it.param.dtype), g, f64));
+      if (cast_of) write_cast(c, t, k, *cast_of);
     }
   }
 };
@@ -116,13 +134,18 @@ static mx_status launch(const char *what, int n, const mx_optim_item *items, Upd
     step_list s;
     c.n = n - first < PARAMS_PER_LAUNCH ? n - first : PARAMS_PER_LAUNCH;
     c.start[0] = 0;
+    c.any_cast = false;
     s.n = 0;
     for (int t = 0; t < c.n; t++) {
       const mx_optim_item *it = &items[first + t];
       c.items[t] = *it;
+      c.items[t].cast = NULL;
       c.items[t].param = flatten_if_contiguous(&it->param);
       c.items[t].grad = flatten_if_contiguous(&it->grad);
       c.start[t + 1] = c.start[t] + mx__kview_numel(&it->param);
+      c.cast[t] = it->cast ? (uint16_t *)it->cast->data : NULL;
+      c.cast_dtype[t] = it->cast ? it->cast->dtype : MX_F32;
+      c.any_cast = c.any_cast || it->cast;
       if (it->step) s.step[s.n++] = it->step;
     }
     if (c.start[c.n] > 0) { /* an empty grid is an invalid configuration */
@@ -138,6 +161,8 @@ static mx_status launch(const char *what, int n, const mx_optim_item *items, Upd
       count_steps_op count = {s, found_inf};
       MX__RETURN_IF_FAILED(launch_threads("launch of kernel optim_count_steps", 1, PARAMS_PER_LAUNCH, count));
     }
+    for (int t = 0; t < c.n; t++)
+      if (items[first + t].cast) items[first + t].cast->written = true;
   }
   return MX_OK;
 }

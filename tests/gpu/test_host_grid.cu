@@ -267,22 +267,29 @@ void test_amp(rng &r) {
 }
 
 /* One parameter's buffers: param, grad (its shape, another layout) and
- * state (float, or double for float64), contiguous. */
+ * state (float, or double for float64), contiguous; a dense float32 one may
+ * have a 16-bit cast for the step to write (cast_dtype float32: none). */
 struct optim_param {
   host_tensor param, grad;
   std::vector<std::vector<double>> state; /* as doubles or floats in the same words */
   int64_t step;
+  mx_dtype cast_dtype;
+  std::vector<uint16_t> cast;
+  bool cast_written;
 };
 
 static void run_optim(bool adam, std::vector<optim_param> &ps, const void *h, const float *found_inf,
                       const float *grad_scale, bool on_grid, mx_status *status) {
   std::vector<mx_optim_item> items(ps.size());
+  std::vector<mx_optim_cast> casts(ps.size());
   for (size_t t = 0; t < ps.size(); t++) {
     memset(&items[t], 0, sizeof items[t]);
     items[t].param = ps[t].param.v;
     items[t].grad = ps[t].grad.v;
     for (size_t k = 0; k < ps[t].state.size(); k++) items[t].state[k] = ps[t].state[k].data();
     items[t].step = ps[t].state.empty() && !adam ? NULL : &ps[t].step;
+    casts[t] = {ps[t].cast.data(), ps[t].cast_dtype, false};
+    if (ps[t].cast_dtype != MX_F32) items[t].cast = &casts[t];
   }
   int n = (int)ps.size();
   if (adam)
@@ -291,6 +298,20 @@ static void run_optim(bool adam, std::vector<optim_param> &ps, const void *h, co
   else
     *status = on_grid ? mx__cuda_sgd_step(n, items.data(), (const mx_sgd_hparams *)h, found_inf, grad_scale)
                       : cpu.sgd_step(n, items.data(), (const mx_sgd_hparams *)h, found_inf, grad_scale);
+  for (size_t t = 0; t < ps.size(); t++) ps[t].cast_written = casts[t].written;
+}
+
+/* Whether p's cast holds its parameter rounded as kernels/math.h rounds (mx_to_dtype's bits). */
+static bool cast_is_of_param(const optim_param &p, int t) {
+  const float *v = (const float *)p.param.v.data;
+  for (int64_t i = 0; i < p.param.numel(); i++) {
+    uint16_t want = p.cast_dtype == MX_BF16 ? mx_f32_to_bf16(v[i]) : mx_f32_to_f16(v[i]);
+    if (!check(p.cast[i] == want,
+               "optimizer cast of parameter %d, element %lld: 0x%04x, the parameter %.9g rounds to 0x%04x", t,
+               (long long)i, p.cast[i], v[i], want))
+      return false;
+  }
+  return true;
 }
 
 void test_optim(rng &r) {
@@ -319,6 +340,11 @@ void test_optim(rng &r) {
       fill_values(p.grad, SMALL_INT, r);
       p.step = r.range(0, 2);
       int64_t numel = p.param.numel();
+      /* casts where sgd_adam.c asks for them: dense float32 parameters, half of them */
+      bool castable = dtype == MX_F32 && mx__kview_is_contiguous(&p.param.v) && r.range(0, 1);
+      p.cast_dtype = castable ? (r.range(0, 1) ? MX_BF16 : MX_F16) : MX_F32;
+      p.cast.assign((size_t)numel + 1, 0xdead); /* one past the end: no write may reach it */
+      p.cast_written = false;
       for (int k = 0; k < states; k++) {
         p.state.push_back(std::vector<double>((size_t)numel + 1));
         for (int64_t i = 0; i < numel; i++) { /* positive, as exp_avg_sq must be */
@@ -347,6 +373,15 @@ void test_optim(rng &r) {
       check(a[t].state == b[t].state, "optimizer state of parameter %d differs", t);
       check(a[t].step == b[t].step, "optimizer step count of parameter %d: CPU %lld, host grid %lld", t,
             (long long)a[t].step, (long long)b[t].step);
+      if (a[t].cast_dtype == MX_F32 || sa != MX_OK) continue;
+      /* the CPU writes a cast only when it steps; CUDA, which cannot tell the host of a skip, always (of the
+       * parameter as it stands) */
+      bool skipped = found_inf && found != 0;
+      check(a[t].cast_written == !skipped && b[t].cast_written,
+            "optimizer cast of parameter %d written: CPU %d, host grid %d", t, a[t].cast_written, b[t].cast_written);
+      if (!skipped) check(a[t].cast == b[t].cast, "optimizer cast of parameter %d: CPU and host grid differ", t);
+      cast_is_of_param(b[t], t);
+      check(b[t].cast.back() == 0xdead, "optimizer cast of parameter %d: written past its end", t);
     }
   }
 }
