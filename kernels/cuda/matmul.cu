@@ -12,6 +12,8 @@
  * kernels/linear_lt_case.h says it applies, else declines (the op then runs
  * matmul, add and relu). */
 #include <cublasLt.h>
+#include <pthread.h>
+#include <string.h>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/linear_lt_case.h"
@@ -135,18 +137,22 @@ mx_status mx__cuda_matmul(const mx_kview *out, const mx_kview *a, const mx_kview
 
 /* --- linear_relu through cuBLASLt --------------------------------------------------------------------------- */
 
-/* The descriptors of one call, destroyed together. */
+/* A case's plan: its descriptors and the heuristic's answer. Made once per
+ * case and kept (cuBLASLt's calls that make them cost the host more than
+ * the product's launch, on a step that the host bounds), the bias pointer
+ * set in the descriptor at each use. */
 typedef struct {
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t layout[3]; /* A, B, D (C is D: beta is 0) */
-  cublasLtMatmulPreference_t preference;
-} lt_call;
+  bool usable;                      /* false: the heuristic has no algorithm for the case (the op's fallback) */
+  cublasLtMatmulHeuristicResult_t heuristic;
+} lt_plan;
 
-static void lt_call_free(lt_call *c) {
-  if (c->preference) cublasLtMatmulPreferenceDestroy(c->preference);
+static void lt_plan_free(lt_plan *p) {
   for (int i = 0; i < 3; i++)
-    if (c->layout[i]) cublasLtMatrixLayoutDestroy(c->layout[i]);
-  if (c->desc) cublasLtMatmulDescDestroy(c->desc);
+    if (p->layout[i]) cublasLtMatrixLayoutDestroy(p->layout[i]);
+  if (p->desc) cublasLtMatmulDescDestroy(p->desc);
+  *p = lt_plan{};
 }
 
 /* The workspace the heuristic may ask for: taken with cudaMallocAsync on the
@@ -154,35 +160,91 @@ static void lt_call_free(lt_call *c) {
  * records it as an allocation node rather than failing on cudaMalloc. */
 enum { LT_MAX_WORKSPACE = 4 << 20 };
 
-static mx_status lt_describe(lt_call *c, const mx_lt_linear_case *lc, cudaDataType_t type, cublasComputeType_t compute,
-                             const void *bias) {
+static mx_status lt_describe(lt_plan *p, const mx_lt_linear_case *lc, cudaDataType_t type, cublasComputeType_t compute,
+                             cublasLtMatmulPreference_t preference) {
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_RELU_BIAS;
   cublasOperation_t trans_a = lc->a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t trans_b = lc->b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
   size_t workspace = LT_MAX_WORKSPACE;
   const mx_lt_operand *ops[3] = {&lc->a, &lc->b, &lc->d};
-  MX_CUBLAS_CHECK(cublasLtMatmulDescCreate(&c->desc, compute, CUDA_R_32F));
-  MX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof trans_a));
-  MX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof trans_b));
-  MX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
-  MX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+  MX_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, compute, CUDA_R_32F));
+  MX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof trans_a));
+  MX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof trans_b));
+  MX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
   for (int i = 0; i < 3; i++)
-    MX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c->layout[i], type, (uint64_t)ops[i]->rows, (uint64_t)ops[i]->cols,
+    MX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->layout[i], type, (uint64_t)ops[i]->rows, (uint64_t)ops[i]->cols,
                                                ops[i]->ld));
-  MX_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&c->preference));
-  MX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(c->preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+  MX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                        &workspace, sizeof workspace));
   /* the heuristic assumes 256-byte aligned operands unless told: views may start anywhere */
   static const cublasLtMatmulPreferenceAttributes_t alignment_of[3] = {
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
   for (int i = 0; i < 3; i++)
-    MX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(c->preference, alignment_of[i], &ops[i]->alignment,
+    MX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, alignment_of[i], &ops[i]->alignment,
                                                          sizeof ops[i]->alignment));
   uint32_t c_alignment = lc->d.alignment;
-  MX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(c->preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+  MX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
                                                        &c_alignment, sizeof c_alignment));
   return MX_OK;
+}
+
+/* Makes p for the case: its descriptors, then the heuristic's first answer
+ * (usable false, MX_OK, where it has none). On an error p holds nothing. */
+static mx_status lt_plan_make(lt_plan *p, cublasLtHandle_t lt, const mx_lt_linear_case *lc, cudaDataType_t type,
+                              cublasComputeType_t compute) {
+  *p = lt_plan{};
+  cublasLtMatmulPreference_t preference = NULL;
+  mx_status status = MX_CUBLAS_STATUS(cublasLtMatmulPreferenceCreate(&preference));
+  if (status == MX_OK) status = lt_describe(p, lc, type, compute, preference);
+  if (status == MX_OK) {
+    int found = 0;
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->layout[0], p->layout[1], p->layout[2],
+                                                      p->layout[2], preference, 1, &p->heuristic, &found);
+    p->usable = s == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (s != CUBLAS_STATUS_NOT_SUPPORTED && !(s == CUBLAS_STATUS_SUCCESS && found == 0))
+      status = MX_CUBLAS_STATUS(s); /* no algorithm with this epilogue here is no error */
+  }
+  if (preference) cublasLtMatmulPreferenceDestroy(preference);
+  if (status != MX_OK) lt_plan_free(p);
+  return status;
+}
+
+static mx_status lt_plan_run(lt_plan *p, cublasLtHandle_t lt, const mx_kview *out, const mx_kview *a,
+                             const mx_kview *b, const mx_kview *bias) {
+  MX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias->data,
+                                                 sizeof bias->data));
+  void *workspace = NULL;
+  size_t bytes = p->heuristic.workspaceSize;
+  if (bytes > 0) MX__RETURN_IF_FAILED(MX_CUDA_STATUS(cudaMallocAsync(&workspace, bytes, mx__cuda_stream())));
+  float one = 1, zero = 0;
+  mx_status status = MX_CUBLAS_STATUS(cublasLtMatmul(lt, p->desc, &one, b->data, p->layout[0], a->data, p->layout[1],
+                                                     &zero, out->data, p->layout[2], out->data, p->layout[2],
+                                                     &p->heuristic.algo, workspace, bytes, mx__cuda_stream()));
+  if (workspace) cudaFreeAsync(workspace, mx__cuda_stream()); /* stream-ordered: after the product */
+  return status;
+}
+
+/* The plans made so far, by case (the words of lt_key): a case past the
+ * last slot gets a plan for its call only. One lock over a plan's making
+ * and use, since a use writes the bias pointer into its descriptor. */
+enum { LT_PLANS = 64, LT_KEY_WORDS = 16 };
+
+static struct {
+  pthread_mutex_t lock;
+  int n;
+  int64_t key[LT_PLANS][LT_KEY_WORDS];
+  lt_plan plan[LT_PLANS];
+} lt_plans = {PTHREAD_MUTEX_INITIALIZER, 0, {}, {}};
+
+/* The case as words, without the struct's padding, for memcmp. */
+static void lt_key(const mx_lt_linear_case *lc, int64_t *key) {
+  const mx_lt_operand *ops[3] = {&lc->a, &lc->b, &lc->d};
+  key[0] = lc->dtype;
+  for (int i = 0; i < 3; i++) {
+    int64_t *k = key + 1 + 5 * i;
+    k[0] = ops[i]->transposed, k[1] = ops[i]->rows, k[2] = ops[i]->cols, k[3] = ops[i]->ld, k[4] = ops[i]->alignment;
+  }
 }
 
 mx_status mx__cuda_linear_relu(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias) {
@@ -191,29 +253,23 @@ mx_status mx__cuda_linear_relu(const mx_kview *out, const mx_kview *a, const mx_
   cublasComputeType_t compute;
   if (!mx__lt_linear_case_of(out, a, b, bias, &lc) || !blas_dtype(out->dtype, &type, &compute))
     return MX_NOT_SUPPORTED;
-  lt_call c = {};
   /* a cuBLAS handle serves as cuBLASLt's (the cuBLAS documentation's cublasLtHandle_t) */
   cublasLtHandle_t lt = (cublasLtHandle_t)mx__cuda_blas();
-  mx_status status = lt_describe(&c, &lc, type, compute, bias->data);
-  cublasLtMatmulHeuristicResult_t heuristic;
-  int found = 0;
-  if (status == MX_OK) {
-    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(lt, c.desc, c.layout[0], c.layout[1], c.layout[2], c.layout[2],
-                                                      c.preference, 1, &heuristic, &found);
-    if (s == CUBLAS_STATUS_NOT_SUPPORTED || (s == CUBLAS_STATUS_SUCCESS && found == 0))
-      status = MX_NOT_SUPPORTED; /* no algorithm with this epilogue here: the op's fallback, no error */
-    else
-      status = MX_CUBLAS_STATUS(s);
+  int64_t key[LT_KEY_WORDS];
+  lt_key(&lc, key);
+  pthread_mutex_lock(&lt_plans.lock);
+  lt_plan *p = NULL, once = {};
+  mx_status status = MX_OK;
+  for (int i = 0; i < lt_plans.n && !p; i++)
+    if (!memcmp(lt_plans.key[i], key, sizeof key)) p = &lt_plans.plan[i];
+  if (!p) {
+    bool kept = lt_plans.n < LT_PLANS;
+    p = kept ? &lt_plans.plan[lt_plans.n] : &once;
+    status = lt_plan_make(p, lt, &lc, type, compute);
+    if (status == MX_OK && kept) memcpy(lt_plans.key[lt_plans.n++], key, sizeof key);
   }
-  void *workspace = NULL;
-  if (status == MX_OK && heuristic.workspaceSize > 0)
-    status = MX_CUDA_STATUS(cudaMallocAsync(&workspace, heuristic.workspaceSize, mx__cuda_stream()));
-  float one = 1, zero = 0;
-  if (status == MX_OK)
-    status = MX_CUBLAS_STATUS(cublasLtMatmul(lt, c.desc, &one, b->data, c.layout[0], a->data, c.layout[1], &zero,
-                                             out->data, c.layout[2], out->data, c.layout[2], &heuristic.algo,
-                                             workspace, heuristic.workspaceSize, mx__cuda_stream()));
-  if (workspace) cudaFreeAsync(workspace, mx__cuda_stream()); /* stream-ordered: after the product */
-  lt_call_free(&c);
+  if (status == MX_OK) status = p->usable ? lt_plan_run(p, lt, out, a, b, bias) : MX_NOT_SUPPORTED;
+  pthread_mutex_unlock(&lt_plans.lock);
+  lt_plan_free(&once);
   return status;
 }

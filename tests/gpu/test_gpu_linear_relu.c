@@ -1,6 +1,7 @@
 /* mx_linear_relu on CUDA (cuBLASLt's RELU_BIAS epilogue for float32, float16 and bfloat16; cuBLAS, add and relu for
- * float64) against the CPU's, forward and backward, within the bounds the convolutions use in test_gpu_layers.c.
- * Skips without a GPU. */
+ * float64) against the CPU's, forward and backward, within the bounds the convolutions use in test_gpu_layers.c; and a
+ * repeated call, which reuses the case's plan (kernels/cuda/matmul.cu), with the bits of the first. Skips without a
+ * GPU. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 
@@ -46,13 +47,18 @@ Test(gpu, linear_relu_forward_and_backward_match_cpu) {
     for (int k = 0; k < COUNT(cases); k++) {
       mx_scope *scope = mx_scope_begin();
       mx_tensor *cpu[4], *gpu[4];
+      mx_tensor *again[4];
       run(&cases[k], dtype, false, 3200 + (uint64_t)k, cpu);
       run(&cases[k], dtype, true, 3200 + (uint64_t)k, gpu);
+      run(&cases[k], dtype, true, 3200 + (uint64_t)k, again);
       for (int i = 0; i < 4; i++) {
         char why[256];
         size_t n = differences(cpu[i], gpu[i], rel, 1.0, why, sizeof why);
         cr_expect_eq(n, 0, "case %d, %s, %s: %zu elements differ; the first, %s", k, mx_dtype_name(dtype), names[i],
                      n, why);
+        n = differences(mx_to_device(gpu[i], MX_CPU), again[i], 0, 0, why, sizeof why);
+        cr_expect_eq(n, 0, "case %d, %s, %s, the call repeated: %zu elements differ; the first, %s", k,
+                     mx_dtype_name(dtype), names[i], n, why);
       }
       mx_scope_end(scope);
     }
