@@ -13,7 +13,9 @@ facts, tests/gpu, the timings (both sides with mixgrad's cuDNN numerics:
 float32 convolutions in exact float32, deterministic algorithms), a 4096
 matrix product against torch.matmul (bench/gemm_step.c and .py), loss
 scaling's share of the f16 ResNet-9 step (mixgrad's steps with and without
-its GradScaler, alternating in one process), a second, smaller table of the
+its GradScaler, alternating in one process), cuDNN's ranking of its
+algorithms (bench/cudnn_rank) and the host's time to queue each kind of
+call (bench/cuda_host_cost), a second, smaller table of the
 convolutional models in float32 with PyTorch's cuDNN defaults on both sides
 (TF32, any algorithm) and one of ResNet-9 in float32 with cuDNN's
 benchmarking on both sides (each skipped when the budget left is short of
@@ -301,6 +303,23 @@ def cudnn_ranking(args, budget, log):
     return {"code": code, "lines": lines, "seconds": secs}
 
 
+def host_costs(args, budget, log):
+    """bench/cuda_host_cost: the host's microseconds to queue one call, raw CUDA's and mixgrad's ops' (a few
+    seconds): where a host-bound step's time goes."""
+    exe = os.path.join(args.bundle, "bin", "cuda_host_cost")
+    if args.device != "cuda":
+        return {"skipped": "not on a GPU"}
+    if not os.path.exists(exe):
+        return {"skipped": "not in the bundle"}
+    timeout = budget.timeout(30, reserve=args.sanitizer_reserve)
+    if timeout is None:
+        return {"skipped": "out of time"}
+    code, out, secs = run([exe], timeout, env=mixgrad_env())
+    log("cuda_host_cost.log", out)
+    return {"code": code, "lines": [l.strip() for l in out.splitlines() if l.startswith("host:")], "seconds": secs,
+            "tail": out.strip().splitlines()[-3:]}
+
+
 def scaler_share(args, budget, log):
     """mixgrad's f16 ResNet-9 step with its GradScaler and without, alternating step by step in one process
     (train_step --scaler-share): one process's median step can differ from the next one's by 30% on a GPU
@@ -424,6 +443,19 @@ def cudnn_rank_section(r):
     return out + [f"- {l}" for l in r["lines"]] + [""]
 
 
+def host_cost_section(r):
+    out = ["## The host's time a call", ""]
+    if r is None:
+        return out + ["Not reached.", ""]
+    if "skipped" in r:
+        return out + [f"Skipped: {r['skipped']}.", ""]
+    out += ["`bench/cuda_host_cost` (its output in `$OUT/cuda_host_cost.log`): the median over 20 batches of 100 "
+            "calls queued without waiting of the host's microseconds a call; raw CUDA calls first, then mixgrad's "
+            f"ops on small operands, each in a scope of its own. Exit {r['code']}, {r['seconds']:.1f} s.", ""]
+    lines = r["lines"] or [f"no result: {' | '.join(r['tail'])}"]
+    return out + [f"- {l}" for l in lines] + [""]
+
+
 def scaler_section(sc):
     model, amp, batch = SCALER_CONFIG
     out = ["## Loss scaling's share of the step", ""]
@@ -446,7 +478,7 @@ def scaler_section(sc):
 
 
 def report(args, facts, tests, timing, memcheck, racecheck, elapsed, extra=None, gemm_result=None, scaler=None,
-           benchmark=None, ranking=None):
+           benchmark=None, ranking=None, host_cost=None):
     pt = facts.get("pytorch", {})
     b = facts.get("build", {})
     out = ["# mixgrad on a GPU: `scripts/gpu-check`", "",
@@ -542,6 +574,7 @@ def report(args, facts, tests, timing, memcheck, racecheck, elapsed, extra=None,
     out += gemm_section(args, gemm_result)
     out += scaler_section(scaler)
     out += cudnn_rank_section(ranking)
+    out += host_cost_section(host_cost)
     return "\n".join(out)
 
 
@@ -574,13 +607,13 @@ def main():
                 f.write(logs[name])
 
     state = {"tests": {"skipped": "not reached"}, "timing": None, "extra": None, "memcheck": None, "racecheck": None,
-             "gemm": None, "scaler": None, "benchmark": None, "ranking": None}
+             "gemm": None, "scaler": None, "benchmark": None, "ranking": None, "host": None}
     facts = machine_facts(args)
 
     def write():
         text = report(args, facts, state["tests"], state["timing"], state["memcheck"], state["racecheck"],
                       time.monotonic() - start, state["extra"], state["gemm"], state["scaler"], state["benchmark"],
-                      state["ranking"])
+                      state["ranking"], state["host"])
         with open(args.out, "w") as f:
             f.write(text)
         if out_dir:
@@ -599,6 +632,8 @@ def main():
     state["scaler"] = scaler_share(args, budget, log)
     write()
     state["ranking"] = cudnn_ranking(args, budget, log)
+    write()
+    state["host"] = host_costs(args, budget, log)
     write()
     # optional: the float32 tables with cuDNN's benchmarking and with PyTorch's cuDNN defaults, only from what
     # the sanitizers leave
