@@ -306,10 +306,10 @@ def gemm(args, budget, log):
     return {"n": n, "rounds": rounds, "results": results}
 
 
-def cudnn_ranking(args, budget, log):
-    """bench/cudnn_rank: cuDNN's float32 picks for ResNet-9's convolutions against the fastest, and the host's
-    time to queue one convolution call (a few seconds)."""
-    exe = os.path.join(args.bundle, "bin", "cudnn_rank")
+def diagnostic(args, budget, log, name, keep):
+    """A bundled GPU diagnostic (a few seconds), its output logged to $OUT/<name>.log: its exit, the lines for
+    which keep(line) holds, and its last lines."""
+    exe = os.path.join(args.bundle, "bin", name)
     if args.device != "cuda":
         return {"skipped": "not on a GPU"}
     if not os.path.exists(exe):
@@ -318,26 +318,21 @@ def cudnn_ranking(args, budget, log):
     if timeout is None:
         return {"skipped": "out of time"}
     code, out, secs = run([exe], timeout, env=mixgrad_env())
-    log("cudnn_rank.log", out)
-    lines = [l.strip() for l in out.splitlines() if "totals" in l or l.startswith("host:")]
-    return {"code": code, "lines": lines, "seconds": secs}
+    log(f"{name}.log", out)
+    return {"code": code, "lines": [l.strip() for l in out.splitlines() if keep(l)], "seconds": secs,
+            "tail": out.strip().splitlines()[-3:]}
+
+
+def cudnn_ranking(args, budget, log):
+    """bench/cudnn_rank: cuDNN's float32 picks for ResNet-9's convolutions against the fastest, and the host's
+    time to queue one convolution call."""
+    return diagnostic(args, budget, log, "cudnn_rank", lambda l: "totals" in l or l.startswith("host:"))
 
 
 def host_costs(args, budget, log):
-    """bench/cuda_host_cost: the host's microseconds to queue one call, raw CUDA's and mixgrad's ops' (a few
-    seconds): where a host-bound step's time goes."""
-    exe = os.path.join(args.bundle, "bin", "cuda_host_cost")
-    if args.device != "cuda":
-        return {"skipped": "not on a GPU"}
-    if not os.path.exists(exe):
-        return {"skipped": "not in the bundle"}
-    timeout = budget.timeout(30, reserve=args.sanitizer_reserve)
-    if timeout is None:
-        return {"skipped": "out of time"}
-    code, out, secs = run([exe], timeout, env=mixgrad_env())
-    log("cuda_host_cost.log", out)
-    return {"code": code, "lines": [l.strip() for l in out.splitlines() if l.startswith("host:")], "seconds": secs,
-            "tail": out.strip().splitlines()[-3:]}
+    """bench/cuda_host_cost: the host's microseconds to queue one call, raw CUDA's and mixgrad's ops': where a
+    host-bound step's time goes."""
+    return diagnostic(args, budget, log, "cuda_host_cost", lambda l: l.startswith("host:"))
 
 
 def scaler_share(args, budget, log):
@@ -449,31 +444,34 @@ def gemm_section(args, g):
     return out + [""]
 
 
-def cudnn_rank_section(r):
-    out = ["## cuDNN's float32 algorithms", ""]
+def diagnostic_section(title, r, what):
+    """A diagnostic's section: what it measures (what), its exit and time, and its kept lines (or its last ones)."""
+    out = [f"## {title}", ""]
     if r is None:
         return out + ["Not reached.", ""]
     if "skipped" in r:
         return out + [f"Skipped: {r['skipped']}.", ""]
-    out += ["`bench/cudnn_rank` (its whole output in `$OUT/cudnn_rank.log`): for one of each of ResNet-9's float32 "
-            "convolutions at batch 64, in each direction, the time of the legacy heuristics' first deterministic "
-            "pick under FMA math (what mixgrad took before it preferred Winograd: `kernels/conv_cudnn_case.h`), "
-            "of the DEFAULT math list's pick, and of the fastest deterministic algorithm, summed; then the host's "
-            f"time to queue one call. Exit {r['code']}, {r['seconds']:.1f} s.", ""]
-    return out + [f"- {l}" for l in r["lines"]] + [""]
+    out += [f"{what} Exit {r['code']}, {r['seconds']:.1f} s.", ""]
+    lines = r["lines"] or [f"no result: {' | '.join(r['tail'])}"]
+    return out + [f"- {l}" for l in lines] + [""]
+
+
+def cudnn_rank_section(r):
+    return diagnostic_section(
+        "cuDNN's float32 algorithms", r,
+        "`bench/cudnn_rank` (its whole output in `$OUT/cudnn_rank.log`): for one of each of ResNet-9's float32 "
+        "convolutions at batch 64, in each direction, the time of the legacy heuristics' first deterministic pick "
+        "under FMA math (what mixgrad took before it preferred Winograd: `kernels/conv_cudnn_case.h`), of the "
+        "DEFAULT math list's pick, and of the fastest deterministic algorithm, summed; then the host's time to "
+        "queue one call.")
 
 
 def host_cost_section(r):
-    out = ["## The host's time a call", ""]
-    if r is None:
-        return out + ["Not reached.", ""]
-    if "skipped" in r:
-        return out + [f"Skipped: {r['skipped']}.", ""]
-    out += ["`bench/cuda_host_cost` (its output in `$OUT/cuda_host_cost.log`): the median over 20 batches of 100 "
-            "calls queued without waiting of the host's microseconds a call; raw CUDA calls first, then mixgrad's "
-            f"ops on small operands, each in a scope of its own. Exit {r['code']}, {r['seconds']:.1f} s.", ""]
-    lines = r["lines"] or [f"no result: {' | '.join(r['tail'])}"]
-    return out + [f"- {l}" for l in lines] + [""]
+    return diagnostic_section(
+        "The host's time a call", r,
+        "`bench/cuda_host_cost` (its output in `$OUT/cuda_host_cost.log`): the median over 20 batches of 100 calls "
+        "queued without waiting of the host's microseconds a call; raw CUDA calls first, then mixgrad's ops on "
+        "small operands, each in a scope of its own.")
 
 
 def scaler_section(sc):
