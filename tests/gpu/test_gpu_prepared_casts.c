@@ -7,8 +7,6 @@
  * without a GPU (tests/gpu/test_host_grid.cu checks the kernel's casts on
  * the CPU; test_gpu_graph.c, that a captured step casts afresh). */
 #include <criterion/criterion.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "amp/amp_internal.h"
 #include "compare.h"
