@@ -1,6 +1,7 @@
 /* Convolutions through cuDNN's convolution API: descriptors for the three
- * operands and the convolution, an algorithm from cuDNN's heuristics
- * (remembered per geometry), a workspace from the stream's memory pool.
+ * operands and the convolution and an algorithm from cuDNN's heuristics,
+ * made once per case and kept (a plan), a workspace from the stream's
+ * memory pool at each call.
  *
  * Numerics, as PyTorch's cuDNN convolutions under its two flags (kernels/
  * base.h, mx_set_cudnn_allow_tf32 and mx_set_cudnn_deterministic):
@@ -17,7 +18,7 @@
  * FMA takes the non-fused Winograd algorithm where cuDNN offers it, which
  * the legacy heuristics misrank (mx_cudnn_prefers_winograd), on NCHW
  * copies of channels-last activations (mx_cudnn_runs_in_nchw). The
- * settings are part of the case, the key an algorithm is remembered by.
+ * settings are part of the case, the key a plan is kept by.
  * 1-d convolutions run as 2-d ones of height 1 (cuDNN wants 4 or 5 dims). */
 #include <pthread.h>
 #include <stdio.h>
@@ -32,9 +33,9 @@
 
 /* Workspace cap when choosing an algorithm: larger ones are skipped. */
 #define WORKSPACE_LIMIT ((size_t)1 << 30)
-/* Geometries whose algorithm is remembered; past this, each new one is
- * looked up at every call. */
-#define ALGO_CACHE_SIZE 256
+/* Cases whose plan is kept; past this, each new one is planned at every
+ * call. */
+#define PLANS 256
 
 /* cuDNN's "not supported" answers (cuDNN 9 numbers them 3000-3999). */
 #if CUDNN_MAJOR >= 9
@@ -64,8 +65,13 @@ static struct {
 } dnn;
 static pthread_once_t dnn_once = PTHREAD_ONCE_INIT;
 
+static void release_plans(void);
+
 /* At exit, before the CUDA runtime's own teardown (registered earlier). */
-static void release_dnn(void) { (void)cudnnDestroy(dnn.handle); }
+static void release_dnn(void) {
+  release_plans();
+  (void)cudnnDestroy(dnn.handle);
+}
 
 static void dnn_init(void) {
   dnn.status = MX_CUDNN_STATUS(cudnnCreate(&dnn.handle));
@@ -130,35 +136,13 @@ static mx_status describe(const mx_cudnn_conv_case *c, descriptors *d, bool *dec
   return MX_OK;
 }
 
-/* --- the algorithm: cuDNN's heuristics, remembered per case --- */
+/* --- the algorithm: cuDNN's ranking, taken once per case --- */
 
 typedef struct {
   int algo;               /* a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t */
   cudnnMathType_t math;
   size_t workspace;
 } algo_choice;
-
-static struct {
-  pthread_mutex_t lock;
-  int n;
-  mx_cudnn_conv_case key[ALGO_CACHE_SIZE];
-  algo_choice value[ALGO_CACHE_SIZE];
-} cache = {PTHREAD_MUTEX_INITIALIZER, 0, {}, {}};
-
-static bool cache_find(const mx_cudnn_conv_case *c, algo_choice *out) {
-  pthread_mutex_lock(&cache.lock);
-  bool found = false;
-  for (int i = 0; i < cache.n && !found; i++)
-    if (!memcmp(&cache.key[i], c, sizeof *c)) *out = cache.value[i], found = true;
-  pthread_mutex_unlock(&cache.lock);
-  return found;
-}
-
-static void cache_add(const mx_cudnn_conv_case *c, const algo_choice *v) {
-  pthread_mutex_lock(&cache.lock);
-  if (cache.n < ALGO_CACHE_SIZE) cache.key[cache.n] = *c, cache.value[cache.n] = *v, cache.n++;
-  pthread_mutex_unlock(&cache.lock);
-}
 
 /* Whether an answer is the non-fused Winograd algorithm (mx_cudnn_prefers_winograd). */
 static bool is_winograd(cudnnConvolutionFwdAlgo_t a) { return a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED; }
@@ -268,14 +252,10 @@ static mx_status rank_by_timing(cudnnHandle_t h, const mx_cudnn_conv_case *c, co
   return freed;
 }
 
-/* The algorithm for a case (x, w, y: the operands, timed on under mx_set_cudnn_benchmark), and the workspace it
- * needs with that math type; *declined when cuDNN offers nothing. */
+/* The algorithm for a case (x, w, y: the operands, timed on under mx_set_cudnn_benchmark), set with its math type
+ * on d->conv, and the workspace it needs; *declined when cuDNN offers nothing. */
 static mx_status choose(cudnnHandle_t h, const mx_cudnn_conv_case *c, const descriptors *d, const mx_kview *x,
-                        const mx_kview *w, const mx_kview *y, algo_choice *out, bool *declined) {
-  if (cache_find(c, out)) return MX_OK;
-  /* Timing waits for the device, which a CUDA graph's capture cannot hold: during one the heuristics choose, and
-   * their choice is not remembered, so the geometry is timed at its next run outside a capture. */
-  bool timed = c->benchmark && !mx__cuda_capturing();
+                        const mx_kview *w, const mx_kview *y, bool timed, algo_choice *out, bool *declined) {
   int found = -1;
   MX__RETURN_IF_FAILED(timed ? rank_by_timing(h, c, d, x, w, y, out, &found, declined)
                              : rank_by_heuristics(h, c, d, out, &found, declined));
@@ -286,7 +266,58 @@ static mx_status choose(cudnnHandle_t h, const mx_cudnn_conv_case *c, const desc
   }
   DNN_CALL(cudnnSetConvolutionMathType(d->conv, out->math));
   DNN_CALL(workspace_size(h, c, d, out->algo, &out->workspace));
-  if (timed || !c->benchmark) cache_add(c, out);
+  return MX_OK;
+}
+
+/* --- plans: a case's descriptors and algorithm, or cuDNN's refusal, kept --- */
+
+/* Made once per case: the descriptors (four creates, six sets) and the
+ * ranking cost the host more than the convolution's launch, on steps the
+ * host bounds. */
+typedef struct {
+  descriptors d;
+  algo_choice a;
+  bool declined; /* cuDNN takes no algorithm for the case: the direct kernels do */
+} plan;
+
+/* The plans kept, by case. One lock over a plan's making and use, which
+ * also keeps to cuDNN's rule that a handle serve one thread at a time. */
+static struct {
+  pthread_mutex_t lock;
+  int n;
+  mx_cudnn_conv_case key[PLANS];
+  plan value[PLANS];
+} plans = {PTHREAD_MUTEX_INITIALIZER, 0, {}, {}};
+
+static void release_plans(void) {
+  for (int i = 0; i < plans.n; i++) destroy(&plans.value[i].d);
+}
+
+static const plan *plan_find(const mx_cudnn_conv_case *c) {
+  for (int i = 0; i < plans.n; i++)
+    if (!memcmp(&plans.key[i], c, sizeof *c)) return &plans.value[i];
+  return NULL;
+}
+
+/* Keeps *p (then emptied) unless the table is full; the plan to use either way. */
+static const plan *plan_keep(const mx_cudnn_conv_case *c, plan *p) {
+  if (plans.n == PLANS) return p;
+  plans.key[plans.n] = *c, plans.value[plans.n] = *p;
+  memset(p, 0, sizeof *p);
+  return &plans.value[plans.n++];
+}
+
+/* A new plan for the case in *p (zeroed by the caller, which destroys its descriptors), kept where it may be: the
+ * operands (x, w as cuDNN reads it, y) are timed on under mx_set_cudnn_benchmark. Timing waits for the device,
+ * which a CUDA graph's capture cannot hold: during one the heuristics choose and the plan is not kept, so the case
+ * is timed at its next run outside a capture. */
+static mx_status plan_make(cudnnHandle_t h, const mx_cudnn_conv_case *c, const mx_kview *x, const mx_kview *w,
+                           const mx_kview *y, plan *p, const plan **out) {
+  bool timed = c->benchmark && !mx__cuda_capturing();
+  MX__RETURN_IF_FAILED(describe(c, &p->d, &p->declined));
+  if (!p->declined) MX__RETURN_IF_FAILED(choose(h, c, &p->d, x, w, y, timed, &p->a, &p->declined));
+  if (p->declined) destroy(&p->d), memset(&p->d, 0, sizeof p->d);
+  *out = timed || !c->benchmark ? plan_keep(c, p) : p;
   return MX_OK;
 }
 
@@ -329,22 +360,25 @@ static mx_status filter_view(const mx_cudnn_conv_case *c, const mx_kview *w, voi
   return c->kind == MX_CONV_BACKWARD_WEIGHT ? MX_OK : mx__cuda_convert(out, w);
 }
 
-static mx_status run(cudnnHandle_t h, const mx_cudnn_conv_case *c, descriptors *d, const mx_kview *x, const mx_kview *w,
-                     const mx_kview *y, bool *declined) {
-  MX__RETURN_IF_FAILED(describe(c, d, declined));
-  if (*declined) return MX_OK;
+/* The convolution by the case's plan (made here on its first call); *declined when cuDNN takes none. */
+static mx_status run(cudnnHandle_t h, const mx_cudnn_conv_case *c, const mx_kview *x, const mx_kview *w,
+                     const mx_kview *y, plan *fresh, bool *declined) {
+  const plan *p = plan_find(c);
+  if (p && p->declined) {
+    *declined = true;
+    return MX_OK;
+  }
   void *ws = NULL, *filter = NULL;
   mx_kview fv;
-  algo_choice a;
   mx_status st = filter_view(c, w, &filter, &fv);
-  if (st == MX_OK) st = choose(h, c, d, x, &fv, y, &a, declined);
-  if (st == MX_OK && !*declined) st = MX_CUDNN_STATUS(cudnnSetConvolutionMathType(d->conv, a.math));
-  if (st != MX_OK || *declined) { /* not run (declined: the direct kernels write the result) */
+  if (st == MX_OK && !p) st = plan_make(h, c, x, &fv, y, fresh, &p);
+  if (st != MX_OK || p->declined) { /* not run (declined: the direct kernels write the result) */
+    *declined = st == MX_OK;
     mx_status freed_filter = filter ? MX_CUDA_STATUS(cudaFreeAsync(filter, mx__cuda_stream())) : MX_OK;
     return st != MX_OK ? st : freed_filter;
   }
-  if (a.workspace) st = MX_CUDA_STATUS(cudaMallocAsync(&ws, a.workspace, mx__cuda_stream()));
-  cudnnStatus_t s = st == MX_OK ? execute(h, c, d, &a, x, &fv, y, ws) : CUDNN_STATUS_SUCCESS;
+  if (p->a.workspace) st = MX_CUDA_STATUS(cudaMallocAsync(&ws, p->a.workspace, mx__cuda_stream()));
+  cudnnStatus_t s = st == MX_OK ? execute(h, c, &p->d, &p->a, x, &fv, y, ws) : CUDNN_STATUS_SUCCESS;
   bool ran = st == MX_OK && s == CUDNN_STATUS_SUCCESS;
   if (ran && filter && c->kind == MX_CONV_BACKWARD_WEIGHT) st = mx__cuda_convert(w, &fv); /* back to w's layout */
   mx_status freed = ws ? MX_CUDA_STATUS(cudaFreeAsync(ws, mx__cuda_stream())) : MX_OK;
@@ -389,9 +423,11 @@ mx_status mx__cudnn_conv(mx_conv_kind kind, const mx_kview *x, const mx_kview *w
   if (mx_cudnn_runs_in_nchw(&c)) return conv_in_nchw(kind, x, w, y, p, declined);
   cudnnHandle_t h = NULL;
   MX__RETURN_IF_FAILED(dnn_handle(&h));
-  descriptors d;
-  memset(&d, 0, sizeof d);
-  mx_status st = run(h, &c, &d, x, w, y, declined);
-  destroy(&d);
+  plan fresh; /* a plan made by this call and not kept: destroyed after it */
+  memset(&fresh, 0, sizeof fresh);
+  pthread_mutex_lock(&plans.lock);
+  mx_status st = run(h, &c, x, w, y, &fresh, declined);
+  pthread_mutex_unlock(&plans.lock);
+  destroy(&fresh.d);
   return st;
 }
