@@ -397,6 +397,22 @@ MX_HD static inline float mx_amp_inv_scale(float scale) { return (float)(1.0 / (
  * 2^-14): the values loss scaling exists to lift. */
 MX_HD static inline bool mx_amp_underflows_f16(double v) { return v > -6.103515625e-05 && v < 6.103515625e-05; }
 
+/* Counts a scaled gradient value into counts (infs, NaNs, float16
+ * underflows); whether it is inf or NaN. */
+MX_HD static inline bool mx_amp_tally(double v, int64_t counts[3]) {
+  bool is_nan = v != v, is_inf = !is_nan && v - v != 0;
+  counts[0] += is_inf;
+  counts[1] += is_nan;
+  counts[2] += mx_amp_underflows_f16(v);
+  return is_inf || is_nan;
+}
+
+/* A scaled gradient value of the dtype unscaled as PyTorch's opmath does:
+ * float64 in float64, the others in float32. */
+MX_HD static inline double mx_amp_unscaled(double v, mx_dtype dtype, float inv_scale) {
+  return dtype == MX_F64 ? v * (double)inv_scale : (double)((float)v * inv_scale);
+}
+
 /* Log2-magnitude histograms (amp/stats.h): one bin per binary exponent
  * of float32's range, 2^-149 (the smallest subnormal) to 2^127, then zero,
  * inf and NaN. Bin b holds the values with 2^(b + MX_AMP_HIST_EXP_MIN) <=

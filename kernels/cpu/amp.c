@@ -14,7 +14,7 @@ typedef struct {
 /* A dense float32 run, the common case: typed, and without branches so
  * it vectorises. Classified by bits: exponent all ones is inf or NaN, and
  * a NaN has mantissa bits too. */
-static void unscale_f32(float *x, int64_t n, float inv_scale, int64_t *infs, int64_t *nans, int64_t *tiny) {
+static void unscale_f32(float *x, int64_t n, float inv_scale, int64_t counts[3]) {
   int64_t nonfinite = 0, nan = 0, small = 0;
   /* 32-bit counts per block keep the vector lanes as wide as the floats' */
   for (int64_t start = 0; start < n; start += 1 << 20) {
@@ -29,39 +29,34 @@ static void unscale_f32(float *x, int64_t n, float inv_scale, int64_t *infs, int
     }
     nonfinite += block_nonfinite, nan += block_nan, small += block_small;
   }
-  *infs = nonfinite - nan, *nans = nan, *tiny = small;
+  counts[0] += nonfinite - nan, counts[1] += nan, counts[2] += small;
 }
 
 /* Any dtype and stride, one element at a time: counted as it was (scaled),
  * then unscaled in place. f64 multiplies in f64, the others in f32
  * (PyTorch's opmath). */
-static void unscale_strided(const mx__row *row, const unscale_ctx *c, int64_t *infs, int64_t *nans, int64_t *tiny) {
+static void unscale_strided(const mx__row *row, const unscale_ctx *c, int64_t counts[3]) {
   char *p = row->ptr[0];
   for (int64_t i = 0; i < row->n; i++, p += row->step[0]) {
     double v = mx_element_load(p, c->dtype);
-    *infs += v - v != 0 && v == v;
-    *nans += v != v;
-    *tiny += mx_amp_underflows_f16(v);
-    double unscaled = c->dtype == MX_F64 ? v * (double)c->inv_scale : (double)((float)v * c->inv_scale);
-    mx_element_store(p, c->dtype, unscaled);
+    (void)mx_amp_tally(v, counts);
+    mx_element_store(p, c->dtype, mx_amp_unscaled(v, c->dtype, c->inv_scale));
   }
 }
 
 static void unscale_row(const mx__row *row, void *ctx) {
   const unscale_ctx *c = ctx;
-  int64_t infs = 0, nans = 0, tiny = 0;
+  int64_t counts[3] = {0, 0, 0}; /* infs, NaNs, float16 underflows */
   if (c->dtype == MX_F32 && row->step[0] == sizeof(float))
-    unscale_f32((float *)row->ptr[0], row->n, c->inv_scale, &infs, &nans, &tiny);
+    unscale_f32((float *)row->ptr[0], row->n, c->inv_scale, counts);
   else
-    unscale_strided(row, c, &infs, &nans, &tiny);
-  if (infs + nans) {
+    unscale_strided(row, c, counts);
+  if (counts[0] + counts[1]) {
     float one = 1.0f;
     __atomic_store(c->found_inf, &one, __ATOMIC_RELAXED);
   }
   if (!c->stats) return;
-  __atomic_fetch_add(&c->stats[0], infs * c->copies, __ATOMIC_RELAXED);
-  __atomic_fetch_add(&c->stats[1], nans * c->copies, __ATOMIC_RELAXED);
-  __atomic_fetch_add(&c->stats[2], tiny * c->copies, __ATOMIC_RELAXED);
+  for (int k = 0; k < 3; k++) __atomic_fetch_add(&c->stats[k], counts[k] * c->copies, __ATOMIC_RELAXED);
 }
 
 mx_status mx__cpu_amp_unscale(int n, const mx_kview *grads, const float *scale, float *found_inf, int64_t *stats) {

@@ -112,15 +112,15 @@ static void unscale_row(const mx__row *row, void *ctx) {
   int64_t before[MX_AMP_HIST_BINS], after[MX_AMP_HIST_BINS];
   memset(before, 0, sizeof before);
   memset(after, 0, sizeof after);
-  int64_t infs = 0, nans = 0, tiny = 0;
+  int64_t counts[3] = {0, 0, 0}; /* infs, NaNs, float16 underflows */
   char *p = row->ptr[0];
   if (c->dtype == MX_F32 && row->step[0] == sizeof(float)) {
     float *x = (float *)p;
     for (int64_t i = 0; i < row->n; i++) {
       uint32_t bits = mx_f32_bits(x[i]), magnitude = bits & 0x7fffffffu;
-      infs += magnitude == 0x7f800000u;
-      nans += magnitude > 0x7f800000u;
-      tiny += magnitude < 0x38800000u; /* |v| < 2^-14, mx_amp_underflows_f16 */
+      counts[0] += magnitude == 0x7f800000u;
+      counts[1] += magnitude > 0x7f800000u;
+      counts[2] += magnitude < 0x38800000u; /* |v| < 2^-14, mx_amp_underflows_f16 */
       before[mx_amp_hist_bin_f32(bits)]++;
       x[i] *= c->inv_scale;
       after[mx_amp_hist_bin_f32(mx_f32_bits(x[i]))]++;
@@ -128,24 +128,18 @@ static void unscale_row(const mx__row *row, void *ctx) {
   } else {
     for (int64_t i = 0; i < row->n; i++, p += row->step[0]) {
       double v = mx_element_load(p, c->dtype);
-      infs += v - v != 0 && v == v;
-      nans += v != v;
-      tiny += mx_amp_underflows_f16(v);
+      (void)mx_amp_tally(v, counts);
       before[mx_amp_hist_bin_at(p, c->dtype)]++;
-      double unscaled = c->dtype == MX_F64 ? v * (double)c->inv_scale : (double)((float)v * c->inv_scale);
-      mx_element_store(p, c->dtype, unscaled);
+      mx_element_store(p, c->dtype, mx_amp_unscaled(v, c->dtype, c->inv_scale));
       after[mx_amp_hist_bin_at(p, c->dtype)]++;
     }
   }
-  if (infs + nans) {
+  if (counts[0] + counts[1]) {
     float one = 1.0f;
     __atomic_store(c->found_inf, &one, __ATOMIC_RELAXED);
   }
-  if (c->stats) {
-    __atomic_fetch_add(&c->stats[0], infs * c->copies, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&c->stats[1], nans * c->copies, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&c->stats[2], tiny * c->copies, __ATOMIC_RELAXED);
-  }
+  if (c->stats)
+    for (int k = 0; k < 3; k++) __atomic_fetch_add(&c->stats[k], counts[k] * c->copies, __ATOMIC_RELAXED);
   flush_bins(c->before, before, c->copies);
   flush_bins(c->after, after, c->copies);
 }

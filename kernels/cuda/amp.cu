@@ -53,17 +53,12 @@ struct unscale_op {
       float *dense = DENSE_F32 ? (float *)g.data + (i - c.start[t]) : NULL;
       char *p = DENSE_F32 ? NULL : element(g, i - c.start[t]);
       double v = DENSE_F32 ? (double)*dense : mx_element_load(p, g.dtype);
-      bool is_nan = v != v, is_inf = !is_nan && v - v != 0;
-      counts[0] += is_inf;
-      counts[1] += is_nan;
-      counts[2] += mx_amp_underflows_f16(v);
-      non_finite |= is_inf || is_nan;
+      non_finite |= mx_amp_tally(v, counts);
       if constexpr (DENSE_F32) {
         *dense = (float)v * inv_scale;
         continue;
       }
-      double unscaled = g.dtype == MX_F64 ? v * (double)inv_scale : (double)((float)v * inv_scale);
-      mx_element_store(p, g.dtype, unscaled);
+      mx_element_store(p, g.dtype, mx_amp_unscaled(v, g.dtype, inv_scale));
     }
     flush(stats, current, counts);
     if (non_finite) *found_inf = 1.0f; /* every writer writes the same value */

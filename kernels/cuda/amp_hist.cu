@@ -97,14 +97,9 @@ struct unscale_histogram_body {
       const mx_kview &g = c.grads[t];
       char *p = element(g, i - c.start[t]);
       double v = mx_element_load(p, g.dtype);
-      bool is_nan = v != v, is_inf = !is_nan && v - v != 0;
-      tallies[0] += is_inf;
-      tallies[1] += is_nan;
-      tallies[2] += mx_amp_underflows_f16(v);
-      non_finite |= is_inf || is_nan;
+      non_finite |= mx_amp_tally(v, tallies);
       atomic_add_u32(&s.counts[t][0][mx_amp_hist_bin_at(p, g.dtype)], 1u);
-      double unscaled = g.dtype == MX_F64 ? v * (double)inv_scale : (double)((float)v * inv_scale);
-      mx_element_store(p, g.dtype, unscaled);
+      mx_element_store(p, g.dtype, mx_amp_unscaled(v, g.dtype, inv_scale));
       atomic_add_u32(&s.counts[t][1][mx_amp_hist_bin_at(p, g.dtype)], 1u);
     }
     flush(stats, current, tallies);

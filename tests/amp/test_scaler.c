@@ -564,3 +564,28 @@ Test(scaler, step_info_counts_infs_nans_and_parameters) {
   expect_values(b, 3, (double[]){-0.5, 0.0, 1.0});
   OK(mx_scaler_update(s));
 }
+
+/* The same scaled values as a float32, a float64 and a bfloat16 gradient
+ * count the same infs, NaNs and values below float16's normal range (0,
+ * 2^-20 and -2^-15 of the six), whether the unscale reads them by their
+ * bits (dense float32) or as values (the other dtypes). */
+Test(scaler, every_gradient_dtype_counts_infs_nans_and_underflows_alike) {
+  const float scaled[6] = {INFINITY, NAN, 0.0f, 0x1p-20f, -0x1p-15f, 0x1p-14f};
+  const mx_dtype dtypes[3] = {MX_F32, MX_F64, MX_BF16};
+  for (int k = 0; k < 3; k++) {
+    mx_scaler *s = default_scaler();
+    mx_tensor *p = param_full(6, 0, dtypes[k]);
+    mx_optimizer *opt = sgd(1, &p, 0.5);
+    prime(s);
+    set_grad(p, mx_to_dtype(vec(6, scaled), dtypes[k]));
+    mx_scaler_step_info info;
+    OK(mx_scaler_step(s, opt, &info));
+    const char *name = mx_dtype_name(dtypes[k]);
+    cr_expect_eq(info.infs, 1, "%s", name);
+    cr_expect_eq(info.nans, 1, "%s", name);
+    cr_expect_eq(info.params_with_nonfinite, 1, "%s", name);
+    cr_expect_eq(mx_scaler_underflow_fraction(s, opt), 3.0 / 6.0, "%s: %g", name,
+                 mx_scaler_underflow_fraction(s, opt));
+    OK(mx_scaler_update(s));
+  }
+}
