@@ -11,8 +11,9 @@
 
 #include "kernels/conv_check.h"
 
-/* One convolution for cuDNN, compared bytewise as the key its algorithm is
- * remembered by (so always made by mx_cudnn_conv_case_of, which zeroes it). */
+/* One convolution for cuDNN, compared bytewise as the key its plan (its
+ * descriptors and algorithm) is kept by (so always made by
+ * mx_cudnn_conv_case_of, which zeroes it). */
 typedef struct {
   int kind, dtype, nd;           /* mx_conv_kind, mx_dtype; nd: 4 or 5 dims as cuDNN sees them */
   /* x, w and y each row-major (0) or channels-last (1, 2-d only). cuDNN is
