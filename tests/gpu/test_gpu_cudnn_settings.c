@@ -186,3 +186,23 @@ Test(gpu_cudnn_settings, the_defaults_restored_repeat_their_bits) {
   expect_exact_and_repeated(&in, "defaults");
   mx_scope_end(scope);
 }
+
+/* A case's plan (its descriptors and algorithm, kept from its first call)
+ * serves it again after another case's was made, on new operands: exact
+ * float32 and the same bits twice, as at its first call. The other case:
+ * 16 output channels over the same input, so other dims in the filter's and
+ * the output's descriptors (and sums within F32_REL's 576 terms). */
+Test(gpu_cudnn_settings, a_kept_plan_serves_its_case_after_another_on_new_operands) {
+  require_gpu();
+  mx_scope *scope = mx_scope_begin();
+  conv_inputs first = random_inputs(3205), again = random_inputs(3206);
+  expect_exact_and_repeated(&first, "the first operands");
+  mx_generator *g = mx_generator_new(3207);
+  conv_inputs narrower = {first.x, mx_randn(MX_SHAPE(16, 16, 3, 3), MX_F32, MX_CPU, g),
+                          mx_randn(MX_SHAPE(16), MX_F32, MX_CPU, g),
+                          mx_randn(MX_SHAPE(4, 16, 12, 12), MX_F32, MX_CPU, g)};
+  mx_generator_free(g);
+  expect_exact_and_repeated(&narrower, "16 output channels");
+  expect_exact_and_repeated(&again, "new operands, after the other case");
+  mx_scope_end(scope);
+}
