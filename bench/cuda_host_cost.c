@@ -117,7 +117,7 @@ int main(void) {
   report("cudaMemsetAsync, 4 bytes", memset_call, &small);
   report("cudaMallocAsync + cudaFreeAsync, 4 KiB", malloc_free_call, &small);
   report("cudaMallocAsync + cudaFreeAsync, 4 MiB", malloc_free_call, &large);
-  cudaFree(small.buffer);
+  if (cudaFree(small.buffer) != cudaSuccess) fail("cudaFree", "failed");
 
   mx_scope *inputs = mx_scope_begin();
   op_ctx c = {.x = cuda_randn(MX_SHAPE(128, 512), false), .y = cuda_randn(MX_SHAPE(128, 512), false),

@@ -47,7 +47,7 @@ static bool blas_layout(const mx_kview *v, blas_operand *o) {
 /* A contiguous copy of v in `buffer` (the caller frees it). */
 static mx_status contiguous_copy(const mx_kview *v, void **buffer, mx_kview *copy) {
   size_t bytes = (size_t)mx__kview_numel(v) * mx_dtype_size(v->dtype);
-  MX_CUDA_CHECK(cudaMallocAsync(buffer, bytes ? bytes : 1, mx__cuda_stream()));
+  MX__RETURN_IF_FAILED(scratch_alloc(buffer, bytes ? bytes : 1));
   *copy = *v;
   copy->data = *buffer;
   int64_t stride = 1;
@@ -96,9 +96,9 @@ static mx_status blas_matmul(const mx_kview *out, const mx_kview *a, const mx_kv
         mx__cuda_blas(), bo.op, ao.op, (int)N, (int)M, (int)K, one, bv.data, type, bo.ld, bo.batch_stride, av.data,
         type, ao.ld, ao.batch_stride, zero, out->data, type, N, M * N, (int)B, compute, CUBLAS_GEMM_DEFAULT));
   /* stream-ordered frees: after the product that reads the copies */
-  if (a_copy) cudaFreeAsync(a_copy, mx__cuda_stream());
-  if (b_copy) cudaFreeAsync(b_copy, mx__cuda_stream());
-  return status;
+  mx_status freed_a = a_copy ? scratch_free(a_copy) : MX_OK;
+  mx_status freed_b = b_copy ? scratch_free(b_copy) : MX_OK;
+  return status != MX_OK ? status : freed_a != MX_OK ? freed_a : freed_b;
 }
 
 /* Integer dtypes: out[b, i, j] as the CPU reference computes it, float
@@ -216,13 +216,13 @@ static mx_status lt_plan_run(lt_plan *p, cublasLtHandle_t lt, const mx_kview *ou
                                                  sizeof bias->data));
   void *workspace = NULL;
   size_t bytes = p->heuristic.workspaceSize;
-  if (bytes > 0) MX__RETURN_IF_FAILED(MX_CUDA_STATUS(cudaMallocAsync(&workspace, bytes, mx__cuda_stream())));
+  if (bytes > 0) MX__RETURN_IF_FAILED(scratch_alloc(&workspace, bytes));
   float one = 1, zero = 0;
   mx_status status = MX_CUBLAS_STATUS(cublasLtMatmul(lt, p->desc, &one, b->data, p->layout[0], a->data, p->layout[1],
                                                      &zero, out->data, p->layout[2], out->data, p->layout[2],
                                                      &p->heuristic.algo, workspace, bytes, mx__cuda_stream()));
-  if (workspace) cudaFreeAsync(workspace, mx__cuda_stream()); /* stream-ordered: after the product */
-  return status;
+  mx_status freed = workspace ? scratch_free(workspace) : MX_OK; /* stream-ordered: after the product */
+  return status != MX_OK ? status : freed;
 }
 
 /* The plans made so far, by case (the words of lt_key): a case past the
