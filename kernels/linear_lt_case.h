@@ -27,6 +27,7 @@ typedef struct {
 typedef struct {
   int dtype; /* mx_dtype: float32, float16 or bfloat16 */
   mx_lt_operand a, b, d; /* cuBLASLt's A (from b), B (from a) and D (out) */
+  uint32_t bias_alignment; /* the bias's address, as the operands' (the heuristic reads it from the pointer) */
 } mx_lt_linear_case;
 
 static inline uint32_t mx__lt_alignment(const void *p) {
@@ -71,6 +72,7 @@ static inline bool mx__lt_linear_case_of(const mx_kview *out, const mx_kview *a,
   c->dtype = dt;
   if (!mx__lt_layout(b, &c->a) || !mx__lt_layout(a, &c->b)) return false;
   c->d = (mx_lt_operand){.transposed = 0, .rows = N, .cols = M, .ld = N, .alignment = mx__lt_alignment(out->data)};
+  c->bias_alignment = mx__lt_alignment(bias->data);
   return true;
 }
 

@@ -160,8 +160,11 @@ static void lt_plan_free(lt_plan *p) {
  * records it as an allocation node rather than failing on cudaMalloc. */
 enum { LT_MAX_WORKSPACE = 4 << 20 };
 
-static mx_status lt_describe(lt_plan *p, const mx_lt_linear_case *lc, cudaDataType_t type, cublasComputeType_t compute,
-                             cublasLtMatmulPreference_t preference) {
+/* The bias pointer is set before the heuristic, which reads its alignment
+ * from it (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER); each later use
+ * sets its own bias, of the same alignment (the case's bias_alignment). */
+static mx_status lt_describe(lt_plan *p, const mx_lt_linear_case *lc, const void *bias, cudaDataType_t type,
+                             cublasComputeType_t compute, cublasLtMatmulPreference_t preference) {
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_RELU_BIAS;
   cublasOperation_t trans_a = lc->a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t trans_b = lc->b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -171,6 +174,7 @@ static mx_status lt_describe(lt_plan *p, const mx_lt_linear_case *lc, cudaDataTy
   MX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof trans_a));
   MX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof trans_b));
   MX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+  MX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
   for (int i = 0; i < 3; i++)
     MX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->layout[i], type, (uint64_t)ops[i]->rows, (uint64_t)ops[i]->cols,
                                                ops[i]->ld));
@@ -191,12 +195,12 @@ static mx_status lt_describe(lt_plan *p, const mx_lt_linear_case *lc, cudaDataTy
 
 /* Makes p for the case: its descriptors, then the heuristic's first answer
  * (usable false, MX_OK, where it has none). On an error p holds nothing. */
-static mx_status lt_plan_make(lt_plan *p, cublasLtHandle_t lt, const mx_lt_linear_case *lc, cudaDataType_t type,
-                              cublasComputeType_t compute) {
+static mx_status lt_plan_make(lt_plan *p, cublasLtHandle_t lt, const mx_lt_linear_case *lc, const void *bias,
+                              cudaDataType_t type, cublasComputeType_t compute) {
   *p = lt_plan{};
   cublasLtMatmulPreference_t preference = NULL;
   mx_status status = MX_CUBLAS_STATUS(cublasLtMatmulPreferenceCreate(&preference));
-  if (status == MX_OK) status = lt_describe(p, lc, type, compute, preference);
+  if (status == MX_OK) status = lt_describe(p, lc, bias, type, compute, preference);
   if (status == MX_OK) {
     int found = 0;
     cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->layout[0], p->layout[1], p->layout[2],
@@ -218,9 +222,14 @@ static mx_status lt_plan_run(lt_plan *p, cublasLtHandle_t lt, const mx_kview *ou
   size_t bytes = p->heuristic.workspaceSize;
   if (bytes > 0) MX__RETURN_IF_FAILED(scratch_alloc(&workspace, bytes));
   float one = 1, zero = 0;
-  mx_status status = MX_CUBLAS_STATUS(cublasLtMatmul(lt, p->desc, &one, b->data, p->layout[0], a->data, p->layout[1],
-                                                     &zero, out->data, p->layout[2], out->data, p->layout[2],
-                                                     &p->heuristic.algo, workspace, bytes, mx__cuda_stream()));
+  cublasStatus_t s = cublasLtMatmul(lt, p->desc, &one, b->data, p->layout[0], a->data, p->layout[1], &zero, out->data,
+                                    p->layout[2], out->data, p->layout[2], &p->heuristic.algo, workspace, bytes,
+                                    mx__cuda_stream());
+  /* cuBLASLt refuses before it launches (the heuristic's answer does not
+   * promise a run: cublasLtMatmulAlgoCheck's documentation): the case is
+   * the op's fallback's from now on, as a refusal by the heuristic is */
+  if (s == CUBLAS_STATUS_NOT_SUPPORTED) p->usable = false;
+  mx_status status = s == CUBLAS_STATUS_NOT_SUPPORTED ? MX_NOT_SUPPORTED : MX_CUBLAS_STATUS(s);
   mx_status freed = workspace ? scratch_free(workspace) : MX_OK; /* stream-ordered: after the product */
   return status != MX_OK ? status : freed;
 }
@@ -228,7 +237,7 @@ static mx_status lt_plan_run(lt_plan *p, cublasLtHandle_t lt, const mx_kview *ou
 /* The plans made so far, by case (the words of lt_key): a case past the
  * last slot gets a plan for its call only. One lock over a plan's making
  * and use, since a use writes the bias pointer into its descriptor. */
-enum { LT_PLANS = 64, LT_KEY_WORDS = 16 };
+enum { LT_PLANS = 64, LT_KEY_WORDS = 17 };
 
 static struct {
   pthread_mutex_t lock;
@@ -245,6 +254,7 @@ static void lt_key(const mx_lt_linear_case *lc, int64_t *key) {
     int64_t *k = key + 1 + 5 * i;
     k[0] = ops[i]->transposed, k[1] = ops[i]->rows, k[2] = ops[i]->cols, k[3] = ops[i]->ld, k[4] = ops[i]->alignment;
   }
+  key[16] = lc->bias_alignment;
 }
 
 mx_status mx__cuda_linear_relu(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias) {
@@ -265,7 +275,7 @@ mx_status mx__cuda_linear_relu(const mx_kview *out, const mx_kview *a, const mx_
   if (!p) {
     bool kept = lt_plans.n < LT_PLANS;
     p = kept ? &lt_plans.plan[lt_plans.n] : &once;
-    status = lt_plan_make(p, lt, &lc, type, compute);
+    status = lt_plan_make(p, lt, &lc, bias->data, type, compute);
     if (status == MX_OK && kept) memcpy(lt_plans.key[lt_plans.n++], key, sizeof key);
   }
   if (status == MX_OK) status = p->usable ? lt_plan_run(p, lt, out, a, b, bias) : MX_NOT_SUPPORTED;

@@ -1,7 +1,7 @@
 /* mx_linear_relu on CUDA (cuBLASLt's RELU_BIAS epilogue for float32, float16 and bfloat16; cuBLAS, add and relu for
- * float64) against the CPU's, forward and backward, within the bounds the convolutions use in test_gpu_layers.c; and a
- * repeated call, which reuses the case's plan (kernels/cuda/matmul.cu), with the bits of the first. Skips without a
- * GPU. */
+ * float64) against the CPU's, forward and backward, within the bounds the convolutions use in test_gpu_layers.c; a
+ * repeated call, which reuses the case's plan (kernels/cuda/matmul.cu), with the bits of the first; a call on other
+ * values; and a bias off 256-byte lines. Skips without a GPU. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 
@@ -15,52 +15,73 @@ typedef struct {
 /* rows, rows in a batch (folded into one product), and an output width whose rows start off 16-byte lines */
 static const linear_case cases[] = {{{2, {32, 20}}, 16}, {{3, {2, 5, 20}}, 24}, {{2, {9, 20}}, 7}};
 
-/* The output and the gradients of sum(y * seed) for x, weight and bias on one device. */
-static void run(const linear_case *c, mx_dtype dtype, bool gpu, uint64_t seed, mx_tensor **results) {
+/* The output and the gradients of sum(y * seed) for x, weight and bias on one device. With bias_offset the bias
+ * starts 16 bytes into a longer leaf (a 16-byte aligned address, where a fresh tensor's is 256-byte aligned), and its
+ * gradient is that part of the leaf's. */
+static void run(const linear_case *c, mx_dtype dtype, bool gpu, uint64_t seed, bool bias_offset, mx_tensor **results) {
   mx_generator *g = mx_generator_new(seed);
-  mx_tensor *t[4] = {mx_randn(c->x, MX_F64, MX_CPU, g), mx_randn(MX_SHAPE(c->out, c->x.d[c->x.ndim - 1]), MX_F64,
-                                                                  MX_CPU, g),
-                     mx_randn(MX_SHAPE(c->out), MX_F64, MX_CPU, g), NULL};
+  int64_t pad = bias_offset ? 16 / (int64_t)mx_dtype_size(dtype) : 0;
+  mx_tensor *t[3] = {mx_randn(c->x, MX_F64, MX_CPU, g),
+                     mx_randn(MX_SHAPE(c->out, c->x.d[c->x.ndim - 1]), MX_F64, MX_CPU, g),
+                     mx_randn(MX_SHAPE(c->out + pad), MX_F64, MX_CPU, g)};
   for (int i = 0; i < 3; i++) {
     t[i] = mx_to_dtype(t[i], dtype);
     if (gpu) t[i] = to_cuda(t[i]);
     cr_assert_eq(mx_set_requires_grad(t[i], true), MX_OK, "%s", mx_last_error());
   }
-  results[0] = mx_linear_relu(t[0], t[1], t[2]);
+  results[0] = mx_linear_relu(t[0], t[1], mx_narrow(t[2], 0, pad, c->out));
   cr_assert_not_null(results[0], "%s: %s", gpu ? "cuda" : "cpu", mx_last_error());
   cr_expect_str_eq(mx_grad_fn_name(results[0]), "LINEAR_RELUBackward");
   mx_tensor *s = mx_to_dtype(mx_randn(mx_shape_get(results[0]), MX_F64, MX_CPU, g), dtype);
   mx_generator_free(g);
   cr_assert_eq(mx_backward(results[0], gpu ? to_cuda(s) : s, false), MX_OK, "%s", mx_last_error());
   for (int i = 0; i < 3; i++) results[1 + i] = mx_grad_of(t[i]);
+  results[3] = mx_contiguous(mx_narrow(results[3], 0, pad, c->out));
+}
+
+/* The four results of a CUDA run against another run's (moved to the CPU), within rel, or bit for bit (rel 0). */
+static void expect_close(mx_tensor *const *want, mx_tensor *const *got, double rel, const char *what, int k,
+                         mx_dtype dtype) {
+  static const char *const names[4] = {"output", "dx", "dw", "db"};
+  for (int i = 0; i < 4; i++) {
+    char why[256];
+    size_t n = differences(mx_to_device(want[i], MX_CPU), got[i], rel, rel > 0 ? 1.0 : 0, why, sizeof why);
+    cr_expect_eq(n, 0, "case %d, %s, %s, %s: %zu elements differ; the first, %s", k, mx_dtype_name(dtype), what,
+                 names[i], n, why);
+  }
 }
 
 /* float32 within its rounding of sums of about 1; float16 and bfloat16 within one rounding of their own (the
  * epilogue rounds the product plus the bias once, the CPU the product and then the sum: two); float64 the same
- * products summed in other orders. */
+ * products summed in other orders. Each case runs three times on the GPU: first; again on the same values, which
+ * reuses the case's plan (kernels/cuda/matmul.cu) and wants the first run's bits; and on other values while the
+ * first run's tensors still live, which a plan holding on to the first bias would get wrong. Then with the bias
+ * 16 bytes into its leaf: another plan, since the heuristic reads the bias's alignment from its address. */
 Test(gpu, linear_relu_forward_and_backward_match_cpu) {
   require_gpu();
-  const char *names[4] = {"output", "dx", "dw", "db"};
   for (int d = 0; d < COUNT(float_dtypes); d++) {
     mx_dtype dtype = float_dtypes[d];
     double rel = dtype == MX_F64 ? 1e-12 : dtype == MX_F32 ? 1e-5 : dtype == MX_F16 ? 0x1p-9 : 0x1p-6;
     for (int k = 0; k < COUNT(cases); k++) {
-      mx_scope *scope = mx_scope_begin();
-      mx_tensor *cpu[4], *gpu[4];
-      mx_tensor *again[4];
-      run(&cases[k], dtype, false, 3200 + (uint64_t)k, cpu);
-      run(&cases[k], dtype, true, 3200 + (uint64_t)k, gpu);
-      run(&cases[k], dtype, true, 3200 + (uint64_t)k, again);
-      for (int i = 0; i < 4; i++) {
-        char why[256];
-        size_t n = differences(cpu[i], gpu[i], rel, 1.0, why, sizeof why);
-        cr_expect_eq(n, 0, "case %d, %s, %s: %zu elements differ; the first, %s", k, mx_dtype_name(dtype), names[i],
-                     n, why);
-        n = differences(mx_to_device(gpu[i], MX_CPU), again[i], 0, 0, why, sizeof why);
-        cr_expect_eq(n, 0, "case %d, %s, %s, the call repeated: %zu elements differ; the first, %s", k,
-                     mx_dtype_name(dtype), names[i], n, why);
+      for (int offset = 0; offset < 2; offset++) {
+        mx_scope *scope = mx_scope_begin();
+        uint64_t seed = 3200 + 10 * (uint64_t)k + 2 * (uint64_t)offset;
+        mx_tensor *cpu[4], *gpu[4], *again[4], *cpu_other[4], *gpu_other[4];
+        run(&cases[k], dtype, false, seed, offset, cpu);
+        run(&cases[k], dtype, true, seed, offset, gpu);
+        run(&cases[k], dtype, true, seed, offset, again);
+        run(&cases[k], dtype, false, seed + 1, offset, cpu_other);
+        run(&cases[k], dtype, true, seed + 1, offset, gpu_other);
+        const char *bias = offset ? "bias off 256-byte lines" : "bias 256-byte aligned";
+        char what[96];
+        snprintf(what, sizeof what, "%s, first call", bias);
+        expect_close(cpu, gpu, rel, what, k, dtype);
+        snprintf(what, sizeof what, "%s, the call repeated against the first", bias);
+        expect_close(gpu, again, 0, what, k, dtype);
+        snprintf(what, sizeof what, "%s, other values", bias);
+        expect_close(cpu_other, gpu_other, rel, what, k, dtype);
+        mx_scope_end(scope);
       }
-      mx_scope_end(scope);
     }
   }
 }

@@ -62,15 +62,21 @@ Test(linear_lt_case, transposed_operands_swap_the_ops) {
   expect_operand(&c.b, 1, 6, 5, 6, 256, "B");
 }
 
-/* Views that start mid-buffer tell the heuristic their alignment: 4 bytes past 256 is 4-aligned. */
+/* Views that start mid-buffer tell the heuristic their alignment: 4 bytes past 256 is 4-aligned. The bias's
+ * alignment is part of the case too: the heuristic reads it from the bias pointer, so a plan chosen for a 256-byte
+ * aligned bias must not serve one on a 16-byte boundary. */
 Test(linear_lt_case, alignments_follow_the_pointers) {
   operands o = linear(MX_F32, 4, 8, 16);
-  o.a.data = memory + 4096 + 4, o.b.data = memory + 8192 + 32, o.out.data = memory + 64;
+  o.a.data = memory + 4096 + 4, o.b.data = memory + 8192 + 32, o.out.data = memory + 64, o.bias.data = memory + 12288 + 16;
   mx_lt_linear_case c;
   cr_assert(mx__lt_linear_case_of(&o.out, &o.a, &o.b, &o.bias, &c));
   cr_expect_eq(c.b.alignment, 4);
   cr_expect_eq(c.a.alignment, 32);
   cr_expect_eq(c.d.alignment, 64);
+  cr_expect_eq(c.bias_alignment, 16);
+  o.bias.data = memory + 12288;
+  cr_assert(mx__lt_linear_case_of(&o.out, &o.a, &o.b, &o.bias, &c));
+  cr_expect_eq(c.bias_alignment, 256);
 }
 
 /* What the epilogue does not take: the op then runs matmul, add and relu. */
