@@ -33,8 +33,8 @@
 
 /* Workspace cap when choosing an algorithm: larger ones are skipped. */
 #define WORKSPACE_LIMIT ((size_t)1 << 30)
-/* Cases whose plan is kept; past this, each new one is planned at every
- * call. */
+/* Cases whose plan is kept; past this, a new one takes the place of the
+ * one kept longest ago. */
 #define PLANS 256
 
 /* cuDNN's "not supported" answers (cuDNN 9 numbers them 3000-3999). */
@@ -73,11 +73,22 @@ static void release_dnn(void) {
   (void)cudnnDestroy(dnn.handle);
 }
 
+/* The first convolution may come inside a CUDA graph's capture (one with no
+ * warm-up steps, graph.cu), whose global mode refuses the allocations
+ * cudnnCreate makes: the handle is not stream work, so it is made in the
+ * relaxed mode, as the graph's pool takes its memory, and the calling
+ * thread's mode put back. */
 static void dnn_init(void) {
-  dnn.status = MX_CUDNN_STATUS(cudnnCreate(&dnn.handle));
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  dnn.status = MX_CUDA_STATUS(cudaThreadExchangeStreamCaptureMode(&mode));
   if (dnn.status == MX_OK) {
-    atexit(release_dnn);
-    dnn.status = MX_CUDNN_STATUS(cudnnSetStream(dnn.handle, mx__cuda_stream()));
+    dnn.status = MX_CUDNN_STATUS(cudnnCreate(&dnn.handle));
+    if (dnn.status == MX_OK) {
+      atexit(release_dnn);
+      dnn.status = MX_CUDNN_STATUS(cudnnSetStream(dnn.handle, mx__cuda_stream()));
+    }
+    mx_status restored = MX_CUDA_STATUS(cudaThreadExchangeStreamCaptureMode(&mode));
+    if (dnn.status == MX_OK) dnn.status = restored;
   }
   if (dnn.status != MX_OK) snprintf(dnn.error, sizeof dnn.error, "%s", mx_last_error());
 }
@@ -284,10 +295,10 @@ typedef struct {
  * also keeps to cuDNN's rule that a handle serve one thread at a time. */
 static struct {
   pthread_mutex_t lock;
-  int n;
+  int n, oldest; /* oldest: the slot a new plan takes once all n == PLANS are used */
   mx_cudnn_conv_case key[PLANS];
   plan value[PLANS];
-} plans = {PTHREAD_MUTEX_INITIALIZER, 0, {}, {}};
+} plans = {PTHREAD_MUTEX_INITIALIZER, 0, 0, {}, {}};
 
 static void release_plans(void) {
   for (int i = 0; i < plans.n; i++) destroy(&plans.value[i].d);
@@ -299,12 +310,23 @@ static const plan *plan_find(const mx_cudnn_conv_case *c) {
   return NULL;
 }
 
-/* Keeps *p (then emptied) unless the table is full; the plan to use either way. */
+/* Keeps *p (then emptied) and returns the kept plan. With the table full it
+ * replaces the plan kept longest ago, whose descriptors go: no plan is in
+ * use then, since every use is under the lock, one at a time. (Planning a
+ * new case at every call instead would time every algorithm at every call
+ * under mx_set_cudnn_benchmark, in a program with over PLANS geometries.) */
 static const plan *plan_keep(const mx_cudnn_conv_case *c, plan *p) {
-  if (plans.n == PLANS) return p;
-  plans.key[plans.n] = *c, plans.value[plans.n] = *p;
+  int i;
+  if (plans.n < PLANS) {
+    i = plans.n++;
+  } else {
+    i = plans.oldest;
+    plans.oldest = (plans.oldest + 1) % PLANS;
+    destroy(&plans.value[i].d);
+  }
+  plans.key[i] = *c, plans.value[i] = *p;
   memset(p, 0, sizeof *p);
-  return &plans.value[plans.n++];
+  return &plans.value[i];
 }
 
 /* A new plan for the case in *p (zeroed by the caller, which destroys its descriptors), kept where it may be: the

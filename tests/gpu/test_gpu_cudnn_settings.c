@@ -206,3 +206,27 @@ Test(gpu_cudnn_settings, a_kept_plan_serves_its_case_after_another_on_new_operan
   expect_exact_and_repeated(&again, "new operands, after the other case");
   mx_scope_end(scope);
 }
+
+/* Past the table's 256 plans (kernels/cuda/conv_cudnn.cu) a new case takes
+ * the place of the one kept longest ago: 90 more geometries (x 4 wide and 1
+ * to 90 long, three cases each: forward and both backwards) push out the
+ * first case's three plans, whose descriptors are destroyed; the case is
+ * then planned afresh and still exact, the same bits twice. */
+Test(gpu_cudnn_settings, a_full_plan_table_replaces_its_oldest_plans) {
+  require_gpu();
+  mx_scope *scope = mx_scope_begin();
+  conv_inputs first = random_inputs(3208);
+  expect_exact_and_repeated(&first, "before the table fills");
+  mx_generator *g = mx_generator_new(3209);
+  mx_tensor *w = mx_randn(MX_SHAPE(2, 2, 3, 3), MX_F32, MX_CPU, g), *b = mx_randn(MX_SHAPE(2), MX_F32, MX_CPU, g);
+  for (int64_t len = 1; len <= 90; len++) {
+    mx_scope *each = mx_scope_begin();
+    conv_results r = conv_step(mx_randn(MX_SHAPE(1, 2, 4, len), MX_F32, MX_CPU, g), w, b,
+                               mx_randn(MX_SHAPE(1, 2, 4, len), MX_F32, MX_CPU, g), MX_CUDA);
+    cr_assert(r.t[0] && r.t[2], "length %lld: %s", (long long)len, mx_last_error());
+    mx_scope_end(each);
+  }
+  mx_generator_free(g);
+  expect_exact_and_repeated(&first, "after 270 other cases");
+  mx_scope_end(scope);
+}

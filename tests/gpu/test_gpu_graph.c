@@ -228,3 +228,46 @@ Test(gpu_graph, a_step_without_cuda_work_is_refused) {
   cr_expect_str_eq(mx_last_error(), "mx_cuda_graph_capture: the captured step launched no CUDA work (are its tensors "
                                     "on the CPU?): a CUDA graph replays work on CUDA tensors only");
 }
+
+/* A convolution as a step's first CUDA work (no warm-up): cuDNN's handle and the case's plan are made inside the
+ * capture, the handle in relaxed capture mode (kernels/cuda/conv_cudnn.cu). Each replay then convolves whatever the
+ * static input holds, as an eager call does. In a process of its own (Criterion's), this is cuDNN's first call. */
+typedef struct {
+  mx_tensor *x, *w, *y; /* static: y receives conv2d(x, w) */
+} conv_step_ctx;
+
+static mx_status conv_step(void *ctx) {
+  conv_step_ctx *c = ctx;
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *y = mx_conv2d(c->x, c->w, NULL, MX_DEFAULT, MX_DIMS(1), MX_DEFAULT, 1);
+  mx_status status = y ? mx_copy_(c->y, y) : mx_last_status();
+  mx_scope_end(s);
+  return status;
+}
+
+Test(gpu_graph, a_convolution_captured_without_warm_up_replays_on_new_inputs) {
+  require_gpu();
+  mx_generator *gen = mx_generator_new(77);
+  mx_scope *s = mx_scope_begin();
+  conv_step_ctx c = {mx_keep(mx_zeros(MX_SHAPE(2, 3, 8, 8), MX_F32, MX_CUDA)),
+                     mx_keep(mx_to_device(mx_randn(MX_SHAPE(4, 3, 3, 3), MX_F32, MX_CPU, gen), MX_CUDA)),
+                     mx_keep(mx_zeros(MX_SHAPE(2, 4, 8, 8), MX_F32, MX_CUDA))};
+  mx_scope_end(s);
+  cr_assert(c.x && c.w && c.y, "%s", mx_last_error());
+  mx_cuda_graph *g = mx_cuda_graph_capture(conv_step, &c, 0);
+  cr_assert_not_null(g, "%s", mx_last_error());
+  for (int i = 0; i < 2; i++) {
+    s = mx_scope_begin();
+    mx_tensor *x = mx_randn(MX_SHAPE(2, 3, 8, 8), MX_F32, MX_CPU, gen);
+    cr_assert_eq(mx_copy_(c.x, x), MX_OK, "%s", mx_last_error());
+    cr_assert_eq(mx_cuda_graph_replay(g), MX_OK, "%s", mx_last_error());
+    mx_tensor *want = mx_conv2d(x, mx_to_device(c.w, MX_CPU), NULL, MX_DEFAULT, MX_DIMS(1), MX_DEFAULT, 1);
+    char why[256]; /* float32 sums of 27 terms of about 1, in other orders: 1e-5 of the larger of the values and 1 */
+    size_t n = differences(want, c.y, 1e-5, 1.0, why, sizeof why);
+    cr_expect_eq(n, 0, "replay %d against the CPU: %zu elements differ; the first, %s", i, n, why);
+    mx_scope_end(s);
+  }
+  mx_cuda_graph_free(g);
+  mx_generator_free(gen);
+  mx_release(c.x), mx_release(c.w), mx_release(c.y);
+}
