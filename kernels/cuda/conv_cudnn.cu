@@ -153,6 +153,7 @@ typedef struct {
   int algo;               /* a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t */
   cudnnMathType_t math;
   size_t workspace;
+  bool provisional; /* timed short of a workspace (it could not be had then): not kept, timed again next call */
 } algo_choice;
 
 /* Whether an answer is the non-fused Winograd algorithm (mx_cudnn_prefers_winograd). */
@@ -239,6 +240,7 @@ static mx_status rank_by_timing(cudnnHandle_t h, const mx_cudnn_conv_case *c, co
   if (bytes && cudaMallocAsync(&ws, bytes, mx__cuda_stream()) != cudaSuccess) {
     (void)cudaGetLastError(); /* out of memory is not sticky: clear it so later checks do not see it */
     ws = NULL, bytes = 0;
+    out->provisional = true; /* a passing shortage: the answer is for this call only */
   }
   int n = 0;
   cudnnStatus_t s;
@@ -332,14 +334,16 @@ static const plan *plan_keep(const mx_cudnn_conv_case *c, plan *p) {
 /* A new plan for the case in *p (zeroed by the caller, which destroys its descriptors), kept where it may be: the
  * operands (x, w as cuDNN reads it, y) are timed on under mx_set_cudnn_benchmark. Timing waits for the device,
  * which a CUDA graph's capture cannot hold: during one the heuristics choose and the plan is not kept, so the case
- * is timed at its next run outside a capture. */
+ * is timed at its next run outside a capture. Nor is a timing kept that ran without the workspace the larger
+ * algorithms need (the memory was short at that moment): it would hold that moment's slower choice, or refusal,
+ * for good. */
 static mx_status plan_make(cudnnHandle_t h, const mx_cudnn_conv_case *c, const mx_kview *x, const mx_kview *w,
                            const mx_kview *y, plan *p, const plan **out) {
   bool timed = c->benchmark && !mx__cuda_capturing();
   MX__RETURN_IF_FAILED(describe(c, &p->d, &p->declined));
   if (!p->declined) MX__RETURN_IF_FAILED(choose(h, c, &p->d, x, w, y, timed, &p->a, &p->declined));
   if (p->declined) destroy(&p->d), memset(&p->d, 0, sizeof p->d);
-  *out = timed || !c->benchmark ? plan_keep(c, p) : p;
+  *out = (timed && !p->a.provisional) || !c->benchmark ? plan_keep(c, p) : p;
   return MX_OK;
 }
 
