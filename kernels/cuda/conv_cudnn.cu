@@ -199,24 +199,39 @@ static cudnnStatus_t workspace_size(cudnnHandle_t h, const mx_cudnn_conv_case *c
                                                         (cudnnConvolutionBwdFilterAlgo_t)algo, bytes);
 }
 
+/* The answers room for: the ranking may hold more than one answer an
+ * algorithm (cudnnGet*AlgorithmMaxCount counts them with their tensor-core
+ * variants, above the enums' counts), and an answer cut off at the end
+ * could be the Winograd one the heuristics rank last. */
+enum { MAX_ANSWERS = 64 };
+
+/* How many answers to ask a kind's ranking for: cuDNN's own most, within MAX_ANSWERS. */
+static mx_status answers_wanted(cudnnHandle_t h, const mx_cudnn_conv_case *c, int *count, bool *declined) {
+  int n = 0;
+  if (c->kind == MX_CONV_FORWARD) DNN_CALL(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &n));
+  else if (c->kind == MX_CONV_BACKWARD_DATA) DNN_CALL(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &n));
+  else DNN_CALL(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &n));
+  *count = n < 1 ? 1 : n > MAX_ANSWERS ? MAX_ANSWERS : n;
+  return MX_OK;
+}
+
 /* cuDNN's heuristics' ranking (nothing runs); *found: the answer taken, -1 when none. */
 static mx_status rank_by_heuristics(cudnnHandle_t h, const mx_cudnn_conv_case *c, const descriptors *d,
                                     algo_choice *out, int *found, bool *declined) {
-  int n = 0;
+  int n = 0, wanted = 0;
+  MX__RETURN_IF_FAILED(answers_wanted(h, c, &wanted, declined));
+  if (*declined) return MX_OK;
   if (c->kind == MX_CONV_FORWARD) {
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    DNN_CALL(cudnnGetConvolutionForwardAlgorithm_v7(h, d->x, d->w, d->conv, d->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                    &n, perf));
+    cudnnConvolutionFwdAlgoPerf_t perf[MAX_ANSWERS];
+    DNN_CALL(cudnnGetConvolutionForwardAlgorithm_v7(h, d->x, d->w, d->conv, d->y, wanted, &n, perf));
     *found = pick(perf, n, c, WORKSPACE_LIMIT, out);
   } else if (c->kind == MX_CONV_BACKWARD_DATA) {
-    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    DNN_CALL(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d->w, d->y, d->conv, d->x,
-                                                         CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
+    cudnnConvolutionBwdDataAlgoPerf_t perf[MAX_ANSWERS];
+    DNN_CALL(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d->w, d->y, d->conv, d->x, wanted, &n, perf));
     *found = pick(perf, n, c, WORKSPACE_LIMIT, out);
   } else {
-    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    DNN_CALL(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d->x, d->y, d->conv, d->w,
-                                                           CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[MAX_ANSWERS];
+    DNN_CALL(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d->x, d->y, d->conv, d->w, wanted, &n, perf));
     *found = pick(perf, n, c, WORKSPACE_LIMIT, out);
   }
   return MX_OK;
@@ -229,6 +244,9 @@ static mx_status rank_by_heuristics(cudnnHandle_t h, const mx_cudnn_conv_case *c
 static mx_status rank_by_timing(cudnnHandle_t h, const mx_cudnn_conv_case *c, const descriptors *d,
                                 const mx_kview *x, const mx_kview *w, const mx_kview *y, algo_choice *out,
                                 int *found, bool *declined) {
+  int wanted = 0;
+  MX__RETURN_IF_FAILED(answers_wanted(h, c, &wanted, declined));
+  if (*declined) return MX_OK;
   int count = c->kind == MX_CONV_FORWARD         ? (int)CUDNN_CONVOLUTION_FWD_ALGO_COUNT
               : c->kind == MX_CONV_BACKWARD_DATA ? (int)CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT
                                                  : (int)CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
@@ -245,19 +263,19 @@ static mx_status rank_by_timing(cudnnHandle_t h, const mx_cudnn_conv_case *c, co
   int n = 0;
   cudnnStatus_t s;
   if (c->kind == MX_CONV_FORWARD) {
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    s = cudnnFindConvolutionForwardAlgorithmEx(h, d->x, x->data, d->w, w->data, d->conv, d->y, y->data,
-                                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf, ws, bytes);
+    cudnnConvolutionFwdAlgoPerf_t perf[MAX_ANSWERS];
+    s = cudnnFindConvolutionForwardAlgorithmEx(h, d->x, x->data, d->w, w->data, d->conv, d->y, y->data, wanted, &n,
+                                               perf, ws, bytes);
     if (s == CUDNN_STATUS_SUCCESS) *found = pick(perf, n, c, bytes, out);
   } else if (c->kind == MX_CONV_BACKWARD_DATA) {
-    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    s = cudnnFindConvolutionBackwardDataAlgorithmEx(h, d->w, w->data, d->y, y->data, d->conv, d->x, x->data,
-                                                    CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf, ws, bytes);
+    cudnnConvolutionBwdDataAlgoPerf_t perf[MAX_ANSWERS];
+    s = cudnnFindConvolutionBackwardDataAlgorithmEx(h, d->w, w->data, d->y, y->data, d->conv, d->x, x->data, wanted,
+                                                    &n, perf, ws, bytes);
     if (s == CUDNN_STATUS_SUCCESS) *found = pick(perf, n, c, bytes, out);
   } else {
-    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    s = cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d->x, x->data, d->y, y->data, d->conv, d->w, w->data,
-                                                      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf, ws, bytes);
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[MAX_ANSWERS];
+    s = cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d->x, x->data, d->y, y->data, d->conv, d->w, w->data, wanted,
+                                                      &n, perf, ws, bytes);
     if (s == CUDNN_STATUS_SUCCESS) *found = pick(perf, n, c, bytes, out);
   }
   mx_status freed = ws ? MX_CUDA_STATUS(cudaFreeAsync(ws, mx__cuda_stream())) : MX_OK;
