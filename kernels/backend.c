@@ -44,6 +44,7 @@ static const mx__cuda_host host = {
     .cudnn_allow_tf32 = mx_cudnn_allow_tf32,
     .cudnn_deterministic = mx_cudnn_deterministic,
     .cudnn_benchmark = mx_cudnn_benchmark,
+    .cudnn_count = mx__cudnn_count,
 };
 
 /* kernels/cuda/cuda_backend.h's entry points, found in the module. */

@@ -19,6 +19,13 @@ extern "C" {
 #define MX__CAT_(a, b) a##b
 #define MX__CAT(a, b) MX__CAT_(a, b)
 
+/* The CUDA convolutions cuDNN ran, and those it declined (the direct
+ * kernels ran them), in this process (kernels/cudnn_settings.c): the CUDA
+ * module counts each through its host table, and the GPU suite checks
+ * with them that the convolutions it tests went through cuDNN. */
+void mx__cudnn_count(bool ran);
+void mx__cudnn_counts(int64_t *ran, int64_t *declined);
+
 /* Sets the thread's error (always overwriting) and returns the status. */
 mx_status mx__error(mx_status status, const char *fmt, ...) MX__PRINTF(2, 3);
 

@@ -463,8 +463,11 @@ mx_status mx__cudnn_conv(mx_conv_kind kind, const mx_kview *x, const mx_kview *w
                          const mx_conv_params *p, bool *declined) {
   mx_cudnn_conv_case c;
   *declined = !mx_cudnn_conv_case_of(kind, x, w, y, p, &c);
-  if (*declined) return MX_OK;
-  if (mx_cudnn_runs_in_nchw(&c)) return conv_in_nchw(kind, x, w, y, p, declined);
+  if (*declined) {
+    mx__cudnn_count(false);
+    return MX_OK;
+  }
+  if (mx_cudnn_runs_in_nchw(&c)) return conv_in_nchw(kind, x, w, y, p, declined); /* counted by its own call */
   cudnnHandle_t h = NULL;
   MX__RETURN_IF_FAILED(dnn_handle(&h));
   plan fresh; /* a plan made by this call and not kept: destroyed after it */
@@ -473,5 +476,6 @@ mx_status mx__cudnn_conv(mx_conv_kind kind, const mx_kview *x, const mx_kview *w
   mx_status st = run(h, &c, x, w, y, &fresh, declined);
   pthread_mutex_unlock(&plans.lock);
   destroy(&fresh.d);
+  if (st == MX_OK) mx__cudnn_count(!*declined);
   return st;
 }

@@ -36,6 +36,7 @@ typedef struct {
   bool (*cudnn_allow_tf32)(void);
   bool (*cudnn_deterministic)(void);
   bool (*cudnn_benchmark)(void);
+  void (*cudnn_count)(bool ran);
 } mx__cuda_host;
 
 /* Hands the module the library's functions; called once, first. */

@@ -36,6 +36,7 @@ bool mx__binary_has_int(int code) { return host.binary_has_int(code); }
 bool mx_cudnn_allow_tf32(void) { return host.cudnn_allow_tf32(); }
 bool mx_cudnn_deterministic(void) { return host.cudnn_deterministic(); }
 bool mx_cudnn_benchmark(void) { return host.cudnn_benchmark(); }
+void mx__cudnn_count(bool ran) { host.cudnn_count(ran); }
 
 mx_status mx__conv_check(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, const mx_kview *y,
                          const mx_kview *bias, const mx_conv_params *p) {

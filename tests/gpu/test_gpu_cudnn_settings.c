@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "compare.h"
+#include "kernels/base_internal.h"
 
 #define XS MX_SHAPE(4, 16, 12, 12)
 #define WS MX_SHAPE(32, 16, 3, 3) /* sums of 144 terms an output, 288 an input gradient, 576 a weight gradient */
@@ -142,11 +143,17 @@ Test(gpu_cudnn_settings, nondeterministic_matches_the_cpu_within_float32_roundin
 
 /* The step on CUDA twice under the settings in force, against the CPU:
  * exact float32 (within float32's bound, and below TF32's size), and the
- * same bits both times. */
+ * same bits both times; each of its six convolutions (forward and both
+ * backwards, twice) run by cuDNN, none declined to the direct kernels. */
 static void expect_exact_and_repeated(const conv_inputs *in, const char *label) {
   conv_results cpu = conv_step(in->x, in->w, in->b, in->s, MX_CPU), mag = magnitudes(in);
+  int64_t ran[2], declined[2];
+  mx__cudnn_counts(&ran[0], &declined[0]);
   conv_results first = conv_step(in->x, in->w, in->b, in->s, MX_CUDA);
   conv_results again = conv_step(in->x, in->w, in->b, in->s, MX_CUDA);
+  mx__cudnn_counts(&ran[1], &declined[1]);
+  cr_expect_eq(ran[1] - ran[0], 6, "%s: cuDNN ran %lld of the six convolutions", label, (long long)(ran[1] - ran[0]));
+  cr_expect_eq(declined[1] - declined[0], 0, "%s: cuDNN declined %lld", label, (long long)(declined[1] - declined[0]));
   for (int i = 0; i < 4; i++) {
     char why[256];
     double worst;
