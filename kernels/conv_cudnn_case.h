@@ -80,6 +80,13 @@ static inline bool mx_cudnn_conv_case_of(mx_conv_kind kind, const mx_kview *x, c
     layout[i] = mx__cudnn_layout(views[i], p->spatial == 2);
     if (layout[i] < 0 || n == 0 || n > INT_MAX) return false;
   }
+  /* An operand in both layouts at once (one channel, or a 1x1 image: the
+   * same memory either way, like a grayscale batch) is described as
+   * channels-last beside one that is channels-last only, so that cuDNN sees
+   * one layout, not NCHW beside NHWC (a mix it may refuse or run slowly). */
+  bool channels_last = layout[0] == 1 || layout[1] == 1 || layout[2] == 1;
+  for (int i = 0; i < 3 && channels_last; i++)
+    if (layout[i] == 0 && mx__kview_is_channels_last(views[i])) layout[i] = 1;
   c->x_channels_last = layout[0], c->w_channels_last = layout[1], c->y_channels_last = layout[2];
   c->kind = (int)kind, c->dtype = (int)x->dtype, c->nd = p->spatial == 3 ? 5 : 4, c->groups = (int)p->groups;
   c->allow_tf32 = x->dtype == MX_F32 && mx_cudnn_allow_tf32(), c->deterministic = mx_cudnn_deterministic();

@@ -128,6 +128,38 @@ Test(conv_cudnn_case, channels_last_activations_keep_their_layout) {
   cr_expect_neq(memcmp(&c, &plain, sizeof c), 0, "the layout is part of the algorithm's key");
 }
 
+/* An operand in both layouts (one channel, or a 1x1 image) takes the
+ * channels-last layout of the others, so cuDNN is not given NCHW beside
+ * NHWC; beside row-major operands it stays row-major. Its strides as cuDNN
+ * is told them still address its memory: the dims of size 1 are the ones
+ * whose strides differ. */
+Test(conv_cudnn_case, an_operand_in_both_layouts_takes_the_others) {
+  int64_t xs[4] = {2, 1, 5, 7}, ws[4] = {4, 1, 3, 3}, ys[4] = {2, 4, 5, 7};
+  mx_conv_params p = params(2, 1, 1, 1, 1);
+  mx_kview x = shape_view(MX_F16, 4, xs), w = shape_view(MX_F16, 4, ws), y = channels_last_view(MX_F16, ys);
+  mx_cudnn_conv_case c;
+  cr_assert(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &x, &w, &y, &p, &c), "a grayscale batch");
+  cr_expect_eq(c.x_channels_last, 1);
+  cr_expect_eq(c.w_channels_last, 1, "the one-channel filter needs no KRSC copy");
+  cr_expect_eq(c.y_channels_last, 1);
+  int strides[5];
+  mx__cudnn_strides(c.nd, c.x, c.x_channels_last, strides);
+  expect_ints(strides + 2, (int[]){7, 1}, 2, "x's row and column strides, as in its memory");
+  cr_expect_eq(strides[0], 35, "x's image stride");
+
+  mx_kview row_major_y = shape_view(MX_F16, 4, ys);
+  cr_assert(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &x, &w, &row_major_y, &p, &c));
+  cr_expect_eq(c.x_channels_last, 0, "beside row-major operands");
+  cr_expect_eq(c.w_channels_last, 0);
+
+  int64_t xs3[4] = {2, 3, 3, 3}, ws3[4] = {4, 3, 3, 3}, ys1[4] = {2, 4, 1, 1};
+  mx_conv_params valid = params(2, 1, 0, 1, 1);
+  mx_kview x3 = channels_last_view(MX_F16, xs3), w3 = shape_view(MX_F16, 4, ws3), y1 = shape_view(MX_F16, 4, ys1);
+  cr_assert(mx_cudnn_conv_case_of(MX_CONV_FORWARD, &x3, &w3, &y1, &valid, &c), "a 1x1 output");
+  cr_expect_eq(c.y_channels_last, 1);
+  cr_expect_eq(c.w_channels_last, 0, "a filter in one layout keeps it");
+}
+
 /* A channels-last weight is taken as it lies (cuDNN's filter then needs no
  * KRSC copy beside a channels-last x), and its layout is part of the key; a
  * channels-last view where cuDNN is not given one (a gap between images) is
