@@ -88,7 +88,7 @@ typedef struct {
   X(AVG_POOL, avg_pool) X(AVG_POOL_BACKWARD, avg_pool_backward) X(AMP_UNSCALE, amp_unscale)                \
   X(AMP_UPDATE_SCALE, amp_update_scale) X(AMP_HISTOGRAM, amp_histogram)                                    \
   X(AMP_UNSCALE_HISTOGRAM, amp_unscale_histogram) X(SGD_STEP, sgd_step) X(ADAM_STEP, adam_step)           \
-  X(CONV_FORWARD_RELU, conv_forward_relu) X(LINEAR_RELU, linear_relu)                                        \
+  X(CONV_FORWARD_RELU, conv_forward_relu) X(LINEAR, linear)                                                  \
   X(CONV_BACKWARD_WEIGHT_BIAS, conv_backward_weight_bias) X(CONV_MAX_POOL_RELU, conv_max_pool_relu)           \
   X(CONV_MAX_POOL_RELU_BACKWARD, conv_max_pool_relu_backward) X(CHANNEL_COMBINE, channel_combine)              \
   X(BATCH_NORM_VECTORS, batch_norm_vectors) X(CROSS_ENTROPY, cross_entropy)                               \
@@ -256,11 +256,13 @@ typedef struct mx_backend {
    * before it keep their offsets. */
   mx_status (*conv_forward_relu)(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
                                  const mx_conv_params *p);
-  /* out (1, M, N) = relu(a (1, M, K) @ b (1, K, N) + bias (N)) in one
-   * kernel, a and b strided as matmul's; MX_NOT_SUPPORTED, with no error
-   * set, where it declines the case (the op then runs matmul, add and
-   * relu); NULL: always declined. Appended, as conv_forward_relu. */
-  mx_status (*linear_relu)(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias);
+  /* out (1, M, N) = a (1, M, K) @ b (1, K, N) + bias (N), relu'd when
+   * relu, in one kernel: float32 products and sums, the bias added before
+   * the one rounding into out's dtype; a and b strided as matmul's.
+   * MX_NOT_SUPPORTED, with no error set, where it declines the case (the
+   * op then runs its float32 fallback, ops/linalg.c); NULL: always
+   * declined. Appended, as conv_forward_relu. */
+  mx_status (*linear)(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias, bool relu);
   /* conv_backward_weight's dw and the bias's gradient db (C_out, contiguous,
    * dy's dtype) = dy summed per output channel, in the one pass over dy
    * (oneDNN's diff_bias, cuDNN's backward bias); NULL: the op runs

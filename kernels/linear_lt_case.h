@@ -1,5 +1,6 @@
-/* How linear_relu is put to cuBLASLt, as plain numbers: which cases its
- * RELU_BIAS epilogue takes and each operand's layout as cuBLASLt sees it.
+/* How the linear kernel is put to cuBLASLt, as plain numbers: which cases
+ * its BIAS and RELU_BIAS epilogues take and each operand's layout as
+ * cuBLASLt sees it.
  * kernels/cuda/matmul.cu makes its descriptors from these; the CPU tests
  * check them (tests/kernels/test_linear_lt_case.c), since no GPU runs in CI.
  *
@@ -26,6 +27,7 @@ typedef struct {
 
 typedef struct {
   int dtype; /* mx_dtype: float32, float16 or bfloat16 */
+  int relu;  /* the RELU_BIAS epilogue; 0: BIAS */
   mx_lt_operand a, b, d; /* cuBLASLt's A (from b), B (from a) and D (out) */
   uint32_t bias_alignment; /* the bias's address, as the operands' (the heuristic reads it from the pointer) */
 } mx_lt_linear_case;
@@ -54,12 +56,14 @@ static inline bool mx__lt_layout(const mx_kview *v, mx_lt_operand *o) {
   return true;
 }
 
-/* Whether the RELU_BIAS epilogue takes out = relu(a @ b + bias), and its case
- * if so: float32, float16 or bfloat16 throughout (float32 accumulation, as
- * the cuBLAS matmul), a batch of one, out contiguous, bias a contiguous
- * vector of N on a 16-byte boundary (the epilogue reads it in vectors). */
+/* Whether the BIAS epilogue takes out = a @ b + bias (RELU_BIAS, with relu:
+ * relu(a @ b + bias)), and its case if so: float32, float16 or bfloat16
+ * throughout (float32 accumulation, as the cuBLAS matmul, and the bias
+ * added before the one rounding), a batch of one, out contiguous, bias a
+ * contiguous vector of N on a 16-byte boundary (the epilogue reads it in
+ * vectors). */
 static inline bool mx__lt_linear_case_of(const mx_kview *out, const mx_kview *a, const mx_kview *b,
-                                         const mx_kview *bias, mx_lt_linear_case *c) {
+                                         const mx_kview *bias, bool relu, mx_lt_linear_case *c) {
   mx_dtype dt = out->dtype;
   if (dt != MX_F32 && dt != MX_F16 && dt != MX_BF16) return false;
   if (a->dtype != dt || b->dtype != dt || bias->dtype != dt) return false;
@@ -69,7 +73,7 @@ static inline bool mx__lt_linear_case_of(const mx_kview *out, const mx_kview *a,
   if (a->shape[1] != M || b->shape[1] != K || b->shape[2] != N || bias->shape[0] != N) return false;
   if ((N > 1 && out->strides[2] != 1) || (M > 1 && out->strides[1] != N)) return false;
   if ((N > 1 && bias->strides[0] != 1) || mx__lt_alignment(bias->data) < 16) return false;
-  c->dtype = dt;
+  c->dtype = dt, c->relu = relu;
   if (!mx__lt_layout(b, &c->a) || !mx__lt_layout(a, &c->b)) return false;
   c->d = (mx_lt_operand){.transposed = 0, .rows = N, .cols = M, .ld = N, .alignment = mx__lt_alignment(out->data)};
   c->bias_alignment = mx__lt_alignment(bias->data);

@@ -32,7 +32,7 @@ MX_API_BEGIN
  * and otherwise a Conv2d, a BatchNorm or a Linear followed by a ReLU runs as one fused op (mx_conv2d_relu,
  * mx_batch_norm_relu, mx_linear_relu): the same bits, fewer passes over memory (on CUDA mx_linear_relu is within
  * rounding: ops/ops.h), unless a hook or a summary watches one of the children fused. (oneDNN's fused convolution and
- * float32 matmul turn a NaN sum into 0 where relu keeps NaN: ops/ops.h.) */
+ * matmul turn a NaN sum into 0 where relu keeps NaN: ops/ops.h.) */
 mx_module *mx_sequential_new(int n, mx_module *const *modules);
 /* Appends m as the next child (the sequential takes it, even on failure). */
 mx_status mx_sequential_append(mx_module *seq, mx_module *m);

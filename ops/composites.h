@@ -19,7 +19,8 @@
 MX_API_BEGIN
 
 /* --- layers (autocast: lower precision) ---------------------------------------------- */
-/* x (..., in) @ weight^T (weight (out, in), or (in) for no out dim) + bias (out) */
+/* x (..., in) @ weight^T (weight (out, in), or (in) for no out dim) + bias (out); a 2-d weight with a
+ * bias (out) runs as mx_linear_bias, one rounding of a 16-bit result as in PyTorch */
 mx_tensor *mx_linear(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias);
 /* x where x > 0, else weight * x; weight: 1 element, or one per channel (dim 1) */
 mx_tensor *mx_prelu(const mx_tensor *x, const mx_tensor *weight);

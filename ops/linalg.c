@@ -1,7 +1,8 @@
 /* Linear algebra: bmm and mm are the primitives (one backend matmul, oneDNN
  * on the CPU); matmul with torch.matmul's broadcasting, the add*-fused
- * forms, mv, dot and outer are composites of them; linear_relu, a
- * primitive, runs linear's bias and the ReLU after it inside the product. */
+ * forms, mv, dot and outer are composites of them; linear_bias and
+ * linear_relu, primitives, add linear's bias (and run the ReLU after it)
+ * inside the product. */
 #include "ops/op_table.h"
 
 static mx_status cannot_multiply(const char *op, const mx_tensor *a, const mx_tensor *b, int64_t ka, int64_t kb) {
@@ -95,10 +96,9 @@ static mx_status product_backward(mx__bw *bw, mx_tensor *(*product)(const mx_ten
 mx_status mx__bwd_bmm(mx__bw *bw) { return product_backward(bw, mx_bmm); }
 mx_status mx__bwd_mm(mx__bw *bw) { return product_backward(bw, mx_mm); }
 
-/* --- linear_relu: relu(x @ weight^T + bias) ---------------------------------------------------- */
+/* --- linear with a bias, rounded once: linear_bias and linear_relu ------------------------------ */
 
-static mx_status check_linear_relu(const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias) {
-  static const char *const op = "mx_linear_relu";
+static mx_status check_linear_bias(const char *op, const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias) {
   char a[MX__DIMS_STR], b[MX__DIMS_STR];
   if (need_dims(op, w, 2, "weight")) return mx_last_status();
   if (x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1])
@@ -112,11 +112,11 @@ static mx_status check_linear_relu(const mx_tensor *x, const mx_tensor *w, const
   return MX_OK;
 }
 
-/* The backend's fused kernel on (1, M, K) x, (1, K, N) weight^T and (1, M, N)
+/* The backend's linear kernel on (1, M, K) x, (1, K, N) weight^T and (1, M, N)
  * y. MX_NOT_SUPPORTED, with nothing set, where it declines: x's rows not
  * evenly strided, or the kernel's own refusal (dtype, shape, no oneDNN). */
-static mx_status fused_linear_relu(mx__call *c, const mx_backend *be, const mx_tensor *x, const mx_tensor *w,
-                                   const mx_tensor *bias) {
+static mx_status fused_linear(mx__call *c, const mx_backend *be, const mx_tensor *x, const mx_tensor *w,
+                              const mx_tensor *bias, bool relu) {
   int64_t k = w->shape[1], n = w->shape[0];
   mx_kview xv = mx__kview_of(x), av = xv;
   bool matrix = x->ndim == 2; /* else x's rows are evenly strided only when it is contiguous */
@@ -127,7 +127,7 @@ static mx_status fused_linear_relu(mx__call *c, const mx_backend *be, const mx_t
   av.strides[0] = 0, av.strides[1] = matrix ? x->strides[0] : k, av.strides[2] = matrix ? x->strides[1] : 1;
   mx_shape shape = mx_shape_get(x);
   shape.d[shape.ndim - 1] = n;
-  mx_tensor *y = mx__tensor_alloc("mx_linear_relu", shape, x->dtype, x->device);
+  mx_tensor *y = mx__tensor_alloc(mx__ops[c->op].api_name, shape, x->dtype, x->device);
   if (!y) return mx_last_status();
   mx_kview yv = mx__kview_of(y), wv = mx__kview_of(w), bv = mx__kview_of(bias), ov = yv, bt = wv;
   ov.ndim = 3;
@@ -136,7 +136,7 @@ static mx_status fused_linear_relu(mx__call *c, const mx_backend *be, const mx_t
   bt.ndim = 3;
   bt.shape[0] = 1, bt.shape[1] = k, bt.shape[2] = n;
   bt.strides[0] = 0, bt.strides[1] = w->strides[1], bt.strides[2] = w->strides[0];
-  mx_status status = be->linear_relu(&ov, &av, &bt, &bv);
+  mx_status status = be->linear ? be->linear(&ov, &av, &bt, &bv, relu) : MX_NOT_SUPPORTED;
   if (status == MX_OK)
     c->out[0] = y;
   else
@@ -144,27 +144,49 @@ static mx_status fused_linear_relu(mx__call *c, const mx_backend *be, const mx_t
   return status == MX_NOT_BUILT ? MX_NOT_SUPPORTED : status;
 }
 
-/* The backend's fused kernel where it takes the case (the CPU: float32
- * with a bias through oneDNN's matmul and its ReLU post-op), else the ops
- * linear and relu run, so the same bits. */
-mx_status mx__fwd_linear_relu(mx__call *c) {
-  mx_tensor *x = c->in[0], *w = c->in[1], *bias = c->n_in > 2 ? c->in[2] : NULL;
-  if (check_linear_relu(x, w, bias)) return mx_last_status();
+static bool is_16_bit(mx_dtype dtype) { return dtype == MX_F16 || dtype == MX_BF16; }
+
+/* x @ weight^T + bias with the bias added before the one rounding of a
+ * 16-bit result, as PyTorch's addmm (and the backends' linear kernels) do:
+ * the backend's kernel where it takes the case, else matmul and add, on
+ * float32 copies for 16 bits (a product of two 16-bit values is exact in
+ * float32, so only the order of the sums differs from the kernel's). */
+static mx_status linear_forward(mx__call *c, const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias, bool relu) {
   const mx_backend *be = mx__backend_of(c->op, x->device);
   if (!be) return mx_last_status();
-  if (bias && mx__backend_supports(be, MX_KERNEL_LINEAR_RELU, x->dtype) == MX_KERNEL_NATIVE) {
-    mx_status status = fused_linear_relu(c, be, x, w, bias);
+  if (bias && mx__backend_supports(be, MX_KERNEL_LINEAR, x->dtype) == MX_KERNEL_NATIVE) {
+    mx_status status = fused_linear(c, be, x, w, bias, relu);
     if (status != MX_NOT_SUPPORTED) return status;
   }
-  mx_tensor *y = mx_matmul(x, mx_transpose(w, 0, 1));
-  return OUT0(c, mx_relu(bias && y ? mx_add(y, bias) : y));
+  mx_tensor *y;
+  if (bias && is_16_bit(x->dtype)) {
+    mx_tensor *wt = mx_transpose(mx_to_dtype(w, MX_F32), 0, 1);
+    y = mx_to_dtype(mx_add(mx_matmul(mx_to_dtype(x, MX_F32), wt), mx_to_dtype(bias, MX_F32)), x->dtype);
+  } else {
+    y = mx_matmul(x, mx_transpose(w, 0, 1));
+    if (bias && y) y = mx_add(y, bias);
+  }
+  return OUT0(c, relu ? mx_relu(y) : y);
 }
 
-/* ReLU's backward on the saved output, then what linear's ops (add,
- * matmul's mm on x's rows, the transpose) run backward: the same
- * gradients bit for bit as linear then relu. */
-mx_status mx__bwd_linear_relu(mx__bw *bw) {
-  mx_tensor *x = mx__saved_in(bw, 0), *w = mx__saved_in(bw, 1), *g = mx_relu_backward(G, mx__saved_out(bw, 0));
+mx_status mx__fwd_linear_bias(mx__call *c) {
+  mx_tensor *x = c->in[0], *w = c->in[1], *bias = c->in[2];
+  if (check_linear_bias("mx_linear_bias", x, w, bias)) return mx_last_status();
+  return linear_forward(c, x, w, bias, false);
+}
+
+/* The ReLU of the rounded sum is the rounding of its ReLU, so relu(linear)
+ * bit for bit. */
+mx_status mx__fwd_linear_relu(mx__call *c) {
+  mx_tensor *x = c->in[0], *w = c->in[1], *bias = c->n_in > 2 ? c->in[2] : NULL;
+  if (check_linear_bias("mx_linear_relu", x, w, bias)) return mx_last_status();
+  return linear_forward(c, x, w, bias, true);
+}
+
+/* What linear's ops (add, matmul's mm on x's rows, the transpose) run
+ * backward on g: the gradients of linear as its composite had them. */
+static mx_status linear_backward(mx__bw *bw, mx_tensor *g) {
+  mx_tensor *x = mx__saved_in(bw, 0), *w = mx__saved_in(bw, 1);
   if (!x || !w || !g) return mx_last_status();
   int64_t k = w->shape[1], n = w->shape[0];
   mx_tensor *wt = mx_transpose(w, 0, 1), *a, *g2;
@@ -181,6 +203,11 @@ mx_status mx__bwd_linear_relu(mx__bw *bw) {
   GRAD(2, x->ndim == 1 ? g : mx__sum_to(g, mx__in_shape(bw, 2)));
   return MX_OK;
 }
+
+mx_status mx__bwd_linear_bias(mx__bw *bw) { return linear_backward(bw, G); }
+
+/* ReLU's backward on the saved output first. */
+mx_status mx__bwd_linear_relu(mx__bw *bw) { return linear_backward(bw, mx_relu_backward(G, mx__saved_out(bw, 0))); }
 
 mx_status mx__fwd_mv(mx__call *c) {
   mx_tensor *m = c->in[0], *v = c->in[1];
@@ -274,6 +301,9 @@ mx_status mx__fwd_addr(mx__call *c) {
 mx_tensor *mx_mm(const mx_tensor *a, const mx_tensor *b) { return mx__call2(MX_OP_MM, a, b, NULL); }
 mx_tensor *mx_bmm(const mx_tensor *a, const mx_tensor *b) { return mx__call2(MX_OP_BMM, a, b, NULL); }
 mx_tensor *mx_matmul(const mx_tensor *a, const mx_tensor *b) { return mx__call2(MX_OP_MATMUL, a, b, NULL); }
+mx_tensor *mx_linear_bias(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias) {
+  return mx__call3(MX_OP_LINEAR_BIAS, x, weight, bias, NULL);
+}
 mx_tensor *mx_linear_relu(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias) {
   return bias ? mx__call3(MX_OP_LINEAR_RELU, x, weight, bias, NULL) : mx__call2(MX_OP_LINEAR_RELU, x, weight, NULL);
 }

@@ -232,13 +232,20 @@ mx_tensor *mx_conv3d(const mx_tensor *x, const mx_tensor *weight, const mx_tenso
  * followed by a ReLU through it. */
 mx_tensor *mx_conv2d_relu(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias, mx_shape stride,
                           mx_shape padding, mx_shape dilation, int64_t groups);
-/* relu(mx_linear(x, weight, bias)) as one op: x (..., in), weight (out, in),
- * bias (out) or NULL. On the CPU bit for bit: the bias and the ReLU run
- * inside oneDNN's float32 matmul (where, as in mx_conv2d_relu, a NaN sum
- * gives 0, not NaN); other dtypes, no bias, and cases oneDNN declines run
- * mx_linear's ops and mx_relu. CUDA runs cuBLASLt's bias-and-ReLU epilogue
- * (float32, float16, bfloat16): within rounding of the unfused ops, a
- * 16-bit output rounded once where they round twice. Backward keeps the
+/* x @ weight^T + bias as one op: x (..., in), weight (out, in), bias (out).
+ * The bias is added to the float32 sums before the one rounding of a
+ * 16-bit result, as PyTorch's linear (addmm) does; matmul then add would
+ * round twice. oneDNN's matmul with its bias on the CPU (float32, and
+ * bfloat16 where the CPU has its dot products), cuBLASLt's bias epilogue
+ * on CUDA (float32, float16, bfloat16); elsewhere matmul and add, on
+ * float32 copies for 16 bits. mx_linear runs it for such a weight and bias. */
+mx_tensor *mx_linear_bias(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias);
+/* relu(mx_linear(x, weight, bias)) as one op: x (..., in), weight (out,
+ * in), bias (out) or NULL. The ReLU runs inside mx_linear_bias's kernel:
+ * oneDNN's post-op on the CPU, bit for bit (where, as in mx_conv2d_relu, a
+ * NaN sum gives 0, not NaN), cuBLASLt's bias-and-ReLU epilogue on CUDA
+ * (within the rounding of sums taken in another order); no bias, and cases
+ * the kernels decline, run mx_linear's ops and mx_relu. Backward keeps the
  * output, not the sum before the ReLU. nn's Sequential runs a Linear
  * followed by a ReLU through it. */
 mx_tensor *mx_linear_relu(const mx_tensor *x, const mx_tensor *weight, const mx_tensor *bias);

@@ -5,7 +5,8 @@
  * made with a user scratchpad, given from the calling thread's workspace
  * (dnnl_common.h), so a cached primitive can run on several threads at once;
  * cache entries are never evicted while a thread runs them. The same cache
- * holds linear_relu's products: float32 with a bias and a ReLU post-op. */
+ * holds the linear kernel's products: with a bias, and a ReLU post-op or
+ * none. */
 #include "kernels/cpu/dnnl.h"
 
 #include <string.h>
@@ -47,14 +48,16 @@ typedef struct {
   int64_t dtype;
   int64_t dims[3][3], strides[3][3]; /* per role, as oneDNN sees them */
   int64_t threads; /* oneDNN may size a primitive's work split for the threads it was made on */
-  int64_t bias_relu; /* 1: plus a contiguous bias (1, 1, N), then the ReLU post-op */
+  int64_t epilogue; /* EPILOGUE_BIAS: plus a contiguous bias (1, 1, N); EPILOGUE_BIAS_RELU: then the ReLU post-op */
 } matmul_key;
+
+enum { EPILOGUE_NONE, EPILOGUE_BIAS, EPILOGUE_BIAS_RELU };
 
 typedef struct {
   matmul_key key; /* first: the cache compares it */
   uint64_t id;     /* names its memory objects in each thread's keep */
   dnnl_primitive_t primitive;
-  mx__dnnl_md md[3], scratch_md, bias_md; /* bias_md: only with bias_relu */
+  mx__dnnl_md md[3], scratch_md, bias_md; /* bias_md: only with a bias */
   size_t scratch_size;
 } matmul_entry;
 
@@ -122,9 +125,9 @@ static mx_status entry_create(void *p, const void *k) {
     if (s == dnnl_invalid_arguments || s == dnnl_unimplemented) return MX_NOT_SUPPORTED;
     if (s != dnnl_success) return fail("describing an operand", s);
   }
-  const_dnnl_primitive_attr_t attr = key->bias_relu ? mx__dnnl_relu_attr() : mx__dnnl_attr();
+  const_dnnl_primitive_attr_t attr = key->epilogue == EPILOGUE_BIAS_RELU ? mx__dnnl_relu_attr() : mx__dnnl_attr();
   if (!attr) return MX_NOT_SUPPORTED;
-  if (key->bias_relu) {
+  if (key->epilogue != EPILOGUE_NONE) {
     int64_t n = key->dims[ROLE_OUT][2];
     dnnl_dims_t dims = {1, 1, n}, strides = {n, n, 1};
     dnnl_status_t s = mx__dnnl_md_strided(&e->bias_md, 3, dims, dt, strides);
@@ -132,7 +135,7 @@ static mx_status entry_create(void *p, const void *k) {
     if (s != dnnl_success) return fail("describing the bias", s);
   }
   dnnl_primitive_desc_t pd = NULL;
-  dnnl_status_t s = matmul_pd(&pd, &e->md[ROLE_A], &e->md[ROLE_B], key->bias_relu ? &e->bias_md : NULL,
+  dnnl_status_t s = matmul_pd(&pd, &e->md[ROLE_A], &e->md[ROLE_B], key->epilogue != EPILOGUE_NONE ? &e->bias_md : NULL,
                               &e->md[ROLE_OUT], attr);
   if (s == dnnl_unimplemented) return MX_NOT_SUPPORTED;
   if (s != dnnl_success) return fail("creating the primitive descriptor", s);
@@ -152,7 +155,7 @@ static mx__dnnl_cache cache = MX__DNNL_CACHE_INIT("mx_matmul", matmul_key, matmu
 
 /* --- execution ------------------------------------------------------------------------ */
 
-/* v: out, a, b and, with bias_relu, the bias. */
+/* v: out, a, b and, with an epilogue, the bias. */
 static mx_status run(mx__dnnl_thread *t, const matmul_entry *e, const mx_kview *const *v) {
   void *scratch = NULL;
   if (e->scratch_size && !(scratch = mx__dnnl_workspace(t, e->scratch_size)))
@@ -161,7 +164,7 @@ static mx_status run(mx__dnnl_thread *t, const matmul_entry *e, const mx_kview *
                                 [ROLE_SCRATCHPAD] = DNNL_ARG_SCRATCHPAD, [ROLE_BIAS] = DNNL_ARG_BIAS};
   int roles[5] = {ROLE_OUT, ROLE_A, ROLE_B}, nargs = 3;
   if (scratch) roles[nargs++] = ROLE_SCRATCHPAD;
-  if (e->key.bias_relu) roles[nargs++] = ROLE_BIAS;
+  if (e->key.epilogue != EPILOGUE_NONE) roles[nargs++] = ROLE_BIAS;
   dnnl_exec_arg_t args[5];
   dnnl_status_t s = dnnl_success;
   for (int i = 0; i < nargs && s == dnnl_success; i++) {
@@ -178,7 +181,7 @@ static mx_status run(mx__dnnl_thread *t, const matmul_entry *e, const mx_kview *
 }
 
 /* bias: NULL for the plain product. */
-static mx_status matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias) {
+static mx_status matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias, bool relu) {
   if (!mx__dnnl_init()) return MX_NOT_BUILT;
   if (!mx__dnnl_runs(out->dtype)) return MX_NOT_SUPPORTED;
   mx__dnnl_thread *t = mx__dnnl_thread_get();
@@ -190,7 +193,7 @@ static mx_status matmul(const mx_kview *out, const mx_kview *a, const mx_kview *
     if (bias->ndim != 1 || bias->dtype != out->dtype || bias->shape[0] != out->shape[2] ||
         (bias->shape[0] > 1 && bias->strides[0] != 1))
       return MX_NOT_SUPPORTED;
-    key.bias_relu = 1;
+    key.epilogue = relu ? EPILOGUE_BIAS_RELU : EPILOGUE_BIAS;
   }
   mx_status status = MX_OK;
   matmul_entry *e = mx__dnnl_cache_acquire(&cache, &key, &status);
@@ -201,11 +204,11 @@ static mx_status matmul(const mx_kview *out, const mx_kview *a, const mx_kview *
 }
 
 mx_status mx__dnnl_matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b) {
-  return matmul(out, a, b, NULL);
+  return matmul(out, a, b, NULL, false);
 }
 
-mx_status mx__dnnl_linear_relu(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias) {
-  return out->dtype == MX_F32 ? matmul(out, a, b, bias) : MX_NOT_SUPPORTED;
+mx_status mx__dnnl_linear(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias, bool relu) {
+  return matmul(out, a, b, bias, relu);
 }
 
 bool mx__dnnl_native(mx_dtype dtype) { return mx__dnnl_runs(dtype); }
@@ -214,7 +217,7 @@ bool mx__dnnl_native(mx_dtype dtype) { return mx__dnnl_runs(dtype); }
 
 mx_status mx__dnnl_matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b) { return MX_NOT_BUILT; }
 
-mx_status mx__dnnl_linear_relu(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias) {
+mx_status mx__dnnl_linear(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias, bool relu) {
   return MX_NOT_BUILT;
 }
 

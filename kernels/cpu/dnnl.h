@@ -16,13 +16,13 @@
  * strides and dtype, and may run on several threads at once. */
 mx_status mx__dnnl_matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b);
 
-/* out = relu(a @ b + bias) in float32, bias a contiguous vector of N
- * (out's last dim): oneDNN's matmul with the bias and a clip-to-[0, inf]
- * post-op, one pass over out. a + bias is rounded once before the clip, as
- * mx_add(mx_matmul(...), bias) rounds it, so the bits are the unfused ops'.
- * MX_NOT_SUPPORTED for any other dtype (a 16-bit product with its bias would
- * round once where the unfused ops round twice) and where matmul declines. */
-mx_status mx__dnnl_linear_relu(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias);
+/* out = a @ b + bias, relu'd when relu, bias a contiguous vector of N
+ * (out's last dim) in out's dtype: oneDNN's matmul with the bias (added to
+ * the float32 sums before the one rounding into out) and, with relu, a
+ * clip-to-[0, inf] post-op, one pass over out. MX_NOT_SUPPORTED where
+ * matmul declines (float16 here, a bfloat16 product without bf16 dot
+ * products, strides it cannot take). */
+mx_status mx__dnnl_linear(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias, bool relu);
 
 /* Whether oneDNN declined (absent, or no kernel here): the caller falls back. */
 static inline bool mx__dnnl_declined(mx_status status) {

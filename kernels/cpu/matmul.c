@@ -195,7 +195,7 @@ mx_status mx__cpu_matmul(const mx_kview *out, const mx_kview *a, const mx_kview 
   }
 }
 
-mx_status mx__cpu_linear_relu(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias) {
-  mx_status status = mx__dnnl_linear_relu(out, a, b, bias);
+mx_status mx__cpu_linear(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias, bool relu) {
+  mx_status status = mx__dnnl_linear(out, a, b, bias, relu);
   return mx__dnnl_declined(status) ? MX_NOT_SUPPORTED : status;
 }

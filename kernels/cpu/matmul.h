@@ -9,10 +9,10 @@
 /* out (B, M, N) = a (B, M, K) @ b (B, K, N); out is contiguous. */
 mx_status mx__cpu_matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b);
 
-/* out = relu(a @ b + bias) through oneDNN (float32; mx__dnnl_linear_relu);
- * MX_NOT_SUPPORTED, no error set, where it declines: the op runs the
- * unfused ops. */
-mx_status mx__cpu_linear_relu(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias);
+/* out = a @ b + bias, relu'd when relu, through oneDNN (float32 and
+ * bfloat16; mx__dnnl_linear); MX_NOT_SUPPORTED, no error set, where it
+ * declines: the op runs its float32 fallback. */
+mx_status mx__cpu_linear(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias, bool relu);
 
 /* The plain-loop product in double or float accumulation, used for f64,
  * as the fallback, and as the reference in tests. */

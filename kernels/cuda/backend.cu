@@ -196,7 +196,7 @@ static mx_status cuda_init(void) {
   b->scan = mx__cuda_scan;
   b->sort = mx__cuda_sort;
   b->matmul = mx__cuda_matmul;
-  b->linear_relu = mx__cuda_linear_relu;
+  b->linear = mx__cuda_linear;
   b->softmax = mx__cuda_softmax;
   b->cross_entropy = mx__cuda_cross_entropy;
   b->cross_entropy_backward = mx__cuda_cross_entropy_backward;

@@ -37,8 +37,9 @@ mx_status mx__cuda_reduce(int code, const mx_kview *out, const mx_kview *index, 
 mx_status mx__cuda_scan(int code, const mx_kview *out, const mx_kview *in, int dim, bool reverse);
 mx_status mx__cuda_sort(const mx_kview *values, const mx_kview *indices, const mx_kview *in, int dim, bool descending);
 mx_status mx__cuda_matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b);
-/* relu(a @ b + bias) through cuBLASLt's RELU_BIAS epilogue; MX_NOT_SUPPORTED, no error set, where it declines. */
-mx_status mx__cuda_linear_relu(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias);
+/* a @ b + bias (relu: relu of it) through cuBLASLt's BIAS (RELU_BIAS) epilogue; MX_NOT_SUPPORTED, no error set,
+ * where it declines. */
+mx_status mx__cuda_linear(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias, bool relu);
 mx_status mx__cuda_softmax(const mx_kview *out, const mx_kview *x, int dim, bool log_softmax);
 mx_status mx__cuda_cross_entropy(const mx_kview *out, const mx_kview *rows, const mx_kview *x, const mx_kview *target,
                                  int64_t ignore_index, bool mean);

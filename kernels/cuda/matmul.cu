@@ -8,9 +8,9 @@
  * its transpose, column-major, with the same memory. An operand whose
  * strides fit neither orientation is copied to a contiguous buffer first.
  *
- * linear_relu runs on cuBLASLt with the RELU_BIAS epilogue where
- * kernels/linear_lt_case.h says it applies, else declines (the op then runs
- * matmul, add and relu). */
+ * linear (a @ b + bias, relu'd or not, rounded once) runs on cuBLASLt with
+ * the BIAS or RELU_BIAS epilogue where kernels/linear_lt_case.h says it
+ * applies, else declines (the op then runs its float32 fallback). */
 #include <cublasLt.h>
 #include <pthread.h>
 #include <string.h>
@@ -135,7 +135,7 @@ mx_status mx__cuda_matmul(const mx_kview *out, const mx_kview *a, const mx_kview
   return launch_elementwise("launch of kernel matmul_reference", mx__kview_numel(out), op);
 }
 
-/* --- linear_relu through cuBLASLt --------------------------------------------------------------------------- */
+/* --- linear through cuBLASLt -------------------------------------------------------------------------------- */
 
 /* A case's plan: its descriptors and the heuristic's answer. Made once per
  * case and kept (cuBLASLt's calls that make them cost the host more than
@@ -165,7 +165,7 @@ enum { LT_MAX_WORKSPACE = 4 << 20 };
  * sets its own bias, of the same alignment (the case's bias_alignment). */
 static mx_status lt_describe(lt_plan *p, const mx_lt_linear_case *lc, const void *bias, cudaDataType_t type,
                              cublasComputeType_t compute, cublasLtMatmulPreference_t preference) {
-  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_RELU_BIAS;
+  cublasLtEpilogue_t epilogue = lc->relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
   cublasOperation_t trans_a = lc->a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t trans_b = lc->b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
   size_t workspace = LT_MAX_WORKSPACE;
@@ -237,7 +237,7 @@ static mx_status lt_plan_run(lt_plan *p, cublasLtHandle_t lt, const mx_kview *ou
 /* The plans made so far, by case (the words of lt_key): a case past the
  * last slot gets a plan for its call only. One lock over a plan's making
  * and use, since a use writes the bias pointer into its descriptor. */
-enum { LT_PLANS = 64, LT_KEY_WORDS = 17 };
+enum { LT_PLANS = 64, LT_KEY_WORDS = 18 };
 
 static struct {
   pthread_mutex_t lock;
@@ -255,13 +255,15 @@ static void lt_key(const mx_lt_linear_case *lc, int64_t *key) {
     k[0] = ops[i]->transposed, k[1] = ops[i]->rows, k[2] = ops[i]->cols, k[3] = ops[i]->ld, k[4] = ops[i]->alignment;
   }
   key[16] = lc->bias_alignment;
+  key[17] = lc->relu;
 }
 
-mx_status mx__cuda_linear_relu(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias) {
+mx_status mx__cuda_linear(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias,
+                          bool relu) {
   mx_lt_linear_case lc;
   cudaDataType_t type;
   cublasComputeType_t compute;
-  if (!mx__lt_linear_case_of(out, a, b, bias, &lc) || !blas_dtype(out->dtype, &type, &compute))
+  if (!mx__lt_linear_case_of(out, a, b, bias, relu, &lc) || !blas_dtype(out->dtype, &type, &compute))
     return MX_NOT_SUPPORTED;
   /* a cuBLAS handle serves as cuBLASLt's (the cuBLAS documentation's cublasLtHandle_t) */
   cublasLtHandle_t lt = (cublasLtHandle_t)mx__cuda_blas();

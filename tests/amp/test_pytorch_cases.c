@@ -493,6 +493,7 @@ Test(pytorch_cases, policy_column_matches_the_lists) {
       "rdiv",                  /* scalar / tensor: reciprocal's float32, rdiv_is_float32 below */
       "conv2d_relu",           /* relu(conv2d): lower in PyTorch through conv2d */
       "linear_relu",           /* relu(linear): lower in PyTorch through linear */
+      "linear_bias",           /* linear's primitive for a bias (PyTorch's addmm): lower through linear */
       "conv2d_max_pool_relu",  /* max_pool(relu(conv2d)): lower in PyTorch through conv2d */
   };
   for (int op = 0; op < mx_op_count(); op++) {

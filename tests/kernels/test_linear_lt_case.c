@@ -1,4 +1,4 @@
-/* kernels/linear_lt_case.h: which linear_relu products the CUDA backend hands to cuBLASLt's RELU_BIAS epilogue, and
+/* kernels/linear_lt_case.h: which linear products the CUDA backend hands to cuBLASLt's BIAS or RELU_BIAS epilogue, and
  * the layouts (transposes, rows, columns, leading dimensions, alignments) cuBLASLt is given. The GPU suite checks the
  * results (tests/gpu/test_gpu_linear_relu.c); these checks run everywhere. */
 #include <criterion/criterion.h>
@@ -43,11 +43,20 @@ Test(linear_lt_case, a_linear_layer_is_weight_transposed_times_x) {
   for (int d = 0; d < 3; d++) {
     operands o = linear(dtypes[d], 128, 784, 256);
     mx_lt_linear_case c;
-    cr_assert(mx__lt_linear_case_of(&o.out, &o.a, &o.b, &o.bias, &c), "%s", mx_dtype_name(dtypes[d]));
+    cr_assert(mx__lt_linear_case_of(&o.out, &o.a, &o.b, &o.bias, true, &c), "%s", mx_dtype_name(dtypes[d]));
     cr_expect_eq(c.dtype, dtypes[d]);
     expect_operand(&c.a, 1, 784, 256, 784, 256, "A");
     expect_operand(&c.b, 0, 784, 128, 784, 256, "B");
     expect_operand(&c.d, 0, 256, 128, 256, 256, "D");
+    cr_expect_eq(c.relu, 1, "RELU_BIAS");
+    /* the plain linear: the BIAS epilogue, the same layouts */
+    mx_lt_linear_case plain;
+    cr_assert(mx__lt_linear_case_of(&o.out, &o.a, &o.b, &o.bias, false, &plain));
+    cr_expect_eq(plain.relu, 0, "BIAS");
+    expect_operand(&plain.a, 1, 784, 256, 784, 256, "BIAS's A");
+    expect_operand(&plain.b, 0, 784, 128, 784, 256, "BIAS's B");
+    expect_operand(&plain.d, 0, 256, 128, 256, 256, "BIAS's D");
+    cr_expect_eq(plain.bias_alignment, c.bias_alignment);
   }
 }
 
@@ -57,7 +66,7 @@ Test(linear_lt_case, transposed_operands_swap_the_ops) {
   o.a.strides[1] = 1, o.a.strides[2] = 6;  /* x^T stored */
   o.b.strides[1] = 3, o.b.strides[2] = 1;  /* b plain (K, N) */
   mx_lt_linear_case c;
-  cr_assert(mx__lt_linear_case_of(&o.out, &o.a, &o.b, &o.bias, &c));
+  cr_assert(mx__lt_linear_case_of(&o.out, &o.a, &o.b, &o.bias, true, &c));
   expect_operand(&c.a, 0, 3, 5, 3, 256, "A");
   expect_operand(&c.b, 1, 6, 5, 6, 256, "B");
 }
@@ -69,13 +78,13 @@ Test(linear_lt_case, alignments_follow_the_pointers) {
   operands o = linear(MX_F32, 4, 8, 16);
   o.a.data = memory + 4096 + 4, o.b.data = memory + 8192 + 32, o.out.data = memory + 64, o.bias.data = memory + 12288 + 16;
   mx_lt_linear_case c;
-  cr_assert(mx__lt_linear_case_of(&o.out, &o.a, &o.b, &o.bias, &c));
+  cr_assert(mx__lt_linear_case_of(&o.out, &o.a, &o.b, &o.bias, true, &c));
   cr_expect_eq(c.b.alignment, 4);
   cr_expect_eq(c.a.alignment, 32);
   cr_expect_eq(c.d.alignment, 64);
   cr_expect_eq(c.bias_alignment, 16);
   o.bias.data = memory + 12288;
-  cr_assert(mx__lt_linear_case_of(&o.out, &o.a, &o.b, &o.bias, &c));
+  cr_assert(mx__lt_linear_case_of(&o.out, &o.a, &o.b, &o.bias, true, &c));
   cr_expect_eq(c.bias_alignment, 256);
 }
 
@@ -83,22 +92,22 @@ Test(linear_lt_case, alignments_follow_the_pointers) {
 Test(linear_lt_case, cases_the_epilogue_does_not_take) {
   mx_lt_linear_case c;
   operands o = linear(MX_F64, 4, 8, 16); /* float64: cuBLAS's, unfused */
-  cr_expect_not(mx__lt_linear_case_of(&o.out, &o.a, &o.b, &o.bias, &c), "float64");
+  cr_expect_not(mx__lt_linear_case_of(&o.out, &o.a, &o.b, &o.bias, true, &c), "float64");
   o = linear(MX_F32, 4, 8, 16);
   o.bias.dtype = MX_F16; /* the bias in another dtype */
-  cr_expect_not(mx__lt_linear_case_of(&o.out, &o.a, &o.b, &o.bias, &c), "bias dtype");
+  cr_expect_not(mx__lt_linear_case_of(&o.out, &o.a, &o.b, &o.bias, true, &c), "bias dtype");
   o = linear(MX_F32, 4, 8, 16);
   o.bias.data = memory + 12288 + 8; /* bias off a 16-byte boundary */
-  cr_expect_not(mx__lt_linear_case_of(&o.out, &o.a, &o.b, &o.bias, &c), "bias alignment");
+  cr_expect_not(mx__lt_linear_case_of(&o.out, &o.a, &o.b, &o.bias, true, &c), "bias alignment");
   o = linear(MX_F32, 4, 8, 16);
   o.bias.strides[0] = 2; /* a strided bias */
-  cr_expect_not(mx__lt_linear_case_of(&o.out, &o.a, &o.b, &o.bias, &c), "bias stride");
+  cr_expect_not(mx__lt_linear_case_of(&o.out, &o.a, &o.b, &o.bias, true, &c), "bias stride");
   o = linear(MX_F32, 4, 8, 16);
   o.a.strides[1] = 2, o.a.strides[2] = 3; /* x's rows and columns both strided */
-  cr_expect_not(mx__lt_linear_case_of(&o.out, &o.a, &o.b, &o.bias, &c), "x strided both ways");
+  cr_expect_not(mx__lt_linear_case_of(&o.out, &o.a, &o.b, &o.bias, true, &c), "x strided both ways");
   o = linear(MX_F32, 4, 8, 16);
   o.out.shape[0] = o.a.shape[0] = o.b.shape[0] = 2; /* a batch */
-  cr_expect_not(mx__lt_linear_case_of(&o.out, &o.a, &o.b, &o.bias, &c), "batch");
+  cr_expect_not(mx__lt_linear_case_of(&o.out, &o.a, &o.b, &o.bias, true, &c), "batch");
   o = linear(MX_F32, 0, 8, 16); /* no rows */
-  cr_expect_not(mx__lt_linear_case_of(&o.out, &o.a, &o.b, &o.bias, &c), "empty");
+  cr_expect_not(mx__lt_linear_case_of(&o.out, &o.a, &o.b, &o.bias, true, &c), "empty");
 }

@@ -625,6 +625,8 @@ FN(batch_norm_relu_eval, mx_batch_norm_relu(a, RUNNING_MEAN(a), RUNNING_VAR(a), 
 FN(to_channels_last, mx_to_channels_last(a))
 /* linear + ReLU as one op (x 3-d: its rows folded into one product) */
 FN(linear_relu, mx_linear_relu(a, b, c))
+/* linear with a bias as one op (x 3-d: its rows folded into one product) */
+FN(linear_bias, mx_linear_bias(a, b, c))
 /* max pooling of relu(x) as one op: overlapping windows reaching into the padding, and the CNNs' 2x2 tiles */
 FN(max_pool_relu, mx_max_pool_relu(a, 2, MX_SHAPE(3, 2), MX_SHAPE(2, 1), MX_SHAPE(1, 0), MX_DEFAULT))
 FN(max_pool_relu_2x2, mx_max_pool_relu(a, 2, MX_SHAPE(2), MX_DEFAULT, MX_DEFAULT, MX_DEFAULT))
@@ -1122,6 +1124,8 @@ const op_case op_cases[] = {
     CASE1(to_channels_last, SH(2, 3, 2, 2), ANY, GG | NF),
     /* linear_relu (tests/ops/test_linear_relu.c: the bits of linear then relu) */
     CASE3(linear_relu, SH(2, 3, 4), ANY, SH(5, 4), ANY, SH(5), ANY, GG | NF),
+    /* linear_bias (tests/ops/test_linear_rounding.c: one rounding of a 16-bit product plus bias) */
+    CASE3(linear_bias, SH(2, 3, 4), ANY, SH(5, 4), ANY, SH(5), ANY, GG | NF),
     /* max_pool_relu (tests/ops/test_max_pool_relu.c: the bits of relu then max_pool) */
     CASE1(max_pool_relu, SH(1, 2, 5, 5), AWAY, GG | NF),
     CASE1(max_pool_relu_2x2, SH(2, 3, 4, 6), AWAY, GC | NF),
