@@ -8,12 +8,16 @@
 #include "kernels/base_internal.h"
 #include "tensor/scope.h"
 
-/* The values of t as doubles (malloc'ed), or NULL. */
+/* The values of t as doubles (malloc'ed), or NULL with the error set. */
 static double *values_of(const mx_tensor *t, int64_t *n) {
   *n = mx_numel(t);
   double *v = malloc(sizeof(double) * (size_t)(*n ? *n : 1));
+  if (!v) {
+    mx__error(MX_OUT_OF_MEMORY, "mx_gradcheck: out of memory");
+    return NULL;
+  }
   const mx__grad_ops *ops = mx__grad_ops_for("mx_gradcheck");
-  mx_tensor *d = v && ops ? ops->to_dtype(t, MX_F64) : NULL;
+  mx_tensor *d = ops ? ops->to_dtype(t, MX_F64) : NULL;
   if (!d || mx_to_host(d, v, sizeof(double) * (size_t)*n) != MX_OK) {
     free(v);
     v = NULL;
@@ -32,6 +36,15 @@ static mx_shape unravel(const mx_tensor *t, int64_t linear) {
   return index;
 }
 
+/* fn's output, or NULL with an error set: fn may return NULL without one
+ * (no mixgrad call of its own failed), which must not read as a pass. */
+static mx_tensor *call(mx_gradcheck_fn fn, int n, mx_tensor *const *inputs, void *ctx) {
+  mx_tensor *out = fn(n, inputs, ctx);
+  if (!out && mx_last_status() == MX_OK)
+    mx__error(MX_STATE_ERROR, "mx_gradcheck: the function returned NULL without an error");
+  return out;
+}
+
 /* f evaluated as doubles, with grad mode on as in the analytic pass: a
  * function that takes gradients itself (a gradient penalty) needs it, and
  * the scope frees the graph it builds. */
@@ -39,7 +52,7 @@ static double *evaluate(mx_gradcheck_fn fn, int n, mx_tensor *const *inputs, voi
   double *v = NULL;
   MX_ENABLE_GRAD {
     mx_scope *s = mx_scope_begin();
-    mx_tensor *out = fn(n, inputs, ctx);
+    mx_tensor *out = call(fn, n, inputs, ctx);
     v = out ? values_of(out, count) : NULL;
     mx_scope_end(s);
   }
@@ -115,7 +128,7 @@ static mx_status gradcheck(mx_gradcheck_fn fn, int n_inputs, mx_tensor *const *i
     /* a fresh graph per input: the perturbations of the last one changed
      * the versions of the tensors the old graph saved */
     mx_scope *s = mx_scope_begin();
-    mx_tensor *out = fn(n_inputs, inputs, ctx);
+    mx_tensor *out = call(fn, n_inputs, inputs, ctx);
     status = out ? check_input(fn, n_inputs, inputs, ctx, i, out, eps, atol, rtol) : mx_last_status();
     mx_scope_end(s);
   }

@@ -384,6 +384,28 @@ Test(engine, gradcheck_rejects_a_wrong_gradient) {
   mx_scope_end(s);
 }
 
+/* A function that gives up by itself after its first call: no mixgrad call
+ * failed, so no error is set (a caller has no way to set one). gradcheck
+ * read the missing finite differences and crashed; it now fails, naming
+ * what happened, and leaves the input as it was. */
+static mx_tensor *gives_up_after_one_call(int n, mx_tensor *const *in, void *ctx) {
+  int *calls = ctx;
+  return (*calls)++ ? NULL : mx_mul(in[0], in[0]);
+}
+
+Test(engine, gradcheck_fails_on_a_function_that_returns_null_without_an_error) {
+  mx_scope *s = mx_scope_begin();
+  mx_tensor *x = param(2, (double[]){1, 2});
+  int calls = 0;
+  mx_clear_error();
+  cr_expect_eq(mx_gradcheck(gives_up_after_one_call, 1, &x, &calls, 1e-6, 1e-6, 1e-5), MX_STATE_ERROR);
+  cr_expect_str_eq(mx_last_error(), "mx_gradcheck: the function returned NULL without an error");
+  cr_expect_gt(calls, 1, "the finite differences were not evaluated");
+  expect_values(x, 2, (double[]){1, 2}, 0); /* the perturbed input is restored */
+  mx_clear_error();
+  mx_scope_end(s);
+}
+
 /* A gradient penalty: sum((d/dx sum(x^3))^2) = sum(9 x^4), whose body takes
  * a gradient with create_graph. gradcheck runs it with grad mode on in both
  * passes (it used to evaluate the finite differences under no-grad, where
