@@ -32,11 +32,14 @@ enum {
 
 /* Where a tile's last panel rounds its sums to: out's 16-bit rows from the
  * tile's first, ld apart, of which rows and cols are out's own (a tile
- * may reach past both). */
+ * may reach past both); bias: the float32 bias of the tile's first column
+ * on (readable as far as the tile reaches), added before the rounding, or
+ * NULL. */
 typedef struct {
   uint16_t *data;
   int64_t ld, rows, cols;
   mx_dtype dtype;
+  const float *bias;
 } out16;
 
 /* AVX-512: 16 floats a register, tiles of 6 x 4 zmm (24 accumulators). */
@@ -218,7 +221,7 @@ int64_t mx__cpu_gemm16_workspace(const mx_kview *out, const mx_kview *a) {
   return p.a + p.b + p.c;
 }
 
-void mx__cpu_gemm16(const mx_kview *out, const mx_kview *a, const mx_kview *b, float *workspace) {
+void mx__cpu_gemm16(const mx_kview *out, const mx_kview *a, const mx_kview *b, const float *bias, float *workspace) {
   int64_t M = out->shape[1], N = out->shape[2], K = a->shape[2];
   int64_t Mp = round_up(M, MR), Np = round_up(N, PAD);
   const vector_isa *isa = isa_here();
@@ -232,7 +235,7 @@ void mx__cpu_gemm16(const mx_kview *out, const mx_kview *a, const mx_kview *b, f
       pack_a(&ab, k0, kc, ap);
       for (int64_t j = 0; j < N; j += nr) {
         int nv = N - j >= nr ? isa->nv : (int)((N - j + isa->width - 1) / isa->width);
-        out16 o = {(uint16_t *)ob.data + j, ob.strides[1], M, N - j, ob.dtype};
+        out16 o = {(uint16_t *)ob.data + j, ob.strides[1], M, N - j, ob.dtype, bias ? bias + j : NULL};
         isa->panel(&bb, k0, kc, j, nv, bp, Mp, ap, cf ? cf + j : NULL, Np, k0 > 0, k0 + kc == K ? &o : NULL);
       }
     }
@@ -251,8 +254,8 @@ int64_t mx__cpu_gemm16_workspace(const mx_kview *out, const mx_kview *a) {
   return 0;
 }
 
-void mx__cpu_gemm16(const mx_kview *out, const mx_kview *a, const mx_kview *b, float *workspace) {
-  (void)out, (void)a, (void)b, (void)workspace;
+void mx__cpu_gemm16(const mx_kview *out, const mx_kview *a, const mx_kview *b, const float *bias, float *workspace) {
+  (void)out, (void)a, (void)b, (void)bias, (void)workspace;
 }
 
 #endif

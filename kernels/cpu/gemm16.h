@@ -20,9 +20,11 @@ bool mx__cpu_gemm16_takes(const mx_kview *a, const mx_kview *b);
 /* The floats of workspace mx__cpu_gemm16 needs for this product. */
 int64_t mx__cpu_gemm16_workspace(const mx_kview *out, const mx_kview *a);
 
-/* out = a @ b with float32 products and sums, rounded once into out's
- * dtype, using workspace (64-byte aligned, mx__cpu_gemm16_workspace
- * floats). Only where mx__cpu_gemm16_takes(a, b). */
-void mx__cpu_gemm16(const mx_kview *out, const mx_kview *a, const mx_kview *b, float *workspace);
+/* out = a @ b (+ bias) with float32 products and sums, the bias added to
+ * the sums, rounded once into out's dtype, using workspace (64-byte
+ * aligned, mx__cpu_gemm16_workspace floats). bias: NULL, or out's columns'
+ * float32 bias, readable up to a multiple of 16 past them (zeros). Only
+ * where mx__cpu_gemm16_takes(a, b). */
+void mx__cpu_gemm16(const mx_kview *out, const mx_kview *a, const mx_kview *b, const float *bias, float *workspace);
 
 #endif

@@ -9,6 +9,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/via_f32.h"
+#include "kernels/elementwise.h"
 #include "kernels/math.h"
 
 /* out[b,i,:] += a[b,i,k] * b[b,k,:], accumulated in double for f64 and in
@@ -49,6 +50,7 @@ mx_status mx__cpu_matmul_reference(const mx_kview *out, const mx_kview *a, const
  * the CPU's block cache. */
 typedef struct {
   mx_kview out, a, b;
+  const float *bias; /* float32, from out's first column: NULL, or added to the sums before the rounding */
   bool packed;
   float *staging;
   mx_status status;
@@ -116,7 +118,7 @@ static mx_kview stage(float *data, const mx_kview *v) {
 
 static void share_run(matmul_share *s) {
   if (s->packed) {
-    mx__cpu_gemm16(&s->out, &s->a, &s->b, s->staging);
+    mx__cpu_gemm16(&s->out, &s->a, &s->b, s->bias, s->staging);
     s->status = MX_OK;
     return;
   }
@@ -124,6 +126,9 @@ static void share_run(matmul_share *s) {
   mx_kview va = stage(fa, &s->a), vb = stage(fb, &s->b), vo = mx__cpu_dense_f32_view(fo, &s->out);
   s->status = mx__dnnl_matmul(&vo, &va, &vb);
   if (mx__dnnl_declined(s->status)) s->status = mx__cpu_matmul_reference(&vo, &va, &vb);
+  int64_t rows = s->out.shape[0] * s->out.shape[1], cols = s->out.shape[2];
+  for (int64_t i = 0; i < rows && s->bias && s->status == MX_OK; i++)
+    for (int64_t j = 0; j < cols; j++) fo[i * cols + j] += s->bias[j];
   if (s->status == MX_OK) mx__cpu_store_f32(&s->out, fo);
   else snprintf(s->why, sizeof s->why, "%s", mx_last_error()); /* this thread's error, not the caller's */
 }
@@ -143,13 +148,24 @@ static void share_run(matmul_share *s) {
  * the region, in share order: taken by the threads inside it, a block
  * could go to the other thread on the next call and have to move between
  * the cores' caches first (round 11). */
-static mx_status matmul_via_f32(const mx_kview *out, const mx_kview *a, const mx_kview *b) {
+static mx_status matmul_via_f32(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias) {
   bool takes = mx__cpu_gemm16_takes(a, b);
   int d, n = share_count(out, a, b, takes, &d);
   bool packed = (n > 1 || mx__cpu_threads_here() < 2) && takes;
   matmul_share *shares = calloc((size_t)n, sizeof *shares);
-  if (!shares)
+  /* the bias in float32, zeros past out's columns as far as a tile reads (gemm16.h) */
+  int64_t bias_numel = bias ? lines_of(out->shape[2]) : 0;
+  float *bias32 = bias ? mx__cpu_f32_alloc(bias_numel) : NULL;
+  if (!shares || (bias && !bias32)) {
+    free(shares);
+    if (bias32) mx__cpu_f32_free(bias32, bias_numel);
     return mx__error(MX_OUT_OF_MEMORY, "mx_matmul: out of memory splitting a %s product", mx_dtype_name(a->dtype));
+  }
+  if (bias32) {
+    mx_kview dense = mx__cpu_dense_f32_view(bias32, bias);
+    mx__cpu_backend.convert(&dense, bias);
+    memset(bias32 + out->shape[2], 0, sizeof(float) * (size_t)(bias_numel - out->shape[2]));
+  }
   mx_status status = MX_OK;
   for (int i = 0; i < n && status == MX_OK; i++) {
     int64_t lo = out->shape[d] * i / n, hi = out->shape[d] * (i + 1) / n;
@@ -157,6 +173,7 @@ static mx_status matmul_via_f32(const mx_kview *out, const mx_kview *a, const mx
     s->out = slice(out, d, lo, hi);
     s->a = d < 2 ? slice(a, d, lo, hi) : *a;
     s->b = d != 1 ? slice(b, d, lo, hi) : *b;
+    s->bias = bias32 ? bias32 + (d == 2 ? lo : 0) : NULL;
     s->packed = packed;
     if (!(s->staging = mx__cpu_f32_alloc(staging_numel(s))))
       status = mx__error(MX_OUT_OF_MEMORY, "mx_matmul: out of memory converting %s operands", mx_dtype_name(a->dtype));
@@ -173,6 +190,7 @@ static mx_status matmul_via_f32(const mx_kview *out, const mx_kview *a, const mx
    * product of these shapes gives each share (and thread) the same block */
   for (int i = n - 1; i >= 0; i--)
     if (shares[i].staging) mx__cpu_f32_free(shares[i].staging, staging_numel(&shares[i]));
+  if (bias32) mx__cpu_f32_free(bias32, bias_numel);
   free(shares);
   return status;
 }
@@ -188,14 +206,22 @@ mx_status mx__cpu_matmul(const mx_kview *out, const mx_kview *a, const mx_kview 
   case MX_BF16: {
     mx_status status = mx__dnnl_matmul(out, a, b);
     if (!mx__dnnl_declined(status)) return status;
-    return out->dtype == MX_F32 ? mx__cpu_matmul_reference(out, a, b) : matmul_via_f32(out, a, b);
+    return out->dtype == MX_F32 ? mx__cpu_matmul_reference(out, a, b) : matmul_via_f32(out, a, b, NULL);
   }
-  case MX_F16: return matmul_via_f32(out, a, b);
+  case MX_F16: return matmul_via_f32(out, a, b, NULL);
   default: return mx__cpu_matmul_reference(out, a, b);
   }
 }
 
+/* oneDNN's kernel, else for 16 bits the product on float32 copies with the
+ * bias added before the rounding and relu on the rounded values (the same
+ * bits as on the sums); float32 and float64 decline to matmul and add,
+ * which round once too. */
 mx_status mx__cpu_linear(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias, bool relu) {
   mx_status status = mx__dnnl_linear(out, a, b, bias, relu);
-  return mx__dnnl_declined(status) ? MX_NOT_SUPPORTED : status;
+  if (!mx__dnnl_declined(status)) return status;
+  if (out->dtype != MX_F16 && out->dtype != MX_BF16) return MX_NOT_SUPPORTED;
+  status = matmul_via_f32(out, a, b, bias);
+  if (status == MX_OK && relu) status = mx__cpu_backend.unary(MX_UN_RELU, out, out, 0, 0);
+  return status;
 }

@@ -347,29 +347,38 @@ static bool gemm16_here(void) {
 #endif
 }
 
-/* mx__cpu_gemm16 on out, a and b with a workspace of its size, NaN-filled
- * as the last product might have left it. */
-static void run_gemm16(const operand *out, const operand *a, const operand *b) {
+/* mx__cpu_gemm16 on out, a, b and bias (or NULL) with a workspace of its
+ * size, NaN-filled as the last product might have left it. */
+static void run_gemm16(const operand *out, const operand *a, const operand *b, const float *bias) {
   int64_t floats = mx__cpu_gemm16_workspace(&out->v, &a->v);
   float *workspace = aligned_alloc(64, (size_t)(floats + 15) / 16 * 64);
   cr_assert(workspace);
   for (int64_t i = 0; i < floats; i++) workspace[i] = NAN;
-  mx__cpu_gemm16(&out->v, &a->v, &b->v, workspace);
+  mx__cpu_gemm16(&out->v, &a->v, &b->v, bias, workspace);
   free(workspace);
 }
 
-/* One case through mx__cpu_gemm16 alone; returns the elements out of
- * tolerance against the float64 product. */
-static int check_gemm16(const mm_case *c, mx_dtype dt) {
+/* One case through mx__cpu_gemm16 alone, with a bias of quarters from -3/4
+ * to 3/4 (exact in 16 bits) when with_bias, zeros past the columns as its
+ * contract asks; returns the elements out of tolerance against the float64
+ * product plus the bias. */
+static int check_gemm16(const mm_case *c, mx_dtype dt, bool with_bias) {
   char what[300];
   case_name(what, sizeof what, c, dt);
   operand a = operand_new(dt, c->B, c->M, c->K, c->a), b = operand_new(dt, c->B, c->K, c->N, c->b);
   operand out = operand_new(dt, c->B, c->M, c->N, c->out);
   fill_random(&a.v), fill_random(&b.v);
   cr_assert(mx__cpu_gemm16_takes(&a.v, &b.v), "%s: not taken", what);
-  run_gemm16(&out, &a, &b);
+  float *bias = with_bias ? calloc((size_t)(c->N + 15) / 16 * 16, sizeof(float)) : NULL;
+  for (int64_t j = 0; bias && j < c->N; j++) bias[j] = (float)(j % 7 - 3) / 4;
+  run_gemm16(&out, &a, &b, bias);
   operand exact, bound;
   exact_and_bound(&a.v, &b.v, &exact, &bound);
+  for (int64_t i = 0; bias && i < c->B * c->M * c->N; i++) {
+    ((double *)exact.v.data)[i] += bias[i % c->N];
+    ((double *)bound.v.data)[i] += fabs(bias[i % c->N]);
+  }
+  free(bias);
   int bad = compare(what, &out.v, &exact.v, &exact, &bound, dt, c->K, 1);
   expect_nothing_outside(&out, what);
   operand_free(&a), operand_free(&b), operand_free(&out), operand_free(&exact), operand_free(&bound);
@@ -393,7 +402,8 @@ Test(matmul, gemm16_matches_float64) {
   for (size_t d = 0; d < 2; d++)
     for (size_t i = 0; i < sizeof gemm16_cases / sizeof *gemm16_cases; i++) {
       rng_state = 0x5851f42d4c957f2dull + i;
-      cr_expect_eq(check_gemm16(&gemm16_cases[i], dtypes[d]), 0);
+      cr_expect_eq(check_gemm16(&gemm16_cases[i], dtypes[d], false), 0);
+      cr_expect_eq(check_gemm16(&gemm16_cases[i], dtypes[d], true), 0, "with a bias");
     }
 }
 
@@ -421,7 +431,7 @@ Test(matmul, gemm16_rounds_as_the_conversions) {
     for (int64_t i = 0; i < numel(&a.v); i++) set(&a.v, i, wide_random(span));
     for (int64_t i = 0; i < numel(&b.v); i++) set(&b.v, i, wide_random(span));
     set(&a.v, 3, NAN), set(&a.v, 4, INFINITY), set(&b.v, 5, -INFINITY);
-    run_gemm16(&out, &a, &b);
+    run_gemm16(&out, &a, &b, NULL);
     int bad = 0;
     for (int64_t i = 0; i < numel(&out.v); i++) {
       int64_t bi = i / (13 * 70), r = i / 70 % 13, c = i % 70;
