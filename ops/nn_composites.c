@@ -47,20 +47,20 @@ static mx_status check_linear(const char *op, const mx_tensor *x, const mx_tenso
   return MX_OK;
 }
 
+/* A 2-d weight with a bias of its rows runs as linear_bias, which adds the
+ * bias before the one rounding of a 16-bit result, as PyTorch's linear (and
+ * the linears inside its RNN cells) do; other shapes run matmul and add. */
 static mx_tensor *affine(const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias) {
+  if (w->ndim == 2 && bias && bias->ndim == 1 && bias->shape[0] == w->shape[0] && bias->dtype == x->dtype &&
+      w->dtype == x->dtype)
+    return mx_linear_bias(x, w, bias);
   mx_tensor *y = mx_matmul(x, w->ndim == 2 ? mx_transpose(w, 0, 1) : w);
   return bias && y ? mx_add(y, bias) : y;
 }
 
-/* A 2-d weight with a bias of its rows runs as linear_bias, which adds the
- * bias before the one rounding of a 16-bit result, as PyTorch's linear does. */
 mx_status mx__fwd_linear(mx__call *c) {
-  mx_tensor *x = c->in[0], *w = c->in[1], *bias = optional(c, 2, HAS_BIAS);
-  if (check_linear("mx_linear", x, w)) return mx_last_status();
-  if (w->ndim == 2 && bias && bias->ndim == 1 && bias->shape[0] == w->shape[0] && bias->dtype == x->dtype &&
-      w->dtype == x->dtype)
-    return OUT0(c, mx_linear_bias(x, w, bias));
-  return OUT0(c, affine(x, w, bias));
+  if (check_linear("mx_linear", c->in[0], c->in[1])) return mx_last_status();
+  return OUT0(c, affine(c->in[0], c->in[1], optional(c, 2, HAS_BIAS)));
 }
 
 /* x1^T A x2 + b: x1 (..., in1), x2 (..., in2), A (out, in1, in2), b (out). */

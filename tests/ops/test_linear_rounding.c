@@ -101,3 +101,19 @@ Test(linear_rounding, its_gradients_are_the_composites) {
   }
   mx_scope_end(scope);
 }
+
+/* The RNN cells' linears are linear's, as in PyTorch's cells: relu((16, 1) . (16, 1) + 0.75 + 0 h + 0) is 258 in
+ * bfloat16, where rounding the product first would give 256. */
+Test(linear_rounding, the_rnn_cells_round_each_linear_once) {
+  mx_scope *scope = mx_scope_begin();
+  const rounding_case *c = &cases[0];
+  float xd[2] = {16, 1}, wd[2] = {16, 1}, bd[1] = {0.75f}, zero[1] = {0};
+  mx_tensor *x = mx_to_dtype(mx_from_data(xd, MX_SHAPE(1, 2), MX_F32, MX_CPU), MX_BF16);
+  mx_tensor *w_ih = mx_to_dtype(mx_from_data(wd, MX_SHAPE(1, 2), MX_F32, MX_CPU), MX_BF16);
+  mx_tensor *b_ih = mx_to_dtype(mx_from_data(bd, MX_SHAPE(1), MX_F32, MX_CPU), MX_BF16);
+  mx_tensor *h = mx_to_dtype(mx_from_data(zero, MX_SHAPE(1, 1), MX_F32, MX_CPU), MX_BF16);
+  mx_tensor *w_hh = mx_to_dtype(mx_from_data(zero, MX_SHAPE(1, 1), MX_F32, MX_CPU), MX_BF16);
+  mx_tensor *b_hh = mx_to_dtype(mx_from_data(zero, MX_SHAPE(1), MX_F32, MX_CPU), MX_BF16);
+  expect_all(mx_rnn_relu_cell(x, h, w_ih, w_hh, b_ih, b_hh), c->once, "rnn_relu_cell", c);
+  mx_scope_end(scope);
+}
