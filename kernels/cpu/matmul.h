@@ -9,9 +9,11 @@
 /* out (B, M, N) = a (B, M, K) @ b (B, K, N); out is contiguous. */
 mx_status mx__cpu_matmul(const mx_kview *out, const mx_kview *a, const mx_kview *b);
 
-/* out = a @ b + bias, relu'd when relu, through oneDNN (float32 and
- * bfloat16; mx__dnnl_linear); MX_NOT_SUPPORTED, no error set, where it
- * declines: the op runs its float32 fallback. */
+/* out = a @ b + bias, relu'd when relu, the bias added before the one
+ * rounding: oneDNN (float32 and bfloat16; mx__dnnl_linear), else for 16
+ * bits the float32-copy product of mx__cpu_matmul with the bias. Float32
+ * and float64 where oneDNN declines: MX_NOT_SUPPORTED, no error set (the
+ * op runs matmul and add, which round once too). */
 mx_status mx__cpu_linear(const mx_kview *out, const mx_kview *a, const mx_kview *b, const mx_kview *bias, bool relu);
 
 /* The plain-loop product in double or float accumulation, used for f64,
