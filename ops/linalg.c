@@ -279,8 +279,15 @@ static mx_tensor *scaled_sum(const mx_tensor *c, mx_tensor *product, double beta
   return mx_add(beta == 1 ? (mx_tensor *)c : mx_mul_scalar(c, beta), p);
 }
 
+/* c + a @ b with c a vector of b's columns is PyTorch's F.linear: linear_bias,
+ * whose 16-bit result rounds once as PyTorch's addmm does (other c, beta and
+ * alpha add after the product's rounding). */
 mx_status mx__fwd_addmm(mx__call *c) {
-  return OUT0(c, scaled_sum(c->in[0], mx_mm(c->in[1], c->in[2]), c->args->f[0], c->args->f[1]));
+  mx_tensor *bias = c->in[0], *a = c->in[1], *b = c->in[2];
+  if (c->args->f[0] == 1 && c->args->f[1] == 1 && a->ndim == 2 && b->ndim == 2 && bias->ndim == 1 &&
+      a->shape[1] == b->shape[0] && bias->shape[0] == b->shape[1] && a->dtype == b->dtype && bias->dtype == a->dtype)
+    return OUT0(c, mx_linear_bias(a, mx_transpose(b, 0, 1), bias));
+  return OUT0(c, scaled_sum(bias, mx_mm(a, b), c->args->f[0], c->args->f[1]));
 }
 mx_status mx__fwd_addbmm(mx__call *c) {
   mx_tensor *product = mx_sum(mx_bmm(c->in[1], c->in[2]), MX_DIMS(0), false);

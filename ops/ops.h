@@ -122,7 +122,10 @@ mx_tensor *mx_cumprod(const mx_tensor *x, int dim);
 mx_tensor *mx_mm(const mx_tensor *a, const mx_tensor *b);   /* (n,k) @ (k,m) */
 mx_tensor *mx_bmm(const mx_tensor *a, const mx_tensor *b);  /* (B,n,k) @ (B,k,m) */
 mx_tensor *mx_matmul(const mx_tensor *a, const mx_tensor *b); /* torch.matmul rules */
-/* beta * c + alpha * (a @ b) */
+/* beta * c + alpha * (a @ b). With beta and alpha 1 and c a vector of b's
+ * columns (F.linear's call) it is mx_linear_bias: one rounding in 16 bits,
+ * as PyTorch's; otherwise, and in the four below, c is added after the
+ * product's rounding, where PyTorch rounds once. */
 mx_tensor *mx_addmm(const mx_tensor *c, const mx_tensor *a, const mx_tensor *b, double beta, double alpha);
 mx_tensor *mx_addbmm(const mx_tensor *c, const mx_tensor *a, const mx_tensor *b, double beta, double alpha);
 mx_tensor *mx_baddbmm(const mx_tensor *c, const mx_tensor *a, const mx_tensor *b, double beta, double alpha);

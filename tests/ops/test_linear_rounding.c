@@ -3,7 +3,8 @@
  * x = (16, 1), w = (16, 1) give the product 257 and a bias of 0.75 the sum 257.75, which rounds to 258; rounded
  * first, 257 is a tie that goes to the even 256, and 256 + 0.75 rounds to 256. In float16 (11 bits, a spacing of 2
  * from 2048) x = (32, 1), w = (64, 1) give 2049 and 2049.75: 2050 once, 2048 twice. Both PyTorch 1.13 and 2.15 give
- * 258 and 2050 for F.linear, and 256 and 2048 for x @ w.t() + b. */
+ * 258 and 2050 for F.linear, and 256 and 2048 for x @ w.t() + b. The RNN cells' linears and addmm with a bias vector
+ * round once too. */
 #include <criterion/criterion.h>
 
 #include <mixgrad.h>
@@ -115,5 +116,17 @@ Test(linear_rounding, the_rnn_cells_round_each_linear_once) {
   mx_tensor *w_hh = mx_to_dtype(mx_from_data(zero, MX_SHAPE(1, 1), MX_F32, MX_CPU), MX_BF16);
   mx_tensor *b_hh = mx_to_dtype(mx_from_data(zero, MX_SHAPE(1), MX_F32, MX_CPU), MX_BF16);
   expect_all(mx_rnn_relu_cell(x, h, w_ih, w_hh, b_ih, b_hh), c->once, "rnn_relu_cell", c);
+  mx_scope_end(scope);
+}
+
+/* addmm with a vector of b's columns, beta and alpha 1, is F.linear's call: one rounding, 258 in bfloat16. */
+Test(linear_rounding, addmm_of_a_bias_vector_rounds_once) {
+  mx_scope *scope = mx_scope_begin();
+  const rounding_case *c = &cases[0];
+  float xd[2] = {16, 1}, wd[2] = {16, 1}, bd[1] = {0.75f};
+  mx_tensor *x = mx_to_dtype(mx_from_data(xd, MX_SHAPE(1, 2), MX_F32, MX_CPU), MX_BF16);
+  mx_tensor *wt = mx_to_dtype(mx_from_data(wd, MX_SHAPE(2, 1), MX_F32, MX_CPU), MX_BF16);
+  mx_tensor *b = mx_to_dtype(mx_from_data(bd, MX_SHAPE(1), MX_F32, MX_CPU), MX_BF16);
+  expect_all(mx_addmm(b, x, wt, 1, 1), c->once, "addmm", c);
   mx_scope_end(scope);
 }
