@@ -27,6 +27,9 @@ POLICIES = ["lower", "fp32", "promote", "banned", "none"]
 # CPU (bf16 dot products; valgrind hides them), and the AMP trace says when they do not, so without this a
 # transcript would read differently from one machine to the next.
 SAME_ON_EVERY_CPU = {"DNNL_MAX_CPU_ISA": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+# One thread, whatever the caller's MX_NUM_THREADS (meson pins 2, a shell may pin none): float16 products on the CPU
+# sum in another order on two threads, which a trained loss's last digit shows.
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MX_NUM_THREADS": "1"}
 
 
 def run(command, build):
@@ -34,7 +37,7 @@ def run(command, build):
     command = re.sub(r"(^|[\s=])build/", lambda m: m.group(1) + os.path.abspath(build) + "/", command)
     with tempfile.TemporaryDirectory() as scratch:
         p = subprocess.run(command, shell=True, cwd=scratch, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1", **SAME_ON_EVERY_CPU))
+                           text=True, timeout=300, env=dict(os.environ, **ONE_THREAD, **SAME_ON_EVERY_CPU))
     return p.stdout
 
 
