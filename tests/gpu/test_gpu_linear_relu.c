@@ -1,7 +1,7 @@
-/* mx_linear_relu and mx_linear with a bias on CUDA (cuBLASLt's RELU_BIAS and BIAS epilogues for float32, float16 and
- * bfloat16; cuBLAS, add and relu for float64) against the CPU's, forward and backward, within the bounds the convolutions use in test_gpu_layers.c; a
- * repeated call, which reuses the case's plan (kernels/cuda/matmul.cu), with the bits of the first; a call on other
- * values; and a bias off 256-byte lines. Skips without a GPU. */
+/* mx_linear_relu and mx_linear with a bias on CUDA (cuBLASLt's RELU_BIAS and BIAS epilogues for float32, float16
+ * and bfloat16; cuBLAS, add and relu for float64) against the CPU's, forward and backward, within the bounds the
+ * convolutions use in test_gpu_layers.c; a repeated call, which reuses the case's plan (kernels/cuda/matmul.cu), with
+ * the bits of the first; a call on other values; and a bias off 256-byte lines. Skips without a GPU. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 
@@ -55,8 +55,8 @@ static void expect_close(mx_tensor *const *want, mx_tensor *const *got, double r
 
 /* float32 within its rounding of sums of about 1; float16 and bfloat16 within one rounding of their own (both
  * round the product plus the bias once, from float32 sums taken in other orders); float64 the same products summed
- * in other orders. With and without the ReLU (the RELU_BIAS and BIAS epilogues). Each case runs three times on the GPU: first; again on the same values, which
- * reuses the case's plan (kernels/cuda/matmul.cu) and wants the first run's bits; and on other values while the
+ * in other orders. With and without the ReLU (the RELU_BIAS and BIAS epilogues). Each case runs three times on the
+ * GPU: first; again on the same values, which reuses the case's plan (kernels/cuda/matmul.cu) and wants the first run's bits; and on other values while the
  * first run's tensors still live, which a plan holding on to the first bias would get wrong. Then with the bias
  * 16 bytes into its leaf: another plan, since the heuristic reads the bias's alignment from its address. */
 Test(gpu, linear_and_linear_relu_forward_and_backward_match_cpu) {
@@ -77,11 +77,12 @@ Test(gpu, linear_and_linear_relu_forward_and_backward_match_cpu) {
         run(&cases[k], dtype, relu, true, seed + 1, offset, gpu_other);
         const char *bias = offset ? "bias off 256-byte lines" : "bias 256-byte aligned";
         char what[96];
-        snprintf(what, sizeof what, "%s, %s, first call", relu ? "linear_relu" : "linear", bias);
+        const char *op = relu ? "linear_relu" : "linear";
+        snprintf(what, sizeof what, "%s, %s, first call", op, bias);
         expect_close(cpu, gpu, rel, what, k, dtype);
-        snprintf(what, sizeof what, "%s, %s, the call repeated against the first", relu ? "linear_relu" : "linear", bias);
+        snprintf(what, sizeof what, "%s, %s, the call repeated against the first", op, bias);
         expect_close(gpu, again, 0, what, k, dtype);
-        snprintf(what, sizeof what, "%s, %s, other values", relu ? "linear_relu" : "linear", bias);
+        snprintf(what, sizeof what, "%s, %s, other values", op, bias);
         expect_close(cpu_other, gpu_other, rel, what, k, dtype);
         mx_scope_end(scope);
       }

@@ -69,7 +69,8 @@ Test(linear_rounding, autocast_lowers_then_rounds_once) {
     const rounding_case *c = &cases[k];
     mx_scope *scope = mx_scope_begin();
     float xd[2] = {c->x0, 1}, wd[2] = {c->w0, 1}, bd[1] = {0.75f};
-    mx_tensor *x = mx_from_data(xd, MX_SHAPE(1, 2), MX_F32, MX_CPU), *w = mx_from_data(wd, MX_SHAPE(1, 2), MX_F32, MX_CPU);
+    mx_tensor *x = mx_from_data(xd, MX_SHAPE(1, 2), MX_F32, MX_CPU);
+    mx_tensor *w = mx_from_data(wd, MX_SHAPE(1, 2), MX_F32, MX_CPU);
     mx_tensor *b = mx_from_data(bd, MX_SHAPE(1), MX_F32, MX_CPU), *y = NULL;
     MX_AUTOCAST(MX_CPU, c->dtype, true, true) { y = mx_linear(x, w, b); }
     expect_all(y, c->once, "linear under autocast", c);
@@ -80,7 +81,8 @@ Test(linear_rounding, autocast_lowers_then_rounds_once) {
 /* The gradients are the composite's: bias's the sum of the output's gradient over the rows, x's g w, w's g^T x. */
 Test(linear_rounding, its_gradients_are_the_composites) {
   mx_scope *scope = mx_scope_begin();
-  float xd[3 * 2] = {1, 2, 3, 4, 5, 6}, wd[2 * 2] = {1, -1, 2, 0.5f}, bd[2] = {0.25f, -0.5f}, gd[3 * 2] = {1, 2, 3, 4, 5, 6};
+  float xd[3 * 2] = {1, 2, 3, 4, 5, 6}, wd[2 * 2] = {1, -1, 2, 0.5f}, bd[2] = {0.25f, -0.5f};
+  float gd[3 * 2] = {1, 2, 3, 4, 5, 6};
   mx_tensor *x = mx_to_dtype(mx_from_data(xd, MX_SHAPE(3, 2), MX_F32, MX_CPU), MX_BF16);
   mx_tensor *w = mx_to_dtype(mx_from_data(wd, MX_SHAPE(2, 2), MX_F32, MX_CPU), MX_BF16);
   mx_tensor *b = mx_to_dtype(mx_from_data(bd, MX_SHAPE(2), MX_F32, MX_CPU), MX_BF16);
@@ -98,7 +100,8 @@ Test(linear_rounding, its_gradients_are_the_composites) {
     float got[6];
     int64_t n = mx_numel(leaves[i]);
     cr_assert_eq(mx_to_host(mx_to_dtype(mx_grad_of(leaves[i]), MX_F32), got, sizeof(float) * (size_t)n), MX_OK);
-    for (int64_t j = 0; j < n; j++) cr_expect_eq(got[j], want[i][j], "input %d, element %lld: %g", i, (long long)j, got[j]);
+    for (int64_t j = 0; j < n; j++)
+      cr_expect_eq(got[j], want[i][j], "input %d, element %lld: %g", i, (long long)j, got[j]);
   }
   mx_scope_end(scope);
 }
