@@ -4,9 +4,9 @@
 #include "kernels/backend.h"
 #include "kernels/cuda/common.cuh"
 
-/* Gradients per launch: the chunk travels in the kernel's parameter space
- * (4 KiB on every CUDA version), PyTorch's multi_tensor_apply way. */
-#define TENSORS_PER_LAUNCH 20
+/* Gradients per launch: the chunk travels in the kernel's arguments
+ * (common.cuh: MX_CUDA_PARAM_BYTES), 22 in 4 KiB and 185 in 32 KiB. */
+#define TENSORS_PER_LAUNCH MX_CUDA_UNSCALE_PER_LAUNCH
 
 struct unscale_chunk {
   mx_kview grads[TENSORS_PER_LAUNCH];
@@ -65,7 +65,7 @@ struct unscale_op {
   }
 };
 
-static_assert(sizeof(unscale_op<false>) <= 4096, "an unscale launch's arguments must fit the 4 KiB parameter space");
+static_assert(sizeof(unscale_op<false>) <= MX_CUDA_PARAM_BYTES, "an unscale launch's arguments must fit the kernel's");
 
 /* Whether every gradient of the chunk is float32, 1-d and contiguous
  * (flatten_if_dense made them so): unscale_op's DENSE_F32. */

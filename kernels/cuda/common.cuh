@@ -17,6 +17,25 @@
 #include "kernels/cuda/check.h"
 #include "kernels/math.h"
 
+/* The bytes a kernel's arguments may take, which bound how many tensors a
+ * multi-tensor launch (PyTorch's multi_tensor_apply way: the list travels
+ * in the arguments) can carry: 32,764 since CUDA 12.1 on Volta and later,
+ * 4 KiB before. Taken from CUDA 13 on: its drivers all have it and it
+ * builds for nothing older than Turing, where a CUDA 12 program may meet a
+ * driver from before 12.1 (PyTorch gates it at CUDA 13 the same way). */
+#if __CUDACC_VER_MAJOR__ >= 13
+#define MX_CUDA_PARAM_BYTES 32764
+#else
+#define MX_CUDA_PARAM_BYTES 4096
+#endif
+
+/* Tensors per launch of the multi-tensor kernels (amp.cu's unscale, optim.cu's
+ * steps): as many of each one's entries as fit beside its fixed part. Each
+ * file's static_assert checks the whole argument against MX_CUDA_PARAM_BYTES. */
+#define MX_CUDA_UNSCALE_PER_LAUNCH ((int)((MX_CUDA_PARAM_BYTES - 128) / (sizeof(mx_kview) + sizeof(int64_t))))
+#define MX_CUDA_OPTIM_PER_LAUNCH                                                                                      \
+  ((int)((MX_CUDA_PARAM_BYTES - 512) / (sizeof(mx_optim_item) + sizeof(int64_t) + sizeof(void *) + sizeof(mx_dtype))))
+
 /* The stream every allocation, copy and kernel goes on, and the grid size
  * cap of the grid-stride loops (set up by the backend's initialisation). */
 cudaStream_t mx__cuda_stream(void);

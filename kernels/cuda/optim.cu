@@ -4,9 +4,10 @@
 #include "kernels/backend.h"
 #include "kernels/cuda/common.cuh"
 
-/* Parameters per launch: the chunk travels in the kernel's parameter space
- * (4 KiB on every CUDA version), PyTorch's multi_tensor_apply way. */
-#define PARAMS_PER_LAUNCH 9 /* mx_optim_item is 376 bytes since mx_kview records its origin and it has a cast */
+/* Parameters per launch: the chunk travels in the kernel's arguments
+ * (common.cuh: MX_CUDA_PARAM_BYTES), 9 in 4 KiB and 81 in 32 KiB (an
+ * mx_optim_item is 376 bytes). */
+#define PARAMS_PER_LAUNCH MX_CUDA_OPTIM_PER_LAUNCH
 
 struct optim_chunk {
   mx_optim_item items[PARAMS_PER_LAUNCH]; /* their cast pointers are the host's: the casts are below */
@@ -100,9 +101,8 @@ struct optim_op {
   }
 };
 
-static_assert(sizeof(optim_op<adam_update, false>) <= 4096 &&
-                  sizeof(sgd_update) <= sizeof(adam_update),
-              "an optimizer launch's arguments must fit the 4 KiB parameter space");
+static_assert(sizeof(optim_op<adam_update, false>) <= MX_CUDA_PARAM_BYTES && sizeof(sgd_update) <= sizeof(adam_update),
+              "an optimizer launch's arguments must fit the kernel's");
 
 /* One thread per parameter, launched after the update so that no thread of
  * it still reads the old count. */

@@ -211,7 +211,8 @@ void test_amp(rng &r) {
   static const mx_dtype grad_dtypes[] = {MX_F32, MX_F64, MX_BF16};
   for (int round = 0; round < rounds(40); round++) {
     pick_grid_cap(r);
-    int n = (int)r.range(1, 45);         /* past the 20 gradients of one launch */
+    /* past one launch's gradients (185 in CUDA 13's 32 KiB of arguments) a quarter of the rounds */
+    int n = (int)r.range(1, r.range(0, 3) ? 45 : MX_CUDA_UNSCALE_PER_LAUNCH + 30);
     bool dense_f32 = r.range(0, 2) == 0; /* the kernel's float32 path: autocast's gradients */
     describe("amp_unscale of %d %sgradients", n, dense_f32 ? "dense float32 " : "");
     value_kind kind = r.range(0, 2) ? POSITIVE : AWKWARD;
@@ -318,7 +319,8 @@ void test_optim(rng &r) {
   for (int round = 0; round < rounds(40); round++) {
     pick_grid_cap(r);
     bool adam = r.range(0, 1);
-    int n = (int)r.range(1, 25); /* past the 11 parameters of one launch */
+    /* past one launch's parameters (81 in CUDA 13's 32 KiB of arguments) a quarter of the rounds */
+    int n = (int)r.range(1, r.range(0, 3) ? 25 : MX_CUDA_OPTIM_PER_LAUNCH + 20);
     mx_sgd_hparams sgd = {0.1,   r.range(0, 1) ? 0.9 : 0.0, 0.1 * r.range(0, 2), 0.01 * r.range(0, 1),
                           false, r.range(0, 1) == 1};
     sgd.nesterov = sgd.momentum > 0 && sgd.dampening == 0 && r.range(0, 1);
