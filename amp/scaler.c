@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "amp/amp_internal.h"
+#include "kernels/cuda_graph.h"
 
 typedef enum { READY, UNSCALED, STEPPED } opt_stage;
 
@@ -19,6 +20,16 @@ typedef struct {
   mx_tensor *found_inf; /* float32 0-d, on the scale's device */
   mx_tensor *stats;     /* int64 (rows, 3): infs, NaNs, fp16-underflows of each gradient checked */
   int rows;
+  /* The counts of the check before (int64 (spare_rows, 3)), which the next
+   * check counts into: the reports read the last check's after the update,
+   * so the update clears the other. *_clear: the last update's launch
+   * zeroed it, and the next check need not (see clears_for). captured: a
+   * check of this record was captured in a CUDA graph, whose replays
+   * write stats and found_inf unseen by the host: from then on every
+   * check fills them, in place, as the replays do. */
+  mx_tensor *spare;
+  int spare_rows;
+  bool found_clear, spare_clear, captured;
   struct checked_row { int param; int64_t numel; } *row; /* what each row counted */
   int64_t values;    /* how many values the last check saw */
 } opt_record;
@@ -45,6 +56,8 @@ static mx_tensor *owned(mx_tensor *t) {
   mx_release(t);
   return t;
 }
+
+static bool capturing(mx_device device) { return device == MX_CUDA && mx_cuda_graph_capturing(); }
 
 static void drop(mx_tensor **t) {
   if (*t) mx__decref(*t);
@@ -112,6 +125,7 @@ mx_scaler *mx_scaler_new(const mx_scaler_opts *opts) {
 static void free_record(opt_record *r) {
   drop(&r->found_inf);
   drop(&r->stats);
+  drop(&r->spare);
   free(r->row);
 }
 
@@ -201,16 +215,30 @@ static mx_status check_and_unscale(mx_scaler *s, opt_record *r, const char *fn, 
     rows[k++] = (struct checked_row){i, mx_numel(g)};
     values += mx_numel(g);
   }
-  if (status == MX_OK && !r->found_inf) r->found_inf = owned(mx_scalar(0.0, MX_F32, device));
-  else if (status == MX_OK) status = mx_fill_(r->found_inf, 0.0);
-  if (status == MX_OK && !r->found_inf) status = mx_last_status();
-  if (status == MX_OK && (!r->stats || r->rows != k)) {
-    drop(&r->stats);
-    r->stats = owned(mx_zeros(MX_SHAPE(k > 0 ? k : 1, 3), MX_I64, device));
-    if (!r->stats) status = mx_last_status();
-  } else if (status == MX_OK) {
-    status = mx_fill_(r->stats, 0.0);
+  if (status != MX_OK) { /* refused before anything was written */
+    free(views);
+    free(watched);
+    free(rows);
+    return status;
   }
+  if (capturing(device)) r->captured = true, drop(&r->spare);
+  if (!r->found_inf) r->found_inf = owned(mx_scalar(0.0, MX_F32, device));
+  else if (!(r->found_clear && !r->captured)) status = mx_fill_(r->found_inf, 0.0);
+  if (status == MX_OK && !r->found_inf) status = mx_last_status();
+  /* this check's counts: the spare (once captured, the last check's), zeroed, else new zeros */
+  mx_tensor **source = r->captured ? &r->stats : &r->spare;
+  mx_tensor *counts = *source;
+  int counts_rows = r->captured ? r->rows : r->spare_rows;
+  *source = NULL;
+  if (status == MX_OK && (!counts || counts_rows != k)) {
+    drop(&counts);
+    counts = owned(mx_zeros(MX_SHAPE(k > 0 ? k : 1, 3), MX_I64, device));
+    counts_rows = k;
+    if (!counts) status = mx_last_status();
+  } else if (status == MX_OK && !(r->spare_clear && !r->captured)) {
+    status = mx_fill_(counts, 0.0);
+  }
+  r->found_clear = r->spare_clear = false;
   const mx_backend *be = status == MX_OK ? mx__backend(device) : NULL;
   if (status == MX_OK && !be) status = mx_last_status();
   if (status == MX_OK && !be->amp_unscale) status = mx__error(MX_NOT_BUILT, "%s: no amp_unscale kernel on %s", fn,
@@ -219,17 +247,22 @@ static mx_status check_and_unscale(mx_scaler *s, opt_record *r, const char *fn, 
   if (status == MX_OK && s->stats) status = mx__amp_stats_on_unscale(s->stats, s->scale, k, watched, &hist);
   if (status == MX_OK && hist)
     status = be->amp_unscale_histogram(k, views, mx__kview_of(s->scale).data, mx__kview_of(r->found_inf).data,
-                                       mx__kview_of(r->stats).data, hist);
+                                       mx__kview_of(counts).data, hist);
   else if (status == MX_OK)
     status = be->amp_unscale(k, views, mx__kview_of(s->scale).data, mx__kview_of(r->found_inf).data,
-                             mx__kview_of(r->stats).data);
+                             mx__kview_of(counts).data);
   for (int j = 0; j < k && status == MX_OK; j++) mx__bump_version(mx_grad_of(params[rows[j].param]));
   free(views);
   free(watched);
   if (status != MX_OK) {
+    if (r->captured) r->rows = 0; /* stats are gone with the failed check's counts */
+    else r->spare = counts, r->spare_rows = counts_rows, counts = NULL; /* not clear: the next check fills it */
+    drop(&counts);
     free(rows);
     return status;
   }
+  if (!r->captured) r->spare = r->stats, r->spare_rows = r->rows; /* the last check's, cleared by the next update */
+  r->stats = counts;
   free(r->row);
   r->row = rows;
   r->rows = k;
@@ -360,6 +393,20 @@ static mx_status guard_consecutive_skips(mx_scaler *s) {
                    mx_item(s->scale), report);
 }
 
+/* What the update's launch clears for r's next check (r NULL: several
+ * optimizers were checked, and their flags were summed: nothing): r's
+ * found_inf, which nothing reads after the update (mx_scaler_found_inf:
+ * between unscale and step only), and its spare counts, so that the
+ * check launches no fills of its own. Nothing once r's check was captured
+ * in a CUDA graph (opt_record: captured): no host code runs at a replay to
+ * know what it cleared. */
+static mx_amp_clear clears_for(opt_record *r, mx_device device) {
+  if (!r || r->captured || capturing(device)) return (mx_amp_clear){0};
+  mx_amp_clear clear = {.found_inf = mx__kview_of(r->found_inf).data};
+  if (r->spare) clear.stats = mx__kview_of(r->spare).data, clear.n_stats = 3 * (int64_t)r->spare_rows;
+  return clear;
+}
+
 mx_status mx_scaler_update(mx_scaler *s) {
   if (!s) return mx__null_input("mx_scaler_update", "s");
   if (!s->o.enabled) return MX_OK;
@@ -368,8 +415,10 @@ mx_status mx_scaler_update(mx_scaler *s) {
   if (!scope) return mx_last_status();
   mx_tensor *found = NULL;
   mx_status status = MX_OK;
+  opt_record *only = NULL; /* the one record checked, if only one was */
   for (int i = 0; i < s->n_records && status == MX_OK; i++) {
     if (!s->records[i].checked) continue;
+    only = found ? NULL : &s->records[i];
     found = found ? mx_add(found, s->records[i].found_inf) : s->records[i].found_inf;
     if (!found) status = mx_last_status();
   }
@@ -380,9 +429,11 @@ mx_status mx_scaler_update(mx_scaler *s) {
   if (status == MX_OK) {
     mx_amp_update_params p = {s->o.growth_factor, s->o.backoff_factor, (int32_t)s->o.growth_interval,
                               s->o.min_scale, s->o.max_scale};
+    mx_amp_clear clear = clears_for(only, mx_device_of(s->scale));
     status = be->amp_update_scale(mx__kview_of(s->scale).data, mx__kview_of(s->tracker).data,
-                                  mx__kview_of(found).data, &p, mx__kview_of(s->counters).data);
+                                  mx__kview_of(found).data, &p, mx__kview_of(s->counters).data, &clear);
     mx__bump_version(s->scale);
+    if (status == MX_OK && clear.found_inf) only->found_clear = true, only->spare_clear = clear.stats != NULL;
   }
   mx_scope_end(scope);
   if (status == MX_OK) status = guard_consecutive_skips(s);

@@ -63,6 +63,14 @@ typedef struct {
   mx_optim_cast *cast;  /* NULL, or where the step writes the parameter's cast (backends with optim_casts) */
 } mx_optim_item;
 
+/* What amp_update_scale zeroes after the update: a found_inf flag (NULL: none) and n_stats int64 counts (stats
+ * NULL or n_stats 0: none), so that the scaler's next check need not launch fills of its own. */
+typedef struct {
+  float *found_inf;
+  int64_t *stats;
+  int64_t n_stats;
+} mx_amp_clear;
+
 /* Which of batch norm's per-channel coefficient formulas batch_norm_vectors computes. */
 typedef enum { MX_BN_VECTORS_FORWARD, MX_BN_VECTORS_BACKWARD } mx_bn_vectors_formula;
 
@@ -227,9 +235,12 @@ typedef struct mx_backend {
    * n x 3, accumulated into) counts per gradient the infs, the NaNs and the
    * values that are zero or subnormal in fp16, all before unscaling. */
   mx_status (*amp_unscale)(int n, const mx_kview *grads, const float *scale, float *found_inf, int64_t *stats);
-  /* amp_update_scale: mx_amp_update_scale on one element (counters: 3). */
+  /* amp_update_scale: mx_amp_update_scale on one element (counters: 3),
+   * then, in the same launch, clears what clear names (NULL: nothing) for
+   * the scaler's next check; clear->found_inf may be found_inf itself, read
+   * before it is cleared. */
   mx_status (*amp_update_scale)(float *scale, int32_t *growth_tracker, const float *found_inf,
-                                const mx_amp_update_params *p, int64_t *counters);
+                                const mx_amp_update_params *p, int64_t *counters, const mx_amp_clear *clear);
   /* AMP statistics (amp/stats.h), run on sampled steps only; hist holds
    * int64 counts of MX_AMP_HIST_BINS bins (mx_amp_hist_bin), accumulated into.
    * amp_histogram: the bins of every value of x (floating, any strides).

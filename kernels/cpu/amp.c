@@ -1,5 +1,7 @@
 /* The AMP kernels on the CPU: the fused check-and-unscale pass over a list
  * of gradients, and the loss-scale update (kernels/math.h's rule). */
+#include <string.h>
+
 #include "kernels/cpu/amp.h"
 #include "kernels/cpu/strided.h"
 
@@ -74,7 +76,10 @@ mx_status mx__cpu_amp_unscale(int n, const mx_kview *grads, const float *scale, 
 }
 
 mx_status mx__cpu_amp_update_scale(float *scale, int32_t *growth_tracker, const float *found_inf,
-                                   const mx_amp_update_params *p, int64_t *counters) {
+                                   const mx_amp_update_params *p, int64_t *counters, const mx_amp_clear *clear) {
   mx_amp_update_scale(scale, growth_tracker, *found_inf, p, counters);
+  if (clear && clear->found_inf) *clear->found_inf = 0.0f;
+  if (clear && clear->stats && clear->n_stats > 0)
+    memset(clear->stats, 0, sizeof *clear->stats * (size_t)clear->n_stats);
   return MX_OK;
 }

@@ -102,20 +102,29 @@ mx_status mx__cuda_amp_unscale(int n, const mx_kview *grads, const float *scale,
   return MX_OK;
 }
 
-/* One thread: the update rule on the device's scale, tracker and counters. */
+/* The update rule on thread 0, which alone touches found_inf (clear's may
+ * be the one it reads: read, then cleared); the counts to clear, over the
+ * block's threads. */
 struct update_scale_op {
   float *scale;
   int32_t *growth_tracker;
   const float *found_inf;
   mx_amp_update_params p;
   int64_t *counters;
-  MX_HD void operator()(const grid_pos &) const {
-    mx_amp_update_scale(scale, growth_tracker, *found_inf, &p, counters);
+  mx_amp_clear clear;
+  MX_HD void operator()(const grid_pos &at) const {
+    if (at.block == 0 && at.thread == 0) {
+      mx_amp_update_scale(scale, growth_tracker, *found_inf, &p, counters);
+      if (clear.found_inf) *clear.found_inf = 0.0f;
+    }
+    for (int64_t i = at.block * at.threads + at.thread; clear.stats && i < clear.n_stats; i += at.threads * at.blocks)
+      clear.stats[i] = 0;
   }
 };
 
 mx_status mx__cuda_amp_update_scale(float *scale, int32_t *growth_tracker, const float *found_inf,
-                                    const mx_amp_update_params *p, int64_t *counters) {
-  update_scale_op op = {scale, growth_tracker, found_inf, *p, counters};
-  return launch_threads("launch of kernel amp_update_scale", 1, 1, op);
+                                    const mx_amp_update_params *p, int64_t *counters, const mx_amp_clear *clear) {
+  update_scale_op op = {scale, growth_tracker, found_inf, *p, counters, clear ? *clear : mx_amp_clear{}};
+  int64_t threads = op.clear.stats && op.clear.n_stats > 1 ? THREADS_PER_BLOCK : 1;
+  return launch_threads("launch of kernel amp_update_scale", 1, threads, op);
 }

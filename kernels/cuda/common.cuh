@@ -93,7 +93,7 @@ mx_status mx__cuda_avg_pool(const mx_kview *out, const mx_kview *x, const mx_poo
 mx_status mx__cuda_avg_pool_backward(const mx_kview *dx, const mx_kview *dy, const mx_pool_params *p);
 mx_status mx__cuda_amp_unscale(int n, const mx_kview *grads, const float *scale, float *found_inf, int64_t *stats);
 mx_status mx__cuda_amp_update_scale(float *scale, int32_t *growth_tracker, const float *found_inf,
-                                    const mx_amp_update_params *p, int64_t *counters);
+                                    const mx_amp_update_params *p, int64_t *counters, const mx_amp_clear *clear);
 mx_status mx__cuda_amp_histogram(const mx_kview *x, int64_t *hist);
 mx_status mx__cuda_amp_unscale_histogram(int n, const mx_kview *grads, const float *scale, float *found_inf,
                                          int64_t *stats, int64_t *hist);

@@ -479,6 +479,82 @@ Test(scaler_update, overflow_report_outlives_the_gradients) {
   cr_assert_str_eq(text, "fc.weight: 1 inf, 1 NaN of 4\n");
 }
 
+/* One check of opt with the given gradients (NULL: none) through step and
+ * update; the step's info, the report after the update, and the version of
+ * the found_inf flag the check wrote. */
+static mx_scaler_step_info checked_step(mx_scaler *s, mx_optimizer *opt, mx_tensor **params, const float *const *grads,
+                                        const char **report, uint64_t *flag_version) {
+  OK(mx_optimizer_zero_grad(opt, true));
+  for (int i = 0; i < mx_optimizer_num_params(opt); i++)
+    if (grads[i]) set_grad_f32(params[i], (int)mx_numel(params[i]), grads[i]);
+  OK(mx_scaler_unscale(s, opt));
+  *flag_version = mx_version(mx_scaler_found_inf(s, opt));
+  mx_scaler_step_info info;
+  OK(mx_scaler_step(s, opt, &info));
+  OK(mx_scaler_update(s));
+  const char *const names[2] = {"a", "b"};
+  int n;
+  *report = report_of(s, opt, names, &n);
+  return info;
+}
+
+/* The update clears the flag it read and the counts of the check before
+ * (the reports still read the last check's), so each check starts from
+ * zero without filling anything: an inf in one iteration is neither in the
+ * next one's decision nor in its counts. */
+Test(scaler_update, each_check_counts_afresh_after_the_update_cleared_for_it) {
+  mx_scaler *s = default_scaler();
+  mx_tensor *a = param_full(4, 0, MX_F32), *b = param_full(2, 0, MX_F32);
+  mx_tensor *params[2] = {a, b};
+  mx_optimizer *opt = sgd(2, params, 0.5);
+  prime(s);
+  const float a_inf[4] = {INFINITY, 1, -INFINITY, 2}, a_clean[4] = {1, 2, 3, 4}, b_clean[2] = {1, 2},
+              b_nan[2] = {NAN, 1};
+  const char *report;
+  uint64_t v1, v2, v3, v4;
+  mx_scaler_step_info i1 = checked_step(s, opt, params, (const float *[]){a_inf, b_clean}, &report, &v1);
+  cr_assert(!i1.stepped && i1.infs == 2 && i1.nans == 0);
+  cr_assert_str_eq(report, "a: 2 inf, 0 NaN of 4\n", "the report after the update is of its check: %s", report);
+  mx_scaler_step_info i2 = checked_step(s, opt, params, (const float *[]){a_clean, b_clean}, &report, &v2);
+  cr_assert(i2.stepped, "the first iteration's inf was cleared from the flag");
+  cr_assert(i2.infs == 0 && i2.nans == 0 && i2.params_with_nonfinite == 0);
+  cr_assert_str_eq(report, "");
+  mx_scaler_step_info i3 = checked_step(s, opt, params, (const float *[]){a_clean, b_nan}, &report, &v3);
+  cr_assert(!i3.stepped && i3.infs == 0 && i3.nans == 1 && i3.params_with_nonfinite == 1,
+            "the first iteration's counts, in the buffer this check reused, were cleared: %lld inf, %lld NaN",
+            (long long)i3.infs, (long long)i3.nans);
+  cr_assert_str_eq(report, "b: 0 inf, 1 NaN of 2\n");
+  mx_scaler_step_info i4 = checked_step(s, opt, params, (const float *[]){a_clean, NULL}, &report, &v4);
+  cr_assert(i4.stepped && i4.infs == 0 && i4.nans == 0, "a check of fewer gradients counts afresh too");
+  cr_assert_str_eq(report, "");
+  cr_assert(v2 == v1 && v3 == v1, "the flag was cleared by the updates, not filled by the checks (versions %llu, "
+            "%llu, %llu)", (unsigned long long)v1, (unsigned long long)v2, (unsigned long long)v3);
+  cr_assert_eq(mx_scaler_get_scale(s), 16384.0, "two backoffs from 65536");
+}
+
+/* Two optimizers' flags are summed for the update, which then clears
+ * neither: their checks fill their own, and decide alone each iteration. */
+Test(scaler_update, two_optimizers_check_afresh_each_iteration) {
+  mx_scaler *s = default_scaler();
+  mx_tensor *p0 = param_full(2, 0, MX_F32), *p1 = param_full(2, 0, MX_F32);
+  mx_optimizer *opt0 = sgd(1, &p0, 0.5), *opt1 = sgd(1, &p1, 0.5);
+  prime(s);
+  const float clean[2] = {1, 2}, inf[2] = {INFINITY, 2};
+  for (int it = 0; it < 3; it++) {
+    OK(mx_optimizer_zero_grad(opt0, true));
+    OK(mx_optimizer_zero_grad(opt1, true));
+    set_grad_f32(p0, 2, it == 0 ? inf : clean);
+    set_grad_f32(p1, 2, it == 1 ? inf : clean);
+    mx_scaler_step_info i0, i1;
+    OK(mx_scaler_step(s, opt0, &i0));
+    OK(mx_scaler_step(s, opt1, &i1));
+    cr_assert(i0.stepped == (it != 0) && i0.infs == (it == 0), "iteration %d, optimizer 0", it);
+    cr_assert(i1.stepped == (it != 1) && i1.infs == (it == 1), "iteration %d, optimizer 1", it);
+    OK(mx_scaler_update(s));
+  }
+  cr_assert_eq(mx_scaler_get_scale(s), 16384.0);
+}
+
 Test(scaler_update, underflow_fraction_counts_fp16_zero_and_subnormal_scaled_values) {
   mx_scaler *s = default_scaler(); /* 65536 */
   mx_tensor *a = param_full(8, 0, MX_F32), *none = param_full(3, 0, MX_F32);

@@ -551,18 +551,29 @@ Test(gpu, amp_unscale_and_update_same_bits) {
   for (int step = 0; step < 4; step++) {
     float flag = step == 1 ? 1.0f : 0.0f;
     mx_tensor *f_c = mx_scalar(flag, MX_F32, MX_CPU), *f_g = to_cuda(f_c);
+    /* the step with the inf clears its flag (read first) and the counts in the same launch */
+    mx_amp_clear clear_c = {0}, clear_g = {0};
+    if (step == 1) {
+      clear_c = (mx_amp_clear){mx__kview_of(f_c).data, mx__kview_of(stats_c).data, 9};
+      clear_g = (mx_amp_clear){mx__kview_of(f_g).data, mx__kview_of(stats_g).data, 9};
+    }
     cr_assert_eq(bc->amp_update_scale(mx__kview_of(scale_c).data, mx__kview_of(tracker_c).data,
-                                      mx__kview_of(f_c).data, &p, mx__kview_of(counters_c).data), MX_OK);
+                                      mx__kview_of(f_c).data, &p, mx__kview_of(counters_c).data, &clear_c), MX_OK);
     cr_assert_eq(bg->amp_update_scale(mx__kview_of(scale_g).data, mx__kview_of(tracker_g).data,
-                                      mx__kview_of(f_g).data, &p, mx__kview_of(counters_g).data), MX_OK,
+                                      mx__kview_of(f_g).data, &p, mx__kview_of(counters_g).data, &clear_g), MX_OK,
                  "%s", mx_last_error());
+    cr_assert_eq(mx_item(f_g), 0.0, "step %d: the flag is clear after the update", step);
     mx_release(f_c);
     mx_release(f_g);
   }
   assert_identical(scale_c, scale_g, "amp_update_scale scale");
   assert_identical(tracker_c, tracker_g, "amp_update_scale tracker");
   assert_identical(counters_c, counters_g, "amp_update_scale counters");
-  cr_assert_eq(mx_item(scale_c), 3072.0, "x1 (no growth yet), x0.5 (inf), then 2 clean steps: x2");
+  cr_assert_eq(mx_item(scale_c), 3072.0, "x1 (no growth yet), x0.5 (inf read before it was cleared), then 2 clean "
+               "steps: x2");
+  assert_identical(stats_c, stats_g, "the counts the update cleared");
+  cr_assert_eq(mx_item(mx_sum(mx_abs(mx_to_dtype(stats_g, MX_F64)), MX_ALL_DIMS, false)), 0.0,
+               "the update cleared all 9 counts");
   mx_scope_end(scope);
   cr_assert_eq(mx_memory_stats_get(MX_CUDA).live_tensors, 0, "the test's CUDA tensors are all released");
 }

@@ -253,17 +253,30 @@ void test_amp(rng &r) {
                  "amp_histogram");
     check(hist_a == hist_b, "amp_histogram histograms differ");
 
-    describe("amp_update_scale");
+    /* the update reads its flag, then clears it and the counts when asked (the GradScaler's next check's) */
+    bool clearing = r.range(0, 1);
+    describe("amp_update_scale%s", clearing ? ", clearing its flag and counts" : "");
     mx_amp_update_params p = {2.0, 0.5, (int32_t)r.range(1, 4), r.range(0, 1) ? 0.0 : 1.0,
                               r.range(0, 1) ? 0.0 : 65536.0};
-    float scale_a = scale, scale_b = scale, found = (float)r.range(0, 1);
+    float scale_a = scale, scale_b = scale, flag = (float)r.range(0, 1), found_c = flag, found_d = flag;
     int32_t tracker_a = (int32_t)r.range(0, 3), tracker_b = tracker_a;
     int64_t counters_a[3] = {5, 1, 1}, counters_b[3] = {5, 1, 1};
-    check_status(cpu.amp_update_scale(&scale_a, &tracker_a, &found, &p, counters_a),
-                 mx__cuda_amp_update_scale(&scale_b, &tracker_b, &found, &p, counters_b), "amp_update_scale");
+    stats_a.assign(stats_a.size(), 7), stats_b = stats_a;
+    mx_amp_clear clear_a{}, clear_b{};
+    if (clearing) {
+      clear_a = {&found_c, stats_a.data(), (int64_t)stats_a.size()};
+      clear_b = {&found_d, stats_b.data(), (int64_t)stats_b.size()};
+    }
+    check_status(cpu.amp_update_scale(&scale_a, &tracker_a, &found_c, &p, counters_a, &clear_a),
+                 mx__cuda_amp_update_scale(&scale_b, &tracker_b, &found_d, &p, counters_b, &clear_b),
+                 "amp_update_scale");
     check(scale_a == scale_b && tracker_a == tracker_b && !memcmp(counters_a, counters_b, sizeof counters_a),
           "amp_update_scale: CPU scale %g tracker %d, host grid scale %g tracker %d", scale_a, tracker_a, scale_b,
           tracker_b);
+    check(counters_b[1] == 1 + (flag != 0), "amp_update_scale read the flag %g before clearing it", flag);
+    check(found_c == found_d && stats_a == stats_b, "amp_update_scale cleared differently");
+    check(found_d == (clearing ? 0 : flag) && stats_b[0] == (clearing ? 0 : 7) && stats_b.back() == stats_b[0],
+          "amp_update_scale %s", clearing ? "left a flag or a count uncleared" : "cleared what it was not asked to");
   }
 }
 
