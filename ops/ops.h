@@ -124,8 +124,10 @@ mx_tensor *mx_bmm(const mx_tensor *a, const mx_tensor *b);  /* (B,n,k) @ (B,k,m)
 mx_tensor *mx_matmul(const mx_tensor *a, const mx_tensor *b); /* torch.matmul rules */
 /* beta * c + alpha * (a @ b). With beta and alpha 1 and c a vector of b's
  * columns (F.linear's call) it is mx_linear_bias: one rounding in 16 bits,
- * as PyTorch's; otherwise, and in the four below, c is added after the
- * product's rounding, where PyTorch rounds once. */
+ * as PyTorch's. Otherwise, and in the four below, c is added to the rounded
+ * product. In bfloat16 on the CPU, PyTorch 2.15 rounds addmm, baddbmm and
+ * addmv once (an ulp apart from these on a fifth to two fifths of the
+ * elements), addbmm once a batch, and addr as these do. */
 mx_tensor *mx_addmm(const mx_tensor *c, const mx_tensor *a, const mx_tensor *b, double beta, double alpha);
 mx_tensor *mx_addbmm(const mx_tensor *c, const mx_tensor *a, const mx_tensor *b, double beta, double alpha);
 mx_tensor *mx_baddbmm(const mx_tensor *c, const mx_tensor *a, const mx_tensor *b, double beta, double alpha);
