@@ -4,7 +4,9 @@
  * The layout is BLIS's, cut down to one thread: for each KC-row panel of
  * b, a's KC columns are converted into MR-row micro-panels (pack_a); b is
  * converted a panel of KC rows by NR columns at a time into a buffer that
- * stays in L1 while every MR-row tile of a runs against it; each tile of
+ * stays in L1 while every MR-row tile of a runs against it (from dense rows
+ * or, for a transposed operand, dense columns: pack_a_columns and
+ * pack_b_columns read those, so no staging copy is made); each tile of
  * out stays in vector accumulators for the panel's KC rows. The last panel
  * rounds each tile straight into out; earlier ones (K > KC) keep their sums
  * in a float32 buffer the next adds to. Edges are padded: a with zero rows
@@ -60,6 +62,9 @@ __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) 
   __m512i rounded = _mm512_add_epi32(x, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd));
   _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(_mm512_srli_epi32(rounded, 16)));
 }
+/* A transposed b's panel, for both ISAs (below the two panels). */
+__attribute__((target("avx2,fma,f16c"))) static void pack_b_columns(const mx_kview *b, int64_t k0, int64_t kc,
+                                                                     int64_t j, int64_t width, float *bp);
 #define P_NAME avx512
 #define P_TARGET "avx512f"
 #define P_VEC __m512
@@ -157,7 +162,7 @@ __attribute__((target(AVX2_TARGET))) static inline __attribute__((always_inline)
  * GEMM (bench/NOTES.md, round 12). Whole 8-column blocks of whole tiles
  * take the path without tests: 4.8% of a 256^3 product's time, from 6.3%
  * (round 13). Both ISAs use it: AVX-512 CPUs have AVX2 too. */
-__attribute__((target(AVX2_TARGET))) static void pack_a(const mx_kview *a, int64_t k0, int64_t kc, float *ap) {
+__attribute__((target(AVX2_TARGET))) static void pack_a_rows(const mx_kview *a, int64_t k0, int64_t kc, float *ap) {
   _Static_assert(MR <= 8, "a micro-panel's column must fit one AVX2 register");
   int64_t M = a->shape[1];
   for (int64_t i = 0; i < M; i += MR, ap += MR * kc) {
@@ -170,6 +175,60 @@ __attribute__((target(AVX2_TARGET))) static void pack_a(const mx_kview *a, int64
     else if (i + MR <= M)
       for (; k + 8 <= kc; k += 8) pack_block(row, k, 8, MX_BF16, true, ap);
     for (; k < kc; k += 8) pack_block(row, k, kc - k < 8 ? kc - k : 8, a->dtype, false, ap);
+  }
+}
+
+/* pack_a for an a with dense columns (a transposed operand, such as the
+ * output gradient in a weight's gradient): a micro-panel's column is MR
+ * consecutive values of one of a's columns, widened 8 at a time; the 2
+ * past MR are overwritten by the next column's store, or land in the
+ * workspace's slack after the last. Rows past M read as zeros, and a read
+ * never passes row M. */
+__attribute__((target(AVX2_TARGET))) static void pack_a_columns(const mx_kview *a, int64_t k0, int64_t kc,
+                                                                 float *ap) {
+  int64_t M = a->shape[1];
+  for (int64_t i = 0; i < M; i += MR, ap += MR * kc) {
+    int64_t rows = M - i < MR ? M - i : MR;
+    const uint16_t *src = (const uint16_t *)a->data + i * a->strides[1] + k0 * a->strides[2];
+    for (int64_t k = 0; k < kc; k++, src += a->strides[2]) {
+      uint16_t edge[8] = {0};
+      const uint16_t *p = i + 8 <= M ? src : memcpy(edge, src, (size_t)rows * sizeof *src);
+      _mm256_storeu_ps(ap + k * MR, widen_avx2(p, a->dtype));
+    }
+  }
+}
+
+/* a's KC-column micro-panels from its dense rows or, where they are not
+ * dense (mx__cpu_gemm16_takes: then its columns are), its dense columns. */
+static void pack_a(const mx_kview *a, int64_t k0, int64_t kc, float *ap) {
+  if (a->strides[2] == 1 || a->shape[2] == 1) pack_a_rows(a, k0, kc, ap);
+  else pack_a_columns(a, k0, kc, ap);
+}
+
+/* Rows [k0, k0 + kc) and columns [j, j + width) of a b with dense columns
+ * (a transposed operand, such as a linear layer's weight in its forward)
+ * into the panel bp[kc][width], zeros past column N: 8 columns of 8 rows
+ * at a time, widened and transposed in registers as pack_a_rows's blocks. */
+__attribute__((target(AVX2_TARGET))) static void pack_b_columns(const mx_kview *b, int64_t k0, int64_t kc,
+                                                                 int64_t j, int64_t width, float *bp) {
+  int64_t N = b->shape[2];
+  for (int64_t c0 = 0; c0 < width; c0 += 8) {
+    const uint16_t *col[8];
+    for (int c = 0; c < 8; c++)
+      col[c] = j + c0 + c < N ? (const uint16_t *)b->data + (j + c0 + c) * b->strides[2] + k0 * b->strides[1] : NULL;
+    for (int64_t k = 0; k < kc; k += 8) {
+      int64_t n = kc - k < 8 ? kc - k : 8;
+      __m256 v[8];
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; c++) {
+        uint16_t edge[8] = {0};
+        const uint16_t *src = col[c] ? col[c] + k : edge;
+        if (col[c] && n < 8) src = memcpy(edge, src, (size_t)n * sizeof *src);
+        v[c] = widen_avx2(src, b->dtype);
+      }
+      transpose8(v);
+      for (int64_t r = 0; r < n; r++) _mm256_storeu_ps(bp + (k + r) * width + c0, v[r]);
+    }
   }
 }
 
@@ -211,9 +270,14 @@ static workspace_parts parts_of(const mx_kview *out, int64_t K) {
   return (workspace_parts){round_up(Mp * KC + 8, 16), KC * NR_MAX, K > KC ? Mp * Np : 0};
 }
 
+/* Whether v's matrix has dense rows or dense columns (a dim of 1 is dense either way). */
+static bool dense_rows_or_columns(const mx_kview *v) {
+  return v->strides[2] == 1 || v->shape[2] == 1 || v->strides[1] == 1 || v->shape[1] == 1;
+}
+
 bool mx__cpu_gemm16_takes(const mx_kview *a, const mx_kview *b) {
-  return (b->dtype == MX_F16 || b->dtype == MX_BF16) && a->dtype == b->dtype && (b->strides[2] == 1 || b->shape[2] == 1) &&
-         (a->strides[2] == 1 || a->shape[2] == 1) && isa_here();
+  return (b->dtype == MX_F16 || b->dtype == MX_BF16) && a->dtype == b->dtype && dense_rows_or_columns(a) &&
+         dense_rows_or_columns(b) && isa_here();
 }
 
 int64_t mx__cpu_gemm16_workspace(const mx_kview *out, const mx_kview *a) {

@@ -13,8 +13,8 @@
 
 /* Whether mx__cpu_gemm16 takes out = a @ b ((B, M, K) @ (B, K, N), the
  * shapes of mx__cpu_matmul): an AVX-512 CPU or one with AVX2, FMA and
- * F16C, a and b both float16 or both bfloat16 with their rows dense (a
- * transposed operand goes to oneDNN, which reads it in place). */
+ * F16C, a and b both float16 or both bfloat16, each with its rows or its
+ * columns dense (a transposed operand: packing reads it either way). */
 bool mx__cpu_gemm16_takes(const mx_kview *a, const mx_kview *b);
 
 /* The floats of workspace mx__cpu_gemm16 needs for this product. */

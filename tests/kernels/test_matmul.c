@@ -335,6 +335,15 @@ static const mm_case gemm16_cases[] = {
     {4, 8, 40, 17, LAY_BCAST, LAY_CONTIG, LAY_CONTIG},     /* a broadcast */
     {4, 8, 40, 97, LAY_CONTIG, LAY_BCAST, LAY_CONTIG},     /* b broadcast; 97 columns: 64 and 33; AVX2 6 x 16 and 1 */
     {1, 1, 50, 1, LAY_CONTIG, LAY_CONTIG, LAY_CONTIG},     /* a dot product */
+    /* transposed operands, packed from their dense columns: a linear layer's weight (b) in its forward, the output
+     * gradient (a) in its weight's gradient; partial tiles, panels, 8-row and 8-column blocks at every edge */
+    {2, 37, 300, 45, LAY_CONTIG, LAY_TRANS, LAY_CONTIG},
+    {2, 37, 300, 45, LAY_TRANS, LAY_CONTIG, LAY_CONTIG},
+    {1, 13, 129, 200, LAY_TRANS, LAY_TRANS, LAY_WINDOW},
+    {3, 12, 128, 64, LAY_BCAST_TRANS, LAY_BCAST_TRANS, LAY_CONTIG},
+    {1, 6, 8, 8, LAY_TRANS, LAY_TRANS, LAY_CONTIG},        /* one whole tile and block: reads end at the buffers' ends */
+    {1, 7, 9, 3, LAY_TRANS, LAY_TRANS, LAY_CONTIG},
+    {1, 1, 50, 1, LAY_TRANS, LAY_TRANS, LAY_CONTIG},
 };
 
 /* Whether this CPU runs our GEMM: AVX-512, or AVX2 with FMA and F16C. */
@@ -388,15 +397,16 @@ static int check_gemm16(const mm_case *c, mx_dtype dt, bool with_bias) {
 Test(matmul, gemm16_matches_float64) {
   operand a = operand_new(MX_F16, 1, 4, 4, LAY_CONTIG), b = operand_new(MX_F16, 1, 4, 4, LAY_CONTIG);
   operand at = operand_new(MX_F16, 1, 4, 4, LAY_TRANS), bt = operand_new(MX_F16, 1, 4, 4, LAY_TRANS);
-  operand b32 = operand_new(MX_F32, 1, 4, 4, LAY_CONTIG);
+  operand odd = operand_new(MX_F16, 1, 4, 4, LAY_ODD), b32 = operand_new(MX_F32, 1, 4, 4, LAY_CONTIG);
   bool vectors = gemm16_here();
   cr_expect_eq(mx__cpu_gemm16_takes(&a.v, &b.v), vectors, "takes dense rows %s AVX-512 or AVX2",
                vectors ? "with" : "without");
-  cr_expect(!mx__cpu_gemm16_takes(&at.v, &b.v), "a transposed stays with oneDNN");
-  cr_expect(!mx__cpu_gemm16_takes(&a.v, &bt.v), "b transposed stays with oneDNN");
+  cr_expect_eq(mx__cpu_gemm16_takes(&at.v, &bt.v), vectors, "and dense columns");
+  cr_expect(!mx__cpu_gemm16_takes(&odd.v, &b.v), "neither rows nor columns dense stays with oneDNN");
+  cr_expect(!mx__cpu_gemm16_takes(&a.v, &odd.v), "as a b too");
   cr_expect(!mx__cpu_gemm16_takes(&a.v, &b32.v), "float32 stays with oneDNN");
   cr_expect(!mx__cpu_gemm16_takes(&b32.v, &b.v), "so does a float32 a");
-  operand_free(&a), operand_free(&b), operand_free(&at), operand_free(&bt), operand_free(&b32);
+  operand_free(&a), operand_free(&b), operand_free(&at), operand_free(&bt), operand_free(&odd), operand_free(&b32);
   if (!vectors) cr_skip_test("neither AVX-512 nor AVX2 with FMA and F16C here: the GEMM is not used");
   static const mx_dtype dtypes[] = {MX_F16, MX_BF16};
   for (size_t d = 0; d < 2; d++)
