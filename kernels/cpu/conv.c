@@ -7,11 +7,13 @@
 
 #include "kernels/conv_check.h"
 #include "kernels/conv_geom.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/dnnl.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/via_f32.h"
+#include "kernels/cpu/wide_clones.h"
 #include "kernels/elementwise.h"
 #include "kernels/math.h"
 
@@ -149,23 +151,62 @@ mx_status mx__cpu_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, c
   return run(MX_CONV_BACKWARD_WEIGHT, x, dw, dy, NULL, p, false, false);
 }
 
+/* lanes[l] += x[k + l] over a run of n dense float16, bfloat16 or float32 values, in whole blocks of 8, then the
+ * tail's values into the first lanes: eight sums in double, each in its own order, so the loop vectorises without
+ * reassociating any of them (a 16-bit or float32 value is exact in double). bfloat16 widens inline (a float's top
+ * half); float16 through the converter a chunk at a time. */
+MX_WIDE_CLONES static void add_run_to_lanes(double lanes[8], const char *x, mx_dtype dtype, int64_t n) {
+  float chunk[1024];
+  for (int64_t k0 = 0; k0 < n; k0 += 1024) {
+    int64_t len = n - k0 < 1024 ? n - k0 : 1024, k = 0;
+    const float *v = chunk;
+    if (dtype == MX_F32) {
+      v = (const float *)x + k0;
+    } else if (dtype == MX_BF16) {
+      const uint16_t *h = (const uint16_t *)x + k0;
+      for (int64_t i = 0; i < len; i++) {
+        uint32_t bits = (uint32_t)h[i] << 16;
+        memcpy(&chunk[i], &bits, sizeof bits);
+      }
+    } else {
+      mx__f16_to_f32_n((const uint16_t *)x + k0, chunk, len);
+    }
+    for (; k + 8 <= len; k += 8)
+      for (int l = 0; l < 8; l++) lanes[l] += v[k + l];
+    for (int l = 0; k < len; k++, l++) lanes[l] += v[k];
+  }
+}
+
 /* db[c] = dy summed over the batch and the spatial dims, in double and rounded once: the bias's gradient where
- * oneDNN does not write it (float64, float16, the loops' cases). */
+ * oneDNN does not write it (float64, float16, bfloat16 on a CPU without its dot products, the loops' cases). A
+ * float16, bfloat16 or float32 dy whose planes (a sample's channel) lie dense, row-major, is summed a plane at a
+ * time in eight lanes (add_run_to_lanes: only the order of the sum differs from the element loop's); anything
+ * else, float64 included, one element at a time. */
 static void channel_sums(const mx_kview *db, const mx_kview *dy) {
   int64_t size[3] = {1, 1, 1}, stride[3] = {0, 0, 0};
   for (int d = 2; d < dy->ndim; d++) size[d - 2] = dy->shape[d], stride[d - 2] = dy->strides[d];
   const char *base = dy->data;
   size_t bytes = mx_dtype_size(dy->dtype);
+  bool dense_planes = (dy->dtype == MX_F32 || dy->dtype == MX_F16 || dy->dtype == MX_BF16) &&
+                      (size[2] == 1 || stride[2] == 1) && (size[1] == 1 || stride[1] == size[2]) &&
+                      (size[0] == 1 || stride[0] == size[1] * size[2]);
   MX_PARALLEL_FOR(mx__kview_numel(dy))
   for (int64_t c = 0; c < dy->shape[1]; c++) {
-    double sum = 0;
-    for (int64_t n = 0; n < dy->shape[0]; n++)
+    double lanes[8] = {0};
+    for (int64_t n = 0; n < dy->shape[0]; n++) {
+      const char *plane = base + (n * dy->strides[0] + c * dy->strides[1]) * (int64_t)bytes;
+      if (dense_planes) {
+        add_run_to_lanes(lanes, plane, dy->dtype, size[0] * size[1] * size[2]);
+        continue;
+      }
       for (int64_t i = 0; i < size[0]; i++)
         for (int64_t j = 0; j < size[1]; j++)
-          for (int64_t k = 0; k < size[2]; k++) {
-            int64_t at = n * dy->strides[0] + c * dy->strides[1] + i * stride[0] + j * stride[1] + k * stride[2];
-            sum += mx_element_load(base + at * (int64_t)bytes, dy->dtype);
-          }
+          for (int64_t k = 0; k < size[2]; k++)
+            lanes[0] += mx_element_load(plane + (i * stride[0] + j * stride[1] + k * stride[2]) * (int64_t)bytes,
+                                        dy->dtype);
+    }
+    double sum = 0;
+    for (int l = 0; l < 8; l++) sum += lanes[l];
     mx_element_store((char *)db->data + c * (int64_t)bytes, db->dtype, sum);
   }
 }
