@@ -577,7 +577,8 @@ static void max_pool_cl(const mx_pool_geom *g, const mx_kview *out, const mx_kvi
   bool typed = (x->dtype == MX_F32 || x->dtype == MX_BF16) && g->k[1] * g->k[2] <= INT32_MAX;
   bool windows_2x2 = is_2x2(g);
 #ifdef MX__POOL_AVX512
-  bool wide = typed && windows_2x2 && offsets && mx__pool_avx512();
+  bool f16 = x->dtype == MX_F16 && out->dtype == MX_F16; /* the vector loop's only float16 path */
+  bool wide = (typed || f16) && windows_2x2 && offsets && mx__pool_avx512();
 #endif
   MX_PARALLEL_FOR(N * OH * OW * C * mx_pool_volume(g->k))
   for (int64_t row = 0; row < N * OH; row++) { /* a row of output pixels */
@@ -587,7 +588,7 @@ static void max_pool_cl(const mx_pool_geom *g, const mx_kview *out, const mx_kvi
     if (wide) {
       mx__pool_cl_row_2x2_avx512(xn + 2 * oh * g->in[2] * C * size, g->in[2], C, OW,
                                  (char *)out->data + row * OW * C * size, (uint8_t *)indices->data + row * OW * C,
-                                 x->dtype == MX_BF16, relu);
+                                 (int)(8 * size), x->dtype == MX_BF16, relu);
       continue;
     }
 #endif

@@ -42,9 +42,10 @@ void mx__pool_rows_2x2_backward_avx512(void *top, int64_t W, const void *dy, con
                                        int64_t n, int64_t writable, int dt_bits, bool bf16);
 
 /* Channels-last forward: the OW output pixels of one output row, their C
- * values each; top is the first of the two input rows, W pixels wide. */
+ * values each; top is the first of the two input rows, W pixels wide;
+ * dt_bits 32 (float32) or 16 with bf16 telling bfloat16 from float16. */
 void mx__pool_cl_row_2x2_avx512(const void *top, int64_t W, int64_t C, int64_t OW, void *out, uint8_t *offset,
-                                bool bf16, bool relu);
+                                int dt_bits, bool bf16, bool relu);
 
 /* Channels-last backward: the 2 OW pixels of dx rows top and top + W (W
  * pixels of C values) from the OW output pixels of dy and offset. */
