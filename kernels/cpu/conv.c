@@ -151,52 +151,103 @@ mx_status mx__cpu_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, c
   return run(MX_CONV_BACKWARD_WEIGHT, x, dw, dy, NULL, p, false, false);
 }
 
-/* lanes[l] += x[k + l] over a run of n dense float16, bfloat16 or float32 values, in whole blocks of 8, then the
- * tail's values into the first lanes: eight sums in double, each in its own order, so the loop vectorises without
- * reassociating any of them (a 16-bit or float32 value is exact in double). bfloat16 widens inline (a float's top
- * half); float16 through the converter a chunk at a time. */
+/* n dense float16, bfloat16 or float32 values at x as float32 (exact): x itself for float32, else widened into
+ * chunk (n of them at most): bfloat16 inline (a float's top half), float16 through the converter. */
+static inline const float *widened(const char *x, mx_dtype dtype, int64_t n, float *chunk) {
+  if (dtype == MX_F32) return (const float *)x;
+  if (dtype == MX_F16) {
+    mx__f16_to_f32_n((const uint16_t *)x, chunk, n);
+    return chunk;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t bits = (uint32_t)((const uint16_t *)x)[i] << 16;
+    memcpy(&chunk[i], &bits, sizeof bits);
+  }
+  return chunk;
+}
+
+enum { SUM_CHUNK = 1024 }; /* floats widened at a time */
+
+/* lanes[l] += x[k + l] over a run of n dense values (widened's dtypes), in whole blocks of 8, then the tail's
+ * values into the first lanes: eight sums in double, each in its own order, so the loop vectorises without
+ * reassociating any of them (a 16-bit or float32 value is exact in double). */
 MX_WIDE_CLONES static void add_run_to_lanes(double lanes[8], const char *x, mx_dtype dtype, int64_t n) {
-  float chunk[1024];
-  for (int64_t k0 = 0; k0 < n; k0 += 1024) {
-    int64_t len = n - k0 < 1024 ? n - k0 : 1024, k = 0;
-    const float *v = chunk;
-    if (dtype == MX_F32) {
-      v = (const float *)x + k0;
-    } else if (dtype == MX_BF16) {
-      const uint16_t *h = (const uint16_t *)x + k0;
-      for (int64_t i = 0; i < len; i++) {
-        uint32_t bits = (uint32_t)h[i] << 16;
-        memcpy(&chunk[i], &bits, sizeof bits);
-      }
-    } else {
-      mx__f16_to_f32_n((const uint16_t *)x + k0, chunk, len);
-    }
+  float chunk[SUM_CHUNK];
+  size_t bytes = mx_dtype_size(dtype);
+  for (int64_t k0 = 0; k0 < n; k0 += SUM_CHUNK) {
+    int64_t len = n - k0 < SUM_CHUNK ? n - k0 : SUM_CHUNK, k = 0;
+    const float *v = widened(x + k0 * (int64_t)bytes, dtype, len, chunk);
     for (; k + 8 <= len; k += 8)
       for (int l = 0; l < 8; l++) lanes[l] += v[k + l];
     for (int l = 0; k < len; k++, l++) lanes[l] += v[k];
   }
 }
 
+/* acc[c] += x[p][c] over the pixels of a dense (pixels, C) block (channels-last; C <= SUM_CHUNK), in pixel
+ * order, widened a whole number of pixels at a time: a sum in double for each channel, vectorised across them. */
+MX_WIDE_CLONES static void add_pixels_to_channels(double *acc, const char *x, mx_dtype dtype, int64_t pixels,
+                                                  int64_t C) {
+  float chunk[SUM_CHUNK];
+  size_t bytes = mx_dtype_size(dtype);
+  int64_t per = SUM_CHUNK / C;
+  for (int64_t p0 = 0; p0 < pixels; p0 += per) {
+    int64_t count = pixels - p0 < per ? pixels - p0 : per;
+    const float *v = widened(x + p0 * C * (int64_t)bytes, dtype, count * C, chunk);
+    for (int64_t p = 0; p < count; p++)
+      for (int64_t c = 0; c < C; c++) acc[c] += v[p * C + c];
+  }
+}
+
+/* Whether dy (floating, 16 or 32 bits) lies so that channel_sums can read it in runs: each sample's channel a
+ * dense plane (row-major), or each sample a dense (pixels, C) block (channels-last). */
+static bool sums_in_runs(const mx_kview *dy, const int64_t size[3], const int64_t stride[3], int64_t unit) {
+  return (size[2] == 1 || stride[2] == unit) && (size[1] == 1 || stride[1] == size[2] * unit) &&
+         (size[0] == 1 || stride[0] == size[1] * size[2] * unit) &&
+         (dy->dtype == MX_F32 || dy->dtype == MX_F16 || dy->dtype == MX_BF16);
+}
+
+/* A channels-last dy's sums: each sample's in pixel order (in parallel), then the samples' in order, so the
+ * result does not depend on the thread count. false: out of memory for the partial sums (nothing written). */
+static bool channel_sums_channels_last(const mx_kview *db, const mx_kview *dy, int64_t pixels) {
+  int64_t N = dy->shape[0], C = dy->shape[1];
+  size_t bytes = mx_dtype_size(dy->dtype);
+  double *partial = calloc((size_t)(N * C), sizeof *partial);
+  if (!partial) return false;
+  MX_PARALLEL_FOR(mx__kview_numel(dy))
+  for (int64_t n = 0; n < N; n++)
+    add_pixels_to_channels(partial + n * C, (const char *)dy->data + n * dy->strides[0] * (int64_t)bytes, dy->dtype,
+                           pixels, C);
+  for (int64_t c = 0; c < C; c++) {
+    double sum = 0;
+    for (int64_t n = 0; n < N; n++) sum += partial[n * C + c];
+    mx_element_store((char *)db->data + c * (int64_t)bytes, db->dtype, sum);
+  }
+  free(partial);
+  return true;
+}
+
 /* db[c] = dy summed over the batch and the spatial dims, in double and rounded once: the bias's gradient where
- * oneDNN does not write it (float64, float16, bfloat16 on a CPU without its dot products, the loops' cases). A
- * float16, bfloat16 or float32 dy whose planes (a sample's channel) lie dense, row-major, is summed a plane at a
- * time in eight lanes (add_run_to_lanes: only the order of the sum differs from the element loop's); anything
- * else, float64 included, one element at a time. */
+ * oneDNN does not write it (float64, float16, bfloat16 on a CPU without its dot products, the loops' cases).
+ * float16, bfloat16 and float32 read in runs (sums_in_runs): a row-major sample's channel plane at a time into
+ * eight lanes (add_run_to_lanes), a channels-last sample at a time (channel_sums_channels_last); only the order of
+ * the sum differs from the element loop's, which reads the rest, float64 included. */
 static void channel_sums(const mx_kview *db, const mx_kview *dy) {
   int64_t size[3] = {1, 1, 1}, stride[3] = {0, 0, 0};
   for (int d = 2; d < dy->ndim; d++) size[d - 2] = dy->shape[d], stride[d - 2] = dy->strides[d];
+  int64_t pixels = size[0] * size[1] * size[2], C = dy->shape[1];
+  if (dy->strides[1] == 1 && C > 1 && C <= SUM_CHUNK && sums_in_runs(dy, size, stride, C) &&
+      channel_sums_channels_last(db, dy, pixels))
+    return;
   const char *base = dy->data;
   size_t bytes = mx_dtype_size(dy->dtype);
-  bool dense_planes = (dy->dtype == MX_F32 || dy->dtype == MX_F16 || dy->dtype == MX_BF16) &&
-                      (size[2] == 1 || stride[2] == 1) && (size[1] == 1 || stride[1] == size[2]) &&
-                      (size[0] == 1 || stride[0] == size[1] * size[2]);
+  bool planes = sums_in_runs(dy, size, stride, 1);
   MX_PARALLEL_FOR(mx__kview_numel(dy))
-  for (int64_t c = 0; c < dy->shape[1]; c++) {
+  for (int64_t c = 0; c < C; c++) {
     double lanes[8] = {0};
     for (int64_t n = 0; n < dy->shape[0]; n++) {
       const char *plane = base + (n * dy->strides[0] + c * dy->strides[1]) * (int64_t)bytes;
-      if (dense_planes) {
-        add_run_to_lanes(lanes, plane, dy->dtype, size[0] * size[1] * size[2]);
+      if (planes) {
+        add_run_to_lanes(lanes, plane, dy->dtype, pixels);
         continue;
       }
       for (int64_t i = 0; i < size[0]; i++)
