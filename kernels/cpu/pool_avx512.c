@@ -234,17 +234,32 @@ static inline void prefetch_pair(const char *at, int64_t row_bytes, int64_t pair
   }
 }
 
-WIDE_INLINE void cl_row_f32(const float *top, int64_t W, int64_t C, int64_t OW, float *out, uint8_t *offset,
-                            bool with_relu) {
+/* 16 channels of a pixel from p + i as float32: float32 as they are, float16 widened by vcvtph2ps (exact). */
+WIDE_INLINE __m512 load16(const void *p, int64_t i, __mmask16 k, bool f16) {
+  return f16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, (const uint16_t *)p + i))
+             : _mm512_maskz_loadu_ps(k, (const float *)p + i);
+}
+
+/* load16's inverse for maxima, which are values of the input's dtype: float16 narrowed by vcvtps2ph (exact; a NaN
+ * comes back quiet, as the conversions make it). */
+WIDE_INLINE void store16(void *p, int64_t i, __mmask16 k, __m512 v, bool f16) {
+  if (f16) _mm256_mask_storeu_epi16((uint16_t *)p + i, k, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  else _mm512_mask_storeu_ps((float *)p + i, k, v);
+}
+
+/* 16 channels at a time, float32 or float16 (load16, store16). */
+WIDE_INLINE void cl_row_16(const void *top, int64_t W, int64_t C, int64_t OW, void *out, uint8_t *offset, bool f16,
+                           bool with_relu) {
+  const int64_t size = f16 ? 2 : 4;
   for (int64_t ow = 0; ow < OW; ow++) {
-    const float *a = top + 2 * ow * C, *c = a + W * C;
-    prefetch_pair((const char *)a, W * C * 4, 2 * C * 4);
+    const char *a = (const char *)top + 2 * ow * C * size, *b = a + C * size, *c = a + W * C * size, *d = c + C * size;
+    prefetch_pair(a, W * C * size, 2 * C * size);
     for (int64_t c0 = 0; c0 < C; c0 += 16) {
       __mmask16 k = first16(C - c0);
       __m128i where;
-      __m512 best = search(_mm512_maskz_loadu_ps(k, a + c0), _mm512_maskz_loadu_ps(k, a + C + c0),
-                           _mm512_maskz_loadu_ps(k, c + c0), _mm512_maskz_loadu_ps(k, c + C + c0), with_relu, &where);
-      _mm512_mask_storeu_ps(out + ow * C + c0, k, best);
+      __m512 best = search(load16(a, c0, k, f16), load16(b, c0, k, f16), load16(c, c0, k, f16), load16(d, c0, k, f16),
+                           with_relu, &where);
+      store16(out, ow * C + c0, k, best, f16);
       _mm_mask_storeu_epi8(offset + ow * C + c0, k, where);
     }
   }
@@ -271,34 +286,14 @@ WIDE_INLINE void cl_row_bf16(const uint16_t *top, int64_t W, int64_t C, int64_t 
   }
 }
 
-/* 16 channels at a time, widened and narrowed by the float16 conversions (exact for float16 values; a NaN comes
- * back quiet, as the conversions make it). */
-WIDE_INLINE void cl_row_f16(const uint16_t *top, int64_t W, int64_t C, int64_t OW, uint16_t *out, uint8_t *offset,
-                            bool with_relu) {
-  for (int64_t ow = 0; ow < OW; ow++) {
-    const uint16_t *a = top + 2 * ow * C, *c = a + W * C;
-    prefetch_pair((const char *)a, W * C * 2, 2 * C * 2);
-    for (int64_t c0 = 0; c0 < C; c0 += 16) {
-      __mmask16 k = first16(C - c0);
-      __m128i where;
-      __m512 best = search(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, a + c0)),
-                           _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, a + C + c0)),
-                           _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, c + c0)),
-                           _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, c + C + c0)), with_relu, &where);
-      _mm256_mask_storeu_epi16(out + ow * C + c0, k, _mm512_cvtps_ph(best, _MM_FROUND_TO_NEAREST_INT));
-      _mm_mask_storeu_epi8(offset + ow * C + c0, k, where);
-    }
-  }
-}
-
 WIDE void mx__pool_cl_row_2x2_avx512(const void *top, int64_t W, int64_t C, int64_t OW, void *out, uint8_t *offset,
                                      int dt_bits, bool bf16, bool relu) {
-  if (dt_bits == 16 && !bf16 && relu) cl_row_f16(top, W, C, OW, out, offset, true);
-  else if (dt_bits == 16 && !bf16) cl_row_f16(top, W, C, OW, out, offset, false);
-  else if (bf16 && relu) cl_row_bf16(top, W, C, OW, out, offset, true);
+  if (bf16 && relu) cl_row_bf16(top, W, C, OW, out, offset, true);
   else if (bf16) cl_row_bf16(top, W, C, OW, out, offset, false);
-  else if (relu) cl_row_f32(top, W, C, OW, out, offset, true);
-  else cl_row_f32(top, W, C, OW, out, offset, false);
+  else if (dt_bits == 16 && relu) cl_row_16(top, W, C, OW, out, offset, true, true);
+  else if (dt_bits == 16) cl_row_16(top, W, C, OW, out, offset, true, false);
+  else if (relu) cl_row_16(top, W, C, OW, out, offset, false, true);
+  else cl_row_16(top, W, C, OW, out, offset, false, false);
 }
 
 WIDE void mx__pool_cl_row_2x2_backward_avx512(void *top, int64_t W, int64_t C, int64_t OW, const void *dy,
