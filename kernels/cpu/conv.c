@@ -152,17 +152,11 @@ mx_status mx__cpu_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, c
 }
 
 /* n dense float16, bfloat16 or float32 values at x as float32 (exact): x itself for float32, else widened into
- * chunk (n of them at most): bfloat16 inline (a float's top half), float16 through the converter. */
+ * chunk (n of them at most) by the conversions. */
 static inline const float *widened(const char *x, mx_dtype dtype, int64_t n, float *chunk) {
   if (dtype == MX_F32) return (const float *)x;
-  if (dtype == MX_F16) {
-    mx__f16_to_f32_n((const uint16_t *)x, chunk, n);
-    return chunk;
-  }
-  for (int64_t i = 0; i < n; i++) {
-    uint32_t bits = (uint32_t)((const uint16_t *)x)[i] << 16;
-    memcpy(&chunk[i], &bits, sizeof bits);
-  }
+  if (dtype == MX_F16) mx__f16_to_f32_n((const uint16_t *)x, chunk, n);
+  else mx__bf16_to_f32_n((const uint16_t *)x, chunk, n);
   return chunk;
 }
 
