@@ -1,5 +1,6 @@
 /* Dense float32 staging copies, converted by the CPU backend's own convert
- * kernel (bulk F16C where the CPU has it, threads for large tensors). */
+ * kernel (bulk F16C where the CPU has it, threads for large tensors), or,
+ * for a channels-last operand, a transposed tile at a time. */
 #include "kernels/cpu/via_f32.h"
 
 #include <string.h>
