@@ -153,8 +153,9 @@ static mx_status matmul_via_f32(const mx_kview *out, const mx_kview *a, const mx
   int d, n = share_count(out, a, b, takes, &d);
   bool packed = (n > 1 || mx__cpu_threads_here() < 2) && takes;
   matmul_share *shares = calloc((size_t)n, sizeof *shares);
-  /* the bias in float32, zeros past out's columns as far as a tile reads (gemm16.h) */
-  int64_t bias_numel = bias ? lines_of(out->shape[2]) : 0;
+  /* the bias in float32, zeros past out's columns as far as a tile reads (gemm16.h): up to 15 floats past the
+   * last column of a share of columns, from the share's own first, wherever that starts */
+  int64_t bias_numel = bias ? lines_of(out->shape[2]) + 16 : 0;
   float *bias32 = bias ? mx__cpu_f32_alloc(bias_numel) : NULL;
   if (!shares || (bias && !bias32)) {
     free(shares);
