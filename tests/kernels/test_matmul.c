@@ -322,6 +322,33 @@ Test(matmul, f16_share_after_a_float32_product_of_its_shape) {
   check_case(&f16_cases[0], MX_F16); /* 96 rows: three shares of 32 */
 }
 
+/* A linear split over its columns runs gemm16 on each share with the bias from the share's first column, which
+ * its tiles read up to 15 floats past the share's last: the MLP's last layer at a batch of 10 (10 x 512 by the
+ * transposed 512 x 10 weight, 3 shares of 3 or 4 columns) must find them inside the bias's buffer. ASan caught
+ * the reads past it in the MNIST demo; here they would be caught as well. */
+Test(matmul, f16_shares_of_columns_read_the_bias_inside_it) {
+  use_three_threads();
+  mm_case c = {1, 10, 512, 10, LAY_CONTIG, LAY_TRANS, LAY_CONTIG};
+  char what[300];
+  case_name(what, sizeof what, &c, MX_F16);
+  operand a = operand_new(MX_F16, 1, c.M, c.K, c.a), b = operand_new(MX_F16, 1, c.K, c.N, c.b);
+  operand out = operand_new(MX_F16, 1, c.M, c.N, c.out), bias = operand_new(MX_F16, 1, 1, c.N, LAY_CONTIG);
+  rng_state = 11;
+  fill_random(&a.v), fill_random(&b.v), fill_random(&bias.v);
+  mx_kview bias_v = {.data = bias.v.data, .dtype = MX_F16, .ndim = 1, .shape = {c.N}, .strides = {1}};
+  cr_assert_eq(mx__cpu_linear(&out.v, &a.v, &b.v, &bias_v, false), MX_OK, "%s", mx_last_error());
+  operand exact, bound;
+  exact_and_bound(&a.v, &b.v, &exact, &bound);
+  for (int64_t i = 0; i < c.M * c.N; i++) {
+    double v = get(&bias.v, i % c.N);
+    ((double *)exact.v.data)[i] += v;
+    ((double *)bound.v.data)[i] += fabs(v);
+  }
+  cr_expect_eq(compare(what, &out.v, &exact.v, &exact, &bound, MX_F16, c.K, 1), 0, "%s with a bias", what);
+  operand_free(&a), operand_free(&b), operand_free(&out), operand_free(&bias), operand_free(&exact),
+      operand_free(&bound);
+}
+
 /* --- our own 16-bit GEMM (kernels/cpu/gemm16.c) ----------------------------------------- */
 
 /* Its tiles are 6 rows by 64 columns (AVX-512) or 16 (AVX2) and its panels
