@@ -25,6 +25,8 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
+#include "kernels/cpu/transpose8.h"
+
 enum {
   MR = 6,       /* rows of a tile */
   KC = 128,     /* rows of b in a panel: 32 KiB at AVX-512's width, leaving room in L1 for a's tile */
@@ -118,18 +120,6 @@ __attribute__((target(AVX2_TARGET))) static inline __attribute__((always_inline)
 #define P_STORE_BF16 store_bf16_avx2
 #include "kernels/cpu/gemm16_panel.inc"
 
-/* The 8 x 8 floats of v transposed in place: v[k] gets element k of each. */
-__attribute__((target(AVX2_TARGET))) static inline __attribute__((always_inline)) void transpose8(__m256 v[8]) {
-  __m256 t[8], u[8];
-  for (int i = 0; i < 8; i += 2) t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]), t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
-  for (int i = 0; i < 8; i += 4) {
-    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44), u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
-    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44), u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
-  }
-  for (int i = 0; i < 4; i++)
-    v[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20), v[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
-}
-
 /* Columns [k, k + n) (n <= 8) of MR rows of a widened into the micro-panel
  * columns ap[k..k + n)[MR]; a NULL row reads as zeros. The 8 x 8 block
  * is transposed in registers; each store writes 8 floats where the column
@@ -150,7 +140,7 @@ __attribute__((target(AVX2_TARGET))) static inline __attribute__((always_inline)
     if (!whole && n < 8) src = memcpy(edge, src, (size_t)n * sizeof *src);
     v[r] = widen_avx2(src, dtype);
   }
-  transpose8(v);
+  mx__transpose8_avx2(v);
 #pragma GCC unroll 8
   for (int64_t c = 0; c < n; c++) _mm256_storeu_ps(ap + (k + c) * MR, v[c]);
 }
@@ -226,7 +216,7 @@ __attribute__((target(AVX2_TARGET))) static void pack_b_columns(const mx_kview *
         if (col[c] && n < 8) src = memcpy(edge, src, (size_t)n * sizeof *src);
         v[c] = widen_avx2(src, b->dtype);
       }
-      transpose8(v);
+      mx__transpose8_avx2(v);
       for (int64_t r = 0; r < n; r++) _mm256_storeu_ps(bp + (k + r) * width + c0, v[r]);
     }
   }

@@ -48,23 +48,18 @@ enum { TILE = 64 };
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
+#include "kernels/cpu/transpose8.h"
+
 __attribute__((target("avx2"))) static void transpose_avx2(const float *src, int64_t src_ld, float *dst,
                                                            int64_t dst_ld, int64_t rows, int64_t cols) {
   int64_t i = 0;
   for (; i + 8 <= rows; i += 8) {
     int64_t j = 0;
     for (; j + 8 <= cols; j += 8) {
-      __m256 r[8], t[8], u[8];
-      for (int k = 0; k < 8; k++) r[k] = _mm256_loadu_ps(src + (i + k) * src_ld + j);
-      for (int k = 0; k < 8; k += 2) t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]), t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
-      for (int k = 0; k < 8; k += 4) {
-        u[k] = _mm256_shuffle_ps(t[k], t[k + 2], 0x44), u[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], 0xee);
-        u[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0x44), u[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0xee);
-      }
-      for (int k = 0; k < 4; k++) {
-        _mm256_storeu_ps(dst + (j + k) * dst_ld + i, _mm256_permute2f128_ps(u[k], u[k + 4], 0x20));
-        _mm256_storeu_ps(dst + (j + k + 4) * dst_ld + i, _mm256_permute2f128_ps(u[k], u[k + 4], 0x31));
-      }
+      __m256 v[8];
+      for (int k = 0; k < 8; k++) v[k] = _mm256_loadu_ps(src + (i + k) * src_ld + j);
+      mx__transpose8_avx2(v);
+      for (int k = 0; k < 8; k++) _mm256_storeu_ps(dst + (j + k) * dst_ld + i, v[k]);
     }
     for (; j < cols; j++)
       for (int k = 0; k < 8; k++) dst[j * dst_ld + i + k] = src[(i + k) * src_ld + j];
