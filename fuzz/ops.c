@@ -1,4 +1,4 @@
-/* The op cases of the op suite (tests/ops/op_cases.c: every op, each case
+/* The op cases of the op suite (tests/ops/op_cases.h: every op, each case
  * a function of its inputs with the other arguments fixed) on inputs the
  * bytes describe: any of the eight dtypes, the case's shape or another of
  * up to 4 dims (empty ones too), contiguous or a transposed, strided or
@@ -95,9 +95,9 @@ bool mx_fuzz_ops(const uint8_t *data, size_t size) {
   unsigned index = byte(&r) << 8;
   index |= byte(&r);
   /* The kept inputs (fuzz/corpus/ops) store an index below the case count,
-   * so cases appended at the end of op_cases[] leave each pointing at the
+   * so cases appended at the end of op_cases_appended[] leave each pointing at the
    * case it was kept for; a case inserted earlier moves them. */
-  const op_case *c = &op_cases[index % (unsigned)op_case_count];
+  const op_case *c = op_case_at(index % (unsigned)op_case_count());
   unsigned mode = byte(&r);
   mx_scope *scope = mx_scope_begin();
   mx_generator *g = mx_generator_new(mode);

@@ -156,15 +156,15 @@ static mx_fuzz_seed safetensors_seed(void) {
 static mx_fuzz_seed op_seed(int k) {
   bytes b = {0};
   put(&b, (uint8_t[]){(uint8_t)(k >> 8), (uint8_t)k, 0}, 3);
-  for (int i = 0; i < op_cases[k].n_in; i++) put(&b, (uint8_t[]){0, 0}, 2);
+  for (int i = 0; i < op_case_at(k)->n_in; i++) put(&b, (uint8_t[]){0, 0}, 2);
   mx_fuzz_seed seed = seed_of("ops", "", b);
-  snprintf(seed.name, sizeof seed.name, "%s", op_cases[k].name);
+  snprintf(seed.name, sizeof seed.name, "%s", op_case_at(k)->name);
   seed.accepted = false;
   return seed;
 }
 
 mx_fuzz_seed *mx_fuzz_seeds(int *n) {
-  mx_fuzz_seed *seeds = malloc(sizeof *seeds * (size_t)(14 + op_case_count));
+  mx_fuzz_seed *seeds = malloc(sizeof *seeds * (size_t)(14 + op_case_count()));
   mx_fuzz_check(seeds != NULL, "out of memory making the seeds");
   int k = 0;
   seeds[k++] = safetensors_seed();
@@ -188,7 +188,7 @@ mx_fuzz_seed *mx_fuzz_seeds(int *n) {
   seeds[k++] = two_files("cifar", "bad-cifar-gzip-trailer-cut", cut(gzip(cifar_records(2, 4)), 8),
                          cifar_records(1, 3));
   seeds[k++] = two_files("cifar", "bad-cifar-gzip-length", cifar_records(1, 3), flip(gzip(cifar_records(1, 4)), 1, 1));
-  for (int c = 0; c < op_case_count; c++) seeds[k++] = op_seed(c);
+  for (int c = 0; c < op_case_count(); c++) seeds[k++] = op_seed(c);
   *n = k;
   return seeds;
 }

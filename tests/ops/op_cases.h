@@ -1,7 +1,7 @@
 /* The op cases shared by the gradcheck and PyTorch-fixture tests: one row
  * per case, naming a function that builds the op from its inputs, the
  * inputs' shapes and the domain their values are drawn from. Adding a case
- * is one row in op_cases.c (and, for a PyTorch comparison, one row in
+ * is one row at the end of op_cases_appended.c (and, for a PyTorch comparison, one row in
  * tests/fixtures/make_fixtures.py under the same name). */
 #ifndef MX_TESTS_OPS_OP_CASES_H
 #define MX_TESTS_OPS_OP_CASES_H
@@ -38,8 +38,9 @@ typedef struct {
   double eps, atol, rtol; /* 0: the suite's defaults (1e-6, 1e-5, 1e-4) */
 } op_case;
 
-extern const op_case op_cases[];
-extern const int op_case_count;
+/* How many cases there are, and case k of them (0 <= k < op_case_count()). */
+int op_case_count(void);
+const op_case *op_case_at(int k);
 
 /* The case named name, or NULL. */
 const op_case *op_case_find(const char *name);

@@ -1,4 +1,4 @@
-/* The rows that are not elementwise (MX_OP), through their cases in op_cases.c: each case's forward in float32
+/* The rows that are not elementwise (MX_OP), through their op cases (op_cases.h): each case's forward in float32
  * against the same case in float64 on the same (float32-rounded) inputs, float64 running the plain loops; its row's
  * autocast policy applied in float16 and bfloat16 regions; and the public function of every row declared with the
  * tensor inputs its row names (written by hand for MX_OP rows, from the row for the elementwise ones). */
@@ -24,12 +24,12 @@
 static int case_ids[1024];
 
 ParameterizedTestParameters(ops_case_rows, float32_matches_float64) {
-  for (int k = 0; k < op_case_count; k++) case_ids[k] = k;
-  return OP_PARAMS(case_ids, (size_t)op_case_count);
+  for (int k = 0; k < op_case_count(); k++) case_ids[k] = k;
+  return OP_PARAMS(case_ids, (size_t)op_case_count());
 }
 
 ParameterizedTest(int *k, ops_case_rows, float32_matches_float64) {
-  const op_case *c = &op_cases[*k];
+  const op_case *c = op_case_at(*k);
   mx_scope *s = mx_scope_begin();
   mx_generator *gen = mx_generator_new(20261127u + (uint64_t)*k);
   mx_tensor *in32[OP_MAX_IN] = {0}, *in64[OP_MAX_IN] = {0};
@@ -176,12 +176,12 @@ static void expect_case_autocast(const op_case *c, int k, mx_dtype region, mx_dt
 }
 
 ParameterizedTestParameters(ops_case_rows, autocast) {
-  for (int k = 0; k < op_case_count; k++) case_ids[k] = k;
-  return OP_PARAMS(case_ids, (size_t)op_case_count);
+  for (int k = 0; k < op_case_count(); k++) case_ids[k] = k;
+  return OP_PARAMS(case_ids, (size_t)op_case_count());
 }
 
 ParameterizedTest(int *k, ops_case_rows, autocast) {
-  const op_case *c = &op_cases[*k];
+  const op_case *c = op_case_at(*k);
   int op = op_case_row(c->name);
   /* the backward ops run inside backward, which no region reaches (their cases take a gradient in the region) */
   if (op < 0 || strstr(mx_op_name(op), "backward")) return;

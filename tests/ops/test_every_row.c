@@ -1,5 +1,5 @@
 /* Every row of ops/ops.def is checked: an elementwise row by test_rows.c from the row itself, any other row
- * through at least one case in op_cases.c (whose forward test_case_rows.c compares with float64 and runs under
+ * through at least one case in op_cases.h (whose forward test_case_rows.c compares with float64 and runs under
  * autocast, and test_gradcheck.c gradchecks). A new MX_OP row with no case fails here, naming the row. */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -56,13 +56,13 @@ static bool listed(const char *name, const char *const *list, size_t n) {
 
 static bool has_case(int op) {
   const char *name = mx_op_name(op);
-  for (int k = 0; k < op_case_count; k++)
-    if (op_case_row(op_cases[k].name) == op) return true;
+  for (int k = 0; k < op_case_count(); k++)
+    if (op_case_row(op_case_at(k)->name) == op) return true;
   for (size_t k = 0; k < sizeof reached_through / sizeof *reached_through; k++) {
     if (strcmp(reached_through[k].row, name)) continue;
     const char *prefix = reached_through[k].case_prefix;
-    for (int c = 0; c < op_case_count; c++)
-      if (!strncmp(op_cases[c].name, prefix, strlen(prefix))) return true;
+    for (int c = 0; c < op_case_count(); c++)
+      if (!strncmp(op_case_at(c)->name, prefix, strlen(prefix))) return true;
   }
   return false;
 }
@@ -82,7 +82,7 @@ Test(ops_every_row, every_row_has_a_row_test_or_a_case) {
   }
   cr_expect_geq(n_rows, 190, "only %d rows in the op table", n_rows);
   cr_expect_eq(n_missing, 0, "%d rows of ops/ops.def have neither an elementwise row test nor a case in "
-               "tests/ops/op_cases.c: %s", n_missing, missing);
+               "tests/ops/op_cases_appended.c: %s", n_missing, missing);
 }
 
 /* The lists above name real rows and real cases: a renamed row or case cannot leave a stale entry behind. */
@@ -90,8 +90,8 @@ Test(ops_every_row, the_lists_name_rows_and_cases) {
   for (size_t k = 0; k < sizeof reached_through / sizeof *reached_through; k++) {
     bool row = false, found = false;
     for (int op = 0; op < mx_op_count(); op++) row |= !strcmp(mx_op_name(op), reached_through[k].row);
-    for (int c = 0; c < op_case_count; c++)
-      found |= !strncmp(op_cases[c].name, reached_through[k].case_prefix, strlen(reached_through[k].case_prefix));
+    for (int c = 0; c < op_case_count(); c++)
+      found |= !strncmp(op_case_at(c)->name, reached_through[k].case_prefix, strlen(reached_through[k].case_prefix));
     cr_expect(row, "reached_through names %s, no row of ops/ops.def", reached_through[k].row);
     cr_expect(found, "reached_through: no case starts with %s", reached_through[k].case_prefix);
   }
@@ -105,6 +105,6 @@ Test(ops_every_row, the_lists_name_rows_and_cases) {
 
 /* Case names are unique: op_case_find and the fuzz seeds name cases by name. */
 Test(ops_every_row, case_names_are_unique) {
-  for (int k = 0; k < op_case_count; k++)
-    cr_expect_eq(op_case_find(op_cases[k].name), &op_cases[k], "two cases are named %s", op_cases[k].name);
+  for (int k = 0; k < op_case_count(); k++)
+    cr_expect_eq(op_case_find(op_case_at(k)->name), op_case_at(k), "two cases are named %s", op_case_at(k)->name);
 }

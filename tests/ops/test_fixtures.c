@@ -1,7 +1,7 @@
 /* Values and gradients against PyTorch: tests/fixtures/ops_fixtures.txt
  * (written by tests/fixtures/make_fixtures.py with torch 1.13) holds, per
  * case, the inputs, PyTorch's output and the gradients of
- * sum(output * weight). Each case names a row of op_cases.c; the test runs
+ * sum(output * weight). Each case names an op case (op_cases.h); the test runs
  * that row on the same inputs and compares: the dtype and shape exactly,
  * integer and bool values exactly, floating values within a relative
  * tolerance of the dtype (float64 1e-10, float32 1e-5, 16-bit: half an
@@ -80,8 +80,8 @@ ParameterizedTest(int *k, ops_torch, matches_pytorch) {
   fx_case c;
   cr_assert(load_case(*k, &c), "case %d of %s does not parse", *k, FIXTURES);
   const op_case *row = op_case_find(c.op);
-  cr_assert_not_null(row, "%s: no row named %s in op_cases.c", c.id, c.op);
-  cr_assert_eq(c.n_in, row->n_in, "%s: %d inputs in the file, %d in op_cases.c", c.id, c.n_in, row->n_in);
+  cr_assert_not_null(row, "%s: no row named %s in the op cases (op_cases.h)", c.id, c.op);
+  cr_assert_eq(c.n_in, row->n_in, "%s: %d inputs in the file, %d in the op cases (op_cases.h)", c.id, c.n_in, row->n_in);
 
   mx_scope *s = mx_scope_begin();
   mx_tensor *in[OP_MAX_IN] = {0};
@@ -117,17 +117,17 @@ ParameterizedTest(int *k, ops_torch, matches_pytorch) {
   free_case(&c);
 }
 
-/* The file covers every row of op_cases.c but those marked OP_NO_FIXTURE. */
+/* The file covers every op case but those marked OP_NO_FIXTURE. */
 Test(ops_torch, every_case_has_a_fixture) {
   mx_scope *s = mx_scope_begin();
   char *buf = fx_read_file(FIXTURES);
   cr_assert_not_null(buf, "cannot read %s", FIXTURES);
-  for (int k = 0; k < op_case_count; k++) {
-    if (op_cases[k].flags & OP_NO_FIXTURE) continue;
+  for (int k = 0; k < op_case_count(); k++) {
+    if (op_case_at(k)->flags & OP_NO_FIXTURE) continue;
     char needle[96];
-    snprintf(needle, sizeof needle, "\ncase %s %s\n", op_cases[k].name, op_cases[k].name);
+    snprintf(needle, sizeof needle, "\ncase %s %s\n", op_case_at(k)->name, op_case_at(k)->name);
     cr_expect(strstr(buf, needle) != NULL, "no PyTorch fixture for %s (run tests/fixtures/make_fixtures.py)",
-              op_cases[k].name);
+              op_case_at(k)->name);
   }
   free(buf);
   mx_scope_end(s);

@@ -1,7 +1,7 @@
 /* gradcheck and gradgradcheck for every differentiable op in ops/ops.def:
  * analytic gradients (the backward formulas) against central finite
  * differences in float64, on inputs from a seeded generator drawn from each
- * op's domain (see op_cases.c: one row per case). */
+ * op's domain (see op_cases.h: one row per case). */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <string.h>
@@ -17,8 +17,8 @@ static int gradcheck_ids[512], gradgrad_ids[512];
 
 static int select_cases(unsigned flag, int *ids) {
   int n = 0;
-  for (int k = 0; k < op_case_count && n < 512; k++)
-    if (op_cases[k].flags & flag) ids[n++] = k;
+  for (int k = 0; k < op_case_count() && n < 512; k++)
+    if (op_case_at(k)->flags & flag) ids[n++] = k;
   return n;
 }
 
@@ -41,7 +41,7 @@ ParameterizedTestParameters(ops_grad, gradcheck) {
 }
 
 ParameterizedTest(int *id, ops_grad, gradcheck) {
-  const op_case *c = &op_cases[*id];
+  const op_case *c = op_case_at(*id);
   mx_scope *s = mx_scope_begin();
   mx_tensor *inputs[OP_MAX_IN] = {0};
   make_inputs(c, *id, inputs);
@@ -61,7 +61,7 @@ ParameterizedTestParameters(ops_grad, gradgradcheck) {
 }
 
 ParameterizedTest(int *id, ops_grad, gradgradcheck) {
-  const op_case *c = &op_cases[*id];
+  const op_case *c = op_case_at(*id);
   mx_scope *s = mx_scope_begin();
   mx_tensor *inputs[OP_MAX_IN] = {0};
   make_inputs(c, *id, inputs);
@@ -214,7 +214,7 @@ Test(ops_grad, gradgradcheck_catches_a_wrong_second_derivative) {
 }
 
 /* Every differentiable op of the table has at least one gradcheck case:
- * a new MX_OP row in ops/ops.def without a case in op_cases.c fails this
+ * a new MX_OP row in ops/ops.def without a case in op_cases_appended.c fails this
  * test. The elementwise rows need none: test_rows.c checks each from its row. */
 Test(ops_grad, every_differentiable_op_has_a_case) {
   mx_scope *s = mx_scope_begin();
@@ -261,9 +261,9 @@ Test(ops_grad, every_differentiable_op_has_a_case) {
     for (size_t k = 0; k < sizeof alias / sizeof *alias; k++)
       if (!strcmp(name, alias[k].op)) prefix = alias[k].case_prefix;
     bool found = false;
-    for (int k = 0; k < op_case_count && !found; k++)
-      found = (op_cases[k].flags & OP_GRADCHECK) && !strncmp(op_cases[k].name, prefix, strlen(prefix));
-    cr_expect(found, "op %s has no gradcheck case in tests/ops/op_cases.c", name);
+    for (int k = 0; k < op_case_count() && !found; k++)
+      found = (op_case_at(k)->flags & OP_GRADCHECK) && !strncmp(op_case_at(k)->name, prefix, strlen(prefix));
+    cr_expect(found, "op %s has no gradcheck case in tests/ops/op_cases_appended.c", name);
     covered += found;
   }
   cr_expect_geq(covered, 80, "only %d ops covered", covered);

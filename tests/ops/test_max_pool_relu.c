@@ -1,7 +1,7 @@
 /* mx_max_pool_relu against mx_max_pool(mx_relu(x)): hand-computed values and gradients (NaN, -0, ties), the same
  * bits forward and backward in every float dtype, row-major and channels-last, over the kernels' paths (2x2 tiles,
  * overlapping and padded windows, dilation, 1-d and 3-d, int64 indices); its errors name it. The gradients against
- * float64 finite differences are the op suite's gradcheck of the max_pool_relu cases (op_cases.c). */
+ * float64 finite differences are the op suite's gradcheck of the max_pool_relu cases (op_cases_appended.c). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>

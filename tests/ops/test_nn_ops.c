@@ -1,4 +1,4 @@
-/* What the one-output op table (op_cases.c) cannot say: dropout's random
+/* What the one-output op table (op_cases.h) cannot say: dropout's random
  * masks (their statistics, the 1/(1-p) scaling, the gradient being the mask
  * times the scale, reproducibility from a seeded generator), the pieces of
  * split and chunk, and the side effects of batch_norm on its running

@@ -1,4 +1,4 @@
-/* What the op table's cases (op_cases.c, with PyTorch fixtures) cannot say
+/* What the op table's cases (op_cases.h, with PyTorch fixtures) cannot say
  * about sort, argsort, topk and multinomial: int64 beyond 2^53, every dtype
  * in one place, 0-d and empty inputs, the autocast policy, the error
  * messages, and multinomial's draws (reproducible from a seeded generator,
