@@ -12,4 +12,11 @@ void mx__to_channel_blocks16(uint16_t *blocked, const uint16_t *plain, int64_t n
 /* The inverse. */
 void mx__from_channel_blocks16(uint16_t *plain, const uint16_t *blocked, int64_t n, int64_t c, int64_t s);
 
+/* The same between plain bfloat16 and float32 blocks, the layout of a
+ * float32 primitive computing bfloat16 convolutions (mx__dnnl_conv_in_f32):
+ * widened exactly on the way in, rounded to nearest even on the way out
+ * (mx__f32_to_bf16_n's bits). */
+void mx__to_channel_blocks16_f32(float *blocked, const uint16_t *plain, int64_t n, int64_t c, int64_t s);
+void mx__from_channel_blocks16_f32(uint16_t *plain, const float *blocked, int64_t n, int64_t c, int64_t s);
+
 #endif

@@ -67,12 +67,12 @@ static mx_status dnnl_run(mx_conv_kind kind, const mx_kview *const *v, const mx_
 
 /* --- float16 and bfloat16 through float32 copies, a block of samples at a time ------------------------------ */
 
-/* Samples staged at a time: the whole batch where its float32 copies of x and y take at most stage_from bytes or
- * where the convolution does STAGE_MACS products or more per staged element, else blocks of about stage_bytes, the
- * batch split evenly (at most two block sizes, so two cached primitives). A block's copies are written, convolved
- * and read back while they are still in the core's cache; whole-batch copies past it stream through the last-level
- * cache three times (bfloat16 demo CNN, batch 512, one thread, on a Xeon with 4 MiB of L2: 163 ms a step whole,
- * 124 in blocks of 2 MiB). Where the products dominate, a smaller batch costs more than the copies save: oneDNN's
+/* Samples staged at a time: the whole batch where its float32 x and y take at most stage_from bytes or where the
+ * convolution does STAGE_MACS products or more per staged element, else blocks of about stage_bytes, the batch
+ * split evenly (at most two block sizes, so two cached primitives). A block's float32 operands are written,
+ * convolved and read back while they are still in the core's cache; a whole batch's past it stream through the
+ * last-level cache three times (bfloat16 demo CNN, batch 512, one thread, on a Xeon with 4 MiB of L2: 163 ms a step
+ * whole, 124 in blocks of 2 MiB on float32 copies; 126-138 and 112-115 converted by the reorders). Where the products dominate, a smaller batch costs more than the copies save: oneDNN's
  * Winograd tiles span the batch (ResNet-9's 3x3 layers, 384 products or more an element: 580 ms a step whole, 615
  * in two blocks, 720 in blocks of 16 samples); the CNN's layers do 9 and 192. */
 enum { STAGE_MACS = 256 };
@@ -131,17 +131,34 @@ static mx_status run_staged(mx_conv_kind kind, const staged *s, bool bias, const
   return MX_OK;
 }
 
-/* float16 and bfloat16 as the GPU does them: dense float32 copies of the inputs (the bias too), float32 products
- * and sums, one rounding of the result. Over blocks of samples (stage_samples; the loops take the whole batch):
- * x and y a block at a time, w and the bias once; a weight gradient's blocks' float32 sums added in float32 and
- * rounded once, so they differ from the whole batch's only in the order of their terms. */
+/* One block (xs, ys: its samples) on float32 copies: of w too when s has none yet; the output's stored but for a
+ * weight's gradient, left in s's float32 buffer. */
+static mx_status run_copies(mx_conv_kind kind, staged *s, const mx_kview *xs, const mx_kview *w, const mx_kview *ys,
+                            bool bias, const mx_conv_params *p, bool reference) {
+  int out = output_role(kind);
+  mx_status status = s->buf[ROLE_W] ? MX_OK : stage(s, ROLE_W, out, w);
+  if (status == MX_OK && (status = stage(s, ROLE_X, out, xs)) == MX_OK && (status = stage(s, ROLE_Y, out, ys)) == MX_OK &&
+      (status = run_staged(kind, s, bias, p, reference)) == MX_OK && out != ROLE_W)
+    mx__cpu_store_f32(out == ROLE_X ? xs : ys, s->buf[out]);
+  if (s->buf[ROLE_X]) mx__cpu_f32_free(s->buf[ROLE_X], mx__kview_numel(xs)), s->buf[ROLE_X] = NULL;
+  if (s->buf[ROLE_Y]) mx__cpu_f32_free(s->buf[ROLE_Y], mx__kview_numel(ys)), s->buf[ROLE_Y] = NULL;
+  return status;
+}
+
+/* float16 and bfloat16 as the GPU does them: float32 products and sums, one rounding of the result. bfloat16 runs
+ * on oneDNN's float32 primitives, whose reorders convert its operands (mx__dnnl_conv_in_f32); float16, and
+ * bfloat16 where that declines, on dense float32 copies of the inputs (the loops when reference). The bias is
+ * copied to float32 either way. Over blocks of samples (stage_samples; the loops take the whole batch): x and y a
+ * block at a time, w and the bias once; a weight gradient's blocks' float32 sums added in float32 and rounded
+ * once, so they differ from the whole batch's only in the order of their terms. */
 static mx_status via_f32(mx_conv_kind kind, const mx_kview *const *v, const mx_kview *bias, const mx_conv_params *p,
                          bool reference) {
   int out = output_role(kind);
   int64_t N = v[ROLE_X]->shape[0], block = reference ? N : stage_samples(v), w_numel = mx__kview_numel(v[ROLE_W]);
+  bool converting = !reference && v[ROLE_X]->dtype == MX_BF16; /* oneDNN's reorders convert: no copies */
   staged s = {0};
   float *sums = NULL; /* a weight gradient's sums so far, when in blocks */
-  mx_status status = stage(&s, ROLE_W, out, v[ROLE_W]);
+  mx_status status = out == ROLE_W ? stage(&s, ROLE_W, out, v[ROLE_W]) : MX_OK;
   if (status == MX_OK && bias && !(s.bias = mx__cpu_dense_f32(bias)))
     status = mx__error(MX_OUT_OF_MEMORY, "mx_conv: out of memory converting the bias to float32");
   if (s.bias) s.dense_bias = mx__cpu_dense_f32_view(s.bias, bias);
@@ -151,17 +168,16 @@ static mx_status via_f32(mx_conv_kind kind, const mx_kview *const *v, const mx_k
   for (int64_t n0 = 0; (n0 < N || n0 == 0) && status == MX_OK; n0 += block) { /* once for an empty batch */
     int64_t n = N - n0 < block ? N - n0 : block;
     mx_kview xs = samples(v[ROLE_X], n0, n), ys = samples(v[ROLE_Y], n0, n);
-    if ((status = stage(&s, ROLE_X, out, &xs)) == MX_OK && (status = stage(&s, ROLE_Y, out, &ys)) == MX_OK &&
-        (status = run_staged(kind, &s, bias != NULL, p, reference)) == MX_OK) {
-      if (out != ROLE_W) {
-        mx__cpu_store_f32(out == ROLE_X ? &xs : &ys, s.buf[out]);
-      } else if (sums) { /* the first block's sums are the sums so far */
-        for (int64_t i = 0; i < w_numel; i++) sums[i] = n0 ? sums[i] + s.buf[ROLE_W][i] : s.buf[ROLE_W][i];
-      }
-      if (block < N) atomic_fetch_add(&staged_blocks, 1);
+    const mx_kview *w = out == ROLE_W ? &s.dense[ROLE_W] : v[ROLE_W], *b = bias ? &s.dense_bias : NULL;
+    status = converting ? mx__dnnl_conv_in_f32(kind, &xs, w, &ys, b, p) : MX_NOT_SUPPORTED;
+    if (mx__dnnl_declined(status)) {
+      converting = false;
+      status = run_copies(kind, &s, &xs, v[ROLE_W], &ys, bias != NULL, p, reference);
     }
-    if (s.buf[ROLE_X]) mx__cpu_f32_free(s.buf[ROLE_X], mx__kview_numel(&xs)), s.buf[ROLE_X] = NULL;
-    if (s.buf[ROLE_Y]) mx__cpu_f32_free(s.buf[ROLE_Y], mx__kview_numel(&ys)), s.buf[ROLE_Y] = NULL;
+    if (status == MX_OK && sums) { /* the first block's sums are the sums so far */
+      for (int64_t i = 0; i < w_numel; i++) sums[i] = n0 ? sums[i] + s.buf[ROLE_W][i] : s.buf[ROLE_W][i];
+    }
+    if (status == MX_OK && block < N) atomic_fetch_add(&staged_blocks, 1);
   }
   if (status == MX_OK && out == ROLE_W) mx__cpu_store_f32(v[ROLE_W], sums ? sums : s.buf[ROLE_W]);
   if (sums) mx__cpu_f32_free(sums, w_numel);
@@ -194,7 +210,7 @@ static mx_status run(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, co
   } else if (loops || dt == MX_F32) {
     reference_typed(kind, v, bias, p);
   } else if ((status = via_f32(kind, v, bias, p, reference || empty)) != MX_OK) {
-    return status; /* float16 always, bfloat16 where oneDNN has no native kernel (mx__dnnl_runs) */
+    return status; /* float16 always, bfloat16 where oneDNN has no native kernel (mx__dnnl_native) */
   }
   return relu ? mx__cpu_unary(MX_UN_RELU, y, y, 0, 0) : MX_OK;
 }

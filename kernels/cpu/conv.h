@@ -58,12 +58,13 @@ mx_status mx__cpu_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, c
 mx_status mx__cpu_conv_backward_weight_bias(const mx_kview *dw, const mx_kview *db, const mx_kview *dy,
                                             const mx_kview *x, const mx_conv_params *p);
 
-/* float16, and bfloat16 where oneDNN does not run it, are convolved on
- * float32 copies: of the whole batch where the copies of x and y take at
- * most `from` bytes (or the products dominate: 256 or more per staged
- * element), else of blocks of samples of about `bytes` each, so the copies
- * stay in cache (a weight gradient's blocks summed in float32). For tests
- * and benchmarks; the defaults are 4 MiB and 2 MiB. */
+/* float16, and bfloat16 where oneDNN has no native kernel, are convolved in
+ * float32 (bfloat16 by float32 primitives whose reorders convert it,
+ * float16 on float32 copies): the whole batch at once where its float32 x
+ * and y take at most `from` bytes (or the products dominate: 256 or more
+ * per element of x and y), else blocks of samples of about `bytes` each, so
+ * the float32 data stays in cache (a weight gradient's blocks summed in
+ * float32). For tests and benchmarks; the defaults are 4 MiB and 2 MiB. */
 void mx__cpu_conv_staging(int64_t from, int64_t bytes);
 /* How many blocks of samples (not whole batches) have been convolved so far. */
 uint64_t mx__cpu_conv_staged_blocks(void);

@@ -53,6 +53,17 @@ mx_status mx__dnnl_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, 
 mx_status mx__dnnl_conv_backward_weight_bias(const mx_kview *dw, const mx_kview *db, const mx_kview *dy,
                                              const mx_kview *x, const mx_conv_params *p);
 
+/* A convolution of bfloat16 operands on a float32 primitive, for a CPU
+ * without bf16 dot products (where the calls above decline bfloat16): the
+ * reorders into its layouts convert the inputs to float32 (exact), and the
+ * one out of it rounds the float32 sums once, so no float32 copy of an
+ * operand is made beside them; a weight reordered so is kept per version as
+ * the others are. kind's roles as conv.h's: x (or dx), w (or dw), y (or dy);
+ * a weight's gradient is float32 (the caller rounds it), bias a float32
+ * (C_out) vector or NULL (the forward's alone). */
+mx_status mx__dnnl_conv_in_f32(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, const mx_kview *y,
+                               const mx_kview *bias, const mx_conv_params *p);
+
 /* How many operand reorders the convolutions have run since the process
  * started (oneDNN's, and the bfloat16 channel-block transposes; an input
  * found already reordered does not count), for tests that bound them. */

@@ -1,7 +1,9 @@
 /* oneDNN convolution primitives (forward, with or without a ReLU post-op;
  * backward data, backward weights), created once per shape and reused:
  * direct, or Winograd for the 3x3 convolutions it speeds up (float32,
- * and bfloat16 computed in float32: winograd_fits).
+ * and bfloat16 computed in float32: winograd_fits). On a CPU without bf16
+ * dot products, bfloat16 runs on float32 primitives whose reorders convert
+ * it (mx__dnnl_conv_in_f32, called by conv.c a block of samples at a time).
  *
  * The primitives choose their own layouts (format_any: blocked, e.g.
  * nChw16c), and operands whose layout differs from the view's are reordered
@@ -133,6 +135,8 @@ typedef struct {
   int relu;                              /* forward: whether a ReLU post-op follows */
   int nhwc;                              /* 2-d, an activation channels-last: LAYOUT_NHWC */
   int winograd;                          /* winograd_fits: tried with Winograd first */
+  int in_f32;                            /* bfloat16 operands computed by a float32 primitive (the reorders
+                                          * convert them), a float32 bias: mx__dnnl_conv_in_f32 */
   int nd[3];                             /* per role; weights get a groups dim when groups > 1 */
   dnnl_dims_t dims[3], strides[3];       /* per role, as oneDNN sees them: up to (G, O, I, D, H, W) */
   dnnl_dims_t stride, dil, pad_l, pad_r; /* spatial, oneDNN's conventions */
@@ -141,6 +145,7 @@ typedef struct {
 typedef struct {
   dnnl_primitive_t primitive; /* NULL: none needed (the layouts agree), or channel_blocks */
   bool channel_blocks;        /* bf16 plain <-> blocks of 16 channels: mixgrad's transpose, not oneDNN's */
+  bool f32_blocks;            /* those blocks float32 (a float32 primitive's): converted on the way */
   md_t scratch_md;
   size_t scratch_size;
 } step;
@@ -200,7 +205,7 @@ static bool winograd_geometry(bool nhwc, const dnnl_dim_t *w_dims, const mx_conv
 }
 
 static bool winograd_fits(const conv_key *key, const mx_conv_params *p) {
-  bool f32 = key->dtype == MX_F32 && key->w_dtype == MX_F32,
+  bool f32 = (key->dtype == MX_F32 && key->w_dtype == MX_F32) || key->in_f32,
        bf16 = key->dtype == MX_BF16 && !key->bias && key->dims[ROLE_W][1] >= 64 &&
               key->dims[ROLE_Y][2] * key->dims[ROLE_Y][3] >= 64;
   return (f32 || bf16) && winograd_geometry(key->nhwc, key->dims[ROLE_W], p);
@@ -214,10 +219,11 @@ static bool nhwc_activation(const mx_kview *v, const mx_conv_params *p) {
 
 /* Fills the key from the views in their roles; false when oneDNN cannot
  * describe them (a stride that is zero or negative). */
-static bool make_key(conv_key *key, int kind, const mx_kview *const *v, bool bias, bool relu,
+static bool make_key(conv_key *key, int kind, const mx_kview *const *v, bool bias, bool relu, bool in_f32,
                      const mx_conv_params *p) {
   memset(key, 0, sizeof *key);
   key->kind = kind;
+  key->in_f32 = in_f32;
   key->dtype = v[ROLE_X]->dtype;
   key->w_dtype = v[ROLE_W]->dtype;
   if (key->w_dtype != key->dtype && !(kind == KIND_BWD_WEIGHTS && key->dtype == MX_BF16 && key->w_dtype == MX_F32))
@@ -278,23 +284,29 @@ static mx_status fail(int kind, const char *what, dnnl_status_t s) {
                    dnnl_status2str(s));
 }
 
-/* Whether role r's reorder is mx__to/from_channel_blocks16: a bf16
- * activation (not the weights, not in a LAYOUT_NHWC convolution, whose
- * activations are nhwc) in a dense view, channels a multiple of 16,
- * and the primitive's layout exactly their blocks (nChw16c and its 1-d and
- * 3-d forms). oneDNN 2.6 reorders these with a generic kernel, at half the
- * bytes per second of its f32 one. */
-static bool channel_blocks_fit(const conv_key *key, int r, const md_t *prim) {
+/* Whether role r's reorder is mx__to/from_channel_blocks16 (or their
+ * float32 forms, *f32 set): a bf16 activation (not the weights, not in a
+ * LAYOUT_NHWC convolution, whose activations are nhwc) in a dense view,
+ * channels a multiple of 16, and the primitive's layout exactly their
+ * blocks (nChw16c and its 1-d and 3-d forms), in bf16 or, for a primitive
+ * computing in float32, f32. oneDNN 2.6 reorders bf16 with a generic
+ * kernel, at half the bytes per second of its f32 one, and converts to bf16
+ * on a CPU without bf16 instructions at a quarter of the f32 one's. */
+static bool channel_blocks_fit(const conv_key *key, int r, const md_t *prim, bool *f32) {
   static const dnnl_format_tag_t tags[6] = {[3] = dnnl_aBc16b, [4] = dnnl_aBcd16b, [5] = dnnl_aBcde16b};
   int nd = key->nd[r];
   if (key->dtype != MX_BF16 || key->nhwc || r == ROLE_W || nd < 3 || nd > 5 || key->dims[r][1] % 16) return false;
   dnnl_dim_t dense = 1;
   for (int d = nd - 1; d >= 0; dense *= key->dims[r][d], d--)
     if (key->strides[r][d] != dense) return false;
-  md_t blocks = MD_NONE;
-  bool fit = mx__dnnl_md_tag(&blocks, nd, key->dims[r], dnnl_bf16, tags[nd]) == dnnl_success &&
-             mx__dnnl_md_equal(&blocks, prim);
-  mx__dnnl_md_free(blocks);
+  bool fit = false;
+  for (int wide = 0; wide < 2 && !fit; wide++) {
+    md_t blocks = MD_NONE;
+    fit = mx__dnnl_md_tag(&blocks, nd, key->dims[r], wide ? dnnl_f32 : dnnl_bf16, tags[nd]) == dnnl_success &&
+          mx__dnnl_md_equal(&blocks, prim);
+    *f32 = wide;
+    mx__dnnl_md_free(blocks);
+  }
   return fit;
 }
 
@@ -324,7 +336,8 @@ static mx_status create(void *p, const void *k) {
         dnnl_success)
       return MX_NOT_SUPPORTED;
   const dnnl_dims_t channels = {key->dims[ROLE_Y][1]};
-  if (key->bias && mx__dnnl_md_tag(&e->bias_md, 1, channels, wdt, dnnl_a) != dnnl_success) return MX_NOT_SUPPORTED;
+  if (key->bias && mx__dnnl_md_tag(&e->bias_md, 1, channels, key->in_f32 ? dnnl_f32 : wdt, dnnl_a) != dnnl_success)
+    return MX_NOT_SUPPORTED;
   const md_t *bias = key->bias ? &e->bias_md : NULL;
   mx_status status = MX_OK;
   dnnl_primitive_desc_t pd = NULL;
@@ -344,9 +357,9 @@ static mx_status create(void *p, const void *k) {
     const_dnnl_primitive_attr_t attr = !key->relu                         ? mx__dnnl_attr()
                                        : alg == dnnl_convolution_winograd ? mx__dnnl_jit_relu_attr()
                                                                           : mx__dnnl_relu_attr();
-    /* the data types it computes in: float32 for Winograd (winograd_fits) */
-    dnnl_data_type_t cdt = alg == dnnl_convolution_winograd ? dnnl_f32 : dt,
-                     cwdt = alg == dnnl_convolution_winograd ? dnnl_f32 : wdt;
+    /* the data types it computes in: float32 for Winograd (winograd_fits) and in_f32 */
+    bool f32 = alg == dnnl_convolution_winograd || key->in_f32;
+    dnnl_data_type_t cdt = f32 ? dnnl_f32 : dt, cwdt = f32 ? dnnl_f32 : wdt;
     md_t conv_md[3] = {MD_NONE, MD_NONE, MD_NONE};
     bool ok = attr != NULL;
     for (int r = 0; r < 3; r++) ok = ok && layout_md(&conv_md[r], e, r, layout, cdt) == dnnl_success;
@@ -387,7 +400,8 @@ static mx_status create(void *p, const void *k) {
     }
     e->prim_size[r] = mx__dnnl_md_size(&e->prim_md[r]);
     if (mx__dnnl_md_equal(&e->prim_md[r], &e->user_md[r])) continue;
-    if ((e->reorder[r].channel_blocks = channel_blocks_fit(key, r, &e->prim_md[r]))) continue;
+    if ((e->reorder[r].channel_blocks = channel_blocks_fit(key, r, &e->prim_md[r], &e->reorder[r].f32_blocks)))
+      continue;
     dnnl_primitive_desc_t rpd;
     s = r == out ? reorder_pd(&rpd, &e->prim_md[r], &e->user_md[r]) : reorder_pd(&rpd, &e->user_md[r], &e->prim_md[r]);
     if (s != dnnl_success) {
@@ -572,11 +586,14 @@ static void kept_release(kept_operand *k, bool filling, bool filled, bool last_u
 /* --- execution ------------------------------------------------------------------------ */
 
 /* Role r between its view (plain) and the workspace (blocks of 16 channels). */
-static void channel_blocks(const conv_key *key, int r, void *blocked, void *plain, bool to_blocked) {
-  int64_t spatial = 1;
+static void channel_blocks(const conv_entry *e, int r, void *blocked, void *plain, bool to_blocked) {
+  const conv_key *key = &e->key;
+  int64_t spatial = 1, n = key->dims[r][0], c = key->dims[r][1];
   for (int d = 2; d < key->nd[r]; d++) spatial *= key->dims[r][d];
-  if (to_blocked) mx__to_channel_blocks16(blocked, plain, key->dims[r][0], key->dims[r][1], spatial);
-  else mx__from_channel_blocks16(plain, blocked, key->dims[r][0], key->dims[r][1], spatial);
+  if (e->reorder[r].f32_blocks && to_blocked) mx__to_channel_blocks16_f32(blocked, plain, n, c, spatial);
+  else if (e->reorder[r].f32_blocks) mx__from_channel_blocks16_f32(plain, blocked, n, c, spatial);
+  else if (to_blocked) mx__to_channel_blocks16(blocked, plain, n, c, spatial);
+  else mx__from_channel_blocks16(plain, blocked, n, c, spatial);
 }
 
 /* Reorders the inputs whose layouts differ into the workspace (or finds
@@ -631,7 +648,7 @@ static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx
     if (r == out || !mv[r] || given[r] || (keep[r] && !fill[r])) continue;
     count_reorder(r);
     if (e->reorder[r].channel_blocks) {
-      channel_blocks(&e->key, r, place[r], v[r]->data, true);
+      channel_blocks(e, r, place[r], v[r]->data, true);
       reordered[r] = true;
       continue;
     }
@@ -654,7 +671,7 @@ static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx
   if (status == MX_OK && back && moved(&e->reorder[out])) count_reorder(out);
   if (status == MX_OK && back && e->reorder[out].channel_blocks) { /* the output back into the view, ours */
     if ((s = dnnl_stream_wait(t->stream)) != dnnl_success) status = fail(kind, "waiting", s);
-    else channel_blocks(&e->key, out, place[out], v[out]->data, false);
+    else channel_blocks(e, out, place[out], v[out]->data, false);
   }
   if (status == MX_OK && back && e->reorder[out].primitive) { /* the output back into the view, oneDNN's */
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, prim[out]}, {DNNL_ARG_TO, user[out]}};
@@ -673,13 +690,14 @@ static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx
   return status;
 }
 
-static mx_status conv(int kind, const mx_kview *const *v, const mx_kview *bias, bool relu, const mx_conv_params *p) {
+static mx_status conv(int kind, const mx_kview *const *v, const mx_kview *bias, bool relu, bool in_f32,
+                      const mx_conv_params *p) {
   if (!mx__dnnl_init()) return MX_NOT_BUILT;
-  if (!mx__dnnl_runs(v[ROLE_X]->dtype)) return MX_NOT_SUPPORTED;
+  if (in_f32 ? v[ROLE_X]->dtype != MX_BF16 : !mx__dnnl_runs(v[ROLE_X]->dtype)) return MX_NOT_SUPPORTED;
   mx__dnnl_thread *t = mx__dnnl_thread_get();
   if (!t) return MX_NOT_BUILT;
   conv_key key;
-  if (!make_key(&key, kind, v, bias != NULL, relu, p)) return MX_NOT_SUPPORTED;
+  if (!make_key(&key, kind, v, bias != NULL, relu, in_f32, p)) return MX_NOT_SUPPORTED;
   mx_status status = MX_OK;
   conv_entry *e = mx__dnnl_cache_acquire(&cache, &key, &status);
   if (!e) return status;
@@ -719,7 +737,7 @@ mx_status mx__dnnl_conv_plan_begin(mx__dnnl_conv_plan *plan, mx__dnnl_conv_kind 
   if (!t) return MX_NOT_BUILT;
   const mx_kview *v[3] = {x, w, y};
   conv_key key;
-  if (!make_key(&key, (int)kind, v, bias, false, p)) return MX_NOT_SUPPORTED;
+  if (!make_key(&key, (int)kind, v, bias, false, false, p)) return MX_NOT_SUPPORTED;
   /* the plain calls run these in float32, but a plan's y keeps the view's
    * dtype in the primitive's layout: declined, so the caller runs the plain
    * calls and fused and unfused agree */
@@ -756,31 +774,38 @@ bool mx__dnnl_conv_plan_reads_x_as_is(const mx__dnnl_conv_plan *plan) {
 mx_status mx__dnnl_conv_forward(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
                                 const mx_conv_params *p) {
   const mx_kview *v[3] = {x, w, y};
-  return conv(KIND_FWD, v, bias, false, p);
+  return conv(KIND_FWD, v, bias, false, false, p);
 }
 
 mx_status mx__dnnl_conv_forward_relu(const mx_kview *y, const mx_kview *x, const mx_kview *w, const mx_kview *bias,
                                      const mx_conv_params *p) {
   const mx_kview *v[3] = {x, w, y};
-  return conv(KIND_FWD, v, bias, true, p);
+  return conv(KIND_FWD, v, bias, true, false, p);
 }
 
 mx_status mx__dnnl_conv_backward_data(const mx_kview *dx, const mx_kview *dy, const mx_kview *w,
                                       const mx_conv_params *p) {
   const mx_kview *v[3] = {dx, w, dy};
-  return conv(KIND_BWD_DATA, v, NULL, false, p);
+  return conv(KIND_BWD_DATA, v, NULL, false, false, p);
 }
 
 mx_status mx__dnnl_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
                                         const mx_conv_params *p) {
   const mx_kview *v[3] = {x, dw, dy};
-  return conv(KIND_BWD_WEIGHTS, v, NULL, false, p);
+  return conv(KIND_BWD_WEIGHTS, v, NULL, false, false, p);
 }
 
 mx_status mx__dnnl_conv_backward_weight_bias(const mx_kview *dw, const mx_kview *db, const mx_kview *dy,
                                              const mx_kview *x, const mx_conv_params *p) {
   const mx_kview *v[3] = {x, dw, dy};
-  return conv(KIND_BWD_WEIGHTS, v, db, false, p);
+  return conv(KIND_BWD_WEIGHTS, v, db, false, false, p);
+}
+
+mx_status mx__dnnl_conv_in_f32(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, const mx_kview *y,
+                               const mx_kview *bias, const mx_conv_params *p) {
+  const mx_kview *v[3] = {x, w, y};
+  int k = kind == MX_CONV_FORWARD ? KIND_FWD : kind == MX_CONV_BACKWARD_DATA ? KIND_BWD_DATA : KIND_BWD_WEIGHTS;
+  return conv(k, v, bias, false, true, p);
 }
 
 #else /* built without oneDNN */
@@ -821,6 +846,10 @@ mx_status mx__dnnl_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, 
 }
 mx_status mx__dnnl_conv_backward_weight_bias(const mx_kview *dw, const mx_kview *db, const mx_kview *dy,
                                              const mx_kview *x, const mx_conv_params *p) {
+  return MX_NOT_BUILT;
+}
+mx_status mx__dnnl_conv_in_f32(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, const mx_kview *y,
+                               const mx_kview *bias, const mx_conv_params *p) {
   return MX_NOT_BUILT;
 }
 

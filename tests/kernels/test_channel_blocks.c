@@ -1,13 +1,58 @@
 /* kernels/cpu/channel_blocks.c: 16-bit tensors into and out of oneDNN's
  * blocks of 16 channels, against the layout's definition, for planes of
- * every width class: shorter than a tile, a multiple of 8 and not, and the
- * CNN's 28 x 28 and 14 x 14, on one and two threads. */
+ * every width class: shorter than a tile, a multiple of 8 and not, longer
+ * than the float32 forms' 256-column tile, and the CNN's 28 x 28 and
+ * 14 x 14, on one and two threads. The float32 forms: bfloat16 widened
+ * exactly into float32 blocks, and float32 blocks (ties, NaN, infinities,
+ * subnormals among them) rounded by kernels/math.h's mx_f32_to_bf16. */
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/base.h"
 #include "kernels/cpu/channel_blocks.h"
+#include "kernels/math.h"
+
+/* Element (b, ch, j) of an (n, c, s) tensor in blocks of 16 channels. */
+static size_t blocked_at(int64_t b, int64_t ch, int64_t j, int64_t c, int64_t s) {
+  return (size_t)(((b * (c / 16) + ch / 16) * s + j) * 16 + ch % 16);
+}
+
+/* The float32 forms: plain's bfloat16 into float32 blocks, and float32 blocks of drawn bits back. */
+static void check_f32_blocks(const uint16_t *plain, int64_t n, int64_t c, int64_t s) {
+  size_t count = (size_t)(n * c * s);
+  float *wide = malloc(count * sizeof *wide);
+  uint16_t *narrow = malloc(count * sizeof *narrow);
+  cr_assert(wide && narrow);
+  mx__to_channel_blocks16_f32(wide, plain, n, c, s);
+  int64_t wrong = 0;
+  for (int64_t b = 0; b < n; b++)
+    for (int64_t ch = 0; ch < c; ch++)
+      for (int64_t j = 0; j < s; j++) {
+        uint32_t got, want = (uint32_t)plain[(b * c + ch) * s + j] << 16;
+        memcpy(&got, &wide[blocked_at(b, ch, j, c, s)], 4);
+        wrong += got != want;
+      }
+  cr_expect_eq(wrong, 0, "to float32 blocks (%lld, %lld, %lld): %lld values wrong", (long long)n, (long long)c,
+               (long long)s, (long long)wrong);
+  /* float32 bits of every kind: the low halves drawn (ties 0x8000 among them), the high halves bfloat16's */
+  for (size_t i = 0; i < count; i++) {
+    uint32_t bits = (uint32_t)plain[i] << 16 | (i % 7 == 0 ? 0x8000u : (uint32_t)(i * 40503u) & 0xffffu);
+    memcpy(&wide[i], &bits, 4);
+  }
+  mx__from_channel_blocks16_f32(narrow, wide, n, c, s);
+  wrong = 0;
+  for (int64_t b = 0; b < n; b++)
+    for (int64_t ch = 0; ch < c; ch++)
+      for (int64_t j = 0; j < s; j++) {
+        uint16_t got = narrow[(b * c + ch) * s + j], want = mx_f32_to_bf16(wide[blocked_at(b, ch, j, c, s)]);
+        wrong += got != want;
+      }
+  cr_expect_eq(wrong, 0, "from float32 blocks (%lld, %lld, %lld): %lld values wrong", (long long)n, (long long)c,
+               (long long)s, (long long)wrong);
+  free(wide), free(narrow);
+}
 
 static void check_round_trip(int64_t n, int64_t c, int64_t s) {
   size_t count = (size_t)(n * c * s);
@@ -20,7 +65,7 @@ static void check_round_trip(int64_t n, int64_t c, int64_t s) {
   for (int64_t b = 0; b < n; b++)
     for (int64_t ch = 0; ch < c; ch++)
       for (int64_t j = 0; j < s; j++) {
-        uint16_t want = plain[(b * c + ch) * s + j], got = blocked[((b * (c / 16) + ch / 16) * s + j) * 16 + ch % 16];
+        uint16_t want = plain[(b * c + ch) * s + j], got = blocked[blocked_at(b, ch, j, c, s)];
         if (got != want && wrong++ < 5)
           cr_expect_eq(got, want, "to blocks, (n %lld, c %lld, s %lld) of (%lld, %lld, %lld): %u, want %u", (long long)b,
                        (long long)ch, (long long)j, (long long)n, (long long)c, (long long)s, got, want);
@@ -35,6 +80,7 @@ static void check_round_trip(int64_t n, int64_t c, int64_t s) {
                    (long long)c, (long long)s, i, back[i], plain[i]);
   cr_expect_eq(wrong, 0, "from blocks (%lld, %lld, %lld): %lld values wrong", (long long)n, (long long)c, (long long)s,
                (long long)wrong);
+  check_f32_blocks(plain, n, c, s);
   free(plain), free(blocked), free(back);
 }
 

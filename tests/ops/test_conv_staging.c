@@ -1,5 +1,5 @@
 /* 16-bit convolutions on the CPU staged through float32 a block of samples at a time (kernels/cpu/conv.c:
- * via_f32) against the whole batch staged at once, on random values: the forward and the input's gradient are each
+ * via_f32) against the whole batch staged at once, and the whole batch against the plain loops, on random values: the forward and the input's gradient are each
  * sample's own sums either way, the weight's gradient (and the bias's, summed beside it) adds the blocks' float32
  * sums, so the same terms in another order. Both agree within a bound derived from the sums of the terms'
  * magnitudes (float32's rounding of any two orders, and one rounding to the 16-bit dtype apart). Float16 always;
@@ -91,14 +91,22 @@ typedef struct {
   uint16_t y[NY], dx[NX], dw[NW], db[O];
 } results;
 
-/* The three kernels on o's first n samples into r; blocks: how many blocks of samples they ran in. */
-static void run(const operands *o, mx_dtype dt, int64_t n, results *r, uint64_t *blocks) {
+/* The three kernels on o's first n samples into r (the plain loops' when reference; db then untouched); blocks: how
+ * many blocks of samples they ran in. */
+static void run(const operands *o, mx_dtype dt, int64_t n, results *r, uint64_t *blocks, bool reference) {
   int64_t xs[4] = {n, I, H, W}, ws[4] = {O, I, K, K}, ys[4] = {n, O, H, W}, bs[1] = {O};
   mx_kview x = plain((void *)o->x, dt, 4, xs), w = plain((void *)o->w, dt, 4, ws), dy = plain((void *)o->dy, dt, 4, ys);
   mx_kview bias = plain((void *)o->bias, dt, 1, bs), y = plain(r->y, dt, 4, ys), dx = plain(r->dx, dt, 4, xs);
   mx_kview dw = plain(r->dw, dt, 4, ws), db = plain(r->db, dt, 1, bs);
   mx_conv_params p = {.spatial = 2, .stride = {1, 1}, .padding = {1, 1}, .dilation = {1, 1}, .groups = 1};
   uint64_t before = mx__cpu_conv_staged_blocks();
+  if (reference) {
+    cr_assert_eq(mx__cpu_conv_forward_reference(&y, &x, &w, &bias, &p), MX_OK, "%s", mx_last_error());
+    cr_assert_eq(mx__cpu_conv_backward_data_reference(&dx, &dy, &w, &p), MX_OK, "%s", mx_last_error());
+    cr_assert_eq(mx__cpu_conv_backward_weight_reference(&dw, &dy, &x, &p), MX_OK, "%s", mx_last_error());
+    *blocks = mx__cpu_conv_staged_blocks() - before;
+    return;
+  }
   cr_assert_eq(mx__cpu_conv_forward(&y, &x, &w, &bias, &p), MX_OK, "forward: %s", mx_last_error());
   cr_assert_eq(mx__cpu_conv_backward_data(&dx, &dy, &w, &p), MX_OK, "backward data: %s", mx_last_error());
   cr_assert_eq(mx__cpu_conv_backward_weight_bias(&dw, &db, &dy, &x, &p), MX_OK, "backward weight: %s",
@@ -110,17 +118,24 @@ static void check(mx_dtype dt) {
   const char *name = mx_dtype_name(dt);
   operands *o = malloc(sizeof *o);
   results *whole = calloc(1, sizeof *whole), *blocked = calloc(1, sizeof *blocked), *dropped = calloc(1, sizeof *dropped);
-  cr_assert(o && whole && blocked && dropped);
+  results *loops = calloc(1, sizeof *loops);
+  cr_assert(o && whole && blocked && dropped && loops);
   draw(o->x, o->xf, NX, dt), draw(o->w, o->wf, NW, dt), draw(o->dy, o->dyf, NY, dt), draw(o->bias, o->biasf, O, dt);
   bounds(o);
 
   uint64_t blocks;
   mx__cpu_conv_staging(INT64_MAX, 2 << 20);
-  run(o, dt, N, whole, &blocks);
+  run(o, dt, N, whole, &blocks, false);
   cr_expect_eq(blocks, 0, "%s: the whole batch ran in %llu blocks", name, (unsigned long long)blocks);
+  /* the whole batch against the plain loops on float32 copies (bfloat16's kernels convert in oneDNN's reorders) */
+  run(o, dt, N, loops, &blocks, true);
+  int64_t apart = outside(loops->y, whole->y, o->bound_y, NY, I * K * K + 1, dt) +
+                  outside(loops->dx, whole->dx, o->bound_dx, NX, O * K * K, dt) +
+                  outside(loops->dw, whole->dw, o->bound_dw, NW, N * H * W, dt);
+  cr_expect_eq(apart, 0, "%s: %lld of the loops' sums apart from the kernels'", name, (long long)apart);
   /* blocks of 2 samples: a sample's float32 copies of x and y take 4 (I + O) H W bytes */
   mx__cpu_conv_staging(0, 2 * 4 * (I + O) * H * W + 1);
-  run(o, dt, N, blocked, &blocks);
+  run(o, dt, N, blocked, &blocks, false);
   cr_expect_eq(blocks, 3 * 5, "%s: %llu blocks for three kernels in five", name, (unsigned long long)blocks);
   int64_t bad = outside(blocked->y, whole->y, o->bound_y, NY, I * K * K + 1, dt);
   cr_expect_eq(bad, 0, "%s: %lld of y's %d sums apart", name, (long long)bad, NY);
@@ -132,10 +147,10 @@ static void check(mx_dtype dt) {
   cr_expect_eq(bad, 0, "%s: %lld of db's %d sums apart", name, (long long)bad, O);
 
   /* the last block's last sample dropped: the weight's gradient falls outside the bound */
-  run(o, dt, N - 1, dropped, &blocks);
+  run(o, dt, N - 1, dropped, &blocks, false);
   cr_expect_gt(outside(dropped->dw, whole->dw, o->bound_dw, NW, N * H * W, dt), 0, "%s: dw", name);
   mx__cpu_conv_staging(4 << 20, 2 << 20);
-  free(o), free(whole), free(blocked), free(dropped);
+  free(o), free(whole), free(blocked), free(dropped), free(loops);
 }
 
 Test(conv_staging, float16_blocks_agree_with_the_whole_batch) { check(MX_F16); }
