@@ -147,23 +147,33 @@ static mx_status run_copies(mx_conv_kind kind, staged *s, const mx_kview *xs, co
 
 /* float16 and bfloat16 as the GPU does them: float32 products and sums, one rounding of the result. bfloat16 runs
  * on oneDNN's float32 primitives, whose reorders convert its operands (mx__dnnl_conv_in_f32); float16, and
- * bfloat16 where that declines, on dense float32 copies of the inputs (the loops when reference). The bias is
- * copied to float32 either way. Over blocks of samples (stage_samples; the loops take the whole batch): x and y a
- * block at a time, w and the bias once; a weight gradient's blocks' float32 sums added in float32 and rounded
- * once, so they differ from the whole batch's only in the order of their terms. */
+ * bfloat16 where that declines, on dense float32 copies of the inputs (the loops when reference). Over blocks of
+ * samples (stage_samples; the loops take the whole batch): x and y a block at a time, w and the bias once; a weight
+ * gradient's blocks' float32 sums added in float32 and rounded once, so they differ from the whole batch's only in
+ * the order of their terms. bias: the forward's, copied to float32; for a weight's gradient, db (an output): summed
+ * beside dw where every block converted (oneDNN's diff_bias), *db_summed says whether (NULL: no db). */
 static mx_status via_f32(mx_conv_kind kind, const mx_kview *const *v, const mx_kview *bias, const mx_conv_params *p,
-                         bool reference) {
+                         bool reference, bool *db_summed) {
   int out = output_role(kind);
   int64_t N = v[ROLE_X]->shape[0], block = reference ? N : stage_samples(v), w_numel = mx__kview_numel(v[ROLE_W]);
   bool converting = !reference && v[ROLE_X]->dtype == MX_BF16; /* oneDNN's reorders convert: no copies */
+  const mx_kview *db = out == ROLE_W ? bias : NULL;
+  int64_t total = w_numel + (db ? mx__kview_numel(db) : 0); /* a weight's gradient: dw's float32 sums, db's after */
   staged s = {0};
   float *sums = NULL; /* a weight gradient's sums so far, when in blocks */
-  mx_status status = out == ROLE_W ? stage(&s, ROLE_W, out, v[ROLE_W]) : MX_OK;
-  if (status == MX_OK && bias && !(s.bias = mx__cpu_dense_f32(bias)))
+  mx_status status = MX_OK;
+  if (out == ROLE_W && (s.buf[ROLE_W] = mx__cpu_f32_alloc(total))) {
+    s.dense[ROLE_W] = mx__cpu_dense_f32_view(s.buf[ROLE_W], v[ROLE_W]);
+    if (db) s.dense_bias = mx__cpu_dense_f32_view(s.buf[ROLE_W] + w_numel, db);
+  } else if (out == ROLE_W) {
+    status = mx__error(MX_OUT_OF_MEMORY, "mx_conv: out of memory for the weight gradient in float32");
+  }
+  if (status == MX_OK && bias && !db && !(s.bias = mx__cpu_dense_f32(bias)))
     status = mx__error(MX_OUT_OF_MEMORY, "mx_conv: out of memory converting the bias to float32");
   if (s.bias) s.dense_bias = mx__cpu_dense_f32_view(s.bias, bias);
-  if (status == MX_OK && out == ROLE_W && block < N && !(sums = mx__cpu_f32_alloc(w_numel)))
+  if (status == MX_OK && out == ROLE_W && block < N && !(sums = mx__cpu_f32_alloc(total)))
     status = mx__error(MX_OUT_OF_MEMORY, "mx_conv: out of memory for the weight gradient's float32 sums");
+  bool all_converted = true;
   if (block < 1) block = 1;
   for (int64_t n0 = 0; (n0 < N || n0 == 0) && status == MX_OK; n0 += block) { /* once for an empty batch */
     int64_t n = N - n0 < block ? N - n0 : block;
@@ -171,17 +181,20 @@ static mx_status via_f32(mx_conv_kind kind, const mx_kview *const *v, const mx_k
     const mx_kview *w = out == ROLE_W ? &s.dense[ROLE_W] : v[ROLE_W], *b = bias ? &s.dense_bias : NULL;
     status = converting ? mx__dnnl_conv_in_f32(kind, &xs, w, &ys, b, p) : MX_NOT_SUPPORTED;
     if (mx__dnnl_declined(status)) {
-      converting = false;
-      status = run_copies(kind, &s, &xs, v[ROLE_W], &ys, bias != NULL, p, reference);
+      converting = all_converted = false;
+      status = run_copies(kind, &s, &xs, v[ROLE_W], &ys, bias && !db, p, reference);
     }
     if (status == MX_OK && sums) { /* the first block's sums are the sums so far */
-      for (int64_t i = 0; i < w_numel; i++) sums[i] = n0 ? sums[i] + s.buf[ROLE_W][i] : s.buf[ROLE_W][i];
+      for (int64_t i = 0; i < total; i++) sums[i] = n0 ? sums[i] + s.buf[ROLE_W][i] : s.buf[ROLE_W][i];
     }
     if (status == MX_OK && block < N) atomic_fetch_add(&staged_blocks, 1);
   }
-  if (status == MX_OK && out == ROLE_W) mx__cpu_store_f32(v[ROLE_W], sums ? sums : s.buf[ROLE_W]);
-  if (sums) mx__cpu_f32_free(sums, w_numel);
-  if (s.buf[ROLE_W]) mx__cpu_f32_free(s.buf[ROLE_W], w_numel);
+  const float *result = sums ? sums : s.buf[ROLE_W];
+  if (status == MX_OK && out == ROLE_W) mx__cpu_store_f32(v[ROLE_W], result);
+  if (status == MX_OK && db && all_converted) mx__cpu_store_f32(db, result + w_numel);
+  if (db_summed) *db_summed = status == MX_OK && db && all_converted;
+  if (sums) mx__cpu_f32_free(sums, total);
+  if (s.buf[ROLE_W]) mx__cpu_f32_free(s.buf[ROLE_W], total);
   if (s.bias) mx__cpu_f32_free(s.bias, mx__kview_numel(bias));
   return status;
 }
@@ -209,7 +222,7 @@ static mx_status run(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, co
     if (status != MX_OK) return status;
   } else if (loops || dt == MX_F32) {
     reference_typed(kind, v, bias, p);
-  } else if ((status = via_f32(kind, v, bias, p, reference || empty)) != MX_OK) {
+  } else if ((status = via_f32(kind, v, bias, p, reference || empty, NULL)) != MX_OK) {
     return status; /* float16 always, bfloat16 where oneDNN has no native kernel (mx__dnnl_native) */
   }
   return relu ? mx__cpu_unary(MX_UN_RELU, y, y, 0, 0) : MX_OK;
@@ -359,6 +372,13 @@ mx_status mx__cpu_conv_backward_weight_bias(const mx_kview *dw, const mx_kview *
   bool separate_sum = dnnl && x->dtype == MX_F32 && mx__kview_is_channels_last(dy);
   if (dnnl && !separate_sum && !mx__dnnl_declined(status = mx__dnnl_conv_backward_weight_bias(dw, db, dy, x, p)))
     return status;
+  if (dnnl && x->dtype == MX_BF16) { /* no native kernel: float32 primitives, their diff_bias beside dw */
+    const mx_kview *v[3] = {x, dw, dy};
+    bool summed;
+    if ((status = via_f32(MX_CONV_BACKWARD_WEIGHT, v, db, p, false, &summed)) != MX_OK) return status;
+    if (!summed) channel_sums(db, dy);
+    return MX_OK;
+  }
   if ((status = run(MX_CONV_BACKWARD_WEIGHT, x, dw, dy, NULL, p, false, false)) != MX_OK) return status;
   if (separate_sum) return reduced_channel_sums(db, dy);
   channel_sums(db, dy);

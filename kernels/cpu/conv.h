@@ -51,10 +51,10 @@ mx_status mx__cpu_conv_backward_data(const mx_kview *dx, const mx_kview *dy, con
 mx_status mx__cpu_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, const mx_kview *x,
                                        const mx_conv_params *p);
 /* dw as mx__cpu_conv_backward_weight's and db (a contiguous (C_out) vector of
- * dy's dtype) = dy summed per output channel: in float32, and bfloat16 where
- * oneDNN runs it natively, oneDNN's backward weights writes db in the same
- * pass over dy (diff_bias, its float32 sums rounded once); elsewhere dw as
- * above, then db summed in double and rounded once. */
+ * dy's dtype) = dy summed per output channel: in float32 and bfloat16,
+ * oneDNN's backward weights writes db in the same pass over dy (diff_bias,
+ * its float32 sums, a block of samples' added in float32, rounded once);
+ * elsewhere dw as above, then db summed in double and rounded once. */
 mx_status mx__cpu_conv_backward_weight_bias(const mx_kview *dw, const mx_kview *db, const mx_kview *dy,
                                             const mx_kview *x, const mx_conv_params *p);
 

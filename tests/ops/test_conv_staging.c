@@ -45,11 +45,13 @@ typedef struct {
   uint16_t x[NX], w[NW], dy[NY], bias[O];
   float xf[NX], wf[NW], dyf[NY], biasf[O];
   double bound_y[NY], bound_dx[NX], bound_dw[NW], bound_db[O];
+  double sum_db[O]; /* dy summed per channel, exactly */
 } operands;
 
 static void bounds(operands *o) {
   memset(o->bound_y, 0, sizeof o->bound_y), memset(o->bound_dx, 0, sizeof o->bound_dx);
   memset(o->bound_dw, 0, sizeof o->bound_dw), memset(o->bound_db, 0, sizeof o->bound_db);
+  memset(o->sum_db, 0, sizeof o->sum_db);
   for (int64_t n = 0; n < N; n++)
     for (int64_t c = 0; c < O; c++)
       for (int64_t h = 0; h < H; h++)
@@ -57,6 +59,7 @@ static void bounds(operands *o) {
           int64_t yi = ((n * O + c) * H + h) * W + x;
           double d = fabs(o->dyf[yi]);
           o->bound_db[c] += d;
+          o->sum_db[c] += o->dyf[yi];
           o->bound_y[yi] += fabs(o->biasf[c]);
           for (int64_t i = 0; i < I; i++)
             for (int64_t kh = 0; kh < K; kh++)
@@ -133,6 +136,10 @@ static void check(mx_dtype dt) {
                   outside(loops->dx, whole->dx, o->bound_dx, NX, O * K * K, dt) +
                   outside(loops->dw, whole->dw, o->bound_dw, NW, N * H * W, dt);
   cr_expect_eq(apart, 0, "%s: %lld of the loops' sums apart from the kernels'", name, (long long)apart);
+  uint16_t db[O]; /* the loops write none: the exact sums, rounded */
+  for (int c = 0; c < O; c++) db[c] = narrow((float)o->sum_db[c], dt);
+  apart = outside(db, whole->db, o->bound_db, O, N * H * W, dt);
+  cr_expect_eq(apart, 0, "%s: %lld of db's %d sums apart from the exact ones", name, (long long)apart, O);
   /* blocks of 2 samples: a sample's float32 copies of x and y take 4 (I + O) H W bytes */
   mx__cpu_conv_staging(0, 2 * 4 * (I + O) * H * W + 1);
   run(o, dt, N, blocked, &blocks, false);
