@@ -70,13 +70,16 @@ static mx_status dnnl_run(mx_conv_kind kind, const mx_kview *const *v, const mx_
 /* Samples staged at a time: the whole batch where its float32 x and y take at most stage_from bytes or where the
  * convolution does STAGE_MACS products or more per staged element, else blocks of about stage_bytes, the batch
  * split evenly (at most two block sizes, so two cached primitives). A block's float32 operands are written,
- * convolved and read back while they are still in the core's cache; a whole batch's past it stream through the
- * last-level cache three times (bfloat16 demo CNN, batch 512, one thread, on a Xeon with 4 MiB of L2: 163 ms a step
- * whole, 124 in blocks of 2 MiB on float32 copies; 126-138 and 112-115 converted by the reorders). Where the products dominate, a smaller batch costs more than the copies save: oneDNN's
- * Winograd tiles span the batch (ResNet-9's 3x3 layers, 384 products or more an element: 580 ms a step whole, 615
- * in two blocks, 720 in blocks of 16 samples); the CNN's layers do 9 and 192. */
+ * convolved and read back while they are still in cache; a whole batch's past it stream through the last-level
+ * cache three times. bfloat16 demo CNN on a 2-core Xeon with 4 MiB of L2 a core, medians: batch 512, one thread,
+ * on float32 copies, 163 ms a step whole and 124 in blocks of 2 MiB; converted by the reorders, 126-138 whole, 104-108
+ * in blocks of 4 MiB from 16 MiB. Smaller blocks, from 4 MiB, cost more than they save where each block's share of
+ * the work shrinks: batch 128 on two threads (conv2's 9.6 MB), 13.9 ms whole against 15.3 in blocks of 2 MiB. Where
+ * the products dominate, a smaller batch costs more than the copies save: oneDNN's Winograd tiles span the batch
+ * (ResNet-9's 3x3 layers, 384 products or more an element: 580 ms a step whole, 615 in two blocks, 720 in blocks of
+ * 16 samples); the CNN's layers do 9 and 192. */
 enum { STAGE_MACS = 256 };
-static _Atomic int64_t stage_from = 4 << 20, stage_bytes = 2 << 20;
+static _Atomic int64_t stage_from = 16 << 20, stage_bytes = 4 << 20;
 static atomic_ullong staged_blocks;
 
 uint64_t mx__cpu_conv_staged_blocks(void) { return atomic_load(&staged_blocks); }

@@ -127,7 +127,7 @@ static void check(mx_dtype dt) {
   bounds(o);
 
   uint64_t blocks;
-  mx__cpu_conv_staging(INT64_MAX, 2 << 20);
+  mx__cpu_conv_staging(INT64_MAX, 4 << 20);
   run(o, dt, N, whole, &blocks, false);
   cr_expect_eq(blocks, 0, "%s: the whole batch ran in %llu blocks", name, (unsigned long long)blocks);
   /* the whole batch against the plain loops on float32 copies (bfloat16's kernels convert in oneDNN's reorders) */
@@ -156,7 +156,7 @@ static void check(mx_dtype dt) {
   /* the last block's last sample dropped: the weight's gradient falls outside the bound */
   run(o, dt, N - 1, dropped, &blocks, false);
   cr_expect_gt(outside(dropped->dw, whole->dw, o->bound_dw, NW, N * H * W, dt), 0, "%s: dw", name);
-  mx__cpu_conv_staging(4 << 20, 2 << 20);
+  mx__cpu_conv_staging(16 << 20, 4 << 20);
   free(o), free(whole), free(blocked), free(dropped), free(loops);
 }
 
