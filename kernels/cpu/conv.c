@@ -65,20 +65,22 @@ static mx_status dnnl_run(mx_conv_kind kind, const mx_kview *const *v, const mx_
   }
 }
 
-/* --- float16 and bfloat16 through float32 copies, a block of samples at a time ------------------------------ */
+/* --- float16 and bfloat16 in float32, a block of samples at a time ---------------------------------------- */
 
 /* Samples staged at a time: the whole batch where its float32 x and y take at most stage_from bytes or where the
- * convolution does STAGE_MACS products or more per staged element, else blocks of about stage_bytes, the batch
- * split evenly (at most two block sizes, so two cached primitives). A block's float32 operands are written,
- * convolved and read back while they are still in cache; a whole batch's past it stream through the last-level
- * cache three times. bfloat16 demo CNN on a 2-core Xeon with 4 MiB of L2 a core, medians: batch 512, one thread,
- * on float32 copies, 163 ms a step whole and 124 in blocks of 2 MiB; converted by the reorders, 126-138 whole, 104-108
- * in blocks of 4 MiB from 16 MiB. Smaller blocks, from 4 MiB, cost more than they save where each block's share of
- * the work shrinks: batch 128 on two threads (conv2's 9.6 MB), 13.9 ms whole against 15.3 in blocks of 2 MiB. Where
- * the products dominate, a smaller batch costs more than the copies save: oneDNN's Winograd tiles span the batch
- * (ResNet-9's 3x3 layers, 384 products or more an element: 580 ms a step whole, 615 in two blocks, 720 in blocks of
- * 16 samples); the CNN's layers do 9 and 192. */
-enum { STAGE_MACS = 256 };
+ * convolution does STAGE_MACS products or more per staged element, else blocks of about stage_bytes, the batch split
+ * evenly (at most two block sizes, so two cached primitives). A block's float32 operands are written, convolved and
+ * read back while they are still in cache; a whole batch's past it stream through the last-level cache three times.
+ * bfloat16 demo CNN on a 2-core Xeon with 4 MiB of L2 a core, medians: batch 512, one thread, on float32 copies, 163
+ * ms a step whole and 124 in blocks of 2 MiB; converted by the reorders, 126-138 whole, 104-108 in blocks of 4 MiB
+ * from 16 MiB. Smaller blocks, from 4 MiB, cost more than they save where each block's share of the work shrinks
+ * (batch 128 on two threads, conv2's 9.6 MB: 13.9 ms whole against 15.3 in blocks of 2 MiB), but not where the
+ * conversions are most of the work, under LIGHT_MACS products an element: there the limits are a quarter and a half
+ * (conv1, 9 products an element, in blocks of 2 MiB from 4 MiB at batch 128: 14.2 -> 13.0 ms on two threads, 28.3 ->
+ * 25.8 on one; float16 18.0-19.0 -> 15.7-16.5). Where the products dominate, a smaller batch costs more than the
+ * copies save: oneDNN's Winograd tiles span the batch (ResNet-9's 3x3 layers, 384 products or more an element: 580
+ * ms a step whole, 615 in two blocks, 720 in blocks of 16 samples); the CNN's layers do 9 and 192. */
+enum { STAGE_MACS = 256, LIGHT_MACS = 32 };
 static _Atomic int64_t stage_from = 16 << 20, stage_bytes = 4 << 20;
 static atomic_ullong staged_blocks;
 
@@ -93,8 +95,10 @@ static int64_t stage_samples(const mx_kview *const *v) {
   int64_t N = v[ROLE_X]->shape[0], staged = mx__kview_numel(v[ROLE_X]) + mx__kview_numel(v[ROLE_Y]);
   /* each of y's elements sums C_in / groups x K products: w's elements an output channel */
   int64_t macs = mx__kview_numel(v[ROLE_W]) / v[ROLE_W]->shape[0] * mx__kview_numel(v[ROLE_Y]);
-  if (N == 0 || 4 * staged <= atomic_load(&stage_from) || macs >= STAGE_MACS * staged) return N;
-  int64_t most = atomic_load(&stage_bytes) / (4 * staged / N);
+  int64_t from = atomic_load(&stage_from), bytes = atomic_load(&stage_bytes);
+  if (macs < LIGHT_MACS * staged) from /= 4, bytes /= 2;
+  if (N == 0 || 4 * staged <= from || macs >= STAGE_MACS * staged) return N;
+  int64_t most = bytes / (4 * staged / N);
   if (most < 1) most = 1;
   int64_t blocks = (N + most - 1) / most;
   return (N + blocks - 1) / blocks;

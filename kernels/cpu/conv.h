@@ -64,7 +64,9 @@ mx_status mx__cpu_conv_backward_weight_bias(const mx_kview *dw, const mx_kview *
  * and y take at most `from` bytes (or the products dominate: 256 or more
  * per element of x and y), else blocks of samples of about `bytes` each, so
  * the float32 data stays in cache (a weight gradient's blocks summed in
- * float32). For tests and benchmarks; the defaults are 16 MiB and 4 MiB. */
+ * float32); a quarter and a half of those for convolutions of under 32
+ * products per element. For tests and benchmarks; the defaults are 16 MiB
+ * and 4 MiB. */
 void mx__cpu_conv_staging(int64_t from, int64_t bytes);
 /* How many blocks of samples (not whole batches) have been convolved so far. */
 uint64_t mx__cpu_conv_staged_blocks(void);

@@ -140,8 +140,9 @@ static void check(mx_dtype dt) {
   for (int c = 0; c < O; c++) db[c] = narrow((float)o->sum_db[c], dt);
   apart = outside(db, whole->db, o->bound_db, O, N * H * W, dt);
   cr_expect_eq(apart, 0, "%s: %lld of db's %d sums apart from the exact ones", name, (long long)apart, O);
-  /* blocks of 2 samples: a sample's float32 copies of x and y take 4 (I + O) H W bytes */
-  mx__cpu_conv_staging(0, 2 * 4 * (I + O) * H * W + 1);
+  /* blocks of 2 samples: a sample's float32 x and y take 4 (I + O) H W bytes, and with 12 products an element
+   * (I K K of them for each of y's O H W) the blocks take half the bytes given */
+  mx__cpu_conv_staging(0, 2 * (2 * 4 * (I + O) * H * W + 1));
   run(o, dt, N, blocked, &blocks, false);
   cr_expect_eq(blocks, 3 * 5, "%s: %llu blocks for three kernels in five", name, (unsigned long long)blocks);
   int64_t bad = outside(blocked->y, whole->y, o->bound_y, NY, I * K * K + 1, dt);
