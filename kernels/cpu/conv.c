@@ -144,8 +144,9 @@ static mx_status run_copies(mx_conv_kind kind, staged *s, const mx_kview *xs, co
                             bool bias, const mx_conv_params *p, bool reference) {
   int out = output_role(kind);
   mx_status status = s->buf[ROLE_W] ? MX_OK : stage(s, ROLE_W, out, w);
-  if (status == MX_OK && (status = stage(s, ROLE_X, out, xs)) == MX_OK && (status = stage(s, ROLE_Y, out, ys)) == MX_OK &&
-      (status = run_staged(kind, s, bias, p, reference)) == MX_OK && out != ROLE_W)
+  if (status == MX_OK && (status = stage(s, ROLE_X, out, xs)) == MX_OK &&
+      (status = stage(s, ROLE_Y, out, ys)) == MX_OK && (status = run_staged(kind, s, bias, p, reference)) == MX_OK &&
+      out != ROLE_W)
     mx__cpu_store_f32(out == ROLE_X ? xs : ys, s->buf[out]);
   if (s->buf[ROLE_X]) mx__cpu_f32_free(s->buf[ROLE_X], mx__kview_numel(xs)), s->buf[ROLE_X] = NULL;
   if (s->buf[ROLE_Y]) mx__cpu_f32_free(s->buf[ROLE_Y], mx__kview_numel(ys)), s->buf[ROLE_Y] = NULL;

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/fixture_io.h"
+#include "torch_module_case.h"
 
 #ifndef MX_FIXTURES_DIR
 #error "MX_FIXTURES_DIR must name tests/fixtures"
@@ -25,15 +25,10 @@
 #define MAX_NAMED 24
 
 typedef struct {
-  char name[48];
-  fx_tensor t;
-} named;
-
-typedef struct {
   char id[96], kind[32];
   int64_t input_size, hidden_size;
   int num_layers, bias, batch_first, bidirectional;
-  named param[MAX_NAMED], input[3], weight[3], output[3], grad[MAX_NAMED];
+  torch_named param[MAX_NAMED], input[3], weight[3], output[3], grad[MAX_NAMED];
   int n_param, n_input, n_weight, n_output, n_grad;
 } rnn_case;
 
@@ -52,7 +47,7 @@ static bool parse_line(void *p, char *line) {
   if (!kind || !name || strlen(name) >= sizeof c->param[0].name) return false;
   struct {
     const char *kind;
-    named *list;
+    torch_named *list;
     int *n, max;
   } lists[] = {{"param", c->param, &c->n_param, MAX_NAMED}, {"input", c->input, &c->n_input, 3},
                {"weight", c->weight, &c->n_weight, 3},      {"output", c->output, &c->n_output, 3},
@@ -60,7 +55,7 @@ static bool parse_line(void *p, char *line) {
   for (size_t k = 0; k < sizeof lists / sizeof *lists; k++) {
     if (strcmp(kind, lists[k].kind)) continue;
     if (*lists[k].n == lists[k].max) return false;
-    named *e = &lists[k].list[(*lists[k].n)++];
+    torch_named *e = &lists[k].list[(*lists[k].n)++];
     snprintf(e->name, sizeof e->name, "%s", name);
     return fx_parse_tensor(&save, &e->t, FX_DTYPE(MX_F32) | FX_DTYPE(MX_F64));
   }
@@ -68,16 +63,10 @@ static bool parse_line(void *p, char *line) {
 }
 
 static void case_free(rnn_case *c) {
-  named *lists[] = {c->param, c->input, c->weight, c->output, c->grad};
+  torch_named *lists[] = {c->param, c->input, c->weight, c->output, c->grad};
   int counts[] = {c->n_param, c->n_input, c->n_weight, c->n_output, c->n_grad};
   for (int k = 0; k < 5; k++)
     for (int i = 0; i < counts[k]; i++) free(lists[k][i].t.v);
-}
-
-static const fx_tensor *find(const named *list, int n, const char *name) {
-  for (int i = 0; i < n; i++)
-    if (!strcmp(list[i].name, name)) return &list[i].t;
-  return NULL;
 }
 
 /* A float32 tensor of the fixture's values (in the current scope). */
@@ -109,17 +98,10 @@ static mx_module *module_of(const rnn_case *c) {
   return NULL;
 }
 
-static bool same_shape(mx_shape a, mx_shape b) {
-  if (a.ndim != b.ndim) return false;
-  for (int d = 0; d < a.ndim; d++)
-    if (a.d[d] != b.d[d]) return false;
-  return true;
-}
-
 /* got (a float32 tensor) is expected elementwise within TOLERANCE (the first mismatch is reported). */
 static void expect_close(const char *id, const char *what, const mx_tensor *got, const fx_tensor *want) {
   cr_assert(got, "%s: %s is missing (%s)", id, what, mx_last_error());
-  cr_assert(same_shape(mx_shape_get(got), want->shape), "%s: %s has %d dims, expected %d", id, what, mx_ndim(got),
+  cr_assert(torch_same_shape(mx_shape_get(got), want->shape), "%s: %s has %d dims, expected %d", id, what, mx_ndim(got),
             want->shape.ndim);
   cr_assert_eq(mx_dtype_of(got), MX_F32, "%s: %s is %s", id, what, mx_dtype_name(mx_dtype_of(got)));
   float *v = malloc(sizeof *v * (size_t)want->n);
@@ -132,33 +114,6 @@ static void expect_close(const char *id, const char *what, const mx_tensor *got,
     }
   }
   free(v);
-}
-
-/* a and b hold the very same floats. */
-static void expect_identical(const char *id, const char *what, const mx_tensor *a, const mx_tensor *b) {
-  cr_assert(a && b, "%s: %s is missing (%s)", id, what, mx_last_error());
-  cr_assert(same_shape(mx_shape_get(a), mx_shape_get(b)), "%s: %s shapes differ", id, what);
-  int64_t n = mx_numel(a);
-  float *va = malloc(sizeof *va * (size_t)n), *vb = malloc(sizeof *vb * (size_t)n);
-  mx_to_host(a, va, sizeof *va * (size_t)n);
-  mx_to_host(b, vb, sizeof *vb * (size_t)n);
-  cr_expect(!memcmp(va, vb, sizeof *va * (size_t)n), "%s: %s differs", id, what);
-  free(va);
-  free(vb);
-}
-
-/* The module's parameters are PyTorch's, name for name, in named_parameters() order; they take its values. */
-static void set_parameters(const rnn_case *c, mx_module *m) {
-  cr_assert_eq(mx_module_num_parameters(m), c->n_param, "%s: %d parameters, PyTorch has %d", c->id,
-               mx_module_num_parameters(m), c->n_param);
-  for (int i = 0; i < c->n_param; i++) {
-    const char *name;
-    mx_tensor *p = mx_module_parameter(m, i, &name);
-    cr_assert(p, "%s", mx_last_error());
-    cr_expect_str_eq(name, c->param[i].name, "%s: parameter %d", c->id, i);
-    cr_assert(same_shape(mx_shape_get(p), c->param[i].t.shape), "%s: %s has the wrong shape", c->id, name);
-    cr_assert_eq(mx_copy_(p, tensor_of(&c->param[i].t, false)), MX_OK, "%s", mx_last_error());
-  }
 }
 
 /* The typed forward of the case's module: outputs[k] for the names out, h_n, c_n (NULL where none). */
@@ -189,12 +144,12 @@ ParameterizedTest(int *k, rnn_torch, matches_pytorch) {
   mx_module *m = module_of(c);
   cr_assert(m, "%s: %s", c->id, mx_last_error());
   mx_scope *s = mx_scope_begin();
-  set_parameters(c, m);
+  torch_set_parameters(c->id, c->param, c->n_param, m);
 
   static const char *const in_names[3] = {"x", "h0", "c0"}, *const out_names[3] = {"out", "h_n", "c_n"};
   mx_tensor *in[3] = {NULL, NULL, NULL}, *outs[3];
   for (int i = 0; i < 3; i++) {
-    const fx_tensor *t = find(c->input, c->n_input, in_names[i]);
+    const fx_tensor *t = torch_find(c->input, c->n_input, in_names[i]);
     if (t) in[i] = tensor_of(t, true);
   }
   cr_assert(in[0], "%s has no input x", c->id);
@@ -202,11 +157,11 @@ ParameterizedTest(int *k, rnn_torch, matches_pytorch) {
 
   mx_tensor *loss = mx_scalar(0, MX_F32, MX_CPU);
   for (int i = 0; i < 3; i++) {
-    const fx_tensor *want = find(c->output, c->n_output, out_names[i]);
+    const fx_tensor *want = torch_find(c->output, c->n_output, out_names[i]);
     cr_assert_eq(!want, !outs[i], "%s: %s is %s", c->id, out_names[i], outs[i] ? "unexpected" : "missing");
     if (!want) continue;
     expect_close(c->id, out_names[i], outs[i], want);
-    const fx_tensor *w = find(c->weight, c->n_weight, out_names[i]);
+    const fx_tensor *w = torch_find(c->weight, c->n_weight, out_names[i]);
     cr_assert(w, "%s has no weight for %s", c->id, out_names[i]);
     loss = mx_add(loss, mx_sum(mx_mul(outs[i], tensor_of(w, false)), MX_ALL_DIMS, false));
   }
@@ -226,7 +181,7 @@ ParameterizedTest(int *k, rnn_torch, matches_pytorch) {
   /* Without states, mx_module_forward is the typed call: the output sequence (a cell's h'), bit for bit. */
   if (!in[1]) {
     mx_tensor *y = mx_module_forward(m, in[0]);
-    expect_identical(c->id, "mx_module_forward", y, outs[0] ? outs[0] : outs[1]);
+    torch_expect_identical(c->id, "mx_module_forward", y, outs[0] ? outs[0] : outs[1]);
   }
   mx_scope_end(s);
   mx_module_free(m);

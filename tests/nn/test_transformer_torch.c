@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/fixture_io.h"
+#include "torch_module_case.h"
 
 #ifndef MX_FIXTURES_DIR
 #error "MX_FIXTURES_DIR must name tests/fixtures"
@@ -30,15 +30,10 @@
 #define MAX_NAMED 24
 
 typedef struct {
-  char name[48];
-  fx_tensor t;
-} named;
-
-typedef struct {
   char id[96], kind[16], activation[8];
   int64_t d_model, nhead, dim_feedforward;
   int norm_first, bias, causal, memory_causal;
-  named param[MAX_NAMED], input[3], mask[4], weight[1], output[1], grad[MAX_NAMED];
+  torch_named param[MAX_NAMED], input[3], mask[4], weight[1], output[1], grad[MAX_NAMED];
   int n_param, n_input, n_mask, n_weight, n_output, n_grad;
 } layer_case;
 
@@ -57,7 +52,7 @@ static bool parse_line(void *p, char *line) {
   if (!kind || !name || strlen(name) >= sizeof c->param[0].name) return false;
   struct {
     const char *kind;
-    named *list;
+    torch_named *list;
     int *n, max;
   } lists[] = {{"param", c->param, &c->n_param, MAX_NAMED}, {"input", c->input, &c->n_input, 3},
                {"mask", c->mask, &c->n_mask, 4},           {"weight", c->weight, &c->n_weight, 1},
@@ -65,7 +60,7 @@ static bool parse_line(void *p, char *line) {
   for (size_t k = 0; k < sizeof lists / sizeof *lists; k++) {
     if (strcmp(kind, lists[k].kind)) continue;
     if (*lists[k].n == lists[k].max) return false;
-    named *e = &lists[k].list[(*lists[k].n)++];
+    torch_named *e = &lists[k].list[(*lists[k].n)++];
     snprintf(e->name, sizeof e->name, "%s", name);
     return fx_parse_tensor(&save, &e->t, FX_DTYPE(MX_F32) | FX_DTYPE(MX_F64) | FX_DTYPE(MX_BOOL));
   }
@@ -73,16 +68,10 @@ static bool parse_line(void *p, char *line) {
 }
 
 static void case_free(layer_case *c) {
-  named *lists[] = {c->param, c->input, c->mask, c->weight, c->output, c->grad};
+  torch_named *lists[] = {c->param, c->input, c->mask, c->weight, c->output, c->grad};
   int counts[] = {c->n_param, c->n_input, c->n_mask, c->n_weight, c->n_output, c->n_grad};
   for (int k = 0; k < 6; k++)
     for (int i = 0; i < counts[k]; i++) free(lists[k][i].t.v);
-}
-
-static const fx_tensor *find(const named *list, int n, const char *name) {
-  for (int i = 0; i < n; i++)
-    if (!strcmp(list[i].name, name)) return &list[i].t;
-  return NULL;
 }
 
 /* The fixture's tensor in its dtype (in the current scope), a leaf that requires grad when asked. */
@@ -102,19 +91,12 @@ static mx_module *module_of(const layer_case *c) {
   return mx_transformer_decoder_layer_new(c->d_model, c->nhead, &o, NULL);
 }
 
-static bool same_shape(mx_shape a, mx_shape b) {
-  if (a.ndim != b.ndim) return false;
-  for (int d = 0; d < a.ndim; d++)
-    if (a.d[d] != b.d[d]) return false;
-  return true;
-}
-
 /* got is expected elementwise within tol: relative to max(1, |expected|) (absolute false), or to the largest
  * |expected| of the tensor (absolute true). The first mismatch is reported. */
 static void expect_close(const char *id, const char *what, const mx_tensor *got, const fx_tensor *want, double tol,
                          bool absolute) {
   cr_assert(got, "%s: %s is missing (%s)", id, what, mx_last_error());
-  cr_assert(same_shape(mx_shape_get(got), want->shape), "%s: %s has %d dims, expected %d", id, what, mx_ndim(got),
+  cr_assert(torch_same_shape(mx_shape_get(got), want->shape), "%s: %s has %d dims, expected %d", id, what, mx_ndim(got),
             want->shape.ndim);
   double *v = malloc(sizeof *v * (size_t)want->n), largest = 0;
   cr_assert_eq(mx_to_host(mx_to_dtype(got, MX_F64), v, sizeof *v * (size_t)want->n), MX_OK, "%s", mx_last_error());
@@ -128,33 +110,6 @@ static void expect_close(const char *id, const char *what, const mx_tensor *got,
     }
   }
   free(v);
-}
-
-/* a and b hold the very same floats. */
-static void expect_identical(const char *id, const char *what, const mx_tensor *a, const mx_tensor *b) {
-  cr_assert(a && b, "%s: %s is missing (%s)", id, what, mx_last_error());
-  cr_assert(same_shape(mx_shape_get(a), mx_shape_get(b)), "%s: %s shapes differ", id, what);
-  int64_t n = mx_numel(a);
-  float *va = malloc(sizeof *va * (size_t)n), *vb = malloc(sizeof *vb * (size_t)n);
-  cr_assert_eq(mx_to_host(a, va, sizeof *va * (size_t)n), MX_OK, "%s", mx_last_error());
-  cr_assert_eq(mx_to_host(b, vb, sizeof *vb * (size_t)n), MX_OK, "%s", mx_last_error());
-  cr_expect(!memcmp(va, vb, sizeof *va * (size_t)n), "%s: %s differs", id, what);
-  free(va);
-  free(vb);
-}
-
-/* The module's parameters are PyTorch's, name for name, in named_parameters() order; they take its values. */
-static void set_parameters(const layer_case *c, mx_module *m) {
-  cr_assert_eq(mx_module_num_parameters(m), c->n_param, "%s: %d parameters, PyTorch has %d", c->id,
-               mx_module_num_parameters(m), c->n_param);
-  for (int i = 0; i < c->n_param; i++) {
-    const char *name;
-    mx_tensor *p = mx_module_parameter(m, i, &name);
-    cr_assert(p, "%s", mx_last_error());
-    cr_assert_str_eq(name, c->param[i].name, "%s: parameter %d", c->id, i);
-    cr_assert(same_shape(mx_shape_get(p), c->param[i].t.shape), "%s: %s has the wrong shape", c->id, name);
-    cr_assert_eq(mx_copy_(p, tensor_of(&c->param[i].t, false)), MX_OK, "%s", mx_last_error());
-  }
 }
 
 /* The case's inputs and masks as tensors (inputs requiring grad). */
@@ -175,7 +130,7 @@ static case_inputs inputs_of(const layer_case *c) {
   const char *slots[4] = {"key_padding_mask", "attn_mask", "memory_key_padding_mask", "memory_mask"};
   mx_tensor **to[4] = {&ci.kpm, &ci.attn, &ci.memory_kpm, &ci.memory_attn};
   for (int k = 0; k < 4; k++) {
-    const fx_tensor *t = find(c->mask, c->n_mask, slots[k]);
+    const fx_tensor *t = torch_find(c->mask, c->n_mask, slots[k]);
     if (t) *to[k] = tensor_of(t, false);
   }
   return ci;
@@ -237,9 +192,9 @@ static void check_case(const layer_case *c, mx_module *m, mx_dtype dtype) {
       st = mx_module_forward_n(m, 6, (const mx_tensor *[]){ci.in[0], ci.in[1], ci.kpm, ci.attn, ci.memory_kpm,
                                                            ci.memory_attn}, 1, &y);
     cr_assert_eq(st, MX_OK, "%s: %s", c->id, mx_last_error());
-    expect_identical(c->id, "mx_module_forward_n", y, out);
+    torch_expect_identical(c->id, "mx_module_forward_n", y, out);
     if (!ci.kpm && !ci.attn && strcmp(c->kind, "decoder") && strcmp(c->kind, "mha"))
-      expect_identical(c->id, "mx_module_forward", mx_module_forward(m, ci.in[0]), out);
+      torch_expect_identical(c->id, "mx_module_forward", mx_module_forward(m, ci.in[0]), out);
   }
   mx_scope_end(s);
 }
@@ -257,7 +212,7 @@ ParameterizedTest(int *k, transformer_torch, matches_pytorch) {
   mx_module *m = module_of(c);
   cr_assert(m, "%s: %s", c->id, mx_last_error());
   mx_scope *s = mx_scope_begin();
-  set_parameters(c, m);
+  torch_set_parameters(c->id, c->param, c->n_param, m);
   check_case(c, m, MX_F32);
   check_case(c, m, MX_BF16);
   mx_scope_end(s);

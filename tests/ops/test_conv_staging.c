@@ -1,11 +1,13 @@
-/* 16-bit convolutions on the CPU staged through float32 a block of samples at a time (kernels/cpu/conv.c:
- * via_f32) against the whole batch staged at once, and the whole batch against the plain loops, on random values: the forward and the input's gradient are each
- * sample's own sums either way, the weight's gradient (and the bias's, summed beside it) adds the blocks' float32
- * sums, so the same terms in another order. Both agree within a bound derived from the sums of the terms'
- * magnitudes (float32's rounding of any two orders, and one rounding to the 16-bit dtype apart). Float16 always;
- * bfloat16 where oneDNN has no native kernel for it (else it is not staged: skipped). 9 images in blocks of
- * 2, 2, 2, 2, 1 (a remainder block), 2 input channels, 3x3 kernels, padding 1. The bound catches a dropped block:
- * the weight's gradient of the batch less its last sample falls outside it, checked below. */
+/* 16-bit convolutions on the CPU computed in float32 a block of samples at a time (kernels/cpu/conv.c: via_f32;
+ * bfloat16 converted by the float32 primitives' reorders where oneDNN has no bf16 kernel, float16 on float32 copies)
+ * against the whole batch at once, and the whole batch against the plain loops and db against the exact sums, on
+ * random values. The forward and the input's gradient are each sample's own sums either way; the weight's gradient
+ * (and the bias's, summed beside it) adds the blocks' float32 sums, so the same terms in another order. All agree
+ * within a bound derived from the sums of the terms' magnitudes (float32's rounding of any two orders, and one
+ * rounding to the 16-bit dtype apart). Float16 always; bfloat16 where oneDNN has no native kernel for it (else it is
+ * not staged: skipped). 9 images in blocks of 2, 2, 2, 2, 1 (a remainder block), 2 input channels, 3x3 kernels,
+ * padding 1. The bound catches a dropped block: the weight's gradient of the batch less its last sample falls outside
+ * it, checked below. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -120,8 +122,8 @@ static void run(const operands *o, mx_dtype dt, int64_t n, results *r, uint64_t 
 static void check(mx_dtype dt) {
   const char *name = mx_dtype_name(dt);
   operands *o = malloc(sizeof *o);
-  results *whole = calloc(1, sizeof *whole), *blocked = calloc(1, sizeof *blocked), *dropped = calloc(1, sizeof *dropped);
-  results *loops = calloc(1, sizeof *loops);
+  results *whole = calloc(1, sizeof *whole), *blocked = calloc(1, sizeof *blocked);
+  results *dropped = calloc(1, sizeof *dropped), *loops = calloc(1, sizeof *loops);
   cr_assert(o && whole && blocked && dropped && loops);
   draw(o->x, o->xf, NX, dt), draw(o->w, o->wf, NW, dt), draw(o->dy, o->dyf, NY, dt), draw(o->bias, o->biasf, O, dt);
   bounds(o);
