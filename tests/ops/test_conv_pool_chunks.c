@@ -16,6 +16,7 @@
 #include "kernels/cpu/dnnl.h"
 #include "kernels/cpu/dnnl_conv_pool.h"
 #include "mx_config.h"
+#include "plain_kview.h"
 
 typedef struct {
   int64_t n, c_in, h, w, c_out; /* x is (n, c_in, h, w); 3x3 kernels, padding 1, 2x2 windows */
@@ -69,13 +70,6 @@ static float value(const void *v, mx_dtype dt, int64_t i) {
   float f;
   memcpy(&f, &bits, 4);
   return f;
-}
-
-static mx_kview plain(void *data, mx_dtype dt, int ndim, const int64_t *shape) {
-  mx_kview v = {.data = data, .dtype = dt, .ndim = ndim};
-  int64_t step = 1;
-  for (int d = ndim - 1; d >= 0; d--) v.shape[d] = shape[d], v.strides[d] = step, step *= shape[d];
-  return v;
 }
 
 /* A case's inputs: typed for the kernel, and as floats */

@@ -14,6 +14,7 @@
 
 #include "../common/expect_error.h"
 #include "fused_case.h"
+#include "plain_kview.h"
 #include "kernels/cpu/dnnl.h"
 #include "kernels/cpu/dnnl_conv_pool.h"
 #include "mx_config.h"
@@ -92,14 +93,6 @@ static mx_tensor *laid_out(const void *values, const int64_t shape[4], mx_dtype 
   *view = (mx_kview){.data = (void *)values, .dtype = dt, .ndim = 4};
   for (int d = 0; d < 4; d++) view->shape[d] = shape[d], view->strides[d] = strides[d];
   return t;
-}
-
-/* A contiguous kernel view of a host buffer of dt, shape given. */
-static mx_kview plain(void *data, mx_dtype dt, int ndim, const int64_t *shape) {
-  mx_kview v = {.data = data, .dtype = dt, .ndim = ndim};
-  int64_t step = 1;
-  for (int d = ndim - 1; d >= 0; d--) v.shape[d] = shape[d], v.strides[d] = step, step *= shape[d];
-  return v;
 }
 
 static int64_t count_of(int ndim, const int64_t *shape) {

@@ -17,6 +17,7 @@
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/dnnl.h"
 #include "kernels/math.h"
+#include "plain_kview.h"
 
 enum { N = 9, I = 2, O = 4, H = 10, W = 10, K = 3 }; /* x (N, I, H, W), w (O, I, K, K), y (N, O, H, W) */
 enum { NX = N * I * H * W, NW = O * I * K * K, NY = N * O * H * W };
@@ -33,13 +34,6 @@ static float widen(uint16_t h, mx_dtype dt) { return dt == MX_F16 ? mx_f16_to_f3
 /* count 16-bit values drawn from [-1, 1) into v, and as floats into f. */
 static void draw(uint16_t *v, float *f, int64_t count, mx_dtype dt) {
   for (int64_t i = 0; i < count; i++) v[i] = narrow((float)uniform(), dt), f[i] = widen(v[i], dt);
-}
-
-static mx_kview plain(void *data, mx_dtype dt, int ndim, const int64_t *shape) {
-  mx_kview v = {.data = data, .dtype = dt, .ndim = ndim};
-  int64_t step = 1;
-  for (int d = ndim - 1; d >= 0; d--) v.shape[d] = shape[d], v.strides[d] = step, step *= shape[d];
-  return v;
 }
 
 /* The operands, 16-bit and as floats, and the magnitudes of each output's terms. */
