@@ -73,6 +73,14 @@ typedef struct {
 int64_t mx__kview_numel(const mx_kview *v);
 bool mx__kview_is_contiguous(const mx_kview *v);
 
+/* v's samples n0 .. n0 + n (its first dim), for kernels that run a batch a block of samples at a time. */
+static inline mx_kview mx__kview_samples(const mx_kview *v, int64_t n0, int64_t n) {
+  mx_kview part = *v;
+  part.data = (char *)v->data + n0 * v->strides[0] * (int64_t)mx_dtype_size(v->dtype);
+  part.shape[0] = n;
+  return part;
+}
+
 /* Channels-last (NHWC) is the one other dense layout mixgrad keeps: a 4-D
  * (N, C, H, W) view whose elements lie in memory as (N, H, W, C), strides
  * (H*W*C, 1, W*C, C) (size-1 dims may have any stride, as in

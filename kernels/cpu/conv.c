@@ -104,14 +104,6 @@ static int64_t stage_samples(const mx_kview *const *v) {
   return (N + blocks - 1) / blocks;
 }
 
-/* v's samples n0 .. n0 + n (its first dim). */
-static mx_kview samples(const mx_kview *v, int64_t n0, int64_t n) {
-  mx_kview part = *v;
-  part.data = (char *)v->data + n0 * v->strides[0] * (int64_t)mx_dtype_size(v->dtype);
-  part.shape[0] = n;
-  return part;
-}
-
 /* The float32 buffers of one call (or one block): dense copies of the operands (the output's only allocated), the
  * bias's too. */
 typedef struct {
@@ -185,7 +177,7 @@ static mx_status via_f32(mx_conv_kind kind, const mx_kview *const *v, const mx_k
   if (block < 1) block = 1;
   for (int64_t n0 = 0; (n0 < N || n0 == 0) && status == MX_OK; n0 += block) { /* once for an empty batch */
     int64_t n = N - n0 < block ? N - n0 : block;
-    mx_kview xs = samples(v[ROLE_X], n0, n), ys = samples(v[ROLE_Y], n0, n);
+    mx_kview xs = mx__kview_samples(v[ROLE_X], n0, n), ys = mx__kview_samples(v[ROLE_Y], n0, n);
     const mx_kview *w = out == ROLE_W ? &s.dense[ROLE_W] : v[ROLE_W], *b = bias ? &s.dense_bias : NULL;
     status = converting ? mx__dnnl_conv_in_f32(kind, &xs, w, &ys, b, p) : MX_NOT_SUPPORTED;
     if (mx__dnnl_declined(status)) {

@@ -59,8 +59,9 @@ mx_status mx__dnnl_conv_backward_weight_bias(const mx_kview *dw, const mx_kview 
  * one out of it rounds the float32 sums once, so no float32 copy of an
  * operand is made beside them; a weight reordered so is kept per version as
  * the others are. kind's roles as conv.h's: x (or dx), w (or dw), y (or dy);
- * a weight's gradient is float32 (the caller rounds it), bias a float32
- * (C_out) vector or NULL (the forward's alone). */
+ * a weight's gradient is float32 (the caller rounds it). bias: NULL or a
+ * float32 (C_out) vector, the forward's bias or, for a weight's gradient,
+ * the bias's gradient written beside it (diff_bias). */
 mx_status mx__dnnl_conv_in_f32(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, const mx_kview *y,
                                const mx_kview *bias, const mx_conv_params *p);
 

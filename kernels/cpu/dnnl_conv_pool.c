@@ -200,14 +200,6 @@ static void pool(const geometry *g, const void *src, const mx_kview *y, const mx
   }
 }
 
-/* v's samples n0 .. n0 + n (its first dim), for a chunk of the batch. */
-static mx_kview samples(const mx_kview *v, int64_t n0, int64_t n) {
-  mx_kview part = *v;
-  part.data = (char *)v->data + n0 * v->strides[0] * (int64_t)mx_dtype_size(v->dtype);
-  part.shape[0] = n;
-  return part;
-}
-
 /* The convolution into buf (plan's layout), then the pooling into y and indices. */
 static mx_status convolve_and_pool(const mx__dnnl_conv_plan *plan, const mx_kview *y, const mx_kview *indices,
                                    const mx_kview *x, const mx_kview *w, const mx_kview *full, const mx_kview *bias,
@@ -267,7 +259,7 @@ mx_status mx__cpu_conv_max_pool_relu(const mx_kview *y, const mx_kview *indices,
     mx__dnnl_conv_plan_end(&plan);
     for (int64_t n0 = 0; n0 < N && status == MX_OK; n0 += chunk) {
       int64_t n = N - n0 < chunk ? N - n0 : chunk;
-      mx_kview xs = samples(x, n0, n), ys = samples(y, n0, n), is = samples(indices, n0, n), fs = full;
+      mx_kview xs = mx__kview_samples(x, n0, n), ys = mx__kview_samples(y, n0, n), is = mx__kview_samples(indices, n0, n), fs = full;
       fs.shape[0] = n; /* its data is never read */
       status = mx__dnnl_conv_plan_begin(&plan, MX__DNNL_CONV_FORWARD, &xs, w, &fs, bias != NULL, cp);
       if (status == MX_OK && !plan.block) status = MX_NOT_SUPPORTED; /* not after the batch's plan had one */
@@ -418,8 +410,8 @@ static mx_status data_in_chunks(const mx__dnnl_conv_plan *data, int64_t chunk, c
   mx_status status = MX_OK;
   for (int64_t n0 = 0; n0 < N && status == MX_OK; n0 += chunk) {
     int64_t n = N - n0 < chunk ? N - n0 : chunk;
-    mx_kview dxs = samples(dx, n0, n), gs = samples(g, n0, n), is = samples(indices, n0, n), fs = *full, ms;
-    if (mask) ms = samples(mask, n0, n);
+    mx_kview dxs = mx__kview_samples(dx, n0, n), gs = mx__kview_samples(g, n0, n), is = mx__kview_samples(indices, n0, n), fs = *full, ms;
+    if (mask) ms = mx__kview_samples(mask, n0, n);
     fs.shape[0] = n; /* its data is never read */
     char *part = batch_buf ? buf + n0 * sample_bytes : buf;
     geometry geo = geometry_of(&fs, &gs, pp, data->block);
@@ -481,8 +473,8 @@ static mx_status in_chunks(const operands *o, int64_t chunk, int64_t sample) {
                        buf_bytes + sum_bytes);
   for (int64_t n0 = 0; n0 < N && status == MX_OK; n0 += chunk) {
     int64_t n = N - n0 < chunk ? N - n0 : chunk;
-    mx_kview xs = samples(o->x, n0, n), gs = samples(o->g, n0, n), is = samples(o->indices, n0, n), fs = *o->full;
-    mx_kview ms = o->mask ? samples(o->mask, n0, n) : (mx_kview){0}, dxs = o->dx ? samples(o->dx, n0, n) : xs;
+    mx_kview xs = mx__kview_samples(o->x, n0, n), gs = mx__kview_samples(o->g, n0, n), is = mx__kview_samples(o->indices, n0, n), fs = *o->full;
+    mx_kview ms = o->mask ? mx__kview_samples(o->mask, n0, n) : (mx_kview){0}, dxs = o->dx ? mx__kview_samples(o->dx, n0, n) : xs;
     fs.shape[0] = n;                                  /* its data is never read */
     float *to = n0 ? sums + w_numel + b_numel : sums; /* the first chunk's are the sums so far */
     mx_kview dw = float32_like(o->dw, to), db = o->db ? float32_like(o->db, to + w_numel) : dw;
