@@ -71,7 +71,7 @@ static mx_status dnnl_run(mx_conv_kind kind, const mx_kview *const *v, const mx_
  * convolution does STAGE_MACS products or more per staged element, else blocks of about stage_bytes, the batch split
  * evenly (at most two block sizes, so two cached primitives). A block's float32 operands are written, convolved and
  * read back while they are still in cache; a whole batch's past it stream through the last-level cache three times.
- * bfloat16 demo CNN on a 2-core Xeon with 4 MiB of L2 a core, medians: batch 512, one thread, on float32 copies, 163
+ * bfloat16 demo CNN on a 2-core Xeon with 2 MiB of L2 a core, medians: batch 512, one thread, on float32 copies, 163
  * ms a step whole and 124 in blocks of 2 MiB; converted by the reorders, 126-138 whole, 104-108 in blocks of 4 MiB
  * from 16 MiB. Smaller blocks, from 4 MiB, cost more than they save where each block's share of the work shrinks
  * (batch 128 on two threads, conv2's 9.6 MB: 13.9 ms whole against 15.3 in blocks of 2 MiB), but not where the

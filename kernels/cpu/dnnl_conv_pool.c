@@ -217,13 +217,18 @@ static mx_status convolve_and_pool(const mx__dnnl_conv_plan *plan, const mx_kvie
 }
 
 /* Samples a chunk of the batch when the full-resolution output (or its gradient) is made and used a chunk at a time:
- * where the batch's would take over chunk_from bytes (past what stays in the last-level cache beside the step's
- * other data), about chunk_bytes a chunk, the batch split evenly, so that the convolution's writes are still in
- * cache when the pooling (or the backward primitives) read them. Otherwise the whole batch at once: smaller
- * chunks only cost (oneDNN splits a chunk among the threads less evenly). On the 32 MiB L3 of rounds 19-25's AMD
- * EPYC, the demo CNN's first layer's fused forward alone, 2 threads, CPU time a sample: float32 batch 512 (51 MB of
- * output) 12.4 -> 6.0 us in chunks of 4 MiB; batch 128 (12.8 MB) 5.2 whole, 6.0 in chunks of 2 MiB. */
-static _Atomic int64_t chunk_from = 16 << 20, chunk_bytes = 4 << 20;
+ * where the batch's would take over chunk_from bytes, about chunk_bytes a chunk, the batch split evenly, so that the
+ * convolution's writes are still in cache when the pooling (or the backward primitives) read them. Otherwise the
+ * whole batch at once: smaller chunks only cost (oneDNN splits a chunk among the threads less evenly). Only
+ * convolutions that read x as it lies are chunked (below), in practice first layers of a few input channels, whose
+ * output is most of their traffic: the limits are conv.c's staging's for such light convolutions. Where the
+ * last-level cache is near and large, whole batches did better: on the 32 MiB L3 of rounds 19-25's AMD EPYC, the
+ * demo CNN's first layer's fused forward alone, 2 threads, CPU time a sample: float32 batch 512 (51 MB of output)
+ * 12.4 -> 6.0 us in chunks of 4 MiB; batch 128 (12.8 MB) 5.2 whole, 6.0 in chunks of 2 MiB. On round 38's Intel
+ * Xeon (2 MiB of L2 a core, a mesh L3) the chunks win at batch 128 too: oneDNN's forward and weight-gradient
+ * primitives for that layer 0.70 and 0.68 ms whole, 0.33-0.45 and 0.35-0.48 in chunks of 2 MiB; the step, medians
+ * of 6 alternating processes, 2 threads 12.8 -> 12.1 ms, 1 thread 31.5 -> 24.6 (batch 512: 103 -> 92). */
+static _Atomic int64_t chunk_from = 4 << 20, chunk_bytes = 2 << 20;
 
 void mx__cpu_conv_max_pool_relu_chunking(int64_t from, int64_t bytes) {
   atomic_store(&chunk_from, from);
