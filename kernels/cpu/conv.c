@@ -91,17 +91,23 @@ void mx__cpu_conv_staging(int64_t from, int64_t bytes) {
   atomic_store(&stage_bytes, bytes);
 }
 
-static int64_t stage_samples(const mx_kview *const *v) {
-  int64_t N = v[ROLE_X]->shape[0], staged = mx__kview_numel(v[ROLE_X]) + mx__kview_numel(v[ROLE_Y]);
+int64_t mx__cpu_conv_block_samples(const mx_kview *x, const mx_kview *w, const mx_kview *y, int64_t batch_bytes,
+                                   int64_t from, int64_t bytes) {
+  int64_t N = x->shape[0], staged = mx__kview_numel(x) + mx__kview_numel(y);
   /* each of y's elements sums C_in / groups x K products: w's elements an output channel */
-  int64_t macs = mx__kview_numel(v[ROLE_W]) / v[ROLE_W]->shape[0] * mx__kview_numel(v[ROLE_Y]);
-  int64_t from = atomic_load(&stage_from), bytes = atomic_load(&stage_bytes);
+  int64_t macs = w->shape[0] ? mx__kview_numel(w) / w->shape[0] * mx__kview_numel(y) : 0;
   if (macs < LIGHT_MACS * staged) from /= 4, bytes /= 2;
-  if (N == 0 || 4 * staged <= from || macs >= STAGE_MACS * staged) return N;
-  int64_t most = bytes / (4 * staged / N);
+  if (N == 0 || batch_bytes <= from || macs >= STAGE_MACS * staged) return N;
+  int64_t most = bytes / (batch_bytes / N ? batch_bytes / N : 1);
   if (most < 1) most = 1;
   int64_t blocks = (N + most - 1) / most;
   return (N + blocks - 1) / blocks;
+}
+
+static int64_t stage_samples(const mx_kview *const *v) {
+  int64_t staged_bytes = 4 * (mx__kview_numel(v[ROLE_X]) + mx__kview_numel(v[ROLE_Y]));
+  return mx__cpu_conv_block_samples(v[ROLE_X], v[ROLE_W], v[ROLE_Y], staged_bytes, atomic_load(&stage_from),
+                                    atomic_load(&stage_bytes));
 }
 
 /* The float32 buffers of one call (or one block): dense copies of the operands (the output's only allocated), the

@@ -70,6 +70,13 @@ mx_status mx__cpu_conv_backward_weight_bias(const mx_kview *dw, const mx_kview *
 void mx__cpu_conv_staging(int64_t from, int64_t bytes);
 /* How many blocks of samples (not whole batches) have been convolved so far. */
 uint64_t mx__cpu_conv_staged_blocks(void);
+/* Samples a block, where a convolution of x, w and y runs a block of samples at a time so that what it writes is
+ * still in cache when it is read back (the staging above, and dnnl_conv_pool.c's chunks): the whole batch where its
+ * buffers take at most from bytes (batch_bytes) or the convolution does 256 or more products per element of x and
+ * y, else blocks of about `bytes` each, the batch split evenly; a quarter of from and half of bytes for
+ * convolutions of under 32 products per element. conv.c says where these were measured. */
+int64_t mx__cpu_conv_block_samples(const mx_kview *x, const mx_kview *w, const mx_kview *y, int64_t batch_bytes,
+                                   int64_t from, int64_t bytes);
 
 /* The plain loops (direct convolution), accumulating in double for f64 and in
  * float otherwise: used for f64, as the fallback, and as the reference in

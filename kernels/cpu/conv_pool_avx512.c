@@ -70,6 +70,14 @@ WIDE_INLINE __m512 load_bf16(const uint16_t *at) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)at)), 16));
 }
 
+/* 16 float32 values rounded to bfloat16 (mx__bf16_nearest: to nearest even, a NaN made quiet), as float32. */
+WIDE_INLINE __m512 round_bf16(__m512 v) {
+  __m512i x = _mm512_castps_si512(v), odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+  __m512i rounded = _mm512_add_epi32(x, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd));
+  rounded = _mm512_mask_or_epi32(rounded, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), x, _mm512_set1_epi32(0x400000));
+  return _mm512_castsi512_ps(_mm512_and_si512(rounded, _mm512_set1_epi32((int)0xffff0000u)));
+}
+
 /* 16 bfloat16 values as float32, all loaded (whole) or the lanes of k. */
 WIDE_INLINE __m512 load_bf16_masked(const uint16_t *at, bool whole, __mmask16 k) {
   __m256i bits = whole ? _mm256_loadu_si256((const __m256i *)at) : _mm256_maskz_loadu_epi16(k, at);
@@ -91,7 +99,7 @@ WIDE_INLINE __m512i bf16_plus_zero(__m512i d) {
 }
 
 WIDE_INLINE void conv_pool16(const void *plane, int64_t W, int64_t OH, int64_t OW, void *y, uint8_t *offset,
-                             int64_t m, bool bf16) {
+                             int64_t m, bool bf16, bool f32_plane) {
   const int64_t area = OH * OW; /* a channel's outputs */
   for (int64_t oh = 0; oh < OH; oh++)
     for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
@@ -104,7 +112,12 @@ WIDE_INLINE void conv_pool16(const void *plane, int64_t W, int64_t OH, int64_t O
         }
         const int64_t a = ((2 * oh) * W + 2 * (ow0 + p)) * 16, c = a + W * 16; /* the window's top left, bottom left */
         __m512i where;
-        if (bf16) {
+        if (bf16 && f32_plane) { /* y's values, rounded before the search as the unfused op's output is */
+          const float *at = plane;
+          __m512 best = search(round_bf16(_mm512_loadu_ps(at + a)), round_bf16(_mm512_loadu_ps(at + a + 16)),
+                               round_bf16(_mm512_loadu_ps(at + c)), round_bf16(_mm512_loadu_ps(at + c + 16)), &where);
+          values[p] = _mm512_or_si512(bf16_store(best), _mm512_slli_epi32(where, 16));
+        } else if (bf16) {
           const uint16_t *at = plane;
           __m512 best = search(load_bf16(at + a), load_bf16(at + a + 16), load_bf16(at + c), load_bf16(at + c + 16),
                                &where);
@@ -135,9 +148,10 @@ WIDE_INLINE void conv_pool16(const void *plane, int64_t W, int64_t OH, int64_t O
 }
 
 WIDE void mx__conv_pool16_avx512(const void *plane, int64_t W, int64_t OH, int64_t OW, void *y, uint8_t *offset,
-                                 int64_t m, bool bf16) {
-  if (bf16) conv_pool16(plane, W, OH, OW, y, offset, m, true);
-  else conv_pool16(plane, W, OH, OW, y, offset, m, false);
+                                 int64_t m, bool bf16, bool f32_plane) {
+  if (bf16 && f32_plane) conv_pool16(plane, W, OH, OW, y, offset, m, true, true);
+  else if (bf16) conv_pool16(plane, W, OH, OW, y, offset, m, true, false);
+  else conv_pool16(plane, W, OH, OW, y, offset, m, false, false);
 }
 
 /* relu_backward's test on its mask y (kernels/math.h): the lanes where y > 0 or y is NaN, whose gradient passes. */
@@ -145,7 +159,7 @@ WIDE_INLINE __mmask16 kept_by(__m512 y) { return _mm512_cmp_ps_mask(y, _mm512_se
 
 WIDE_INLINE void conv_pool16_backward(void *top, int64_t W, int64_t OW, const void *dy, const void *mask,
                                       const uint8_t *offset, int64_t channel_stride, int64_t m, int64_t readable,
-                                      bool bf16) {
+                                      bool bf16, bool f32_top) {
   for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
     const int64_t count = OW - ow0 < 16 ? OW - ow0 : 16;
     const __mmask16 k = first16(count);
@@ -184,8 +198,12 @@ WIDE_INLINE void conv_pool16_backward(void *top, int64_t W, int64_t OW, const vo
         const __mmask16 here = _mm512_cmpeq_epi32_mask(where, _mm512_set1_epi32(r));
         if (bf16) {
           __m512i g = bf16_plus_zero(_mm512_and_si512(values[p], _mm512_set1_epi32(0xffff)));
-          __m256i kept = _mm512_cvtepi32_epi16(_mm512_maskz_mov_epi32(here, g));
-          _mm256_storeu_si256((__m256i *)((uint16_t *)top + pixel), kept);
+          if (f32_top) { /* the bfloat16 values widened */
+            _mm512_storeu_si512((float *)top + pixel, _mm512_maskz_mov_epi32(here, _mm512_slli_epi32(g, 16)));
+          } else {
+            __m256i kept = _mm512_cvtepi32_epi16(_mm512_maskz_mov_epi32(here, g));
+            _mm256_storeu_si256((__m256i *)((uint16_t *)top + pixel), kept);
+          }
         } else {
           __m512 g = _mm512_add_ps(_mm512_setzero_ps(), _mm512_castsi512_ps(values[p]));
           _mm512_storeu_ps((float *)top + pixel, _mm512_maskz_mov_ps(here, g));
@@ -197,8 +215,9 @@ WIDE_INLINE void conv_pool16_backward(void *top, int64_t W, int64_t OW, const vo
 
 WIDE void mx__conv_pool16_backward_avx512(void *top, int64_t W, int64_t OW, const void *dy, const void *mask,
                                           const uint8_t *offset, int64_t channel_stride, int64_t m, int64_t readable,
-                                          bool bf16) {
-  if (bf16) conv_pool16_backward(top, W, OW, dy, mask, offset, channel_stride, m, readable, true);
-  else conv_pool16_backward(top, W, OW, dy, mask, offset, channel_stride, m, readable, false);
+                                          bool bf16, bool f32_top) {
+  if (bf16 && f32_top) conv_pool16_backward(top, W, OW, dy, mask, offset, channel_stride, m, readable, true, true);
+  else if (bf16) conv_pool16_backward(top, W, OW, dy, mask, offset, channel_stride, m, readable, true, false);
+  else conv_pool16_backward(top, W, OW, dy, mask, offset, channel_stride, m, readable, false, false);
 }
 #endif

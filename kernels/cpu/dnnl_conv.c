@@ -717,7 +717,7 @@ static int64_t y_channel_block(const conv_entry *e) {
     dnnl_format_tag_t tag;
     int64_t block; /* 0: all the channels (nhwc) */
   } forms[] = {{dnnl_aBcd16b, 16}, {dnnl_aBcd8b, 8}, {dnnl_aBcd4b, 4}, {dnnl_abcd, 1}, {dnnl_acdb, 0}};
-  dnnl_data_type_t dt = key->dtype == MX_BF16 ? dnnl_bf16 : dnnl_f32;
+  dnnl_data_type_t dt = key->dtype == MX_BF16 && !key->in_f32 ? dnnl_bf16 : dnnl_f32;
   for (size_t k = 0; k < sizeof forms / sizeof forms[0]; k++) {
     md_t md = MD_NONE;
     bool same = mx__dnnl_md_tag(&md, 4, key->dims[ROLE_Y], dt, forms[k].tag) == dnnl_success &&
@@ -732,21 +732,22 @@ mx_status mx__dnnl_conv_plan_begin(mx__dnnl_conv_plan *plan, mx__dnnl_conv_kind 
                                    const mx_kview *w, const mx_kview *y, bool bias, const mx_conv_params *p) {
   memset(plan, 0, sizeof *plan);
   if (!mx__dnnl_init()) return MX_NOT_BUILT;
-  if (!mx__dnnl_runs(x->dtype)) return MX_NOT_SUPPORTED;
+  bool in_f32 = x->dtype == MX_BF16 && !mx__dnnl_runs(MX_BF16); /* as conv.c's via_f32 runs them */
+  if (!in_f32 && !mx__dnnl_runs(x->dtype)) return MX_NOT_SUPPORTED;
   mx__dnnl_thread *t = mx__dnnl_thread_get();
   if (!t) return MX_NOT_BUILT;
   const mx_kview *v[3] = {x, w, y};
   conv_key key;
-  if (!make_key(&key, (int)kind, v, bias, false, false, p)) return MX_NOT_SUPPORTED;
+  if (!make_key(&key, (int)kind, v, bias, false, in_f32, p)) return MX_NOT_SUPPORTED;
   /* the plain calls run these in float32, but a plan's y keeps the view's
    * dtype in the primitive's layout: declined, so the caller runs the plain
    * calls and fused and unfused agree */
-  if (key.winograd && key.dtype != MX_F32) return MX_NOT_SUPPORTED;
+  if (key.winograd && key.dtype != MX_F32 && !in_f32) return MX_NOT_SUPPORTED;
   mx_status status = MX_OK;
   conv_entry *e = mx__dnnl_cache_acquire(&cache, &key, &status);
   if (!e) return status;
   *plan = (mx__dnnl_conv_plan){.entry = e, .thread = t, .kind = (int)kind, .block = y_channel_block(e),
-                               .bytes = e->prim_size[ROLE_Y]};
+                               .bytes = e->prim_size[ROLE_Y], .y_dtype = in_f32 ? MX_F32 : key.dtype};
   return MX_OK;
 }
 

@@ -18,13 +18,19 @@
  * cases, and dtypes oneDNN does not run, decline (MX_NOT_SUPPORTED, no error) and the op runs the unfused kernels.
  * So do channels-last activations: their convolutions read and write nhwc as it lies, so there is no reorder to
  * save, and pool.c's channels-last kernels pool faster than this loop (the demo CNN's float32 channels-last step
- * took 1.09x as long fused). */
+ * took 1.09x as long fused).
+ * Bfloat16 on a CPU without bf16 dot products is convolved in float32 (dnnl_conv_plan.h), as the unfused op does
+ * it: its full-resolution values stay float32 and the pooling rounds each before it searches, as the unfused
+ * output is rounded; the backward scatters the gradient widened into float32 blocks (demo CNN step, batch 128, 2
+ * threads, Intel Xeon without AVX512_BF16, medians of 6 alternating processes: 12.5 ms unfused, 11.3 fused; batch
+ * 512: 54.4 and 45.0). */
 #include "kernels/cpu/dnnl_conv_pool.h"
 
 #include <stdatomic.h>
 #include <string.h>
 
 #include "kernels/cpu/conv_pool_avx512.h"
+#include "kernels/cpu/dnnl.h"
 #include "kernels/cpu/dnnl_conv_plan.h"
 #include "kernels/cpu/host_cache.h"
 #include "kernels/cpu/parallel.h"
@@ -41,6 +47,7 @@ typedef struct {
   int64_t N, C, H, W;   /* the convolution's output */
   int64_t block, blocks; /* channels a block; blocks, the channels rounded up to whole ones */
   int64_t OH, OW, KH, KW;
+  bool f32_plane; /* the full-resolution buffer holds float32 values of a bfloat16 op (mx__dnnl_conv_plan.y_dtype) */
 } geometry;
 
 /* Whether the fused kernels cover these operands and params. */
@@ -67,12 +74,16 @@ static mx_kview full_view(const mx_kview *x, const mx_kview *w, const mx_conv_pa
   return v;
 }
 
-static geometry geometry_of(const mx_kview *full, const mx_kview *pooled, const mx_pool_params *pp, int64_t block) {
-  int64_t C = full->shape[1];
+static geometry geometry_of(const mx_kview *full, const mx_kview *pooled, const mx_pool_params *pp,
+                            const mx__dnnl_conv_plan *plan) {
+  int64_t C = full->shape[1], block = plan->block;
   return (geometry){.N = full->shape[0], .C = C, .H = full->shape[2], .W = full->shape[3], .block = block,
                     .blocks = (C + block - 1) / block, .OH = pooled->shape[2], .OW = pooled->shape[3],
-                    .KH = pp->kernel[0], .KW = pp->kernel[1]};
+                    .KH = pp->kernel[0], .KW = pp->kernel[1], .f32_plane = plan->y_dtype != pooled->dtype};
 }
+
+/* The size of an element of g's full-resolution buffer. */
+static int64_t plane_size(const geometry *g, mx_dtype dtype) { return dtype == MX_BF16 && !g->f32_plane ? 2 : 4; }
 
 enum { LANES = 2048 }; /* window-channel pairs searched or scattered at once: a block's channels at most */
 
@@ -110,6 +121,10 @@ MX__CONV_POOL_SEARCH(search_f32, float, mx__pool_relu_of_f32, lanes)
 MX__CONV_POOL_SEARCH(search_bf16, uint16_t, mx__pool_relu_of_bf16, lanes)
 MX__CONV_POOL_SEARCH(search16_f32, float, mx__pool_relu_of_f32, 16)
 MX__CONV_POOL_SEARCH(search16_bf16, uint16_t, mx__pool_relu_of_bf16, 16)
+/* float32 values of a bfloat16 op, each rounded first, as the unfused convolution's output is */
+static inline float relu_of_rounded(float v) { return mx__pool_relu_of_bf16(mx_f32_to_bf16(v)); }
+MX__CONV_POOL_SEARCH(search_rounded, float, relu_of_rounded, lanes)
+MX__CONV_POOL_SEARCH(search16_rounded, float, relu_of_rounded, 16)
 
 /* Stores count windows of m channels (window ow's channel b at ow * m + b of best and where) into y from element o
  * and indices from element i, along the windows (y's unit stride) or along the channels. */
@@ -158,8 +173,8 @@ static bool wide(const geometry *g, const mx_kview *y, const mx_kview *indices) 
 
 /* Pools the full-resolution output src (g's layout) into y and indices (any strides). */
 static void pool(const geometry *g, const void *src, const mx_kview *y, const mx_kview *indices) {
-  bool bf16 = y->dtype == MX_BF16;
-  int64_t size = bf16 ? 2 : 4, rows = g->N * g->blocks * g->OH;
+  bool bf16 = y->dtype == MX_BF16, wide_plane = g->f32_plane;
+  int64_t size = plane_size(g, y->dtype), rows = g->N * g->blocks * g->OH;
 #ifdef MX__POOL_AVX512
   if (wide(g, y, indices)) { /* a block's plane at a time: its rows' stores run on into the rows after them */
     MX_PARALLEL_FOR(rows * g->OW * g->block * 4)
@@ -167,7 +182,7 @@ static void pool(const geometry *g, const void *src, const mx_kview *y, const mx
       int64_t cb = nb % g->blocks, n = nb / g->blocks, c0 = cb * 16, m = g->C - c0 < 16 ? g->C - c0 : 16;
       int64_t o = n * y->strides[0] + c0 * y->strides[1];
       mx__conv_pool16_avx512((const char *)src + nb * g->H * g->W * 16 * size, g->W, g->OH, g->OW,
-                             (char *)y->data + o * size, (uint8_t *)indices->data + o, m, bf16);
+                             (char *)y->data + o * (bf16 ? 2 : 4), (uint8_t *)indices->data + o, m, bf16, wide_plane);
     }
     return;
   }
@@ -187,10 +202,14 @@ static void pool(const geometry *g, const void *src, const mx_kview *y, const mx
       for (int64_t ow0 = 0; ow0 < g->OW; ow0 += windows) {
         int64_t count = g->OW - ow0 < windows ? g->OW - ow0 : windows;
         const char *at = first + ((ow0 * g->KW) * g->block + b0) * size;
-        if (m == 16 && bf16) search16_bf16((const uint16_t *)at, g->block, g->W, g->KH, g->KW, count, m, best, where);
-        else if (m == 16) search16_f32((const float *)at, g->block, g->W, g->KH, g->KW, count, m, best, where);
-        else if (bf16) search_bf16((const uint16_t *)at, g->block, g->W, g->KH, g->KW, count, m, best, where);
-        else search_f32((const float *)at, g->block, g->W, g->KH, g->KW, count, m, best, where);
+        const float *wide = (const float *)at;
+        const uint16_t *narrow = (const uint16_t *)at;
+        if (m == 16 && wide_plane) search16_rounded(wide, g->block, g->W, g->KH, g->KW, count, m, best, where);
+        else if (m == 16 && bf16) search16_bf16(narrow, g->block, g->W, g->KH, g->KW, count, m, best, where);
+        else if (m == 16) search16_f32(wide, g->block, g->W, g->KH, g->KW, count, m, best, where);
+        else if (wide_plane) search_rounded(wide, g->block, g->W, g->KH, g->KW, count, m, best, where);
+        else if (bf16) search_bf16(narrow, g->block, g->W, g->KH, g->KW, count, m, best, where);
+        else search_f32(wide, g->block, g->W, g->KH, g->KW, count, m, best, where);
         int64_t o = n * y->strides[0] + c0 * y->strides[1] + oh * y->strides[2] + ow0 * y->strides[3];
         int64_t i = n * indices->strides[0] + c0 * indices->strides[1] + oh * indices->strides[2] +
                     ow0 * indices->strides[3];
@@ -198,6 +217,14 @@ static void pool(const geometry *g, const void *src, const mx_kview *y, const mx
       }
     }
   }
+}
+
+/* A contiguous float32 view of v's shape at data: a float32 bias, or the float32 sums of v's gradient. */
+static mx_kview float32_like(const mx_kview *v, float *data) {
+  mx_kview f = {.data = data, .dtype = MX_F32, .ndim = v->ndim};
+  int64_t step = 1;
+  for (int d = v->ndim - 1; d >= 0; d--) f.shape[d] = v->shape[d], f.strides[d] = step, step *= v->shape[d];
+  return f;
 }
 
 /* The convolution into buf (plan's layout), then the pooling into y and indices. */
@@ -209,37 +236,44 @@ static mx_status convolve_and_pool(const mx__dnnl_conv_plan *plan, const mx_kvie
     return mx__error(MX_OUT_OF_MEMORY, "mx_conv2d_max_pool_relu: out of memory for a %zu-byte buffer", plan->bytes);
   mx_status status = mx__dnnl_conv_plan_run(plan, x, w, full, bias, buf);
   if (status == MX_OK) {
-    geometry g = geometry_of(full, y, pp, plan->block);
+    geometry g = geometry_of(full, y, pp, plan);
     pool(&g, buf, y, indices);
   }
   mx__host_cache_free(buf, plan->bytes);
   return status;
 }
 
-/* Samples a chunk of the batch when the full-resolution output (or its gradient) is made and used a chunk at a time:
- * where the batch's would take over chunk_from bytes, about chunk_bytes a chunk, the batch split evenly, so that the
- * convolution's writes are still in cache when the pooling (or the backward primitives) read them. Otherwise the
- * whole batch at once: smaller chunks only cost (oneDNN splits a chunk among the threads less evenly). Only
- * convolutions that read x as it lies are chunked (below), in practice first layers of a few input channels, whose
- * output is most of their traffic: the limits are conv.c's staging's for such light convolutions. Where the
- * last-level cache is near and large, whole batches did better: on the 32 MiB L3 of rounds 19-25's AMD EPYC, the
- * demo CNN's first layer's fused forward alone, 2 threads, CPU time a sample: float32 batch 512 (51 MB of output)
- * 12.4 -> 6.0 us in chunks of 4 MiB; batch 128 (12.8 MB) 5.2 whole, 6.0 in chunks of 2 MiB. On round 38's Intel
- * Xeon (2 MiB of L2 a core, a mesh L3) the chunks win at batch 128 too: oneDNN's forward and weight-gradient
- * primitives for that layer 0.70 and 0.68 ms whole, 0.33-0.45 and 0.35-0.48 in chunks of 2 MiB; the step, medians
- * of 6 alternating processes, 2 threads 12.8 -> 12.1 ms, 1 thread 31.5 -> 24.6 (batch 512: 103 -> 92). */
-static _Atomic int64_t chunk_from = 4 << 20, chunk_bytes = 2 << 20;
+/* Samples a chunk of the batch when the full-resolution output (or its gradient) is made and used a chunk at a time,
+ * so that the convolution's writes are still in cache when the pooling (or the backward primitives) read them:
+ * mx__cpu_conv_block_samples, the rule conv.c's staging follows, from chunk_from bytes of the plans' buffers in
+ * chunks of about chunk_bytes. Otherwise the whole batch at once: smaller chunks only cost (oneDNN splits a chunk
+ * among the threads less evenly, and its Winograd tiles span the batch: the demo CNN's second layer's input gradient
+ * took 2.79 ms a step in chunks of 2 MiB against 2.56 whole). The demo CNN's first layer (9 products an element)
+ * chunks from 4 MiB in chunks of 2 MiB. Where the last-level cache is near and large, whole batches did better:
+ * on the 32 MiB L3 of rounds 19-25's AMD EPYC, that layer's fused forward alone, 2 threads, CPU time a sample:
+ * float32 batch 512 (51 MB of output) 12.4 -> 6.0 us in chunks of 4 MiB; batch 128 (12.8 MB) 5.2 whole, 6.0 in
+ * chunks of 2 MiB. On round 38's Intel Xeon (2 MiB of L2 a core, a mesh L3) the chunks win at batch 128: oneDNN's
+ * forward and weight-gradient primitives for that layer 0.70 and 0.68 ms whole, 0.33-0.45 and 0.35-0.48 in chunks
+ * of 2 MiB, the float32 step 12.8 -> 12.1 ms on 2 threads and 31.5 -> 24.6 on 1 (medians of alternating
+ * processes). */
+static _Atomic int64_t chunk_from = 16 << 20, chunk_bytes = 4 << 20;
 
 void mx__cpu_conv_max_pool_relu_chunking(int64_t from, int64_t bytes) {
   atomic_store(&chunk_from, from);
   atomic_store(&chunk_bytes, bytes);
 }
 
-static int64_t chunk_samples(int64_t N, int64_t sample_bytes) {
-  if (N * sample_bytes <= atomic_load(&chunk_from)) return N;
-  int64_t most = atomic_load(&chunk_bytes) / (sample_bytes ? sample_bytes : 1);
-  int64_t chunks = (N + (most < 1 ? 1 : most) - 1) / (most < 1 ? 1 : most);
-  return (N + chunks - 1) / chunks;
+static int64_t chunk_samples(const mx_kview *x, const mx_kview *w, const mx_kview *full, int64_t sample_bytes) {
+  return mx__cpu_conv_block_samples(x, w, full, x->shape[0] * sample_bytes, atomic_load(&chunk_from),
+                                    atomic_load(&chunk_bytes));
+}
+
+/* Whether the batch may run in chunks: where the primitive reads x as it lies, or where x is small beside the
+ * convolution's output (an eighth of its elements at most: a first layer's few channels). A reordered x is kept
+ * whole for the backward (dnnl_conv.c), and a chunk's copy would not be found there: each chunk reorders it again,
+ * a pass over x that costs little only where x is small. */
+static bool may_chunk(const mx__dnnl_conv_plan *plan, const mx_kview *x, const mx_kview *full) {
+  return mx__dnnl_conv_plan_reads_x_as_is(plan) || 8 * mx__kview_numel(x) <= mx__kview_numel(full);
 }
 
 mx_status mx__cpu_conv_max_pool_relu(const mx_kview *y, const mx_kview *indices, const mx_kview *x, const mx_kview *w,
@@ -254,17 +288,31 @@ mx_status mx__cpu_conv_max_pool_relu(const mx_kview *y, const mx_kview *indices,
     mx__dnnl_conv_plan_end(&plan);
     return MX_NOT_SUPPORTED;
   }
-  int64_t N = x->shape[0], chunk = chunk_samples(N, (int64_t)plan.bytes / N);
-  /* Chunks only where the primitive reads x as it lies: a reordered x is kept whole for the backward (dnnl_conv.c),
-   * and a chunk's copy would not be found there. Each sample's output is the same sums in either case. */
-  if (chunk >= N || !mx__dnnl_conv_plan_reads_x_as_is(&plan)) {
+  /* a plan computed in float32 takes a float32 bias */
+  int64_t C = w->shape[0];
+  bool widen_bias = bias && plan.y_dtype != bias->dtype;
+  float *bias32 = widen_bias ? mx__host_cache_alloc(sizeof(float) * (size_t)C) : NULL;
+  if (widen_bias && !bias32) {
+    mx__dnnl_conv_plan_end(&plan);
+    return mx__error(MX_OUT_OF_MEMORY, "mx_conv2d_max_pool_relu: out of memory for a float32 bias");
+  }
+  mx_kview bias_view;
+  if (widen_bias) {
+    for (int64_t c = 0; c < C; c++) bias32[c] = mx_bf16_to_f32(((const uint16_t *)bias->data)[c * bias->strides[0]]);
+    bias_view = float32_like(bias, bias32);
+    bias = &bias_view;
+  }
+  int64_t N = x->shape[0], chunk = chunk_samples(x, w, &full, (int64_t)plan.bytes / N);
+  /* each sample's output is the same sums in either case */
+  if (chunk >= N || !may_chunk(&plan, x, &full)) {
     status = convolve_and_pool(&plan, y, indices, x, w, &full, bias, pp);
     mx__dnnl_conv_plan_end(&plan);
   } else {
     mx__dnnl_conv_plan_end(&plan);
     for (int64_t n0 = 0; n0 < N && status == MX_OK; n0 += chunk) {
       int64_t n = N - n0 < chunk ? N - n0 : chunk;
-      mx_kview xs = mx__kview_samples(x, n0, n), ys = mx__kview_samples(y, n0, n), is = mx__kview_samples(indices, n0, n), fs = full;
+      mx_kview xs = mx__kview_samples(x, n0, n), ys = mx__kview_samples(y, n0, n);
+      mx_kview is = mx__kview_samples(indices, n0, n), fs = full;
       fs.shape[0] = n; /* its data is never read */
       status = mx__dnnl_conv_plan_begin(&plan, MX__DNNL_CONV_FORWARD, &xs, w, &fs, bias != NULL, cp);
       if (status == MX_OK && !plan.block) status = MX_NOT_SUPPORTED; /* not after the batch's plan had one */
@@ -273,6 +321,7 @@ mx_status mx__cpu_conv_max_pool_relu(const mx_kview *y, const mx_kview *indices,
     }
     if (status == MX_NOT_BUILT) status = MX_NOT_SUPPORTED;
   }
+  if (bias32) mx__host_cache_free(bias32, sizeof(float) * (size_t)C);
   if (status == MX_OK) atomic_fetch_add(&runs[false], 1);
   return status;
 }
@@ -283,26 +332,31 @@ mx_status mx__cpu_conv_max_pool_relu(const mx_kview *y, const mx_kview *indices,
  * past the channels zeros), 0 + gradient where the window's max came from that pixel's offset r, else 0, as a
  * select on the bits (a conditional float add is not if-converted: it could trap). The gradient and the offsets of
  * the row's windows are gathered in grad and offset (window ow's at ow * block). */
-#define MX__CONV_POOL_SCATTER(name, type, plus_zero, select, channels)                                             \
-  MX_WIDE_CLONES static void name(type *restrict dst, const type *restrict grad, const uint8_t *restrict offset,   \
+#define MX__CONV_POOL_SCATTER(name, out, type, plus_zero, select, put, channels)                                   \
+  MX_WIDE_CLONES static void name(out *restrict dst, const type *restrict grad, const uint8_t *restrict offset,    \
                                   int64_t count, int64_t KW, int64_t kh, int64_t lanes) {                        \
     const int64_t block = channels;                                                                                \
     for (int64_t ow = 0; ow < count; ow++)                                                                         \
       for (int64_t kw = 0; kw < KW; kw++) {                                                                        \
         uint8_t r = (uint8_t)(kh * KW + kw);                                                                       \
-        type *pixel = dst + (ow * KW + kw) * block;                                                                \
+        out *pixel = dst + (ow * KW + kw) * block;                                                                 \
         const type *from = grad + ow * block;                                                                      \
         const uint8_t *at = offset + ow * block;                                                                   \
-        for (int64_t b = 0; b < block; b++) pixel[b] = select(at[b] == r, plus_zero(from[b]));                    \
+        for (int64_t b = 0; b < block; b++) pixel[b] = put(select(at[b] == r, plus_zero(from[b])));               \
       }                                                                                                            \
   }
 static inline float plus_zero_f32(float d) { return 0.0f + d; }
 static inline float select_f32(bool take, float v) { return mx__pool_select_f32(-(uint32_t)take, v, 0.0f); }
 static inline uint16_t select_bf16(bool take, uint16_t v) { return (uint16_t)(v & -(uint32_t)take); }
-MX__CONV_POOL_SCATTER(scatter_f32, float, plus_zero_f32, select_f32, lanes)
-MX__CONV_POOL_SCATTER(scatter_bf16, uint16_t, mx__pool_bf16_plus_zero, select_bf16, lanes)
-MX__CONV_POOL_SCATTER(scatter16_f32, float, plus_zero_f32, select_f32, 16)
-MX__CONV_POOL_SCATTER(scatter16_bf16, uint16_t, mx__pool_bf16_plus_zero, select_bf16, 16)
+static inline float put_f32(float v) { return v; }
+static inline uint16_t put_bf16(uint16_t v) { return v; }
+MX__CONV_POOL_SCATTER(scatter_f32, float, float, plus_zero_f32, select_f32, put_f32, lanes)
+MX__CONV_POOL_SCATTER(scatter_bf16, uint16_t, uint16_t, mx__pool_bf16_plus_zero, select_bf16, put_bf16, lanes)
+MX__CONV_POOL_SCATTER(scatter16_f32, float, float, plus_zero_f32, select_f32, put_f32, 16)
+MX__CONV_POOL_SCATTER(scatter16_bf16, uint16_t, uint16_t, mx__pool_bf16_plus_zero, select_bf16, put_bf16, 16)
+/* a bfloat16 gradient into float32 blocks (mx__dnnl_conv_plan.y_dtype): the values it would scatter, widened */
+MX__CONV_POOL_SCATTER(scatter_widened, float, uint16_t, mx__pool_bf16_plus_zero, select_bf16, mx_bf16_to_f32, lanes)
+MX__CONV_POOL_SCATTER(scatter16_widened, float, uint16_t, mx__pool_bf16_plus_zero, select_bf16, mx_bf16_to_f32, 16)
 
 /* relu_backward's test on its mask y: g passes where y > 0 or y is NaN, else it becomes +0 (kernels/math.h). */
 static inline bool keep_f32(float y) { return !(y <= 0); }
@@ -345,7 +399,9 @@ static void gather(const mx_kview *g, const mx_kview *mask, const mx_kview *indi
 static void scatter(const geometry *geo, void *dst, const mx_kview *g, const mx_kview *mask,
                     const mx_kview *indices) {
   bool bf16 = g->dtype == MX_BF16;
-  int64_t size = bf16 ? 2 : 4, rows = geo->N * geo->blocks * geo->OH, row_bytes = geo->W * geo->block * size;
+  bool wide_plane = geo->f32_plane;
+  int64_t g_size = bf16 ? 2 : 4, size = plane_size(geo, g->dtype), rows = geo->N * geo->blocks * geo->OH;
+  int64_t row_bytes = geo->W * geo->block * size;
   int64_t windows = LANES / geo->block; /* at once */
   bool along_windows = g->strides[3] == 1; /* the gather runs along g's unit stride */
   bool fast = wide(geo, g, indices) && (!mask || contiguous(mask, geo)); /* the AVX-512 loop reads g's offsets */
@@ -365,9 +421,10 @@ static void scatter(const geometry *geo, void *dst, const mx_kview *g, const mx_
     if (fast) {
       int64_t at = n * g->strides[0] + cb * 16 * g->strides[1] + oh * geo->OW;
       mx__conv_pool16_backward_avx512(plane + oh * geo->KH * row_bytes, geo->W, geo->OW,
-                                      (const char *)g->data + at * size,
-                                      mask ? (const char *)mask->data + at * size : NULL,
-                                      (const uint8_t *)indices->data + at, g->strides[1], real, numel - at, bf16);
+                                      (const char *)g->data + at * g_size,
+                                      mask ? (const char *)mask->data + at * g_size : NULL,
+                                      (const uint8_t *)indices->data + at, g->strides[1], real, numel - at, bf16,
+                                      wide_plane);
     }
 #endif
     for (int64_t ow0 = 0; ow0 < geo->OW && !fast; ow0 += windows) {
@@ -388,7 +445,9 @@ static void scatter(const geometry *geo, void *dst, const mx_kview *g, const mx_
       for (int64_t kh = 0; kh < geo->KH; kh++) {
         char *line = plane + (oh * geo->KH + kh) * row_bytes + ow0 * geo->KW * geo->block * size;
         bool sixteen = geo->block == 16;
-        if (bf16 && sixteen) scatter16_bf16((uint16_t *)line, grad.bf16, offset, count, geo->KW, kh, 16);
+        if (wide_plane && sixteen) scatter16_widened((float *)line, grad.bf16, offset, count, geo->KW, kh, 16);
+        else if (wide_plane) scatter_widened((float *)line, grad.bf16, offset, count, geo->KW, kh, geo->block);
+        else if (bf16 && sixteen) scatter16_bf16((uint16_t *)line, grad.bf16, offset, count, geo->KW, kh, 16);
         else if (sixteen) scatter16_f32((float *)line, grad.f32, offset, count, geo->KW, kh, 16);
         else if (bf16) scatter_bf16((uint16_t *)line, grad.bf16, offset, count, geo->KW, kh, geo->block);
         else scatter_f32((float *)line, grad.f32, offset, count, geo->KW, kh, geo->block);
@@ -415,11 +474,12 @@ static mx_status data_in_chunks(const mx__dnnl_conv_plan *data, int64_t chunk, c
   mx_status status = MX_OK;
   for (int64_t n0 = 0; n0 < N && status == MX_OK; n0 += chunk) {
     int64_t n = N - n0 < chunk ? N - n0 : chunk;
-    mx_kview dxs = mx__kview_samples(dx, n0, n), gs = mx__kview_samples(g, n0, n), is = mx__kview_samples(indices, n0, n), fs = *full, ms;
+    mx_kview dxs = mx__kview_samples(dx, n0, n), gs = mx__kview_samples(g, n0, n);
+    mx_kview is = mx__kview_samples(indices, n0, n), fs = *full, ms;
     if (mask) ms = mx__kview_samples(mask, n0, n);
     fs.shape[0] = n; /* its data is never read */
     char *part = batch_buf ? buf + n0 * sample_bytes : buf;
-    geometry geo = geometry_of(&fs, &gs, pp, data->block);
+    geometry geo = geometry_of(&fs, &gs, pp, data);
     scatter(&geo, part, &gs, mask ? &ms : NULL, &is);
     mx__dnnl_conv_plan plan;
     status = mx__dnnl_conv_plan_begin(&plan, MX__DNNL_CONV_BACKWARD_DATA, &dxs, w, &fs, false, cp);
@@ -429,14 +489,6 @@ static mx_status data_in_chunks(const mx__dnnl_conv_plan *data, int64_t chunk, c
     mx__dnnl_conv_plan_end(&plan);
   }
   return status;
-}
-
-/* A contiguous float32 view of v's shape at data: the per-chunk sums of v's gradient. */
-static mx_kview float32_like(const mx_kview *v, float *data) {
-  mx_kview f = {.data = data, .dtype = MX_F32, .ndim = v->ndim};
-  int64_t step = 1;
-  for (int d = v->ndim - 1; d >= 0; d--) f.shape[d] = v->shape[d], f.strides[d] = step, step *= v->shape[d];
-  return f;
 }
 
 /* The float32 sums (row-major) into v (any strides), rounded once to its dtype. */
@@ -478,8 +530,10 @@ static mx_status in_chunks(const operands *o, int64_t chunk, int64_t sample) {
                        buf_bytes + sum_bytes);
   for (int64_t n0 = 0; n0 < N && status == MX_OK; n0 += chunk) {
     int64_t n = N - n0 < chunk ? N - n0 : chunk;
-    mx_kview xs = mx__kview_samples(o->x, n0, n), gs = mx__kview_samples(o->g, n0, n), is = mx__kview_samples(o->indices, n0, n), fs = *o->full;
-    mx_kview ms = o->mask ? mx__kview_samples(o->mask, n0, n) : (mx_kview){0}, dxs = o->dx ? mx__kview_samples(o->dx, n0, n) : xs;
+    mx_kview xs = mx__kview_samples(o->x, n0, n), gs = mx__kview_samples(o->g, n0, n);
+    mx_kview is = mx__kview_samples(o->indices, n0, n), fs = *o->full;
+    mx_kview ms = o->mask ? mx__kview_samples(o->mask, n0, n) : (mx_kview){0};
+    mx_kview dxs = o->dx ? mx__kview_samples(o->dx, n0, n) : xs;
     fs.shape[0] = n;                                  /* its data is never read */
     float *to = n0 ? sums + w_numel + b_numel : sums; /* the first chunk's are the sums so far */
     mx_kview dw = float32_like(o->dw, to), db = o->db ? float32_like(o->db, to + w_numel) : dw;
@@ -491,12 +545,12 @@ static mx_status in_chunks(const operands *o, int64_t chunk, int64_t sample) {
                             (o->dx && (!data.block || data.block > LANES || data.bytes > buf_bytes))))
       status = MX_NOT_SUPPORTED; /* the chunk's layouts fit neither the buffer nor the loops */
     if (status == MX_OK && o->dx) {
-      geometry geo = geometry_of(&fs, &gs, o->pp, data.block);
+      geometry geo = geometry_of(&fs, &gs, o->pp, &data);
       scatter(&geo, buf, &gs, o->mask ? &ms : NULL, &is);
       status = mx__dnnl_conv_plan_run(&data, &dxs, o->w, &fs, NULL, buf);
     }
     if (status == MX_OK) {
-      geometry geo = geometry_of(&fs, &gs, o->pp, weights.block);
+      geometry geo = geometry_of(&fs, &gs, o->pp, &weights);
       scatter(&geo, buf, &gs, o->mask ? &ms : NULL, &is);
       status = mx__dnnl_conv_plan_run(&weights, &xs, &dw, &fs, o->db ? &db : NULL, buf);
     }
@@ -516,7 +570,7 @@ static mx_status in_chunks(const operands *o, int64_t chunk, int64_t sample) {
  * gradient before it, in chunks where its own gradient is large. */
 static mx_status whole(const operands *o, const mx__dnnl_conv_plan *weights, const mx__dnnl_conv_plan *data) {
   bool shared = o->dx && mx__dnnl_conv_plans_share_y(weights, data);
-  int64_t N = o->x->shape[0], chunk = o->dx ? chunk_samples(N, (int64_t)data->bytes / N) : N;
+  int64_t N = o->x->shape[0], chunk = o->dx ? chunk_samples(o->x, o->w, o->full, (int64_t)data->bytes / N) : N;
   bool chunked = chunk < N && data->bytes % (size_t)N == 0;
   size_t data_bytes = chunked ? (size_t)chunk * (data->bytes / (size_t)N) : data->bytes;
   void *buf = NULL, *data_buf = NULL;
@@ -527,7 +581,7 @@ static mx_status whole(const operands *o, const mx__dnnl_conv_plan *weights, con
   if (status == MX_OK && o->dx && !shared && !(data_buf = mx__host_cache_alloc(data_bytes)))
     status = mx__error(MX_OUT_OF_MEMORY, "mx_conv2d_max_pool_relu: out of memory for a %zu-byte buffer", data_bytes);
   if (status == MX_OK && !(chunked && shared)) { /* the weight's gradient's, unless the chunks fill it */
-    geometry geo = geometry_of(o->full, o->g, o->pp, weights->block);
+    geometry geo = geometry_of(o->full, o->g, o->pp, weights);
     scatter(&geo, buf, o->g, o->mask, o->indices);
   }
   /* the input's gradient first, as the unfused backward runs them (the weight's reads x last: kept copies go) */
@@ -536,12 +590,24 @@ static mx_status whole(const operands *o, const mx__dnnl_conv_plan *weights, con
                             o->full, o->cp, o->pp);
   } else if (status == MX_OK && o->dx) {
     if (data_buf) {
-      geometry geo = geometry_of(o->full, o->g, o->pp, data->block);
+      geometry geo = geometry_of(o->full, o->g, o->pp, data);
       scatter(&geo, data_buf, o->g, o->mask, o->indices);
     }
     status = mx__dnnl_conv_plan_run(data, o->dx, o->w, o->full, NULL, shared ? buf : data_buf);
   }
-  if (status == MX_OK) status = mx__dnnl_conv_plan_run(weights, o->x, o->dw, o->full, o->db, buf);
+  /* a plan computed in float32 writes float32 sums, rounded once to dw's dtype here, as in_chunks' are */
+  int64_t w_numel = mx__kview_numel(o->dw), b_numel = o->db ? mx__kview_numel(o->db) : 0;
+  size_t sum_bytes = sizeof(float) * (size_t)(w_numel + b_numel);
+  float *sums = status == MX_OK && weights->y_dtype != o->dw->dtype ? mx__host_cache_alloc(sum_bytes) : NULL;
+  if (status == MX_OK && weights->y_dtype != o->dw->dtype && !sums)
+    status = mx__error(MX_OUT_OF_MEMORY, "mx_conv2d_max_pool_relu: out of memory for %zu bytes of sums", sum_bytes);
+  mx_kview dw = *o->dw, db = o->db ? *o->db : dw;
+  if (sums) dw = float32_like(o->dw, sums);
+  if (sums && o->db) db = float32_like(o->db, sums + w_numel);
+  if (status == MX_OK) status = mx__dnnl_conv_plan_run(weights, o->x, &dw, o->full, o->db ? &db : NULL, buf);
+  if (status == MX_OK && sums) store_sums(o->dw, sums);
+  if (status == MX_OK && sums && o->db) store_sums(o->db, sums + w_numel);
+  if (sums) mx__host_cache_free(sums, sum_bytes);
   if (buf) mx__host_cache_free(buf, weights->bytes);
   if (data_buf) mx__host_cache_free(data_buf, data_bytes);
   return status;
@@ -555,18 +621,21 @@ mx_status mx__cpu_conv_max_pool_relu_backward(const mx_kview *dx, const mx_kview
   mx_kview full = full_view(x, w, cp);
   operands o = {dx, dw, db, g, mask, indices, x, w, &full, cp, pp};
   mx__dnnl_conv_plan weights = {0}, data = {0};
-  mx_status status = mx__dnnl_conv_plan_begin(&weights, MX__DNNL_CONV_BACKWARD_WEIGHTS, x, dw, &full, db != NULL, cp);
+  /* bfloat16 computed in float32 (dnnl_conv_plan.h) sums dw in float32, rounded once (whole, in_chunks) */
+  mx_kview dw32 = float32_like(dw, NULL); /* its data never read */
+  const mx_kview *dw_sums = x->dtype == MX_BF16 && !mx__dnnl_native(MX_BF16) ? &dw32 : dw;
+  mx_status status =
+      mx__dnnl_conv_plan_begin(&weights, MX__DNNL_CONV_BACKWARD_WEIGHTS, x, dw_sums, &full, db != NULL, cp);
   if (status == MX_OK && dx) status = mx__dnnl_conv_plan_begin(&data, MX__DNNL_CONV_BACKWARD_DATA, dx, w, &full,
                                                                false, cp);
   bool fits = weights.block && weights.block <= LANES && (!dx || (data.block && data.block <= LANES));
   if (status == MX_OK && !fits) status = MX_NOT_SUPPORTED;
-  /* The whole backward in chunks where the batch's full-resolution gradient is large and the weight's primitive
-   * reads x as it lies: a reordered x was kept whole by the forward (dnnl_conv.c) for the batch's primitive, which
-   * frees it, and a chunk's would not find it; the input's gradient alone in chunks otherwise. */
+  /* The whole backward in chunks where the batch's full-resolution gradient is large and the batch may run in
+   * chunks (may_chunk); the input's gradient alone in chunks otherwise. */
   int64_t N = x->shape[0], w_sample = (int64_t)weights.bytes / N, d_sample = dx ? (int64_t)data.bytes / N : 0;
-  int64_t sample = w_sample > d_sample ? w_sample : d_sample, chunk = chunk_samples(N, sample);
+  int64_t sample = w_sample > d_sample ? w_sample : d_sample, chunk = chunk_samples(x, w, &full, sample);
   if (status == MX_OK && chunk < N && weights.bytes % (size_t)N == 0 && (!dx || data.bytes % (size_t)N == 0) &&
-      mx__dnnl_conv_plan_reads_x_as_is(&weights)) {
+      may_chunk(&weights, x, &full)) {
     mx__dnnl_conv_plan_end(&data); /* the chunks' plans are their own */
     mx__dnnl_conv_plan_end(&weights);
     status = in_chunks(&o, chunk, sample);

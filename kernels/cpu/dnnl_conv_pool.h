@@ -20,7 +20,8 @@ uint64_t mx__cpu_conv_max_pool_relu_runs(bool backward);
 uint64_t mx__cpu_conv_max_pool_relu_weight_chunks(void);
 
 /* Where a batch's full-resolution output is made a chunk of the batch at a time: over from bytes, in chunks of
- * about bytes each (defaults 4 MiB and 2 MiB); for tests that chunk small batches. */
+ * about bytes each (defaults 16 MiB and 4 MiB), as mx__cpu_conv_block_samples applies them (kernels/cpu/conv.h); for
+ * tests that chunk small batches. */
 void mx__cpu_conv_max_pool_relu_chunking(int64_t from, int64_t bytes);
 
 #endif

@@ -26,12 +26,15 @@ typedef struct {
 /* c_out 20 leaves 12 padding channels in the last block of 16; 7x9 and 9x7 leave an edge the windows miss; output
  * rows of 14, 7, 16, 17 and 33 windows (the AVX-512 loops' tiles are 16 wide: whole, short and several; one output
  * row only, where every row is a channel's last); the last three run a chunk of the batch at a time (chunks of about
- * 40 KiB from any size, set below): the first layer's forward on 9 images (18 KB of float32 output a sample: chunks
- * of 2, 2, 2, 2, 1; bfloat16 3, 3, 3), and the input's gradient of 7 images of 64 channels (37 KB of float32
- * gradient a sample: chunks of 1; bfloat16 2, 2, 2, 1), from 2 input channels in a buffer of their own, from 16 in
- * slices of the weight's gradient's buffer. From 1 and 2 input channels, which oneDNN reads as they lie (AVX-512),
- * the weight's gradient runs in the same chunks, summed over them: other sums than the unfused op's, but the same
- * bits here, where every sum is exact (test_conv_pool_chunks.c compares random values within their rounding) */
+ * 80 KiB from any size, set below, halved for the convolutions of under 32 products an element: from 1 and 2 input
+ * channels): the first layer's forward on 9 images (18 KB of float32 output a sample: chunks of 2, 2, 2, 2, 1;
+ * bfloat16 3, 3, 3, or as float32 where bfloat16 runs in float32), and the input's gradient of 7 images of 64
+ * channels (37 KB of float32 gradient a sample), from 2 input channels in a buffer of their own (chunks of 1;
+ * bfloat16 2, 2, 2, 1), from 16 in slices of the weight's gradient's buffer (chunks of 2, 2, 2, 1; bfloat16 4, 3;
+ * none where bfloat16 runs in float32: x is converted, and not small beside y). From 1 and 2 input channels, which
+ * oneDNN reads as they lie (AVX-512) or converts at little cost, the weight's gradient runs in the same chunks,
+ * summed over them: other sums than the unfused op's, but the same bits here, where every sum is exact
+ * (test_conv_pool_chunks.c compares random values within their rounding) */
 static const pool_case cases[] = {
     {1, 3, 7, 9, 20, 3, 1, 2, true, false},   {3, 16, 8, 8, 32, 3, 1, 2, true, true},
     {3, 8, 7, 9, 16, 3, 0, 2, false, true},   {1, 32, 9, 7, 64, 3, 1, 3, true, true},
@@ -90,7 +93,7 @@ static mx_tensor *flat_positions(const mx_tensor *offsets, int64_t pool, int64_t
  * backward bits against the unfused ops. */
 static void check_case(int k, bool bf16, bool channels_last) {
   const pool_case *c = &cases[k];
-  mx__cpu_conv_max_pool_relu_chunking(0, 40 << 10);
+  mx__cpu_conv_max_pool_relu_chunking(0, 80 << 10);
   mx_scope *scope = mx_scope_begin();
   mx_tensor *x = leaf(MX_SHAPE(c->n, c->c_in, c->h, c->w), true, c->x_grad);
   mx_tensor *w = leaf(MX_SHAPE(c->c_out, c->c_in, c->k, c->k), false, true);
@@ -110,9 +113,10 @@ static void check_case(int k, bool bf16, bool channels_last) {
   }
   /* channels-last activations take the unfused kernels inside the op (kernels/cpu/dnnl_conv_pool.c says why), and
    * so do bfloat16 ones from 64 input channels and 8x8 outputs without a bias, which run as float32 Winograd (the
-   * last case; kernels/cpu/dnnl_conv.c, winograd_fits) */
-  bool winograd_bf16 = bf16 && c->c_in >= 64 && c->h * c->w >= 64 && !c->bias;
-  bool fused = MX_HAVE_DNNL && mx__dnnl_native(dt) && !channels_last && !winograd_bf16;
+   * last case; kernels/cpu/dnnl_conv.c, winograd_fits), where oneDNN has native bfloat16 kernels; without them
+   * every bfloat16 convolution runs in float32, and the fused kernels round its output as the unfused op does */
+  bool winograd_bf16 = bf16 && c->c_in >= 64 && c->h * c->w >= 64 && !c->bias && mx__dnnl_native(dt);
+  bool fused = MX_HAVE_DNNL && !channels_last && !winograd_bf16;
   cr_expect_eq(mx__cpu_conv_max_pool_relu_runs(false), runs + fused, "case %d: the fused kernel ran %s", k,
                fused ? "not" : "");
   cr_assert_eq(mx_dtype_of(y[1]), dt);
@@ -153,6 +157,56 @@ Test(conv2d_max_pool_relu, bfloat16_autocast_row_major_is_conv2d_then_max_pool_r
 
 Test(conv2d_max_pool_relu, bfloat16_autocast_channels_last_is_conv2d_then_max_pool_relu_bit_for_bit) {
   for (int k = 0; k < CASES; k++) check_case(k, true, true);
+}
+
+/* Under bfloat16 autocast a window's maximum and its offset are those of the rounded convolution output, as the
+ * unfused op sees it: y = a + b / 512 from two input channels (1x1 weights 1 and 1/512, float32 sums) is 1 for
+ * a = 1, b = 0 and 1 + 2^-9 for a = b = 1, both 1 in bfloat16 (half its ulp at 1 is 2^-8), so a window holding
+ * 1 then 1 + 2^-9 ties and keeps the first; a fused kernel searching float32 sums (where bfloat16 runs in float32)
+ * would take the second. And 1 + 3 * 2^-9 rounds up to 1 + 2^-7. */
+Test(conv2d_max_pool_relu, bfloat16_windows_search_the_rounded_output) {
+  mx_scope *scope = mx_scope_begin();
+  enum { N = 2, C = 16, H = 4, W = 4 };
+  float x[N * 2 * H * W] = {0}, w[C * 2];
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t p = 0; p < H * W; p++) {
+      x[(n * 2 + 0) * H * W + p] = 1.0f;
+      x[(n * 2 + 1) * H * W + p] = (float)(p % 2) * (p % 3 == 0 ? 3.0f : 1.0f); /* odd columns: 1 or 3 / 512 */
+    }
+  for (int64_t c = 0; c < C; c++) w[c * 2] = 1.0f, w[c * 2 + 1] = 1.0f / 512;
+  mx_tensor *xt = mx_from_data(x, MX_SHAPE(N, 2, H, W), MX_F32, MX_CPU);
+  mx_tensor *wt = mx_from_data(w, MX_SHAPE(C, 2, 1, 1), MX_F32, MX_CPU);
+  cr_assert(xt && wt && mx_set_requires_grad(wt, true) == MX_OK, "%s", mx_last_error());
+  mx_tensor *y[2] = {NULL, NULL}, *indices[2] = {NULL, NULL}, *full = NULL;
+  MX_AUTOCAST(MX_CPU, MX_BF16, true, true) {
+    full = mx_conv2d(xt, wt, NULL, MX_DEFAULT, MX_SHAPE(0), MX_DEFAULT, 1);
+    cr_assert_eq(mx_max_pool_with_indices(mx_relu(full), 2, MX_SHAPE(2), MX_DEFAULT, MX_DEFAULT, MX_DIMS(1), &y[0],
+                                          &indices[0]), MX_OK, "%s", mx_last_error());
+    cr_assert_eq(mx__conv2d_max_pool_relu(xt, wt, NULL, MX_DEFAULT, MX_SHAPE(0), MX_DEFAULT, 1, MX_SHAPE(2), MX_DEFAULT,
+                                          MX_DEFAULT, MX_DEFAULT, &y[1], &indices[1]), MX_OK, "%s", mx_last_error());
+  }
+  /* hand-computed: every window's top row is 1, then 1 + 2^-9 or 1 + 3 * 2^-9 */
+  float expected[2] = {1.0f, 1.0f + 1.0f / 128};
+  uint16_t got[N * C * 2 * 2];
+  cr_assert_eq(mx_to_host(mx_contiguous(y[1]), got, sizeof got), MX_OK, "%s", mx_last_error());
+  int64_t ties = 0, rounded_up = 0;
+  for (int64_t i = 0; i < N * C * 4; i++) {
+    float v = mx_bf16_to_f32(got[i]);
+    ties += v == expected[0], rounded_up += v == expected[1];
+  }
+  cr_expect_eq(ties + rounded_up, N * C * 4, "every window's maximum is 1 or 1 + 2^-7");
+  cr_expect_gt(ties, 0);
+  cr_expect_gt(rounded_up, 0);
+  fused_case_same_bits(y[0], y[1], "output", 0, MX_BF16);
+  fused_case_same_bits(indices[0], flat_positions(indices[1], 2, W), "indices", 0, MX_BF16);
+  /* and the weight's gradient, which the indices route */
+  mx_tensor *grads[2] = {NULL, NULL};
+  for (int f = 0; f < 2; f++) {
+    mx_tensor *loss = mx_sum(mx_to_dtype(y[f], MX_F32), MX_ALL_DIMS, false);
+    cr_assert_eq(mx_grad(1, &loss, 1, &wt, NULL, false, false, false, &grads[f]), MX_OK, "%s", mx_last_error());
+  }
+  fused_case_same_bits(grads[0], grads[1], "the weight's gradient", 0, MX_F32);
+  mx_scope_end(scope);
 }
 
 /* Gradients of the gradients (create_graph): the backward op's own backward against the unfused ops'. */

@@ -163,9 +163,10 @@ static bool check_case(int k, mx_dtype dt) {
   mx__cpu_conv_max_pool_relu_chunking(INT64_MAX, 4 << 20);
   grads whole = run(c, dt, &in, N, &chunks);
   cr_expect_eq(chunks, 0, "case %d: the whole batch ran in %llu chunks", k, (unsigned long long)chunks);
-  /* chunks of 2 samples: 2 a chunk fit (the batch plans' sizes a sample, 16 channels a block) */
+  /* chunks of 2 samples: 2 a chunk fit (the batch plans' sizes a sample, 16 channels a block) in half the bytes
+   * given, what a convolution of under 32 products an element takes (mx__cpu_conv_block_samples) */
   int64_t sample = C * H * W * (dt == MX_BF16 ? 2 : 4);
-  mx__cpu_conv_max_pool_relu_chunking(0, 2 * sample + 1);
+  mx__cpu_conv_max_pool_relu_chunking(0, 4 * sample + 2);
   grads chunked = run(c, dt, &in, N, &chunks);
   bool in_chunks = chunks > 0; /* none where oneDNN reorders x (dnnl_conv_pool.c): AVX2's blocks of 8 */
   if (in_chunks) cr_expect_eq(chunks, (uint64_t)(N + 1) / 2, "case %d: %llu chunks", k, (unsigned long long)chunks);
