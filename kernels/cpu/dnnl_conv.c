@@ -741,7 +741,8 @@ mx_status mx__dnnl_conv_plan_begin(mx__dnnl_conv_plan *plan, mx__dnnl_conv_kind 
   if (!make_key(&key, (int)kind, v, bias, false, in_f32, p)) return MX_NOT_SUPPORTED;
   /* the plain calls run these in float32, but a plan's y keeps the view's
    * dtype in the primitive's layout: declined, so the caller runs the plain
-   * calls and fused and unfused agree */
+   * calls and fused and unfused agree (an in_f32 plan's y is float32, as
+   * the plain call's is before it rounds) */
   if (key.winograd && key.dtype != MX_F32 && !in_f32) return MX_NOT_SUPPORTED;
   mx_status status = MX_OK;
   conv_entry *e = mx__dnnl_cache_acquire(&cache, &key, &status);

@@ -24,8 +24,9 @@ typedef struct {
 } mx__dnnl_conv_plan;
 
 /* The primitive of kind for the operands in their roles: x (or dx), w (or dw), y (or dy), whose shapes, strides
- * and dtype pick it as the plain calls (or conv.c's float32 blocks of bfloat16) would (y's data is never read: a view of the tensor an unfused convolution
- * would have had; backward weights may write a float32 dw, and diff_bias, for bfloat16 x and y: a chunk's sums);
+ * and dtype pick it as the plain calls would, bfloat16 without bf16 dot products as conv.c's float32 primitives
+ * (y's data is never read: a view of the tensor an unfused convolution would have had; backward weights may write
+ * a float32 dw, and diff_bias, for bfloat16 x and y: a chunk's sums);
  * bias: whether the forward adds one or the backward weights write diff_bias. MX_NOT_BUILT or MX_NOT_SUPPORTED (no
  * error set) where oneDNN declines; MX_BACKEND_ERROR on a failure. */
 mx_status mx__dnnl_conv_plan_begin(mx__dnnl_conv_plan *plan, mx__dnnl_conv_kind kind, const mx_kview *x,
