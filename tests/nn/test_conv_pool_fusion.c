@@ -10,7 +10,6 @@
 #include <mixgrad.h>
 
 #include "fusion_case.h"
-#include "kernels/cpu/dnnl.h"
 #include "kernels/cpu/dnnl_conv_pool.h"
 #include "mx_config.h"
 

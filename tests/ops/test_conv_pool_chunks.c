@@ -5,8 +5,8 @@
  * one with dx (2 channels: the input's gradient in a layout of its own); with and without a bias and relu's mask;
  * 9 and 7 images in chunks of 2, 2, 2, 2, 1 and 2, 2, 2, 1 (a remainder chunk). The bound catches a dropped chunk
  * (the whole batch less its last sample falls outside it, checked below) and, in bfloat16, sums rounded once a chunk
- * (tried by hand: a hundred of the 1152 dw outside). Skipped where the kernel makes no chunks: where oneDNN reorders
- * x, AVX2 for one. */
+ * (tried by hand: a hundred of the 1152 dw outside). Skipped where the kernel makes no chunks (dnnl_conv_pool.c,
+ * may_chunk). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -168,7 +168,7 @@ static bool check_case(int k, mx_dtype dt) {
   int64_t sample = C * H * W * (dt == MX_BF16 ? 2 : 4);
   mx__cpu_conv_max_pool_relu_chunking(0, 4 * sample + 2);
   grads chunked = run(c, dt, &in, N, &chunks);
-  bool in_chunks = chunks > 0; /* none where oneDNN reorders x (dnnl_conv_pool.c): AVX2's blocks of 8 */
+  bool in_chunks = chunks > 0; /* none where the kernel may not chunk (dnnl_conv_pool.c, may_chunk) */
   if (in_chunks) cr_expect_eq(chunks, (uint64_t)(N + 1) / 2, "case %d: %llu chunks", k, (unsigned long long)chunks);
   const char *name = dt == MX_BF16 ? "bfloat16" : "float32";
   int64_t bad = outside(chunked.dw, whole.dw, bound_dw, n_w, N * H * W, dt);
@@ -199,7 +199,7 @@ static void check_all(mx_dtype dt) {
   if (!MX_HAVE_DNNL || !mx__dnnl_native(dt)) cr_skip_test("oneDNN runs no native kernels of this dtype here");
   int chunked = 0;
   for (int k = 0; k < CASES; k++) chunked += check_case(k, dt);
-  if (!chunked) cr_skip_test("the weight's gradient runs in no chunks here (oneDNN reorders x)");
+  if (!chunked) cr_skip_test("the weight's gradient runs in no chunks here (dnnl_conv_pool.c, may_chunk)");
 }
 
 Test(conv_pool_chunks, float32_weight_gradient_in_chunks_is_the_whole_batchs_within_its_rounding) { check_all(MX_F32); }
