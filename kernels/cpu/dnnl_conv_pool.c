@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "kernels/cpu/conv_pool_avx512.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/dnnl.h"
 #include "kernels/cpu/dnnl_conv_plan.h"
 #include "kernels/cpu/host_cache.h"
@@ -491,17 +492,14 @@ static mx_status data_in_chunks(const mx__dnnl_conv_plan *data, int64_t chunk, c
   return status;
 }
 
-/* The float32 sums (row-major) into v (any strides), rounded once to its dtype. */
+/* The float32 sums into v (contiguous: mx__cpu_conv_max_pool_relu_backward declines other strides), rounded once
+ * to its dtype. */
 static void store_sums(const mx_kview *v, const float *sums) {
   int64_t numel = mx__kview_numel(v);
-  for (int64_t i = 0; i < numel; i++) {
-    int64_t at = 0, rest = i;
-    for (int d = v->ndim - 1; d >= 0; d--) at += rest % v->shape[d] * v->strides[d], rest /= v->shape[d];
-    if (v->dtype == MX_BF16)
-      ((uint16_t *)v->data)[at] = mx_f32_to_bf16(sums[i]);
-    else
-      ((float *)v->data)[at] = sums[i];
-  }
+  if (v->dtype == MX_BF16)
+    mx__f32_to_bf16_n(sums, v->data, numel);
+  else
+    memcpy(v->data, sums, sizeof(float) * (size_t)numel);
 }
 
 /* What the backward reads and writes (dx, db and mask NULL: none). */
@@ -618,6 +616,8 @@ mx_status mx__cpu_conv_max_pool_relu_backward(const mx_kview *dx, const mx_kview
                                               const mx_kview *x, const mx_kview *w, const mx_conv_params *cp,
                                               const mx_pool_params *pp, bool channels_last) {
   if (channels_last || !covered(x, g, indices, cp, pp) || (mask && mask->dtype != g->dtype)) return MX_NOT_SUPPORTED;
+  /* dw and db as the op makes them, so the float32 sums store in one pass (store_sums) */
+  if (!mx__kview_is_contiguous(dw) || (db && !mx__kview_is_contiguous(db))) return MX_NOT_SUPPORTED;
   mx_kview full = full_view(x, w, cp);
   operands o = {dx, dw, db, g, mask, indices, x, w, &full, cp, pp};
   mx__dnnl_conv_plan weights = {0}, data = {0};

@@ -208,3 +208,25 @@ Test(conv_pool_chunks, float32_weight_gradient_in_chunks_is_the_whole_batchs_wit
 Test(conv_pool_chunks, bfloat16_weight_gradient_in_chunks_is_the_whole_batchs_within_its_rounding) {
   check_all(MX_BF16);
 }
+
+/* The kernel stores its float32 sums into dw and db in one pass, so it declines (the op then runs the unfused
+ * kernels) a dw or db with strides of its own, which the op never makes. */
+Test(conv_pool_chunks, a_weight_gradient_with_strides_of_its_own_is_declined) {
+  if (!MX_HAVE_DNNL) cr_skip_test("oneDNN is not built in");
+  float x[1 * 1 * 4 * 4] = {0}, w[2 * 9] = {0}, g[2 * 2 * 2] = {0}, dw[2 * 9 * 2], db[4];
+  uint8_t offsets[2 * 2 * 2] = {0};
+  int64_t xs[4] = {1, 1, 4, 4}, ws[4] = {2, 1, 3, 3}, ps[4] = {1, 2, 2, 2}, bs[1] = {2};
+  mx_kview xv = plain(x, MX_F32, 4, xs), wv = plain(w, MX_F32, 4, ws), gv = plain(g, MX_F32, 4, ps);
+  mx_kview iv = plain(offsets, MX_U8, 4, ps), dwv = plain(dw, MX_F32, 4, ws), dbv = plain(db, MX_F32, 1, bs);
+  mx_conv_params cp = {.spatial = 2, .stride = {1, 1}, .padding = {1, 1}, .dilation = {1, 1}, .groups = 1};
+  mx_pool_params pp = {.spatial = 2, .kernel = {2, 2}, .stride = {2, 2}, .dilation = {1, 1}};
+  mx_kview every_other = dwv, spread_bias = dbv;
+  for (int d = 0; d < 4; d++) every_other.strides[d] *= 2;
+  spread_bias.strides[0] = 2;
+  cr_expect_eq(mx__cpu_conv_max_pool_relu_backward(NULL, &every_other, &dbv, &gv, NULL, &iv, &xv, &wv, &cp, &pp, false),
+               MX_NOT_SUPPORTED);
+  cr_expect_eq(mx__cpu_conv_max_pool_relu_backward(NULL, &dwv, &spread_bias, &gv, NULL, &iv, &xv, &wv, &cp, &pp, false),
+               MX_NOT_SUPPORTED);
+  cr_expect_eq(mx__cpu_conv_max_pool_relu_backward(NULL, &dwv, &dbv, &gv, NULL, &iv, &xv, &wv, &cp, &pp, false), MX_OK,
+               "the same call with contiguous gradients: %s", mx_last_error());
+}
