@@ -3,10 +3,10 @@
  * along the pixels, so 16 pixels' vectors are transposed as a 16x16 tile of 32-bit lanes (a bfloat16 value and its
  * offset share a lane, so that takes one transpose, float32 two).
  *
- * As in pool_avx512.c, loads and stores with a partial mask are slow on this project's AMD EPYC, and the demo CNN's
- * rows are 14 and 7 outputs: the forward's row stores are whole vectors that run on into the channel's next rows
- * (written again later by the same call), the backward's loads whole vectors wherever the tensor has room; only a
- * channel's last rows (forward) or the tensor's end (backward) take masks. */
+ * A channel's outputs run 16 at a time across its rows (a vector may hold the end of one row and the start of the
+ * next), so every vector but a channel's last is whole: the demo CNN's rows are 14 and 7 outputs, and a vector a row
+ * left 2 and 9 of its 16 lanes idle. As in pool_avx512.c, loads with a partial mask are slow on this project's AMD
+ * EPYC: the backward loads whole vectors wherever the tensor has room, so only its end takes masks. */
 #include "kernels/cpu/conv_pool_avx512.h"
 
 #ifdef MX__POOL_AVX512
@@ -100,51 +100,47 @@ WIDE_INLINE __m512i bf16_plus_zero(__m512i d) {
 
 WIDE_INLINE void conv_pool16(const void *plane, int64_t W, int64_t OH, int64_t OW, void *y, uint8_t *offset,
                              int64_t m, bool bf16, bool f32_plane) {
-  const int64_t area = OH * OW; /* a channel's outputs */
-  for (int64_t oh = 0; oh < OH; oh++)
-    for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
-      const int64_t count = OW - ow0 < 16 ? OW - ow0 : 16;
-      __m512i values[16], wheres[16]; /* pixel p's channels; after the transposes, channel c's pixels */
-      for (int64_t p = 0; p < 16; p++) {
-        if (p >= count) {
-          values[p] = wheres[p] = _mm512_setzero_si512();
-          continue;
-        }
-        const int64_t a = ((2 * oh) * W + 2 * (ow0 + p)) * 16, c = a + W * 16; /* the window's top left, bottom left */
-        __m512i where;
-        if (bf16 && f32_plane) { /* y's values, rounded before the search as the unfused op's output is */
-          const float *at = plane;
-          __m512 best = search(round_bf16(_mm512_loadu_ps(at + a)), round_bf16(_mm512_loadu_ps(at + a + 16)),
-                               round_bf16(_mm512_loadu_ps(at + c)), round_bf16(_mm512_loadu_ps(at + c + 16)), &where);
-          values[p] = _mm512_or_si512(bf16_store(best), _mm512_slli_epi32(where, 16));
-        } else if (bf16) {
-          const uint16_t *at = plane;
-          __m512 best = search(load_bf16(at + a), load_bf16(at + a + 16), load_bf16(at + c), load_bf16(at + c + 16),
-                               &where);
-          values[p] = _mm512_or_si512(bf16_store(best), _mm512_slli_epi32(where, 16));
-        } else {
-          const float *at = plane;
-          __m512 best = search(_mm512_loadu_ps(at + a), _mm512_loadu_ps(at + a + 16), _mm512_loadu_ps(at + c),
-                               _mm512_loadu_ps(at + c + 16), &where);
-          values[p] = _mm512_castps_si512(best), wheres[p] = where;
-        }
-      }
-      transpose16(values);
-      if (!bf16) transpose16(wheres);
-      const int64_t first = oh * OW + ow0;
-      const bool whole = first + 16 <= area; /* the run-on stays in the channel's later rows */
-      const __mmask16 k = first16(count);
-      for (int64_t c = 0; c < m; c++) {
-        const int64_t at = c * area + first;
-        __m512i where = bf16 ? _mm512_srli_epi32(values[c], 16) : wheres[c];
-        if (whole) _mm_storeu_si128((__m128i *)(offset + at), _mm512_cvtepi32_epi8(where));
-        else _mm512_mask_cvtepi32_storeu_epi8(offset + at, k, where);
-        if (bf16 && whole) _mm256_storeu_si256((__m256i *)((uint16_t *)y + at), _mm512_cvtepi32_epi16(values[c]));
-        else if (bf16) _mm512_mask_cvtepi32_storeu_epi16((uint16_t *)y + at, k, values[c]);
-        else if (whole) _mm512_storeu_si512((float *)y + at, values[c]);
-        else _mm512_mask_storeu_epi32((float *)y + at, k, values[c]);
+  const int64_t area = OH * OW; /* a channel's outputs, 16 at a time across its rows */
+  for (int64_t first = 0; first < area; first += 16) {
+    const int64_t count = area - first < 16 ? area - first : 16;
+    __m512i values[16], wheres[16]; /* pixel p's channels; after the transposes, channel c's pixels */
+    int64_t oh = first / OW, ow = first % OW; /* pixel p's window */
+    for (int64_t p = 0; p < count; p++, ow = ow + 1 < OW ? ow + 1 : (oh++, 0)) {
+      const int64_t a = ((2 * oh) * W + 2 * ow) * 16, c = a + W * 16; /* the window's top left, bottom left */
+      __m512i where;
+      if (bf16 && f32_plane) { /* y's values, rounded before the search as the unfused op's output is */
+        const float *at = plane;
+        __m512 best = search(round_bf16(_mm512_loadu_ps(at + a)), round_bf16(_mm512_loadu_ps(at + a + 16)),
+                             round_bf16(_mm512_loadu_ps(at + c)), round_bf16(_mm512_loadu_ps(at + c + 16)), &where);
+        values[p] = _mm512_or_si512(bf16_store(best), _mm512_slli_epi32(where, 16));
+      } else if (bf16) {
+        const uint16_t *at = plane;
+        __m512 best = search(load_bf16(at + a), load_bf16(at + a + 16), load_bf16(at + c), load_bf16(at + c + 16),
+                             &where);
+        values[p] = _mm512_or_si512(bf16_store(best), _mm512_slli_epi32(where, 16));
+      } else {
+        const float *at = plane;
+        __m512 best = search(_mm512_loadu_ps(at + a), _mm512_loadu_ps(at + a + 16), _mm512_loadu_ps(at + c),
+                             _mm512_loadu_ps(at + c + 16), &where);
+        values[p] = _mm512_castps_si512(best), wheres[p] = where;
       }
     }
+    for (int64_t p = count; p < 16; p++) values[p] = wheres[p] = _mm512_setzero_si512();
+    transpose16(values);
+    if (!bf16) transpose16(wheres);
+    const bool whole = count == 16;
+    const __mmask16 k = first16(count);
+    for (int64_t c = 0; c < m; c++) {
+      const int64_t at = c * area + first;
+      __m512i where = bf16 ? _mm512_srli_epi32(values[c], 16) : wheres[c];
+      if (whole) _mm_storeu_si128((__m128i *)(offset + at), _mm512_cvtepi32_epi8(where));
+      else _mm512_mask_cvtepi32_storeu_epi8(offset + at, k, where);
+      if (bf16 && whole) _mm256_storeu_si256((__m256i *)((uint16_t *)y + at), _mm512_cvtepi32_epi16(values[c]));
+      else if (bf16) _mm512_mask_cvtepi32_storeu_epi16((uint16_t *)y + at, k, values[c]);
+      else if (whole) _mm512_storeu_si512((float *)y + at, values[c]);
+      else _mm512_mask_storeu_epi32((float *)y + at, k, values[c]);
+    }
+  }
 }
 
 WIDE void mx__conv_pool16_avx512(const void *plane, int64_t W, int64_t OH, int64_t OW, void *y, uint8_t *offset,
@@ -157,15 +153,16 @@ WIDE void mx__conv_pool16_avx512(const void *plane, int64_t W, int64_t OH, int64
 /* relu_backward's test on its mask y (kernels/math.h): the lanes where y > 0 or y is NaN, whose gradient passes. */
 WIDE_INLINE __mmask16 kept_by(__m512 y) { return _mm512_cmp_ps_mask(y, _mm512_setzero_ps(), _CMP_NLE_UQ); }
 
-WIDE_INLINE void conv_pool16_backward(void *top, int64_t W, int64_t OW, const void *dy, const void *mask,
+WIDE_INLINE void conv_pool16_backward(void *top, int64_t W, int64_t OH, int64_t OW, const void *dy, const void *mask,
                                       const uint8_t *offset, int64_t channel_stride, int64_t m, int64_t readable,
                                       bool bf16, bool f32_top) {
-  for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
-    const int64_t count = OW - ow0 < 16 ? OW - ow0 : 16;
+  const int64_t area = OH * OW; /* a channel's outputs, 16 at a time across its rows */
+  for (int64_t first = 0; first < area; first += 16) {
+    const int64_t count = area - first < 16 ? area - first : 16;
     const __mmask16 k = first16(count);
     __m512i values[16], wheres[16]; /* channel c's pixels; after the transposes, pixel p's channels */
     for (int64_t c = 0; c < 16; c++) {
-      const int64_t at = c * channel_stride + ow0;
+      const int64_t at = c * channel_stride + first;
       if (c >= m) { /* a padding channel: 0 + 0 at offset 0, zeros elsewhere */
         values[c] = wheres[c] = _mm512_setzero_si512();
         continue;
@@ -190,11 +187,11 @@ WIDE_INLINE void conv_pool16_backward(void *top, int64_t W, int64_t OW, const vo
     }
     transpose16(values);
     if (!bf16) transpose16(wheres);
-    for (int64_t p = 0; p < count; p++) {
-      const int64_t ow = ow0 + p;
+    int64_t oh = first / OW, ow = first % OW; /* pixel p's window */
+    for (int64_t p = 0; p < count; p++, ow = ow + 1 < OW ? ow + 1 : (oh++, 0)) {
       __m512i where = bf16 ? _mm512_srli_epi32(values[p], 16) : wheres[p];
       for (int r = 0; r < 4; r++) {
-        const int64_t pixel = ((r >> 1) * W + 2 * ow + (r & 1)) * 16;
+        const int64_t pixel = ((2 * oh + (r >> 1)) * W + 2 * ow + (r & 1)) * 16;
         const __mmask16 here = _mm512_cmpeq_epi32_mask(where, _mm512_set1_epi32(r));
         if (bf16) {
           __m512i g = bf16_plus_zero(_mm512_and_si512(values[p], _mm512_set1_epi32(0xffff)));
@@ -213,11 +210,11 @@ WIDE_INLINE void conv_pool16_backward(void *top, int64_t W, int64_t OW, const vo
   }
 }
 
-WIDE void mx__conv_pool16_backward_avx512(void *top, int64_t W, int64_t OW, const void *dy, const void *mask,
-                                          const uint8_t *offset, int64_t channel_stride, int64_t m, int64_t readable,
-                                          bool bf16, bool f32_top) {
-  if (bf16 && f32_top) conv_pool16_backward(top, W, OW, dy, mask, offset, channel_stride, m, readable, true, true);
-  else if (bf16) conv_pool16_backward(top, W, OW, dy, mask, offset, channel_stride, m, readable, true, false);
-  else conv_pool16_backward(top, W, OW, dy, mask, offset, channel_stride, m, readable, false, false);
+WIDE void mx__conv_pool16_backward_avx512(void *top, int64_t W, int64_t OH, int64_t OW, const void *dy,
+                                          const void *mask, const uint8_t *offset, int64_t channel_stride, int64_t m,
+                                          int64_t readable, bool bf16, bool f32_top) {
+  if (bf16 && f32_top) conv_pool16_backward(top, W, OH, OW, dy, mask, offset, channel_stride, m, readable, true, true);
+  else if (bf16) conv_pool16_backward(top, W, OH, OW, dy, mask, offset, channel_stride, m, readable, true, false);
+  else conv_pool16_backward(top, W, OH, OW, dy, mask, offset, channel_stride, m, readable, false, false);
 }
 #endif

@@ -177,7 +177,7 @@ static void pool(const geometry *g, const void *src, const mx_kview *y, const mx
   bool bf16 = y->dtype == MX_BF16, wide_plane = g->f32_plane;
   int64_t size = plane_size(g, y->dtype), rows = g->N * g->blocks * g->OH;
 #ifdef MX__POOL_AVX512
-  if (wide(g, y, indices)) { /* a block's plane at a time: its rows' stores run on into the rows after them */
+  if (wide(g, y, indices)) { /* a block's plane at a time, 16 outputs at a time across its rows */
     MX_PARALLEL_FOR(rows * g->OW * g->block * 4)
     for (int64_t nb = 0; nb < g->N * g->blocks; nb++) {
       int64_t cb = nb % g->blocks, n = nb / g->blocks, c0 = cb * 16, m = g->C - c0 < 16 ? g->C - c0 : 16;
@@ -407,8 +407,24 @@ static void scatter(const geometry *geo, void *dst, const mx_kview *g, const mx_
   bool along_windows = g->strides[3] == 1; /* the gather runs along g's unit stride */
   bool fast = wide(geo, g, indices) && (!mask || contiguous(mask, geo)); /* the AVX-512 loop reads g's offsets */
   int64_t numel = mx__kview_numel(g);
-  MX_PARALLEL_FOR(rows * geo->KH * geo->W * geo->block)
-  for (int64_t row = 0; row < rows; row++) {
+#ifdef MX__POOL_AVX512
+  if (fast) { /* a block's plane at a time, 16 outputs at a time across its rows */
+    MX_PARALLEL_FOR(rows * geo->KH * geo->W * geo->block)
+    for (int64_t nb = 0; nb < geo->N * geo->blocks; nb++) {
+      int64_t cb = nb % geo->blocks, n = nb / geo->blocks, at = n * g->strides[0] + cb * 16 * g->strides[1];
+      int64_t real = geo->C - cb * 16 < 16 ? geo->C - cb * 16 : 16; /* the padding channels get zeros */
+      mx__conv_pool16_backward_avx512((char *)dst + nb * geo->H * row_bytes, geo->W, geo->OH, geo->OW,
+                                      (const char *)g->data + at * g_size,
+                                      mask ? (const char *)mask->data + at * g_size : NULL,
+                                      (const uint8_t *)indices->data + at, g->strides[1], real, numel - at, bf16,
+                                      wide_plane);
+    }
+  }
+#endif
+  /* the rows' windows (unless fast did them) and the columns no window reaches, which get zeros */
+  int64_t reached = geo->OW * geo->KW * geo->block * size, row_count = fast && reached == row_bytes ? 0 : rows;
+  MX_PARALLEL_FOR(row_count * geo->KH * geo->W * geo->block)
+  for (int64_t row = 0; row < row_count; row++) {
     int64_t oh = row % geo->OH, nb = row / geo->OH, cb = nb % geo->blocks, n = nb / geo->blocks;
     char *plane = (char *)dst + nb * geo->H * row_bytes;
     union {
@@ -418,16 +434,6 @@ static void scatter(const geometry *geo, void *dst, const mx_kview *g, const mx_
     uint8_t offset[LANES];
     /* the channels of this block that exist; the padding ones get zeros (0 + 0 wherever their offset is found) */
     int64_t real = geo->C - cb * geo->block < geo->block ? geo->C - cb * geo->block : geo->block;
-#ifdef MX__POOL_AVX512
-    if (fast) {
-      int64_t at = n * g->strides[0] + cb * 16 * g->strides[1] + oh * geo->OW;
-      mx__conv_pool16_backward_avx512(plane + oh * geo->KH * row_bytes, geo->W, geo->OW,
-                                      (const char *)g->data + at * g_size,
-                                      mask ? (const char *)mask->data + at * g_size : NULL,
-                                      (const uint8_t *)indices->data + at, g->strides[1], real, numel - at, bf16,
-                                      wide_plane);
-    }
-#endif
     for (int64_t ow0 = 0; ow0 < geo->OW && !fast; ow0 += windows) {
       int64_t count = geo->OW - ow0 < windows ? geo->OW - ow0 : windows;
       int64_t gi = n * g->strides[0] + cb * geo->block * g->strides[1] + oh * g->strides[2] + ow0 * g->strides[3];
@@ -454,7 +460,6 @@ static void scatter(const geometry *geo, void *dst, const mx_kview *g, const mx_
         else scatter_f32((float *)line, grad.f32, offset, count, geo->KW, kh, geo->block);
       }
     }
-    int64_t reached = geo->OW * geo->KW * geo->block * size; /* the columns no window reaches: zeros */
     for (int64_t kh = 0; kh < geo->KH; kh++)
       memset(plane + (oh * geo->KH + kh) * row_bytes + reached, 0, (size_t)(row_bytes - reached));
   }
