@@ -2,8 +2,9 @@
  * Each block of 16 channels is a 16 x S matrix to transpose to S x 16: in
  * 8 x 8 tiles of SSE2 unpacks (x86-64's baseline), a scalar loop for the
  * last S % 8 columns and on other CPUs. Threads split the blocks. The
- * float32 blocks of bfloat16 go through a 16-bit tile of TILE columns,
- * converted by the convert kernel's loops (the same bits) while in cache. */
+ * float32 blocks of bfloat16 and float16 go through a 16-bit tile of TILE
+ * columns, converted by the convert kernel's loops (the same bits) while in
+ * cache. */
 #include "kernels/cpu/channel_blocks.h"
 
 #include "kernels/cpu/convert.h"
@@ -69,21 +70,24 @@ static void from_blocks(uint16_t *restrict plain, const uint16_t *restrict block
 
 enum { TILE = 256 }; /* columns converted at a time: 8 KiB of 16-bit values */
 
-/* One block of 16 channels between 16 bfloat16 rows of s values and s float32 rows of 16, a tile at a time. */
-static void to_blocks_f32(float *blocked, const uint16_t *plain, int64_t s) {
+/* One block of 16 channels between 16 rows of s 16-bit values (f16: float16, else bfloat16) and s float32 rows of
+ * 16, a tile at a time. */
+static void to_blocks_f32(float *blocked, const uint16_t *plain, int64_t s, bool f16) {
   uint16_t tile[TILE * 16];
   for (int64_t j = 0; j < s; j += TILE) {
     int64_t cols = s - j < TILE ? s - j : TILE;
     to_blocks(tile, plain + j, s, cols);
-    mx__bf16_to_f32_n(tile, blocked + j * 16, cols * 16);
+    if (f16) mx__f16_to_f32_n(tile, blocked + j * 16, cols * 16);
+    else mx__bf16_to_f32_n(tile, blocked + j * 16, cols * 16);
   }
 }
 
-static void from_blocks_f32(uint16_t *plain, const float *blocked, int64_t s) {
+static void from_blocks_f32(uint16_t *plain, const float *blocked, int64_t s, bool f16) {
   uint16_t tile[TILE * 16];
   for (int64_t j = 0; j < s; j += TILE) {
     int64_t cols = s - j < TILE ? s - j : TILE;
-    mx__f32_to_bf16_n(blocked + j * 16, tile, cols * 16);
+    if (f16) mx__f32_to_f16_n(blocked + j * 16, tile, cols * 16);
+    else mx__f32_to_bf16_n(blocked + j * 16, tile, cols * 16);
     from_blocks(plain + j, tile, s, cols);
   }
 }
@@ -99,12 +103,16 @@ void mx__from_channel_blocks16(uint16_t *plain, const uint16_t *blocked, int64_t
   for (int64_t b = 0; b < n * (c / 16); b++) from_blocks(plain + b * 16 * s, blocked + b * 16 * s, s, s);
 }
 
-void mx__to_channel_blocks16_f32(float *blocked, const uint16_t *plain, int64_t n, int64_t c, int64_t s) {
+void mx__to_channel_blocks16_f32(float *blocked, const uint16_t *plain, mx_dtype dtype, int64_t n, int64_t c,
+                                 int64_t s) {
+  bool f16 = dtype == MX_F16;
   MX_PARALLEL_FOR(n * c * s)
-  for (int64_t b = 0; b < n * (c / 16); b++) to_blocks_f32(blocked + b * 16 * s, plain + b * 16 * s, s);
+  for (int64_t b = 0; b < n * (c / 16); b++) to_blocks_f32(blocked + b * 16 * s, plain + b * 16 * s, s, f16);
 }
 
-void mx__from_channel_blocks16_f32(uint16_t *plain, const float *blocked, int64_t n, int64_t c, int64_t s) {
+void mx__from_channel_blocks16_f32(uint16_t *plain, const float *blocked, mx_dtype dtype, int64_t n, int64_t c,
+                                   int64_t s) {
+  bool f16 = dtype == MX_F16;
   MX_PARALLEL_FOR(n * c * s)
-  for (int64_t b = 0; b < n * (c / 16); b++) from_blocks_f32(plain + b * 16 * s, blocked + b * 16 * s, s);
+  for (int64_t b = 0; b < n * (c / 16); b++) from_blocks_f32(plain + b * 16 * s, blocked + b * 16 * s, s, f16);
 }

@@ -151,18 +151,18 @@ static mx_status run_copies(mx_conv_kind kind, staged *s, const mx_kview *xs, co
   return status;
 }
 
-/* float16 and bfloat16 as the GPU does them: float32 products and sums, one rounding of the result. bfloat16 runs
- * on oneDNN's float32 primitives, whose reorders convert its operands (mx__dnnl_conv_in_f32); float16, and
- * bfloat16 where that declines, on dense float32 copies of the inputs (the loops when reference). Over blocks of
- * samples (stage_samples; the loops take the whole batch): x and y a block at a time, w and the bias once; a weight
- * gradient's blocks' float32 sums added in float32 and rounded once, so they differ from the whole batch's only in
- * the order of their terms. bias: the forward's, copied to float32; for a weight's gradient, db (an output): summed
- * beside dw where every block converted (oneDNN's diff_bias), *db_summed says whether (NULL: no db). */
+/* float16 and bfloat16 as the GPU does them: float32 products and sums, one rounding of the result. They run on
+ * oneDNN's float32 primitives, whose reorders convert their operands (mx__dnnl_conv_in_f32); where that declines,
+ * on dense float32 copies of the inputs (the loops when reference). Over blocks of samples (stage_samples; the
+ * loops take the whole batch): x and y a block at a time, w and the bias once; a weight gradient's blocks' float32
+ * sums added in float32 and rounded once, so they differ from the whole batch's only in the order of their terms.
+ * bias: the forward's, copied to float32; for a weight's gradient, db (an output): summed beside dw where every
+ * block converted (oneDNN's diff_bias), *db_summed says whether (NULL: no db). */
 static mx_status via_f32(mx_conv_kind kind, const mx_kview *const *v, const mx_kview *bias, const mx_conv_params *p,
                          bool reference, bool *db_summed) {
   int out = output_role(kind);
   int64_t N = v[ROLE_X]->shape[0], block = reference ? N : stage_samples(v), w_numel = mx__kview_numel(v[ROLE_W]);
-  bool converting = !reference && v[ROLE_X]->dtype == MX_BF16; /* oneDNN's reorders convert: no copies */
+  bool converting = !reference; /* oneDNN's reorders convert: no copies */
   const mx_kview *db = out == ROLE_W ? bias : NULL;
   int64_t total = w_numel + (db ? mx__kview_numel(db) : 0); /* a weight's gradient: dw's float32 sums, db's after */
   staged s = {0};
@@ -179,12 +179,15 @@ static mx_status via_f32(mx_conv_kind kind, const mx_kview *const *v, const mx_k
   if (s.bias) s.dense_bias = mx__cpu_dense_f32_view(s.bias, bias);
   if (status == MX_OK && out == ROLE_W && block < N && !(sums = mx__cpu_f32_alloc(total)))
     status = mx__error(MX_OUT_OF_MEMORY, "mx_conv: out of memory for the weight gradient's float32 sums");
+  /* float16 weights converted here, once (mx__dnnl_conv_in_f32 declines oneDNN's float16 reorders) */
+  if (status == MX_OK && converting && out != ROLE_W && v[ROLE_W]->dtype == MX_F16)
+    status = stage(&s, ROLE_W, out, v[ROLE_W]);
   bool all_converted = true;
   if (block < 1) block = 1;
   for (int64_t n0 = 0; (n0 < N || n0 == 0) && status == MX_OK; n0 += block) { /* once for an empty batch */
     int64_t n = N - n0 < block ? N - n0 : block;
     mx_kview xs = mx__kview_samples(v[ROLE_X], n0, n), ys = mx__kview_samples(v[ROLE_Y], n0, n);
-    const mx_kview *w = out == ROLE_W ? &s.dense[ROLE_W] : v[ROLE_W], *b = bias ? &s.dense_bias : NULL;
+    const mx_kview *w = s.buf[ROLE_W] ? &s.dense[ROLE_W] : v[ROLE_W], *b = bias ? &s.dense_bias : NULL;
     status = converting ? mx__dnnl_conv_in_f32(kind, &xs, w, &ys, b, p) : MX_NOT_SUPPORTED;
     if (mx__dnnl_declined(status)) {
       converting = all_converted = false;
@@ -372,13 +375,13 @@ mx_status mx__cpu_conv_backward_weight_bias(const mx_kview *dw, const mx_kview *
   mx_status status = mx__conv_check(MX_CONV_BACKWARD_WEIGHT, x, dw, dy, db, p);
   if (status != MX_OK) return status;
   bool empty = mx__kview_numel(x) == 0 || mx__kview_numel(dw) == 0 || mx__kview_numel(dy) == 0;
-  bool dnnl = !empty && (x->dtype == MX_F32 || x->dtype == MX_BF16);
+  bool dnnl = !empty && (x->dtype == MX_F32 || x->dtype == MX_BF16 || x->dtype == MX_F16);
   /* oneDNN 2.6's float32 nhwc weight-gradient kernels sum diff_bias outside their JIT code, slower than a separate
    * column sum (the demo CNN's channels-last step: 4% slower with it) */
   bool separate_sum = dnnl && x->dtype == MX_F32 && mx__kview_is_channels_last(dy);
   if (dnnl && !separate_sum && !mx__dnnl_declined(status = mx__dnnl_conv_backward_weight_bias(dw, db, dy, x, p)))
     return status;
-  if (dnnl && x->dtype == MX_BF16) { /* no native kernel: float32 primitives, their diff_bias beside dw */
+  if (dnnl && x->dtype != MX_F32) { /* no native kernel: float32 primitives, their diff_bias beside dw */
     const mx_kview *v[3] = {x, dw, dy};
     bool summed;
     if ((status = via_f32(MX_CONV_BACKWARD_WEIGHT, v, db, p, false, &summed)) != MX_OK) return status;

@@ -53,15 +53,19 @@ mx_status mx__dnnl_conv_backward_weight(const mx_kview *dw, const mx_kview *dy, 
 mx_status mx__dnnl_conv_backward_weight_bias(const mx_kview *dw, const mx_kview *db, const mx_kview *dy,
                                              const mx_kview *x, const mx_conv_params *p);
 
-/* A convolution of bfloat16 operands on a float32 primitive, for a CPU
- * without bf16 dot products (where the calls above decline bfloat16): the
- * reorders into its layouts convert the inputs to float32 (exact), and the
- * one out of it rounds the float32 sums once, so no float32 copy of an
- * operand is made beside them; a weight reordered so is kept per version as
- * the others are. kind's roles as conv.h's: x (or dx), w (or dw), y (or dy);
- * a weight's gradient is float32 (the caller rounds it). bias: NULL or a
- * float32 (C_out) vector, the forward's bias or, for a weight's gradient,
- * the bias's gradient written beside it (diff_bias). */
+/* A convolution of bfloat16 or float16 operands on a float32 primitive,
+ * for a CPU without bf16 dot products (where the calls above decline
+ * bfloat16) and for float16 everywhere (oneDNN 2.6 has no float16
+ * convolutions): the reorders into its layouts convert the inputs to
+ * float32 (exact), and the one out of it rounds the float32 sums once, so
+ * no float32 copy of an operand is made beside them; a weight reordered so
+ * is kept per version as the others are. float16 only where mixgrad's
+ * channel-block transposes convert it (oneDNN's own float16 reorders are
+ * its slow reference code): declined otherwise; its weights may come in
+ * float32 (the caller converts them). kind's roles as conv.h's: x (or dx),
+ * w (or dw), y (or dy); a weight's gradient is float32 (the caller rounds
+ * it). bias: NULL or a float32 (C_out) vector, the forward's bias or, for a
+ * weight's gradient, the bias's gradient written beside it (diff_bias). */
 mx_status mx__dnnl_conv_in_f32(mx_conv_kind kind, const mx_kview *x, const mx_kview *w, const mx_kview *y,
                                const mx_kview *bias, const mx_conv_params *p);
 

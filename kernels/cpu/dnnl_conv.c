@@ -2,12 +2,13 @@
  * backward data, backward weights), created once per shape and reused:
  * direct, or Winograd for the 3x3 convolutions it speeds up (float32,
  * and bfloat16 computed in float32: winograd_fits). On a CPU without bf16
- * dot products, bfloat16 runs on float32 primitives whose reorders convert
- * it (mx__dnnl_conv_in_f32, called by conv.c a block of samples at a time).
+ * dot products bfloat16, and float16 everywhere, run on float32 primitives
+ * whose reorders convert them (mx__dnnl_conv_in_f32, called by conv.c a
+ * block of samples at a time).
  *
  * The primitives choose their own layouts (format_any: blocked, e.g.
  * nChw16c), and operands whose layout differs from the view's are reordered
- * on the way in and out (bf16 activations by mixgrad's own transpose,
+ * on the way in and out (16-bit activations by mixgrad's own transpose,
  * channel_blocks.h); that is faster than asking oneDNN to work on the
  * views' plain strides (see LAYOUT below). Channels-last activations are
  * the exception: the primitives read and write them as they are (nhwc),
@@ -135,7 +136,7 @@ typedef struct {
   int relu;                              /* forward: whether a ReLU post-op follows */
   int nhwc;                              /* 2-d, an activation channels-last: LAYOUT_NHWC */
   int winograd;                          /* winograd_fits: tried with Winograd first */
-  int in_f32;                            /* bfloat16 operands computed by a float32 primitive (the reorders
+  int in_f32;                            /* 16-bit operands computed by a float32 primitive (the reorders
                                           * convert them), a float32 bias: mx__dnnl_conv_in_f32 */
   int nd[3];                             /* per role; weights get a groups dim when groups > 1 */
   dnnl_dims_t dims[3], strides[3];       /* per role, as oneDNN sees them: up to (G, O, I, D, H, W) */
@@ -144,7 +145,7 @@ typedef struct {
 
 typedef struct {
   dnnl_primitive_t primitive; /* NULL: none needed (the layouts agree), or channel_blocks */
-  bool channel_blocks;        /* bf16 plain <-> blocks of 16 channels: mixgrad's transpose, not oneDNN's */
+  bool channel_blocks;        /* 16-bit plain <-> blocks of 16 channels: mixgrad's transpose, not oneDNN's */
   bool f32_blocks;            /* those blocks float32 (a float32 primitive's): converted on the way */
   md_t scratch_md;
   size_t scratch_size;
@@ -226,7 +227,9 @@ static bool make_key(conv_key *key, int kind, const mx_kview *const *v, bool bia
   key->in_f32 = in_f32;
   key->dtype = v[ROLE_X]->dtype;
   key->w_dtype = v[ROLE_W]->dtype;
-  if (key->w_dtype != key->dtype && !(kind == KIND_BWD_WEIGHTS && key->dtype == MX_BF16 && key->w_dtype == MX_F32))
+  /* a 16-bit x's weight gradient may sum in float32, and a float32 primitive may take float32 weights */
+  bool half = key->dtype == MX_BF16 || key->dtype == MX_F16;
+  if (key->w_dtype != key->dtype && !(half && key->w_dtype == MX_F32 && (kind == KIND_BWD_WEIGHTS || in_f32)))
     return false;
   key->bias = bias;
   key->threads = mx__cpu_threads_here();
@@ -285,22 +288,24 @@ static mx_status fail(int kind, const char *what, dnnl_status_t s) {
 }
 
 /* Whether role r's reorder is mx__to/from_channel_blocks16 (or their
- * float32 forms, *f32 set): a bf16 activation (not the weights, not in a
- * LAYOUT_NHWC convolution, whose activations are nhwc) in a dense view,
- * channels a multiple of 16, and the primitive's layout exactly their
- * blocks (nChw16c and its 1-d and 3-d forms), in bf16 or, for a primitive
- * computing in float32, f32. oneDNN 2.6 reorders bf16 with a generic
- * kernel, at half the bytes per second of its f32 one, and converts to bf16
- * on a CPU without bf16 instructions at a quarter of the f32 one's. */
+ * float32 forms, *f32 set): a bf16 activation, or an f16 one of a float32
+ * primitive (not the weights, not in a LAYOUT_NHWC convolution, whose
+ * activations are nhwc) in a dense view, channels a multiple of 16, and the
+ * primitive's layout exactly their blocks (nChw16c and its 1-d and 3-d
+ * forms), in bf16 or, for a primitive computing in float32, f32. oneDNN 2.6
+ * reorders bf16 with a generic kernel, at half the bytes per second of its
+ * f32 one, converts to bf16 on a CPU without bf16 instructions at a quarter
+ * of the f32 one's, and converts f16 with its reference code. */
 static bool channel_blocks_fit(const conv_key *key, int r, const md_t *prim, bool *f32) {
   static const dnnl_format_tag_t tags[6] = {[3] = dnnl_aBc16b, [4] = dnnl_aBcd16b, [5] = dnnl_aBcde16b};
   int nd = key->nd[r];
-  if (key->dtype != MX_BF16 || key->nhwc || r == ROLE_W || nd < 3 || nd > 5 || key->dims[r][1] % 16) return false;
+  bool half = key->dtype == MX_BF16 || (key->dtype == MX_F16 && key->in_f32); /* float16: float32 blocks only */
+  if (!half || key->nhwc || r == ROLE_W || nd < 3 || nd > 5 || key->dims[r][1] % 16) return false;
   dnnl_dim_t dense = 1;
   for (int d = nd - 1; d >= 0; dense *= key->dims[r][d], d--)
     if (key->strides[r][d] != dense) return false;
   bool fit = false;
-  for (int wide = 0; wide < 2 && !fit; wide++) {
+  for (int wide = key->dtype == MX_F16; wide < 2 && !fit; wide++) {
     md_t blocks = MD_NONE;
     fit = mx__dnnl_md_tag(&blocks, nd, key->dims[r], wide ? dnnl_f32 : dnnl_bf16, tags[nd]) == dnnl_success &&
           mx__dnnl_md_equal(&blocks, prim);
@@ -321,6 +326,11 @@ static dnnl_status_t layout_md(md_t *md, const conv_entry *e, int r, int layout,
   return mx__dnnl_md_strided(md, key->nd[r], key->dims[r], dt, strides);
 }
 
+/* oneDNN's name for a view's dtype (float32, or the 16-bit ones a float32 primitive's reorders convert) */
+static dnnl_data_type_t user_dtype(mx_dtype dtype) {
+  return dtype == MX_BF16 ? dnnl_bf16 : dtype == MX_F16 ? dnnl_f16 : dnnl_f32;
+}
+
 /* Creates the primitives for key into e. MX_NOT_SUPPORTED (e->primitive NULL)
  * when oneDNN has no kernel; MX_BACKEND_ERROR for any other failure. */
 static mx_status create(void *p, const void *k) {
@@ -329,8 +339,7 @@ static mx_status create(void *p, const void *k) {
   memset(e, 0, sizeof *e);
   memcpy(&e->key, key, sizeof *key); /* with its zeroed padding: keys are compared by memcmp */
   int kind = key->kind, out = output_role[kind];
-  dnnl_data_type_t dt = key->dtype == MX_BF16 ? dnnl_bf16 : dnnl_f32,
-                   wdt = key->w_dtype == MX_BF16 ? dnnl_bf16 : dnnl_f32;
+  dnnl_data_type_t dt = user_dtype(key->dtype), wdt = user_dtype(key->w_dtype);
   for (int r = 0; r < 3; r++)
     if (mx__dnnl_md_strided(&e->user_md[r], key->nd[r], key->dims[r], r == ROLE_W ? wdt : dt, key->strides[r]) !=
         dnnl_success)
@@ -402,6 +411,12 @@ static mx_status create(void *p, const void *k) {
     if (mx__dnnl_md_equal(&e->prim_md[r], &e->user_md[r])) continue;
     if ((e->reorder[r].channel_blocks = channel_blocks_fit(key, r, &e->prim_md[r], &e->reorder[r].f32_blocks)))
       continue;
+    /* oneDNN 2.6 reorders float16 with its reference kernel, about 35 ns a value (a CNN's first-layer input took
+     * 0.53 ms a block of 19 images): declined, so conv.c converts the operands itself */
+    if ((r == ROLE_W ? key->w_dtype : key->dtype) == MX_F16) {
+      status = MX_NOT_SUPPORTED;
+      break;
+    }
     dnnl_primitive_desc_t rpd;
     s = r == out ? reorder_pd(&rpd, &e->prim_md[r], &e->user_md[r]) : reorder_pd(&rpd, &e->user_md[r], &e->prim_md[r]);
     if (s != dnnl_success) {
@@ -590,8 +605,8 @@ static void channel_blocks(const conv_entry *e, int r, void *blocked, void *plai
   const conv_key *key = &e->key;
   int64_t spatial = 1, n = key->dims[r][0], c = key->dims[r][1];
   for (int d = 2; d < key->nd[r]; d++) spatial *= key->dims[r][d];
-  if (e->reorder[r].f32_blocks && to_blocked) mx__to_channel_blocks16_f32(blocked, plain, n, c, spatial);
-  else if (e->reorder[r].f32_blocks) mx__from_channel_blocks16_f32(plain, blocked, n, c, spatial);
+  if (e->reorder[r].f32_blocks && to_blocked) mx__to_channel_blocks16_f32(blocked, plain, key->dtype, n, c, spatial);
+  else if (e->reorder[r].f32_blocks) mx__from_channel_blocks16_f32(plain, blocked, key->dtype, n, c, spatial);
   else if (to_blocked) mx__to_channel_blocks16(blocked, plain, n, c, spatial);
   else mx__from_channel_blocks16(plain, blocked, n, c, spatial);
 }
@@ -693,7 +708,8 @@ static mx_status run(mx__dnnl_thread *t, const conv_entry *e, int kind, const mx
 static mx_status conv(int kind, const mx_kview *const *v, const mx_kview *bias, bool relu, bool in_f32,
                       const mx_conv_params *p) {
   if (!mx__dnnl_init()) return MX_NOT_BUILT;
-  if (in_f32 ? v[ROLE_X]->dtype != MX_BF16 : !mx__dnnl_runs(v[ROLE_X]->dtype)) return MX_NOT_SUPPORTED;
+  mx_dtype dt = v[ROLE_X]->dtype;
+  if (in_f32 ? dt != MX_BF16 && dt != MX_F16 : !mx__dnnl_runs(dt)) return MX_NOT_SUPPORTED;
   mx__dnnl_thread *t = mx__dnnl_thread_get();
   if (!t) return MX_NOT_BUILT;
   conv_key key;

@@ -2,9 +2,10 @@
  * blocks of 16 channels, against the layout's definition, for planes of
  * every width class: shorter than a tile, a multiple of 8 and not, longer
  * than the float32 forms' 256-column tile, and the CNN's 28 x 28 and
- * 14 x 14, on one and two threads. The float32 forms: bfloat16 widened
- * exactly into float32 blocks, and float32 blocks (ties, NaN, infinities,
- * subnormals among them) rounded by kernels/math.h's mx_f32_to_bf16. */
+ * 14 x 14, on one and two threads. The float32 forms, for bfloat16 and
+ * float16: the 16-bit values widened exactly into float32 blocks, and
+ * float32 blocks (ties, NaN, infinities, subnormals among them) rounded by
+ * kernels/math.h's mx_f32_to_bf16 and mx_f32_to_f16. */
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -19,38 +20,44 @@ static size_t blocked_at(int64_t b, int64_t ch, int64_t j, int64_t c, int64_t s)
   return (size_t)(((b * (c / 16) + ch / 16) * s + j) * 16 + ch % 16);
 }
 
-/* The float32 forms: plain's bfloat16 into float32 blocks, and float32 blocks of drawn bits back. */
-static void check_f32_blocks(const uint16_t *plain, int64_t n, int64_t c, int64_t s) {
+/* The float32 forms: plain's values of dtype (16 bits) into float32 blocks, and float32 blocks of drawn bits back. */
+static void check_f32_blocks(const uint16_t *plain, mx_dtype dtype, int64_t n, int64_t c, int64_t s) {
   size_t count = (size_t)(n * c * s);
   float *wide = malloc(count * sizeof *wide);
   uint16_t *narrow = malloc(count * sizeof *narrow);
   cr_assert(wide && narrow);
-  mx__to_channel_blocks16_f32(wide, plain, n, c, s);
+  mx__to_channel_blocks16_f32(wide, plain, dtype, n, c, s);
   int64_t wrong = 0;
   for (int64_t b = 0; b < n; b++)
     for (int64_t ch = 0; ch < c; ch++)
       for (int64_t j = 0; j < s; j++) {
-        uint32_t got, want = (uint32_t)plain[(b * c + ch) * s + j] << 16;
+        uint16_t value = plain[(b * c + ch) * s + j];
+        float widened = dtype == MX_F16 ? mx_f16_to_f32(value) : mx_bf16_to_f32(value);
+        uint32_t got, want;
         memcpy(&got, &wide[blocked_at(b, ch, j, c, s)], 4);
+        memcpy(&want, &widened, 4);
         wrong += got != want;
       }
-  cr_expect_eq(wrong, 0, "to float32 blocks (%lld, %lld, %lld): %lld values wrong", (long long)n, (long long)c,
-               (long long)s, (long long)wrong);
+  const char *name = dtype == MX_F16 ? "float16" : "bfloat16";
+  cr_expect_eq(wrong, 0, "%s to float32 blocks (%lld, %lld, %lld): %lld values wrong", name, (long long)n,
+               (long long)c, (long long)s, (long long)wrong);
   /* float32 bits of every kind: the low halves drawn (ties 0x8000 among them), the high halves bfloat16's */
   for (size_t i = 0; i < count; i++) {
     uint32_t bits = (uint32_t)plain[i] << 16 | (i % 7 == 0 ? 0x8000u : (uint32_t)(i * 40503u) & 0xffffu);
     memcpy(&wide[i], &bits, 4);
   }
-  mx__from_channel_blocks16_f32(narrow, wide, n, c, s);
+  mx__from_channel_blocks16_f32(narrow, wide, dtype, n, c, s);
   wrong = 0;
   for (int64_t b = 0; b < n; b++)
     for (int64_t ch = 0; ch < c; ch++)
       for (int64_t j = 0; j < s; j++) {
-        uint16_t got = narrow[(b * c + ch) * s + j], want = mx_f32_to_bf16(wide[blocked_at(b, ch, j, c, s)]);
+        float from = wide[blocked_at(b, ch, j, c, s)];
+        uint16_t want = dtype == MX_F16 ? mx_f32_to_f16(from) : mx_f32_to_bf16(from);
+        uint16_t got = narrow[(b * c + ch) * s + j];
         wrong += got != want;
       }
-  cr_expect_eq(wrong, 0, "from float32 blocks (%lld, %lld, %lld): %lld values wrong", (long long)n, (long long)c,
-               (long long)s, (long long)wrong);
+  cr_expect_eq(wrong, 0, "%s from float32 blocks (%lld, %lld, %lld): %lld values wrong", name, (long long)n,
+               (long long)c, (long long)s, (long long)wrong);
   free(wide), free(narrow);
 }
 
@@ -80,7 +87,8 @@ static void check_round_trip(int64_t n, int64_t c, int64_t s) {
                    (long long)c, (long long)s, i, back[i], plain[i]);
   cr_expect_eq(wrong, 0, "from blocks (%lld, %lld, %lld): %lld values wrong", (long long)n, (long long)c, (long long)s,
                (long long)wrong);
-  check_f32_blocks(plain, n, c, s);
+  check_f32_blocks(plain, MX_BF16, n, c, s);
+  check_f32_blocks(plain, MX_F16, n, c, s);
   free(plain), free(blocked), free(back);
 }
 
