@@ -1,6 +1,6 @@
 /* The fused convolution-pooling op's nChw16c loops in AVX-512 (see conv_pool_avx512.h). A pixel's 16 channels are
  * one vector, so a 2x2 window is four whole loads and pool_avx512.c's search on masks; the plain NCHW side runs
- * along the pixels, so 16 pixels' vectors are transposed as a 16x16 tile of 32-bit lanes (a bfloat16 value and its
+ * along the pixels, so 16 pixels' vectors are transposed as a 16x16 tile of 32-bit lanes (a 16-bit value and its
  * offset share a lane, so that takes one transpose, float32 two).
  *
  * A channel's outputs run 16 at a time across its rows (a vector may hold the end of one row and the start of the
@@ -78,10 +78,15 @@ WIDE_INLINE __m512 round_bf16(__m512 v) {
   return _mm512_castsi512_ps(_mm512_and_si512(rounded, _mm512_set1_epi32((int)0xffff0000u)));
 }
 
-/* 16 bfloat16 values as float32, all loaded (whole) or the lanes of k. */
-WIDE_INLINE __m512 load_bf16_masked(const uint16_t *at, bool whole, __mmask16 k) {
+/* 16 float32 values rounded to float16 (F16C's vcvtps2ph, mx__f32_to_f16_n's bits), as float32. */
+WIDE_INLINE __m512 round_f16(__m512 v) {
+  return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+/* 16 16-bit values (f16: float16, else bfloat16) as float32, all loaded (whole) or the lanes of k. */
+WIDE_INLINE __m512 load_half_masked(const uint16_t *at, bool whole, __mmask16 k, bool f16) {
   __m256i bits = whole ? _mm256_loadu_si256((const __m256i *)at) : _mm256_maskz_loadu_epi16(k, at);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+  return f16 ? _mm512_cvtph_ps(bits) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
 }
 
 /* mx__pool_bf16_store of lanes holding bfloat16 values, in each 32-bit lane's low half. */
@@ -90,16 +95,23 @@ WIDE_INLINE __m512i bf16_store(__m512 v) {
   return _mm512_mask_or_epi32(bits, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), bits, _mm512_set1_epi32(0x40));
 }
 
-/* mx__pool_bf16_plus_zero on 16-bit bits in 32-bit lanes (the high halves zero). */
-WIDE_INLINE __m512i bf16_plus_zero(__m512i d) {
+/* float16 values of float32 lanes (exact ones: rounded before) in each 32-bit lane's low half, as
+ * mx__f32_to_f16_n stores them. */
+WIDE_INLINE __m512i f16_store(__m512 v) {
+  return _mm512_cvtepu16_epi32(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+/* mx__pool_bf16_plus_zero (f16: mx__pool_f16_plus_zero) on 16-bit bits in 32-bit lanes (the high halves zero). */
+WIDE_INLINE __m512i half_plus_zero(__m512i d, bool f16) {
   __mmask16 negative_zero = _mm512_cmpeq_epi32_mask(d, _mm512_set1_epi32(0x8000));
-  __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(d, _mm512_set1_epi32(0x7fff)), _mm512_set1_epi32(0x7f80));
-  d = _mm512_mask_or_epi32(d, nan, d, _mm512_set1_epi32(0x40));
+  __m512i infinity = _mm512_set1_epi32(f16 ? 0x7c00 : 0x7f80), quiet = _mm512_set1_epi32(f16 ? 0x200 : 0x40);
+  __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(d, _mm512_set1_epi32(0x7fff)), infinity);
+  d = _mm512_mask_or_epi32(d, nan, d, quiet);
   return _mm512_maskz_mov_epi32((__mmask16)~negative_zero, d);
 }
 
 WIDE_INLINE void conv_pool16(const void *plane, int64_t W, int64_t OH, int64_t OW, void *y, uint8_t *offset,
-                             int64_t m, bool bf16, bool f32_plane) {
+                             int64_t m, bool bf16, bool f16, bool f32_plane) {
   const int64_t area = OH * OW; /* a channel's outputs, 16 at a time across its rows */
   for (int64_t first = 0; first < area; first += 16) {
     const int64_t count = area - first < 16 ? area - first : 16;
@@ -108,7 +120,12 @@ WIDE_INLINE void conv_pool16(const void *plane, int64_t W, int64_t OH, int64_t O
     for (int64_t p = 0; p < count; p++, ow = ow + 1 < OW ? ow + 1 : (oh++, 0)) {
       const int64_t a = ((2 * oh) * W + 2 * ow) * 16, c = a + W * 16; /* the window's top left, bottom left */
       __m512i where;
-      if (bf16 && f32_plane) { /* y's values, rounded before the search as the unfused op's output is */
+      if (f16) { /* y's values, rounded before the search as the unfused op's output is */
+        const float *at = plane;
+        __m512 best = search(round_f16(_mm512_loadu_ps(at + a)), round_f16(_mm512_loadu_ps(at + a + 16)),
+                             round_f16(_mm512_loadu_ps(at + c)), round_f16(_mm512_loadu_ps(at + c + 16)), &where);
+        values[p] = _mm512_or_si512(f16_store(best), _mm512_slli_epi32(where, 16));
+      } else if (bf16 && f32_plane) {
         const float *at = plane;
         __m512 best = search(round_bf16(_mm512_loadu_ps(at + a)), round_bf16(_mm512_loadu_ps(at + a + 16)),
                              round_bf16(_mm512_loadu_ps(at + c)), round_bf16(_mm512_loadu_ps(at + c + 16)), &where);
@@ -144,10 +161,11 @@ WIDE_INLINE void conv_pool16(const void *plane, int64_t W, int64_t OH, int64_t O
 }
 
 WIDE void mx__conv_pool16_avx512(const void *plane, int64_t W, int64_t OH, int64_t OW, void *y, uint8_t *offset,
-                                 int64_t m, bool bf16, bool f32_plane) {
-  if (bf16 && f32_plane) conv_pool16(plane, W, OH, OW, y, offset, m, true, true);
-  else if (bf16) conv_pool16(plane, W, OH, OW, y, offset, m, true, false);
-  else conv_pool16(plane, W, OH, OW, y, offset, m, false, false);
+                                 int64_t m, mx_dtype dtype, bool f32_plane) {
+  if (dtype == MX_F16) conv_pool16(plane, W, OH, OW, y, offset, m, true, true, true);
+  else if (dtype == MX_BF16 && f32_plane) conv_pool16(plane, W, OH, OW, y, offset, m, true, false, true);
+  else if (dtype == MX_BF16) conv_pool16(plane, W, OH, OW, y, offset, m, true, false, false);
+  else conv_pool16(plane, W, OH, OW, y, offset, m, false, false, false);
 }
 
 /* relu_backward's test on its mask y (kernels/math.h): the lanes where y > 0 or y is NaN, whose gradient passes. */
@@ -155,7 +173,7 @@ WIDE_INLINE __mmask16 kept_by(__m512 y) { return _mm512_cmp_ps_mask(y, _mm512_se
 
 WIDE_INLINE void conv_pool16_backward(void *top, int64_t W, int64_t OH, int64_t OW, const void *dy, const void *mask,
                                       const uint8_t *offset, int64_t channel_stride, int64_t m, int64_t readable,
-                                      bool bf16, bool f32_top) {
+                                      bool bf16, bool f16, bool f32_top) {
   const int64_t area = OH * OW; /* a channel's outputs, 16 at a time across its rows */
   for (int64_t first = 0; first < area; first += 16) {
     const int64_t count = area - first < 16 ? area - first : 16;
@@ -175,7 +193,7 @@ WIDE_INLINE void conv_pool16_backward(void *top, int64_t W, int64_t OH, int64_t 
       if (bf16) {
         const uint16_t *g = (const uint16_t *)dy + at, *y = mask ? (const uint16_t *)mask + at : NULL;
         __m256i g16 = whole ? _mm256_loadu_si256((const __m256i *)g) : _mm256_maskz_loadu_epi16(k, g);
-        if (y) kept = kept_by(load_bf16_masked(y, whole, k));
+        if (y) kept = kept_by(load_half_masked(y, whole, k, f16));
         values[c] = _mm512_or_si512(_mm512_maskz_mov_epi32(kept, _mm512_cvtepu16_epi32(g16)),
                                     _mm512_slli_epi32(where, 16));
       } else {
@@ -194,8 +212,11 @@ WIDE_INLINE void conv_pool16_backward(void *top, int64_t W, int64_t OH, int64_t 
         const int64_t pixel = ((2 * oh + (r >> 1)) * W + 2 * ow + (r & 1)) * 16;
         const __mmask16 here = _mm512_cmpeq_epi32_mask(where, _mm512_set1_epi32(r));
         if (bf16) {
-          __m512i g = bf16_plus_zero(_mm512_and_si512(values[p], _mm512_set1_epi32(0xffff)));
-          if (f32_top) { /* the bfloat16 values widened */
+          __m512i g = half_plus_zero(_mm512_and_si512(values[p], _mm512_set1_epi32(0xffff)), f16);
+          if (f16) { /* the float16 values widened */
+            __m512 widened = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+            _mm512_storeu_ps((float *)top + pixel, _mm512_maskz_mov_ps(here, widened));
+          } else if (f32_top) { /* the bfloat16 values widened */
             _mm512_storeu_si512((float *)top + pixel, _mm512_maskz_mov_epi32(here, _mm512_slli_epi32(g, 16)));
           } else {
             __m256i kept = _mm512_cvtepi32_epi16(_mm512_maskz_mov_epi32(here, g));
@@ -212,9 +233,14 @@ WIDE_INLINE void conv_pool16_backward(void *top, int64_t W, int64_t OH, int64_t 
 
 WIDE void mx__conv_pool16_backward_avx512(void *top, int64_t W, int64_t OH, int64_t OW, const void *dy,
                                           const void *mask, const uint8_t *offset, int64_t channel_stride, int64_t m,
-                                          int64_t readable, bool bf16, bool f32_top) {
-  if (bf16 && f32_top) conv_pool16_backward(top, W, OH, OW, dy, mask, offset, channel_stride, m, readable, true, true);
-  else if (bf16) conv_pool16_backward(top, W, OH, OW, dy, mask, offset, channel_stride, m, readable, true, false);
-  else conv_pool16_backward(top, W, OH, OW, dy, mask, offset, channel_stride, m, readable, false, false);
+                                          int64_t readable, mx_dtype dtype, bool f32_top) {
+  /* each case its own copy of the loops, the flags constants in it */
+#define MX__RUN(bf16, f16, f32_top) \
+  conv_pool16_backward(top, W, OH, OW, dy, mask, offset, channel_stride, m, readable, bf16, f16, f32_top)
+  if (dtype == MX_F16) MX__RUN(true, true, true);
+  else if (dtype == MX_BF16 && f32_top) MX__RUN(true, false, true);
+  else if (dtype == MX_BF16) MX__RUN(true, false, false);
+  else MX__RUN(false, false, false);
+#undef MX__RUN
 }
 #endif

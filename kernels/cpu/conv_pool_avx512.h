@@ -10,26 +10,27 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kernels/base.h"
 #include "kernels/cpu/pool_avx512.h"
 
 #ifdef MX__POOL_AVX512
 /* Forward, one block of one image: plane is the block's full-resolution image (W pixels of 16 channels a row), y
  * and offset its first real channel's OH x OW output plane (channel c's at c OH OW, its rows contiguous), m (1 to
- * 16) the real channels. bf16: values in bfloat16, else float32; f32_plane (bf16 only): the plane holds float32
- * values, each rounded to bfloat16 (mx_f32_to_bf16) before the search, as an unfused convolution's output would have
- * been. */
+ * 16) the real channels. dtype: y's (MX_F32, MX_BF16, MX_F16); f32_plane (16 bits only; float16 always): the plane
+ * holds float32 values, each rounded to y's dtype (mx_f32_to_bf16, mx_f32_to_f16) before the search, as an unfused
+ * convolution's output would have been. */
 void mx__conv_pool16_avx512(const void *plane, int64_t W, int64_t OH, int64_t OW, void *y, uint8_t *offset,
-                            int64_t m, bool bf16, bool f32_plane);
+                            int64_t m, mx_dtype dtype, bool f32_plane);
 
 /* Backward, one block of one image: from dy and offset (the first real channel's OH x OW plane, its rows
  * contiguous, channel c's at c channel_stride; readable elements from the start may be read), dy masked by relu's
  * where mask (relu's output y, laid out as dy) is not NULL, as relu_backward masks it, the pixels of the
  * full-resolution image top (W pixels of 16 channels a row) that the windows cover; the padding channels past m get
- * zeros. bf16: dy in bfloat16, else float32; f32_top (bf16 only): the full-resolution image is float32, dy's values
- * widened. */
+ * zeros. dtype: dy's (MX_F32, MX_BF16, MX_F16); f32_top (16 bits only; float16 always): the full-resolution
+ * image is float32, dy's values widened. */
 void mx__conv_pool16_backward_avx512(void *top, int64_t W, int64_t OH, int64_t OW, const void *dy, const void *mask,
                                      const uint8_t *offset, int64_t channel_stride, int64_t m, int64_t readable,
-                                     bool bf16, bool f32_top);
+                                     mx_dtype dtype, bool f32_top);
 #endif
 
 #endif

@@ -748,7 +748,8 @@ mx_status mx__dnnl_conv_plan_begin(mx__dnnl_conv_plan *plan, mx__dnnl_conv_kind 
                                    const mx_kview *w, const mx_kview *y, bool bias, const mx_conv_params *p) {
   memset(plan, 0, sizeof *plan);
   if (!mx__dnnl_init()) return MX_NOT_BUILT;
-  bool in_f32 = x->dtype == MX_BF16 && !mx__dnnl_runs(MX_BF16); /* as conv.c's via_f32 runs them */
+  /* as conv.c's via_f32 runs them */
+  bool in_f32 = (x->dtype == MX_BF16 && !mx__dnnl_runs(MX_BF16)) || x->dtype == MX_F16;
   if (!in_f32 && !mx__dnnl_runs(x->dtype)) return MX_NOT_SUPPORTED;
   mx__dnnl_thread *t = mx__dnnl_thread_get();
   if (!t) return MX_NOT_BUILT;

@@ -19,14 +19,15 @@ typedef struct {
   int64_t block;
   size_t bytes;   /* y's bytes in that layout */
   mx_dtype y_dtype; /* y's elements there: x's dtype, or float32 for bfloat16 operands on a CPU without bf16 dot
-                     * products, computed by a float32 primitive (mx__dnnl_conv_in_f32's), whose bias and diff_bias
-                     * are float32 too */
+                     * products and for float16 ones, computed by a float32 primitive (mx__dnnl_conv_in_f32's),
+                     * whose bias and diff_bias are float32 too */
 } mx__dnnl_conv_plan;
 
 /* The primitive of kind for the operands in their roles: x (or dx), w (or dw), y (or dy), whose shapes, strides
- * and dtype pick it as the plain calls would, bfloat16 without bf16 dot products as conv.c's float32 primitives
- * (y's data is never read: a view of the tensor an unfused convolution would have had; backward weights may write
- * a float32 dw, and diff_bias, for bfloat16 x and y: a chunk's sums);
+ * and dtype pick it as the plain calls would, bfloat16 without bf16 dot products and float16 as conv.c's float32
+ * primitives (float16 weights must come in float32, as conv.c passes them; y's data is never read: a view of the
+ * tensor an unfused convolution would have had; backward weights may write a float32 dw, and diff_bias, for 16-bit
+ * x and y: a chunk's sums);
  * bias: whether the forward adds one or the backward weights write diff_bias. MX_NOT_BUILT or MX_NOT_SUPPORTED (no
  * error set) where oneDNN declines; MX_BACKEND_ERROR on a failure. */
 mx_status mx__dnnl_conv_plan_begin(mx__dnnl_conv_plan *plan, mx__dnnl_conv_kind kind, const mx_kview *x,

@@ -19,11 +19,12 @@
  * So do channels-last activations: their convolutions read and write nhwc as it lies, so there is no reorder to
  * save, and pool.c's channels-last kernels pool faster than this loop (the demo CNN's float32 channels-last step
  * took 1.09x as long fused).
- * Bfloat16 on a CPU without bf16 dot products is convolved in float32 (dnnl_conv_plan.h), as the unfused op does
- * it: its full-resolution values stay float32 and the pooling rounds each before it searches, as the unfused
- * output is rounded; the backward scatters the gradient widened into float32 blocks (demo CNN step, batch 128, 2
- * threads, Intel Xeon without AVX512_BF16, medians of 6 alternating processes: 12.5 ms unfused, 11.3 fused; batch
- * 512: 54.4 and 45.0). */
+ * Bfloat16 on a CPU without bf16 dot products, and float16 everywhere, are convolved in float32
+ * (dnnl_conv_plan.h), as the unfused op does it: the full-resolution values stay float32 and the pooling rounds
+ * each before it searches, as the unfused output is rounded; the backward scatters the gradient widened into
+ * float32 blocks (demo CNN step, batch 128, 2 threads, Intel Xeon without AVX512_BF16, medians of 6 alternating
+ * processes: 12.5 ms unfused, 11.3 fused; batch 512: 54.4 and 45.0). Float16's weights go to the plans in float32
+ * (oneDNN's float16 reorders are its reference code: dnnl_conv.c). */
 #include "kernels/cpu/dnnl_conv_pool.h"
 
 #include <stdatomic.h>
@@ -36,6 +37,7 @@
 #include "kernels/cpu/host_cache.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/pool_search.h"
+#include "kernels/cpu/via_f32.h"
 #include "kernels/cpu/wide_clones.h"
 
 static atomic_ullong runs[2], weight_chunks; /* forward, backward; the backward's chunks of its weight gradient */
@@ -48,13 +50,13 @@ typedef struct {
   int64_t N, C, H, W;   /* the convolution's output */
   int64_t block, blocks; /* channels a block; blocks, the channels rounded up to whole ones */
   int64_t OH, OW, KH, KW;
-  bool f32_plane; /* the full-resolution buffer holds float32 values of a bfloat16 op (mx__dnnl_conv_plan.y_dtype) */
+  bool f32_plane; /* the full-resolution buffer holds float32 values of a 16-bit op (mx__dnnl_conv_plan.y_dtype) */
 } geometry;
 
 /* Whether the fused kernels cover these operands and params. */
 static bool covered(const mx_kview *x, const mx_kview *y, const mx_kview *indices, const mx_conv_params *cp,
                     const mx_pool_params *pp) {
-  if (x->dtype != MX_F32 && x->dtype != MX_BF16) return false;
+  if (x->dtype != MX_F32 && x->dtype != MX_BF16 && x->dtype != MX_F16) return false;
   if (cp->spatial != 2 || cp->groups != 1 || pp->spatial != 2 || indices->dtype != MX_U8 || x->ndim != 4 ||
       y->ndim != 4)
     return false;
@@ -122,10 +124,13 @@ MX__CONV_POOL_SEARCH(search_f32, float, mx__pool_relu_of_f32, lanes)
 MX__CONV_POOL_SEARCH(search_bf16, uint16_t, mx__pool_relu_of_bf16, lanes)
 MX__CONV_POOL_SEARCH(search16_f32, float, mx__pool_relu_of_f32, 16)
 MX__CONV_POOL_SEARCH(search16_bf16, uint16_t, mx__pool_relu_of_bf16, 16)
-/* float32 values of a bfloat16 op, each rounded first, as the unfused convolution's output is */
+/* float32 values of a bfloat16 or float16 op, each rounded first, as the unfused convolution's output is */
 static inline float relu_of_rounded(float v) { return mx__pool_relu_of_bf16(mx_f32_to_bf16(v)); }
+static inline float relu_of_rounded_f16(float v) { return mx__pool_relu_bits(mx_f16_to_f32(mx_f32_to_f16(v))); }
 MX__CONV_POOL_SEARCH(search_rounded, float, relu_of_rounded, lanes)
 MX__CONV_POOL_SEARCH(search16_rounded, float, relu_of_rounded, 16)
+MX__CONV_POOL_SEARCH(search_rounded_f16, float, relu_of_rounded_f16, lanes)
+MX__CONV_POOL_SEARCH(search16_rounded_f16, float, relu_of_rounded_f16, 16)
 
 /* Stores count windows of m channels (window ow's channel b at ow * m + b of best and where) into y from element o
  * and indices from element i, along the windows (y's unit stride) or along the channels. */
@@ -149,6 +154,9 @@ static void store(const mx_kview *y, const mx_kview *indices, int64_t o, int64_t
   if (y->dtype == MX_BF16) {
     uint16_t *out = (uint16_t *)y->data + o;
     MX__STORE_WINDOWS(out, mx__pool_bf16_store);
+  } else if (y->dtype == MX_F16) { /* best is a float16 value: exact (pool.c's float16 maxima go the same way) */
+    uint16_t *out = (uint16_t *)y->data + o;
+    MX__STORE_WINDOWS(out, mx_f32_to_f16);
   } else {
     float *out = (float *)y->data + o;
     MX__STORE_WINDOWS(out, mx__pool_f32_store);
@@ -174,7 +182,7 @@ static bool wide(const geometry *g, const mx_kview *y, const mx_kview *indices) 
 
 /* Pools the full-resolution output src (g's layout) into y and indices (any strides). */
 static void pool(const geometry *g, const void *src, const mx_kview *y, const mx_kview *indices) {
-  bool bf16 = y->dtype == MX_BF16, wide_plane = g->f32_plane;
+  bool bf16 = y->dtype == MX_BF16, f16 = y->dtype == MX_F16, wide_plane = g->f32_plane;
   int64_t size = plane_size(g, y->dtype), rows = g->N * g->blocks * g->OH;
 #ifdef MX__POOL_AVX512
   if (wide(g, y, indices)) { /* a block's plane at a time, 16 outputs at a time across its rows */
@@ -183,7 +191,8 @@ static void pool(const geometry *g, const void *src, const mx_kview *y, const mx
       int64_t cb = nb % g->blocks, n = nb / g->blocks, c0 = cb * 16, m = g->C - c0 < 16 ? g->C - c0 : 16;
       int64_t o = n * y->strides[0] + c0 * y->strides[1];
       mx__conv_pool16_avx512((const char *)src + nb * g->H * g->W * 16 * size, g->W, g->OH, g->OW,
-                             (char *)y->data + o * (bf16 ? 2 : 4), (uint8_t *)indices->data + o, m, bf16, wide_plane);
+                             (char *)y->data + o * (bf16 || f16 ? 2 : 4), (uint8_t *)indices->data + o, m, y->dtype,
+                             wide_plane);
     }
     return;
   }
@@ -205,7 +214,9 @@ static void pool(const geometry *g, const void *src, const mx_kview *y, const mx
         const char *at = first + ((ow0 * g->KW) * g->block + b0) * size;
         const float *wide = (const float *)at;
         const uint16_t *narrow = (const uint16_t *)at;
-        if (m == 16 && wide_plane) search16_rounded(wide, g->block, g->W, g->KH, g->KW, count, m, best, where);
+        if (m == 16 && f16) search16_rounded_f16(wide, g->block, g->W, g->KH, g->KW, count, m, best, where);
+        else if (f16) search_rounded_f16(wide, g->block, g->W, g->KH, g->KW, count, m, best, where);
+        else if (m == 16 && wide_plane) search16_rounded(wide, g->block, g->W, g->KH, g->KW, count, m, best, where);
         else if (m == 16 && bf16) search16_bf16(narrow, g->block, g->W, g->KH, g->KW, count, m, best, where);
         else if (m == 16) search16_f32(wide, g->block, g->W, g->KH, g->KW, count, m, best, where);
         else if (wide_plane) search_rounded(wide, g->block, g->W, g->KH, g->KW, count, m, best, where);
@@ -277,10 +288,8 @@ static bool may_chunk(const mx__dnnl_conv_plan *plan, const mx_kview *x, const m
   return mx__dnnl_conv_plan_reads_x_as_is(plan) || 8 * mx__kview_numel(x) <= mx__kview_numel(full);
 }
 
-mx_status mx__cpu_conv_max_pool_relu(const mx_kview *y, const mx_kview *indices, const mx_kview *x, const mx_kview *w,
-                                     const mx_kview *bias, const mx_conv_params *cp, const mx_pool_params *pp,
-                                     bool channels_last) {
-  if (channels_last || !covered(x, y, indices, cp, pp)) return MX_NOT_SUPPORTED;
+static mx_status forward(const mx_kview *y, const mx_kview *indices, const mx_kview *x, const mx_kview *w,
+                         const mx_kview *bias, const mx_conv_params *cp, const mx_pool_params *pp) {
   mx_kview full = full_view(x, w, cp);
   mx__dnnl_conv_plan plan;
   mx_status status = mx__dnnl_conv_plan_begin(&plan, MX__DNNL_CONV_FORWARD, x, w, &full, bias != NULL, cp);
@@ -299,7 +308,10 @@ mx_status mx__cpu_conv_max_pool_relu(const mx_kview *y, const mx_kview *indices,
   }
   mx_kview bias_view;
   if (widen_bias) {
-    for (int64_t c = 0; c < C; c++) bias32[c] = mx_bf16_to_f32(((const uint16_t *)bias->data)[c * bias->strides[0]]);
+    for (int64_t c = 0; c < C; c++) {
+      uint16_t bits = ((const uint16_t *)bias->data)[c * bias->strides[0]];
+      bias32[c] = bias->dtype == MX_F16 ? mx_f16_to_f32(bits) : mx_bf16_to_f32(bits);
+    }
     bias_view = float32_like(bias, bias32);
     bias = &bias_view;
   }
@@ -324,6 +336,33 @@ mx_status mx__cpu_conv_max_pool_relu(const mx_kview *y, const mx_kview *indices,
   }
   if (bias32) mx__host_cache_free(bias32, sizeof(float) * (size_t)C);
   if (status == MX_OK) atomic_fetch_add(&runs[false], 1);
+  return status;
+}
+
+/* Float16 weights as the plans take them: a float32 copy (dnnl_conv.c declines oneDNN's float16 reorders, its
+ * reference code), in *copy (NULL: w itself, *w32 unused); w's view to use. */
+static const mx_kview *plans_weights(const mx_kview *w, mx_kview *w32, float **copy) {
+  *copy = NULL;
+  if (w->dtype != MX_F16) return w;
+  if (!(*copy = mx__cpu_dense_f32(w))) return NULL;
+  *w32 = mx__cpu_dense_f32_view(*copy, w);
+  return w32;
+}
+
+static void plans_weights_free(const mx_kview *w, float *copy) {
+  if (copy) mx__cpu_f32_free(copy, mx__kview_numel(w));
+}
+
+mx_status mx__cpu_conv_max_pool_relu(const mx_kview *y, const mx_kview *indices, const mx_kview *x, const mx_kview *w,
+                                     const mx_kview *bias, const mx_conv_params *cp, const mx_pool_params *pp,
+                                     bool channels_last) {
+  if (channels_last || !covered(x, y, indices, cp, pp)) return MX_NOT_SUPPORTED;
+  mx_kview w32;
+  float *copy;
+  const mx_kview *plan_w = plans_weights(w, &w32, &copy);
+  if (!plan_w) return mx__error(MX_OUT_OF_MEMORY, "mx_conv2d_max_pool_relu: out of memory for float32 weights");
+  mx_status status = forward(y, indices, x, plan_w, bias, cp, pp);
+  plans_weights_free(w, copy);
   return status;
 }
 
@@ -355,13 +394,16 @@ MX__CONV_POOL_SCATTER(scatter_f32, float, float, plus_zero_f32, select_f32, put_
 MX__CONV_POOL_SCATTER(scatter_bf16, uint16_t, uint16_t, mx__pool_bf16_plus_zero, select_bf16, put_bf16, lanes)
 MX__CONV_POOL_SCATTER(scatter16_f32, float, float, plus_zero_f32, select_f32, put_f32, 16)
 MX__CONV_POOL_SCATTER(scatter16_bf16, uint16_t, uint16_t, mx__pool_bf16_plus_zero, select_bf16, put_bf16, 16)
-/* a bfloat16 gradient into float32 blocks (mx__dnnl_conv_plan.y_dtype): the values it would scatter, widened */
+/* a 16-bit gradient into float32 blocks (mx__dnnl_conv_plan.y_dtype): the values it would scatter, widened */
 MX__CONV_POOL_SCATTER(scatter_widened, float, uint16_t, mx__pool_bf16_plus_zero, select_bf16, mx_bf16_to_f32, lanes)
 MX__CONV_POOL_SCATTER(scatter16_widened, float, uint16_t, mx__pool_bf16_plus_zero, select_bf16, mx_bf16_to_f32, 16)
+MX__CONV_POOL_SCATTER(scatter_widened_f16, float, uint16_t, mx__pool_f16_plus_zero, select_bf16, mx_f16_to_f32, lanes)
+MX__CONV_POOL_SCATTER(scatter16_widened_f16, float, uint16_t, mx__pool_f16_plus_zero, select_bf16, mx_f16_to_f32, 16)
 
 /* relu_backward's test on its mask y: g passes where y > 0 or y is NaN, else it becomes +0 (kernels/math.h). */
 static inline bool keep_f32(float y) { return !(y <= 0); }
 static inline bool keep_bf16(uint16_t y) { return !(mx_bf16_to_f32(y) <= 0); }
+static inline bool keep_f16(uint16_t y) { return !(mx_f16_to_f32(y) <= 0); }
 
 /* count windows of m channels of g and indices, from elements gi and ii, into grad (g's dtype) and offset, window
  * ow's channel b at ow * block + b, along the windows (g's unit stride) or along the channels; g masked by relu's
@@ -391,6 +433,7 @@ static void gather(const mx_kview *g, const mx_kview *mask, const mx_kview *indi
   int64_t ms = mask ? mask->strides[1] : 0, mw = mask ? mask->strides[3] : 0;
   const uint8_t *index = (const uint8_t *)indices->data + ii;
   if (g->dtype == MX_BF16) MX__CONV_POOL_GATHER(uint16_t, keep_bf16);
+  else if (g->dtype == MX_F16) MX__CONV_POOL_GATHER(uint16_t, keep_f16);
   else MX__CONV_POOL_GATHER(float, keep_f32);
 }
 
@@ -399,9 +442,9 @@ static void gather(const mx_kview *g, const mx_kview *mask, const mx_kview *indi
  * channels oneDNN expects. */
 static void scatter(const geometry *geo, void *dst, const mx_kview *g, const mx_kview *mask,
                     const mx_kview *indices) {
-  bool bf16 = g->dtype == MX_BF16;
+  bool bf16 = g->dtype == MX_BF16, f16 = g->dtype == MX_F16;
   bool wide_plane = geo->f32_plane;
-  int64_t g_size = bf16 ? 2 : 4, size = plane_size(geo, g->dtype), rows = geo->N * geo->blocks * geo->OH;
+  int64_t g_size = bf16 || f16 ? 2 : 4, size = plane_size(geo, g->dtype), rows = geo->N * geo->blocks * geo->OH;
   int64_t row_bytes = geo->W * geo->block * size;
   int64_t windows = LANES / geo->block; /* at once */
   bool along_windows = g->strides[3] == 1; /* the gather runs along g's unit stride */
@@ -416,7 +459,7 @@ static void scatter(const geometry *geo, void *dst, const mx_kview *g, const mx_
       mx__conv_pool16_backward_avx512((char *)dst + nb * geo->H * row_bytes, geo->W, geo->OH, geo->OW,
                                       (const char *)g->data + at * g_size,
                                       mask ? (const char *)mask->data + at * g_size : NULL,
-                                      (const uint8_t *)indices->data + at, g->strides[1], real, numel - at, bf16,
+                                      (const uint8_t *)indices->data + at, g->strides[1], real, numel - at, g->dtype,
                                       wide_plane);
     }
   }
@@ -429,7 +472,7 @@ static void scatter(const geometry *geo, void *dst, const mx_kview *g, const mx_
     char *plane = (char *)dst + nb * geo->H * row_bytes;
     union {
       float f32[LANES];
-      uint16_t bf16[LANES];
+      uint16_t half[LANES]; /* bfloat16 or float16 */
     } grad;
     uint8_t offset[LANES];
     /* the channels of this block that exist; the padding ones get zeros (0 + 0 wherever their offset is found) */
@@ -446,17 +489,19 @@ static void scatter(const geometry *geo, void *dst, const mx_kview *g, const mx_
       for (int64_t ow = 0; ow < count && real < geo->block; ow++)
         for (int64_t b = real; b < geo->block; b++) {
           offset[ow * geo->block + b] = 0;
-          if (bf16) grad.bf16[ow * geo->block + b] = 0;
+          if (g_size == 2) grad.half[ow * geo->block + b] = 0;
           else grad.f32[ow * geo->block + b] = 0;
         }
       for (int64_t kh = 0; kh < geo->KH; kh++) {
         char *line = plane + (oh * geo->KH + kh) * row_bytes + ow0 * geo->KW * geo->block * size;
         bool sixteen = geo->block == 16;
-        if (wide_plane && sixteen) scatter16_widened((float *)line, grad.bf16, offset, count, geo->KW, kh, 16);
-        else if (wide_plane) scatter_widened((float *)line, grad.bf16, offset, count, geo->KW, kh, geo->block);
-        else if (bf16 && sixteen) scatter16_bf16((uint16_t *)line, grad.bf16, offset, count, geo->KW, kh, 16);
+        if (f16 && sixteen) scatter16_widened_f16((float *)line, grad.half, offset, count, geo->KW, kh, 16);
+        else if (f16) scatter_widened_f16((float *)line, grad.half, offset, count, geo->KW, kh, geo->block);
+        else if (wide_plane && sixteen) scatter16_widened((float *)line, grad.half, offset, count, geo->KW, kh, 16);
+        else if (wide_plane) scatter_widened((float *)line, grad.half, offset, count, geo->KW, kh, geo->block);
+        else if (bf16 && sixteen) scatter16_bf16((uint16_t *)line, grad.half, offset, count, geo->KW, kh, 16);
         else if (sixteen) scatter16_f32((float *)line, grad.f32, offset, count, geo->KW, kh, 16);
-        else if (bf16) scatter_bf16((uint16_t *)line, grad.bf16, offset, count, geo->KW, kh, geo->block);
+        else if (bf16) scatter_bf16((uint16_t *)line, grad.half, offset, count, geo->KW, kh, geo->block);
         else scatter_f32((float *)line, grad.f32, offset, count, geo->KW, kh, geo->block);
       }
     }
@@ -503,6 +548,8 @@ static void store_sums(const mx_kview *v, const float *sums) {
   int64_t numel = mx__kview_numel(v);
   if (v->dtype == MX_BF16)
     mx__f32_to_bf16_n(sums, v->data, numel);
+  else if (v->dtype == MX_F16)
+    mx__f32_to_f16_n(sums, v->data, numel);
   else
     memcpy(v->data, sums, sizeof(float) * (size_t)numel);
 }
@@ -616,19 +663,16 @@ static mx_status whole(const operands *o, const mx__dnnl_conv_plan *weights, con
   return status;
 }
 
-mx_status mx__cpu_conv_max_pool_relu_backward(const mx_kview *dx, const mx_kview *dw, const mx_kview *db,
-                                              const mx_kview *g, const mx_kview *mask, const mx_kview *indices,
-                                              const mx_kview *x, const mx_kview *w, const mx_conv_params *cp,
-                                              const mx_pool_params *pp, bool channels_last) {
-  if (channels_last || !covered(x, g, indices, cp, pp) || (mask && mask->dtype != g->dtype)) return MX_NOT_SUPPORTED;
-  /* dw and db as the op makes them, so the float32 sums store in one pass (store_sums) */
-  if (!mx__kview_is_contiguous(dw) || (db && !mx__kview_is_contiguous(db))) return MX_NOT_SUPPORTED;
+static mx_status backward(const mx_kview *dx, const mx_kview *dw, const mx_kview *db, const mx_kview *g,
+                          const mx_kview *mask, const mx_kview *indices, const mx_kview *x, const mx_kview *w,
+                          const mx_conv_params *cp, const mx_pool_params *pp) {
   mx_kview full = full_view(x, w, cp);
   operands o = {dx, dw, db, g, mask, indices, x, w, &full, cp, pp};
   mx__dnnl_conv_plan weights = {0}, data = {0};
-  /* bfloat16 computed in float32 (dnnl_conv_plan.h) sums dw in float32, rounded once (whole, in_chunks) */
+  /* 16-bit values computed in float32 (dnnl_conv_plan.h) sum dw in float32, rounded once (whole, in_chunks) */
   mx_kview dw32 = float32_like(dw, NULL); /* its data never read */
-  const mx_kview *dw_sums = x->dtype == MX_BF16 && !mx__dnnl_native(MX_BF16) ? &dw32 : dw;
+  bool in_f32 = (x->dtype == MX_BF16 && !mx__dnnl_native(MX_BF16)) || x->dtype == MX_F16;
+  const mx_kview *dw_sums = in_f32 ? &dw32 : dw;
   mx_status status =
       mx__dnnl_conv_plan_begin(&weights, MX__DNNL_CONV_BACKWARD_WEIGHTS, x, dw_sums, &full, db != NULL, cp);
   if (status == MX_OK && dx) status = mx__dnnl_conv_plan_begin(&data, MX__DNNL_CONV_BACKWARD_DATA, dx, w, &full,
@@ -651,5 +695,21 @@ mx_status mx__cpu_conv_max_pool_relu_backward(const mx_kview *dx, const mx_kview
   if (status == MX_NOT_BUILT) status = MX_NOT_SUPPORTED; /* oneDNN absent: declined too */
   mx__dnnl_conv_plan_end(&data);
   mx__dnnl_conv_plan_end(&weights);
+  return status;
+}
+
+mx_status mx__cpu_conv_max_pool_relu_backward(const mx_kview *dx, const mx_kview *dw, const mx_kview *db,
+                                              const mx_kview *g, const mx_kview *mask, const mx_kview *indices,
+                                              const mx_kview *x, const mx_kview *w, const mx_conv_params *cp,
+                                              const mx_pool_params *pp, bool channels_last) {
+  if (channels_last || !covered(x, g, indices, cp, pp) || (mask && mask->dtype != g->dtype)) return MX_NOT_SUPPORTED;
+  /* dw and db as the op makes them, so the float32 sums store in one pass (store_sums) */
+  if (!mx__kview_is_contiguous(dw) || (db && !mx__kview_is_contiguous(db))) return MX_NOT_SUPPORTED;
+  mx_kview w32;
+  float *copy;
+  const mx_kview *plan_w = plans_weights(w, &w32, &copy);
+  if (!plan_w) return mx__error(MX_OUT_OF_MEMORY, "mx_conv2d_max_pool_relu: out of memory for float32 weights");
+  mx_status status = backward(dx, dw, db, g, mask, indices, x, plan_w, cp, pp);
+  plans_weights_free(w, copy);
   return status;
 }

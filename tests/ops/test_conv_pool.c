@@ -1,10 +1,11 @@
 /* conv2d_max_pool_relu (ops/conv.c; the CPU's kernels/cpu/dnnl_conv_pool.c) against mx_conv2d then
  * mx_max_pool_relu: the same bits forward (values and indices) and backward (dx, dw, db) in float32 and under
- * bfloat16 autocast, row-major and channels-last, odd sizes whose pooling leaves an edge, batches of 1 and 3, with
- * and without a bias, x requiring grad or not, on inputs holding NaN, -0 and ties; gradients of gradients equal to
- * the unfused ops'; the fused kernels, not the unfused ones, making the results where oneDNN runs; and float64
- * finite differences (gradcheck, gradgradcheck: float64 runs the unfused kernels inside the op, the op's formulas
- * all the same), which the op suite's cases cannot run on an internal row (tests/ops/test_every_row.c). */
+ * bfloat16 and float16 autocast, row-major and channels-last, odd sizes whose pooling leaves an edge, batches of 1
+ * and 3, with and without a bias, x requiring grad or not, on inputs holding NaN, -0 and ties; gradients of
+ * gradients equal to the unfused ops'; the fused kernels, not the unfused ones, making the results where oneDNN
+ * runs; and float64 finite differences (gradcheck, gradgradcheck: float64 runs the unfused kernels inside the op,
+ * the op's formulas all the same), which the op suite's cases cannot run on an internal row
+ * (tests/ops/test_every_row.c). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -89,9 +90,9 @@ static mx_tensor *flat_positions(const mx_tensor *offsets, int64_t pool, int64_t
   return t;
 }
 
-/* One case, its inputs float32 leaves, in a bfloat16 region when bf16, x channels-last when asked: forward and
- * backward bits against the unfused ops. */
-static void check_case(int k, bool bf16, bool channels_last) {
+/* One case, its inputs float32 leaves, in an autocast region of dt when dt is 16 bits, x channels-last when asked:
+ * forward and backward bits against the unfused ops. */
+static void check_case(int k, mx_dtype dt, bool channels_last) {
   const pool_case *c = &cases[k];
   mx__cpu_conv_max_pool_relu_chunking(0, 80 << 10);
   mx_scope *scope = mx_scope_begin();
@@ -101,9 +102,9 @@ static void check_case(int k, bool bf16, bool channels_last) {
   mx_tensor *in = channels_last ? mx_to_channels_last(x) : x;
   mx_shape padding = MX_SHAPE(c->padding), pool = MX_SHAPE(c->pool);
   mx_tensor *y[2] = {NULL, NULL}, *indices[2] = {NULL, NULL}, *full = NULL;
-  mx_dtype dt = bf16 ? MX_BF16 : MX_F32;
+  bool bf16 = dt == MX_BF16, half = dt != MX_F32;
   uint64_t runs = mx__cpu_conv_max_pool_relu_runs(false);
-  MX_AUTOCAST(MX_CPU, MX_BF16, bf16, true) {
+  MX_AUTOCAST(MX_CPU, half ? dt : MX_BF16, half, true) {
     full = mx_conv2d(in, w, b, MX_DEFAULT, padding, MX_DEFAULT, 1);
     y[0] = mx_max_pool_relu(full, 2, pool, MX_DEFAULT, MX_DEFAULT, MX_DEFAULT);
     cr_assert_eq(mx_max_pool_with_indices(mx_relu(full), 2, pool, MX_DEFAULT, MX_DEFAULT, MX_DIMS(1), NULL,
@@ -114,9 +115,12 @@ static void check_case(int k, bool bf16, bool channels_last) {
   /* channels-last activations take the unfused kernels inside the op (kernels/cpu/dnnl_conv_pool.c says why), and
    * so do bfloat16 ones from 64 input channels and 8x8 outputs without a bias, which run as float32 Winograd (the
    * last case; kernels/cpu/dnnl_conv.c, winograd_fits), where oneDNN has native bfloat16 kernels; without them
-   * every bfloat16 convolution runs in float32, and the fused kernels round its output as the unfused op does */
+   * every bfloat16 convolution runs in float32, and the fused kernels round its output as the unfused op does. So
+   * does every float16 one, where mixgrad's channel-block transposes convert x and y (16, 32 and 64 channels):
+   * dnnl_conv.c declines oneDNN's float16 reorders */
   bool winograd_bf16 = bf16 && c->c_in >= 64 && c->h * c->w >= 64 && !c->bias && mx__dnnl_native(dt);
-  bool fused = MX_HAVE_DNNL && !channels_last && !winograd_bf16;
+  bool f16_blocks = c->c_in % 16 == 0 && c->c_out % 16 == 0;
+  bool fused = MX_HAVE_DNNL && !channels_last && !winograd_bf16 && (dt != MX_F16 || f16_blocks);
   cr_expect_eq(mx__cpu_conv_max_pool_relu_runs(false), runs + fused, "case %d: the fused kernel ran %s", k,
                fused ? "not" : "");
   cr_assert_eq(mx_dtype_of(y[1]), dt);
@@ -144,61 +148,68 @@ static void check_case(int k, bool bf16, bool channels_last) {
 }
 
 Test(conv2d_max_pool_relu, float32_row_major_is_conv2d_then_max_pool_relu_bit_for_bit) {
-  for (int k = 0; k < CASES; k++) check_case(k, false, false);
+  for (int k = 0; k < CASES; k++) check_case(k, MX_F32, false);
 }
 
 Test(conv2d_max_pool_relu, float32_channels_last_is_conv2d_then_max_pool_relu_bit_for_bit) {
-  for (int k = 0; k < CASES; k++) check_case(k, false, true);
+  for (int k = 0; k < CASES; k++) check_case(k, MX_F32, true);
 }
 
 Test(conv2d_max_pool_relu, bfloat16_autocast_row_major_is_conv2d_then_max_pool_relu_bit_for_bit) {
-  for (int k = 0; k < CASES; k++) check_case(k, true, false);
+  for (int k = 0; k < CASES; k++) check_case(k, MX_BF16, false);
 }
 
 Test(conv2d_max_pool_relu, bfloat16_autocast_channels_last_is_conv2d_then_max_pool_relu_bit_for_bit) {
-  for (int k = 0; k < CASES; k++) check_case(k, true, true);
+  for (int k = 0; k < CASES; k++) check_case(k, MX_BF16, true);
 }
 
-/* Under bfloat16 autocast a window's maximum and its offset are those of the rounded convolution output, as the
- * unfused op sees it: y = a + b / 512 from two input channels (1x1 weights 1 and 1/512, float32 sums) is 1 for
- * a = 1, b = 0 and 1 + 2^-9 for a = b = 1, both 1 in bfloat16 (half its ulp at 1 is 2^-8), so a window holding
- * 1 then 1 + 2^-9 ties and keeps the first; a fused kernel searching float32 sums (where bfloat16 runs in float32)
- * would take the second. And 1 + 3 * 2^-9 rounds up to 1 + 2^-7. */
-Test(conv2d_max_pool_relu, bfloat16_windows_search_the_rounded_output) {
+Test(conv2d_max_pool_relu, float16_autocast_row_major_is_conv2d_then_max_pool_relu_bit_for_bit) {
+  for (int k = 0; k < CASES; k++) check_case(k, MX_F16, false);
+}
+
+/* Under 16-bit autocast a window's maximum and its offset are those of the rounded convolution output, as the
+ * unfused op sees it: y = a + b e from two of 16 input channels (1x1 weights 1 and e, float32 sums; e = 2^-9 in
+ * bfloat16, 2^-12 in float16, a quarter of the format's unit at 1) is 1 for a = 1, b = 0 and 1 + e for a = b = 1,
+ * both 1 once rounded (half the unit is 2e), so a window holding 1 then 1 + e ties and keeps the first; a fused
+ * kernel searching float32 sums (where 16-bit convolutions run in float32) would take the second. And 1 + 3e
+ * rounds up to 1 + 4e, one unit. */
+static void check_rounded_search(mx_dtype dt) {
   mx_scope *scope = mx_scope_begin();
-  enum { N = 2, C = 16, H = 4, W = 4 };
-  float x[N * 2 * H * W] = {0}, w[C * 2];
+  enum { N = 2, I = 16, C = 16, H = 4, W = 4 };
+  float e = dt == MX_BF16 ? 1.0f / 512 : 1.0f / 4096;
+  float x[N * I * H * W] = {0}, w[C * I] = {0};
   for (int64_t n = 0; n < N; n++)
     for (int64_t p = 0; p < H * W; p++) {
-      x[(n * 2 + 0) * H * W + p] = 1.0f;
-      x[(n * 2 + 1) * H * W + p] = (float)(p % 2) * (p % 3 == 0 ? 3.0f : 1.0f); /* odd columns: 1 or 3 / 512 */
+      x[(n * I + 0) * H * W + p] = 1.0f;
+      x[(n * I + 1) * H * W + p] = (float)(p % 2) * (p % 3 == 0 ? 3.0f : 1.0f); /* odd columns: 1 or 3 e */
     }
-  for (int64_t c = 0; c < C; c++) w[c * 2] = 1.0f, w[c * 2 + 1] = 1.0f / 512;
-  mx_tensor *xt = mx_from_data(x, MX_SHAPE(N, 2, H, W), MX_F32, MX_CPU);
-  mx_tensor *wt = mx_from_data(w, MX_SHAPE(C, 2, 1, 1), MX_F32, MX_CPU);
+  for (int64_t c = 0; c < C; c++) w[c * I] = 1.0f, w[c * I + 1] = e;
+  mx_tensor *xt = mx_from_data(x, MX_SHAPE(N, I, H, W), MX_F32, MX_CPU);
+  mx_tensor *wt = mx_from_data(w, MX_SHAPE(C, I, 1, 1), MX_F32, MX_CPU);
   cr_assert(xt && wt && mx_set_requires_grad(wt, true) == MX_OK, "%s", mx_last_error());
   mx_tensor *y[2] = {NULL, NULL}, *indices[2] = {NULL, NULL}, *full = NULL;
-  MX_AUTOCAST(MX_CPU, MX_BF16, true, true) {
+  uint64_t runs[2] = {mx__cpu_conv_max_pool_relu_runs(false), mx__cpu_conv_max_pool_relu_runs(true)};
+  MX_AUTOCAST(MX_CPU, dt, true, true) {
     full = mx_conv2d(xt, wt, NULL, MX_DEFAULT, MX_SHAPE(0), MX_DEFAULT, 1);
     cr_assert_eq(mx_max_pool_with_indices(mx_relu(full), 2, MX_SHAPE(2), MX_DEFAULT, MX_DEFAULT, MX_DIMS(1), &y[0],
                                           &indices[0]), MX_OK, "%s", mx_last_error());
     cr_assert_eq(mx__conv2d_max_pool_relu(xt, wt, NULL, MX_DEFAULT, MX_SHAPE(0), MX_DEFAULT, 1, MX_SHAPE(2), MX_DEFAULT,
                                           MX_DEFAULT, MX_DEFAULT, &y[1], &indices[1]), MX_OK, "%s", mx_last_error());
   }
-  /* hand-computed: every window's top row is 1, then 1 + 2^-9 or 1 + 3 * 2^-9 */
-  float expected[2] = {1.0f, 1.0f + 1.0f / 128};
+  /* hand-computed: every window's top row is 1, then 1 + e or 1 + 3 e */
+  float expected[2] = {1.0f, 1.0f + 4 * e};
   uint16_t got[N * C * 2 * 2];
   cr_assert_eq(mx_to_host(mx_contiguous(y[1]), got, sizeof got), MX_OK, "%s", mx_last_error());
   int64_t ties = 0, rounded_up = 0;
   for (int64_t i = 0; i < N * C * 4; i++) {
-    float v = mx_bf16_to_f32(got[i]);
+    float v = dt == MX_BF16 ? mx_bf16_to_f32(got[i]) : mx_f16_to_f32(got[i]);
     ties += v == expected[0], rounded_up += v == expected[1];
   }
-  cr_expect_eq(ties + rounded_up, N * C * 4, "every window's maximum is 1 or 1 + 2^-7");
+  cr_expect_eq(ties + rounded_up, N * C * 4, "every window's maximum is 1 or 1 + 4 e");
   cr_expect_gt(ties, 0);
   cr_expect_gt(rounded_up, 0);
-  fused_case_same_bits(y[0], y[1], "output", 0, MX_BF16);
-  fused_case_same_bits(indices[0], flat_positions(indices[1], 2, W), "indices", 0, MX_BF16);
+  fused_case_same_bits(y[0], y[1], "output", 0, dt);
+  fused_case_same_bits(indices[0], flat_positions(indices[1], 2, W), "indices", 0, dt);
   /* and the weight's gradient, which the indices route */
   mx_tensor *grads[2] = {NULL, NULL};
   for (int f = 0; f < 2; f++) {
@@ -206,8 +217,14 @@ Test(conv2d_max_pool_relu, bfloat16_windows_search_the_rounded_output) {
     cr_assert_eq(mx_grad(1, &loss, 1, &wt, NULL, false, false, false, &grads[f]), MX_OK, "%s", mx_last_error());
   }
   fused_case_same_bits(grads[0], grads[1], "the weight's gradient", 0, MX_F32);
+  /* the fused kernels made them where oneDNN runs */
+  cr_expect_eq(mx__cpu_conv_max_pool_relu_runs(false), runs[0] + MX_HAVE_DNNL);
+  cr_expect_eq(mx__cpu_conv_max_pool_relu_runs(true), runs[1] + MX_HAVE_DNNL);
   mx_scope_end(scope);
 }
+
+Test(conv2d_max_pool_relu, bfloat16_windows_search_the_rounded_output) { check_rounded_search(MX_BF16); }
+Test(conv2d_max_pool_relu, float16_windows_search_the_rounded_output) { check_rounded_search(MX_F16); }
 
 /* Gradients of the gradients (create_graph): the backward op's own backward against the unfused ops'. */
 Test(conv2d_max_pool_relu, gradients_of_gradients_are_the_unfused_case_conv_pools) {
