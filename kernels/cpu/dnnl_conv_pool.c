@@ -23,8 +23,10 @@
  * (dnnl_conv_plan.h), as the unfused op does it: the full-resolution values stay float32 and the pooling rounds
  * each before it searches, as the unfused output is rounded; the backward scatters the gradient widened into
  * float32 blocks (demo CNN step, batch 128, 2 threads, Intel Xeon without AVX512_BF16, medians of 6 alternating
- * processes: 12.5 ms unfused, 11.3 fused; batch 512: 54.4 and 45.0). Float16's weights go to the plans in float32
- * (oneDNN's float16 reorders are its reference code: dnnl_conv.c). */
+ * processes: 12.5 ms unfused, 11.3 fused; batch 512: 54.4 and 45.0). Float16's weights go to the plans in float32,
+ * and its activations must be in oneDNN's 16-channel blocks, which mixgrad's transposes convert (oneDNN's float16
+ * reorders are its reference code: dnnl_conv.c declines them); on AVX2 CPUs its blocks are 8 channels, and float16
+ * declines. */
 #include "kernels/cpu/dnnl_conv_pool.h"
 
 #include <stdatomic.h>
