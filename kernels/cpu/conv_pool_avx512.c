@@ -48,9 +48,9 @@ WIDE_INLINE void transpose16(__m512i v[16]) {
 /* Asks for the bytes from address from + skip on into L1, a cache line at a time, ahead of their use. The plain NCHW
  * side of a call is 16 channels' short rows, 16 streams too many and too short for the hardware's prefetchers, so
  * each iteration asks for its share of the next call's (the next block's channels follow this block's): on this
- * project's Intel Xeon, the pooling's forward 28% faster in the CNN's step, its backward 5-15%. A prefetch never
- * faults, so the last block's, past the tensor's end, are harmless; the address is an integer's, as no pointer
- * may point there. */
+ * project's Intel Xeon, the forward's share of the float32 CNN's step fell by 28%, the backward's by up to a tenth
+ * (bench/NOTES.md, round 40). A prefetch never faults, so the last block's, past the tensor's end, are harmless;
+ * the address is an integer's, as no pointer may point there. */
 WIDE_INLINE void prefetch(const void *from, int64_t skip, int64_t bytes) {
   for (int64_t b = 0; b < bytes; b += 64)
     _mm_prefetch((const char *)((uintptr_t)from + (uintptr_t)(skip + b)), _MM_HINT_T0);
