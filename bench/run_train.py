@@ -13,7 +13,9 @@ and filled with pip on first use) in NCHW and channels-last. Each
 configuration's best peer (lowest median) is "the best PyTorch". Each step is
 also set against its FLOP floor: the step's FLOPs (PyTorch 2's flop counter,
 from the shapes) over this machine's GEMM ceiling (oneDNN's own GEMM on
-plain operands, build/bench/kernels --only gemm, measured in the same run).
+plain operands, build/bench/kernels --only gemm, measured after every round
+of the same run; the best reading counts, since a busy stretch of the
+machine only lowers it, and a low ceiling flatters every ratio).
 
 Every timed process runs in a scheduling group of its own (a new session,
 so a new autogroup, at nice -10 when the user may raise it), so other work on
@@ -346,14 +348,17 @@ class Report:
             t = ratio(median_of(c["best"]), f["floor_ms"])
             target = FLOOR_TARGET.get((model, amp))
             v = self.target(f"step over its FLOP floor, mixgrad {model} {amp}", m, target)
+            read = f.get("ceilings_read", [f["gflops"]])
             rows.append([model, batch, amp, f"{f['flops'] / 1e9:.2f}", f"{f['gflops']:.0f} ({f['ceiling']})",
-                         f"{f['floor_ms']:.2f}", fmt_ratio(m), f"≤ {target}" if target else "—", v, fmt_ratio(t)])
+                         f"{min(read):.0f}–{max(read):.0f} ({len(read)})", f"{f['floor_ms']:.2f}", fmt_ratio(m),
+                         f"≤ {target}" if target else "—", v, fmt_ratio(t)])
         self.lines += ["### Step over its FLOP floor", "",
                        "Floor: the step's matrix-product and convolution FLOPs (forward and backward, PyTorch 2's "
                        "flop counter on the model's shapes) at this machine's GEMM ceiling (oneDNN's GEMM on plain "
-                       "operands, measured in this run; a precision the CPU emulates is held to float32's).", ""]
-        self.table(["model", "batch", "amp", "GFLOP a step", "ceiling GFLOP/s", "floor ms", "mixgrad/floor",
-                    "target", "", "best PyTorch/floor"], rows)
+                       "operands, measured after every round of this run, the best reading: a busy stretch only "
+                       "lowers it; a precision the CPU emulates is held to float32's).", ""]
+        self.table(["model", "batch", "amp", "GFLOP a step", "ceiling GFLOP/s", "its readings (count)", "floor ms",
+                    "mixgrad/floor", "target", "", "best PyTorch/floor"], rows)
 
     def amp_speedup(self):
         rows = []
@@ -569,20 +574,36 @@ def step_flops(model, batch, args):
     return json.loads(p.stdout.strip().splitlines()[-1])["step_flops"]
 
 
-def floors(cfgs, args):
-    """{(model, batch, amp): floor} for the main configurations, and a note
-    saying why there are none when there are none."""
+def read_ceilings(args, readings):
+    """Appends one reading of gemm_ceilings to readings (the error's text,
+    as a string, where it failed); none without PyTorch 2's flop counter,
+    which the floors need too."""
+    if not args.torch2_venv:
+        return
+    try:
+        readings.append(gemm_ceilings(args))
+    except (OSError, RuntimeError, subprocess.TimeoutExpired, KeyError, ValueError) as e:
+        readings.append(str(e))
+
+
+def floors(cfgs, args, readings):
+    """{(model, batch, amp): floor} for the main configurations, at the best
+    of the ceiling's readings, and a note saying why there are none when
+    there are none."""
     if not args.torch2_venv:
         return {}, "PyTorch 2's flop counter is needed (--torch2-venv)"
+    read = [r for r in readings if isinstance(r, dict)]
+    if not read:
+        return {}, "the GEMM ceiling could not be measured: " + "; ".join(readings)
     try:
-        ceiling = gemm_ceilings(args)
         out = {}
         for model, amp, batch, threads in cfgs:
             if (model, batch) in MAIN and threads == args.threads:
                 flops = step_flops(model, batch, args)
-                gflops, how = ceiling[amp]
+                all_read = [r[amp][0] for r in read]
+                gflops, how = max((r[amp] for r in read), key=lambda x: x[0])
                 out[(model, batch, amp)] = {"flops": flops, "gflops": gflops, "ceiling": how,
-                                            "floor_ms": flops / (gflops * 1e6)}
+                                            "ceilings_read": all_read, "floor_ms": flops / (gflops * 1e6)}
         return out, ""
     except (OSError, RuntimeError, subprocess.TimeoutExpired, KeyError, ValueError) as e:
         return {}, str(e)
@@ -652,16 +673,18 @@ def main():
         ensure_torch2(args.torch2_venv)
     cfgs = configs(args)
     runs = {cfg: {impl: [] for impl in impls(cfg, args)} for cfg in cfgs}
+    ceilings = []
     for r in range(args.rounds):
         for i, cfg in enumerate(cfgs):
             print(f"[round {r + 1}/{args.rounds}, {i + 1}/{len(cfgs)}] {cfg[0]} amp {cfg[1]} batch {cfg[2]} "
                   f"threads {cfg[3]}", file=sys.stderr)
             run_round(cfg, r, args, runs[cfg])
+        read_ceilings(args, ceilings)
     summary = {cfg: {impl: summarize_best(rs) for impl, rs in runs[cfg].items()} for cfg in cfgs}
     for cfg in cfgs:
         summary[cfg]["best"] = best_peer(summary[cfg])
         summary[cfg]["rounds_behind"] = rounds_behind(runs[cfg]) if cfg[1] != "f16" else []
-    floor, floor_note = floors(cfgs, args)
+    floor, floor_note = floors(cfgs, args, ceilings)
     raw = [dict(res, config=list(cfg), impl_run=impl) for cfg in cfgs for impl, rs in runs[cfg].items() for res in rs]
     cpu, cpus = machine()
     peers = [p for p in PEERS if any(p in runs[cfg] for cfg in cfgs)]
